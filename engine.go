@@ -1,0 +1,490 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Options configures an Engine. A nil *Options means all defaults.
+type Options struct {
+	// Lease is how long an attempt owns a key before another may take it
+	// over, unless renewed. Zero means 30s.
+	Lease time.Duration
+	// Retention is how long a completed result is replayed. Zero means 24h.
+	Retention time.Duration
+	// RenewEvery is the heartbeat interval that extends a held lease while
+	// work runs. Zero means Lease/3; negative turns renewal off.
+	RenewEvery time.Duration
+	// MaxResultBytes bounds a result body. Zero means 16 MiB.
+	MaxResultBytes int
+	// Logger receives one line per lost lease or failed finalize. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Observer receives events for metrics. Nil means none.
+	Observer Observer
+}
+
+// Observer is told what the engine does, for metrics and traces. Its
+// methods are called synchronously and must be fast.
+type Observer interface {
+	// StoreCall reports one store call: "acquire", "complete", "release",
+	// "extend", "get" or "delete".
+	StoreCall(op string, elapsed time.Duration, err error)
+	// LeaseEvent reports a renewal, a lost lease or an expired lease.
+	LeaseEvent(id ID, ev LeaseEvent)
+}
+
+// LeaseEvent is what happened to a held lease.
+type LeaseEvent uint8
+
+const (
+	LeaseRenewed LeaseEvent = iota + 1 // the heartbeat extended the lease
+	LeaseLost                          // the store no longer holds the lease for this owner
+	LeaseExpired                       // the deadline passed without a successful renewal
+)
+
+// String names the event.
+func (ev LeaseEvent) String() string {
+	switch ev {
+	case LeaseRenewed:
+		return "renewed"
+	case LeaseLost:
+		return "lost"
+	case LeaseExpired:
+		return "expired"
+	}
+	return fmt.Sprintf("LeaseEvent(%d)", uint8(ev))
+}
+
+// Engine runs work at most once per idempotency key on top of a Store.
+// It is safe for concurrent use.
+type Engine struct {
+	store     Store
+	lease     time.Duration
+	retention time.Duration
+	renew     time.Duration
+	maxResult int
+	log       *slog.Logger
+	obs       Observer
+}
+
+// New returns an engine over store.
+func New(store Store, opts *Options) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("idem: New: nil store")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Lease < 0 || o.Retention < 0 || o.MaxResultBytes < 0 {
+		return nil, errors.New("idem: New: negative Lease, Retention or MaxResultBytes")
+	}
+	e := &Engine{store: store, lease: o.Lease, retention: o.Retention, renew: o.RenewEvery,
+		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer}
+	if e.lease == 0 {
+		e.lease = 30 * time.Second
+	}
+	if e.lease < time.Millisecond {
+		return nil, fmt.Errorf("idem: New: Lease %v is under the 1ms resolution of stores", e.lease)
+	}
+	if e.retention == 0 {
+		e.retention = 24 * time.Hour
+	}
+	if e.renew == 0 {
+		e.renew = e.lease / 3
+	}
+	if e.renew >= e.lease {
+		return nil, fmt.Errorf("idem: New: RenewEvery %v must be shorter than Lease %v", e.renew, e.lease)
+	}
+	if e.maxResult == 0 {
+		e.maxResult = 16 << 20
+	}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	return e, nil
+}
+
+// Store returns the store the engine runs on.
+func (e *Engine) Store() Store { return e.store }
+
+// Request names the key an attempt is for.
+type Request struct {
+	Tenant      string
+	Key         string
+	Fingerprint string        // a digest of the request; reuse of Key with another one is a Mismatch
+	Lease       time.Duration // zero: the engine's
+	Retention   time.Duration // zero: the engine's
+}
+
+// Outcome is what Begin decided.
+type Outcome uint8
+
+const (
+	// Acquired: the caller holds a Lease and must do the work, then Complete
+	// or Release it.
+	Acquired Outcome = iota + 1
+	// Replayed: the key is COMPLETED; Attempt.Result is the stored result.
+	Replayed
+	// InFlight: another attempt holds the key; Attempt.RetryAfter is the rest of its lease.
+	InFlight
+	// Mismatch: the key was used with a different fingerprint.
+	Mismatch
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Acquired:
+		return "acquired"
+	case Replayed:
+		return "replayed"
+	case InFlight:
+		return "in_flight"
+	case Mismatch:
+		return "mismatch"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Attempt is the answer of Begin: exactly one of its outcomes.
+type Attempt struct {
+	Outcome    Outcome
+	Lease      *Lease        // Acquired
+	Result     *Result       // Replayed
+	RetryAfter time.Duration // InFlight
+	Record     Record        // the record that decided a Replayed, InFlight or Mismatch outcome
+}
+
+// Begin starts an attempt at req. On Acquired the lease's heartbeat runs
+// until Complete or Release, and Lease.Context is cancelled when the lease
+// can no longer be held. Errors wrap ErrInvalidKey, ErrInvalidTenant,
+// ErrInvalidFingerprint or ErrStore; on any error nothing is held.
+func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
+	if err := validate(req.ID()); err != nil {
+		return Attempt{}, err
+	}
+	if err := ValidateFingerprint(req.Fingerprint); err != nil {
+		return Attempt{}, err
+	}
+	lease := orDefault(req.Lease, e.lease)
+	if lease < time.Millisecond {
+		return Attempt{}, fmt.Errorf("idem: lease %v is under 1ms", lease)
+	}
+	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, Lease: lease}
+	start := time.Now() // the local deadline counts from before the store saw the request
+	res, err := e.acquire(ctx, p)
+	if err != nil {
+		return Attempt{}, fmt.Errorf("%w: acquire: %w", ErrStore, err)
+	}
+	rec := res.Record
+	if res.Acquired {
+		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
+		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, lease, orDefault(req.Retention, e.retention))}, nil
+	}
+	switch {
+	case rec.Fingerprint != req.Fingerprint:
+		return Attempt{Outcome: Mismatch, Record: rec}, nil
+	case rec.State == StateCompleted:
+		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}, nil
+	default:
+		return Attempt{Outcome: InFlight, RetryAfter: rec.TTL, Record: rec}, nil
+	}
+}
+
+// ID returns the request's tenant and key.
+func (r Request) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
+
+// Get returns the record of a key, for inspection; ErrNotFound when absent.
+func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
+	if err := validate(id); err != nil {
+		return Record{}, err
+	}
+	start := time.Now()
+	rec, err := e.store.Get(ctx, id)
+	e.observe("get", start, err)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		err = fmt.Errorf("%w: get: %w", ErrStore, err)
+	}
+	return rec, err
+}
+
+// Delete invalidates a key in any state and reports whether it existed.
+// A lease on it is lost: its owner can no longer complete it.
+func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
+	if err := validate(id); err != nil {
+		return false, err
+	}
+	start := time.Now()
+	ok, err := e.store.Delete(ctx, id)
+	e.observe("delete", start, err)
+	if err != nil {
+		return false, fmt.Errorf("%w: delete: %w", ErrStore, err)
+	}
+	return ok, nil
+}
+
+func (e *Engine) acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+	start := time.Now()
+	res, err := e.store.Acquire(ctx, p)
+	e.observe("acquire", start, err)
+	return res, err
+}
+
+func (e *Engine) observe(op string, start time.Time, err error) {
+	if e.obs != nil {
+		e.obs.StoreCall(op, time.Since(start), err)
+	}
+}
+
+func (e *Engine) leaseEvent(id ID, ev LeaseEvent) {
+	if e.obs != nil {
+		e.obs.LeaseEvent(id, ev)
+	}
+}
+
+func validate(id ID) error {
+	if err := ValidateTenant(id.Tenant); err != nil {
+		return err
+	}
+	return ValidateKey(id.Key)
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+// ErrLeaseClosed: Complete or Release was called on a lease that was already
+// completed, released or lost.
+var ErrLeaseClosed = errors.New("idem: lease already completed, released or lost")
+
+// Lease is the right to do the work for one key, held by one attempt.
+// Call exactly one of Complete or Release when the work ends.
+type Lease struct {
+	e         *Engine
+	ref       LeaseRef
+	lease     time.Duration
+	retention time.Duration
+
+	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
+	cancel context.CancelCauseFunc
+
+	stopHeartbeat context.CancelFunc
+	heartbeatDone chan struct{}
+	stopOnce      sync.Once
+
+	mu     sync.Mutex // serialises Complete and Release
+	closed bool
+}
+
+// errLeaseFinished is the cause of a lease context after Complete or Release.
+var errLeaseFinished = errors.New("idem: lease finished")
+
+func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration) *Lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	hbCtx, stop := context.WithCancel(ctx)
+	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel,
+		stopHeartbeat: stop, heartbeatDone: make(chan struct{})}
+	go l.heartbeat(hbCtx, start.Add(lease))
+	return l
+}
+
+// Ref returns the owner and fencing token of the lease. Pass the fence to
+// every write the work makes (see the guardrail in store/pgstore), so a
+// store can refuse writes of a stale owner.
+func (l *Lease) Ref() LeaseRef { return l.ref }
+
+// Fence returns the lease's fencing token.
+func (l *Lease) Fence() int64 { return l.ref.Fence }
+
+// Context returns the context for the work: it is cancelled when Begin's
+// context is, when the store reports the lease lost (cause ErrLeaseLost),
+// when the lease deadline passes without renewal (cause ErrLeaseExpired),
+// and after Complete or Release. Use context.Cause to tell them apart.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// heartbeat extends the lease every RenewEvery until stopped, and cancels
+// the work's context when the lease is lost or its deadline passes. The
+// deadline is kept by the local monotonic clock, counted from before the
+// store saw the request, so it never ends later than the store's.
+func (l *Lease) heartbeat(ctx context.Context, deadline time.Time) {
+	defer close(l.heartbeatDone)
+	expiry := time.NewTimer(time.Until(deadline))
+	defer expiry.Stop()
+	var tick <-chan time.Time
+	if l.e.renew > 0 {
+		t := time.NewTicker(l.e.renew)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-expiry.C:
+			l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+			l.e.leaseEvent(l.ref.ID, LeaseExpired)
+			l.cancel(ErrLeaseExpired)
+			return
+		case <-tick:
+			sent := time.Now()
+			callCtx, cancel := context.WithDeadline(ctx, deadline)
+			err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
+			cancel()
+			l.e.observe("extend", sent, err)
+			switch {
+			case err == nil:
+				deadline = sent.Add(l.lease)
+				expiry.Reset(time.Until(deadline))
+				l.e.leaseEvent(l.ref.ID, LeaseRenewed)
+			case errors.Is(err, ErrLeaseLost):
+				l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+				l.e.leaseEvent(l.ref.ID, LeaseLost)
+				l.cancel(ErrLeaseLost)
+				return
+			case ctx.Err() != nil:
+				return
+			default: // a store hiccup: try again on the next tick, until the deadline
+				l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
+			}
+		}
+	}
+}
+
+func (l *Lease) stop() {
+	l.stopOnce.Do(func() {
+		l.stopHeartbeat()
+		<-l.heartbeatDone
+	})
+}
+
+// finalizeAttempts bounds how often Complete and Release retry a store
+// error. Retrying is safe: both are idempotent for the same owner and fence,
+// and giving up early would leave the key PROCESSING until its lease ends.
+var finalizeBackoff = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
+
+// Complete stores res as the result of the key, to be replayed to every
+// later attempt, if this lease still holds the key. It returns ErrLeaseLost
+// (and changes nothing) when another owner took the key over, and
+// ErrResultTooLarge (keeping the lease, so the caller can Release) when the
+// body is over the limit. Store errors are retried a few times.
+func (l *Lease) Complete(ctx context.Context, res Result) error {
+	if len(res.Body) > l.e.maxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
+	}
+	return l.finalize(ctx, "complete", func(ctx context.Context) error {
+		return l.e.store.Complete(ctx, CompleteParams{LeaseRef: l.ref, Result: res, Retention: l.retention})
+	})
+}
+
+// Release deletes the key so that a retry can run the work again, if this
+// lease still holds it. Use it after a failure that did not take effect.
+func (l *Lease) Release(ctx context.Context) error {
+	return l.finalize(ctx, "release", func(ctx context.Context) error {
+		return l.e.store.Release(ctx, l.ref)
+	})
+}
+
+func (l *Lease) finalize(ctx context.Context, op string, call func(context.Context) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrLeaseClosed
+	}
+	l.stop()
+	var err error
+	for _, wait := range finalizeBackoff {
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %s: %w", ErrStore, op, errors.Join(err, ctx.Err()))
+			case <-time.After(wait):
+			}
+		}
+		start := time.Now()
+		err = call(ctx)
+		l.e.observe(op, start, err)
+		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		l.closed = true
+		l.cancel(errLeaseFinished)
+		return nil
+	case errors.Is(err, ErrLeaseLost):
+		l.closed = true
+		l.cancel(ErrLeaseLost)
+		l.e.log.Warn("idem: lease lost at "+op+"; the record of the new owner was left untouched",
+			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseLost)
+		return fmt.Errorf("%s: %w", op, ErrLeaseLost)
+	default:
+		l.e.log.Error("idem: "+op+" failed; the key stays PROCESSING until its lease ends",
+			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence, "err", err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
+	}
+}
+
+// FinalizeTimeout bounds the Complete or Release that Do makes after the
+// work, on a context detached from the caller's: work that ran must be
+// recorded even when the caller has gone.
+const FinalizeTimeout = 10 * time.Second
+
+// Do runs fn at most once per key and returns its output; a later call with
+// the same key gets the stored output back with replayed true, without
+// running fn. fn gets the lease's context and fencing token.
+//
+// If fn returns an error the key is released, so a later call runs fn again,
+// and the error is returned. If fn panics the key is released and the panic
+// goes on. Another call in flight gives an *InFlightError (ErrInFlight); a
+// different fingerprint gives ErrMismatch. A lease lost before the output
+// was stored returns the output together with an error wrapping ErrLeaseLost:
+// the work ran, but another attempt may run it too.
+func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, fence int64) ([]byte, error)) (out []byte, replayed bool, err error) {
+	att, err := e.Begin(ctx, req)
+	if err != nil {
+		return nil, false, err
+	}
+	switch att.Outcome {
+	case Replayed:
+		return att.Result.Body, true, nil
+	case InFlight:
+		return nil, false, &InFlightError{RetryAfter: att.RetryAfter}
+	case Mismatch:
+		return nil, false, ErrMismatch
+	}
+	l := att.Lease
+	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinalizeTimeout)
+	defer cancel()
+	completed := false
+	defer func() {
+		if !completed { // fn failed or panicked
+			if rerr := l.Release(finalCtx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+				e.log.Error("idem: release after failed work", "tenant", req.Tenant, "key", req.Key, "err", rerr)
+			}
+		}
+	}()
+	out, err = fn(l.Context(), l.Fence())
+	if err != nil {
+		return nil, false, err
+	}
+	completed = true
+	if err := l.Complete(finalCtx, Result{Body: out}); err != nil {
+		if errors.Is(err, ErrResultTooLarge) {
+			completed = false
+		}
+		return out, false, err
+	}
+	return out, false, nil
+}

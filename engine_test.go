@@ -1,0 +1,429 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stores returns a fresh store of each kind, for tests that must hold on all.
+func stores(t *testing.T) map[string]func(t *testing.T) idem.Store {
+	return map[string]func(t *testing.T) idem.Store{
+		"memory": func(t *testing.T) idem.Store {
+			s, err := memstore.New(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		"redis": func(t *testing.T) idem.Store {
+			s, err := redisstore.New(testenv.Redis(t), &redisstore.Options{Prefix: testenv.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+}
+
+func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
+	t.Helper()
+	e, err := idem.New(s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func begin(t *testing.T, e *idem.Engine, req idem.Request) idem.Attempt {
+	t.Helper()
+	a, err := e.Begin(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Begin(%+v): %v", req, err)
+	}
+	return a
+}
+
+func TestBeginOutcomes(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, newStore(t), nil)
+			req := idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "fp1"}
+			first := begin(t, e, req)
+			if first.Outcome != idem.Acquired || first.Lease == nil || first.Lease.Fence() <= 0 {
+				t.Fatalf("first Begin = %+v; want Acquired with a fenced lease", first)
+			}
+			second := begin(t, e, req)
+			if second.Outcome != idem.InFlight || second.RetryAfter <= 0 || second.RetryAfter > 30*time.Second {
+				t.Fatalf("Begin while in flight = %v retry after %v; want InFlight within the 30s lease", second.Outcome, second.RetryAfter)
+			}
+			if a := begin(t, e, idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
+				t.Fatalf("Begin with another fingerprint while in flight = %v; want Mismatch", a.Outcome)
+			}
+			if a := begin(t, e, idem.Request{Tenant: "other-tenant", Key: "order-1", Fingerprint: "fp1"}); a.Outcome != idem.Acquired {
+				t.Fatalf("same key for another tenant = %v; want Acquired (tenants never share keys)", a.Outcome)
+			} else {
+				a.Lease.Release(context.Background())
+			}
+			if err := first.Lease.Complete(context.Background(), idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if err := first.Lease.Complete(context.Background(), idem.Result{}); !errors.Is(err, idem.ErrLeaseClosed) {
+				t.Fatalf("second Complete = %v; want ErrLeaseClosed", err)
+			}
+			if cause := context.Cause(first.Lease.Context()); cause == nil {
+				t.Fatal("lease context still live after Complete")
+			}
+			replay := begin(t, e, req)
+			if replay.Outcome != idem.Replayed || replay.Result.Status != 201 || string(replay.Result.Body) != "charged" {
+				t.Fatalf("Begin after Complete = %+v; want the stored 201 replayed", replay)
+			}
+			if a := begin(t, e, idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
+				t.Fatalf("Begin with another fingerprint after Complete = %v; want Mismatch", a.Outcome)
+			}
+		})
+	}
+}
+
+func TestInvalidInput(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	cases := []struct {
+		req  idem.Request
+		want error
+	}{
+		{idem.Request{Key: ""}, idem.ErrInvalidKey},
+		{idem.Request{Key: strings.Repeat("k", 256)}, idem.ErrInvalidKey},
+		{idem.Request{Key: "line\nbreak"}, idem.ErrInvalidKey},
+		{idem.Request{Key: "nul\x00"}, idem.ErrInvalidKey},
+		{idem.Request{Key: "bad-utf8-\xff"}, idem.ErrInvalidKey},
+		{idem.Request{Key: "del\x7f"}, idem.ErrInvalidKey},
+		{idem.Request{Tenant: "t\r", Key: "k"}, idem.ErrInvalidTenant},
+		{idem.Request{Tenant: strings.Repeat("t", 256), Key: "k"}, idem.ErrInvalidTenant},
+		{idem.Request{Key: "k", Fingerprint: "f\x01"}, idem.ErrInvalidFingerprint},
+	}
+	for _, c := range cases {
+		if _, err := e.Begin(context.Background(), c.req); !errors.Is(err, c.want) {
+			t.Errorf("Begin(%q) = %v; want %v", c.req, err, c.want)
+		}
+	}
+	for _, ok := range []string{"k", strings.Repeat("k", 255), "ünïcode-κλειδί", "a:b:c", "{braces}"} {
+		if err := idem.ValidateKey(ok); err != nil {
+			t.Errorf("ValidateKey(%q) = %v; want nil", ok, err)
+		}
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	s := mustMem(t)
+	for _, o := range []idem.Options{
+		{Lease: -time.Second},
+		{Lease: time.Microsecond},
+		{Lease: time.Second, RenewEvery: 2 * time.Second},
+		{MaxResultBytes: -1},
+	} {
+		if _, err := idem.New(s, &o); err == nil {
+			t.Errorf("New(%+v) succeeded", o)
+		}
+	}
+	if _, err := idem.New(nil, nil); err == nil {
+		t.Error("New(nil store) succeeded")
+	}
+}
+
+func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			e := newEngine(t, s, &idem.Options{Lease: 150 * time.Millisecond, RenewEvery: 30 * time.Millisecond})
+			a := begin(t, e, idem.Request{Key: "long-work"})
+			time.Sleep(600 * time.Millisecond) // four leases of work
+			if err := a.Lease.Context().Err(); err != nil {
+				t.Fatalf("lease context ended during renewed work: %v", context.Cause(a.Lease.Context()))
+			}
+			if other := begin(t, e, idem.Request{Key: "long-work"}); other.Outcome != idem.InFlight {
+				t.Fatalf("another attempt during renewed work = %v; want InFlight", other.Outcome)
+			}
+			if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
+				t.Fatalf("Complete after renewed work: %v", err)
+			}
+		})
+	}
+}
+
+func TestLostLeaseCancelsWork(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, newStore(t), &idem.Options{Lease: time.Second, RenewEvery: 20 * time.Millisecond})
+			req := idem.Request{Key: "taken-over"}
+			a := begin(t, e, req)
+			if _, err := e.Delete(context.Background(), req.ID()); err != nil { // an operator invalidates the key
+				t.Fatal(err)
+			}
+			taker := begin(t, e, req)
+			if taker.Outcome != idem.Acquired {
+				t.Fatalf("Begin after Delete = %v; want Acquired", taker.Outcome)
+			}
+			select {
+			case <-a.Lease.Context().Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("work context not cancelled after the lease was taken over")
+			}
+			if cause := context.Cause(a.Lease.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
+				t.Fatalf("cause = %v; want ErrLeaseLost", cause)
+			}
+			if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseClosed) {
+				t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
+			}
+			if err := taker.Lease.Complete(context.Background(), idem.Result{Body: []byte("fresh")}); err != nil {
+				t.Fatalf("new owner's Complete: %v", err)
+			}
+			if r := begin(t, e, req); string(r.Result.Body) != "fresh" {
+				t.Fatalf("replay = %q; want the new owner's result", r.Result.Body)
+			}
+		})
+	}
+}
+
+func TestStaleOwnerCannotComplete(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, newStore(t), &idem.Options{Lease: 50 * time.Millisecond, RenewEvery: -1})
+			req := idem.Request{Key: "stall"}
+			stalled := begin(t, e, req)
+			<-stalled.Lease.Context().Done() // the worker stalls past its lease
+			if cause := context.Cause(stalled.Lease.Context()); !errors.Is(cause, idem.ErrLeaseExpired) {
+				t.Fatalf("cause = %v; want ErrLeaseExpired", cause)
+			}
+			var retry idem.Attempt
+			for deadline := time.Now().Add(2 * time.Second); ; {
+				if retry = begin(t, e, req); retry.Outcome == idem.Acquired || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond) // the store's own clock may trail ours by a tick
+			}
+			if retry.Outcome != idem.Acquired || retry.Lease.Fence() <= stalled.Lease.Fence() {
+				t.Fatalf("retry after expiry = %v; want Acquired with a higher fence", retry.Outcome)
+			}
+			if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
+			}
+			if err := stalled.Lease.Release(context.Background()); !errors.Is(err, idem.ErrLeaseClosed) {
+				t.Fatalf("stale Release after lost Complete = %v; want ErrLeaseClosed", err)
+			}
+			rec, err := e.Get(context.Background(), req.ID())
+			if err != nil || rec.Owner != retry.Lease.Ref().Owner || rec.State != idem.StateProcessing {
+				t.Fatalf("record = %+v, %v; want the retry's PROCESSING record untouched", rec, err)
+			}
+			retry.Lease.Release(context.Background())
+		})
+	}
+}
+
+func TestDoRunsOnceUnderContention(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, newStore(t), nil)
+			var runs atomic.Int32
+			var wg sync.WaitGroup
+			var inFlight, replays atomic.Int32
+			release := make(chan struct{})
+			req := idem.Request{Tenant: "jobs", Key: "invoice-7"}
+			for range 100 {
+				wg.Go(func() {
+					out, replayed, err := e.Do(context.Background(), req, func(ctx context.Context, fence int64) ([]byte, error) {
+						runs.Add(1)
+						<-release
+						return []byte("invoice sent"), nil
+					})
+					var ife *idem.InFlightError
+					switch {
+					case errors.As(err, &ife) && errors.Is(err, idem.ErrInFlight) && ife.RetryAfter > 0:
+						inFlight.Add(1)
+					case err != nil:
+						t.Errorf("Do: %v", err)
+					case replayed:
+						replays.Add(1)
+					case string(out) != "invoice sent":
+						t.Errorf("Do output %q", out)
+					}
+				})
+			}
+			for inFlight.Load()+replays.Load() < 99 && !t.Failed() {
+				time.Sleep(time.Millisecond)
+			}
+			close(release)
+			wg.Wait()
+			if runs.Load() != 1 || inFlight.Load()+replays.Load() != 99 {
+				t.Fatalf("runs=%d in-flight=%d replays=%d; want 1 run and 99 refused", runs.Load(), inFlight.Load(), replays.Load())
+			}
+			out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) {
+				runs.Add(1)
+				return nil, nil
+			})
+			if err != nil || !replayed || string(out) != "invoice sent" || runs.Load() != 1 {
+				t.Fatalf("Do after completion = %q, %v, %v (runs %d); want the stored output replayed", out, replayed, err, runs.Load())
+			}
+		})
+	}
+}
+
+func TestDoReleasesOnErrorAndPanic(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	req := idem.Request{Key: "flaky"}
+	boom := errors.New("provider timeout")
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do = %v; want the work's error", err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != "kaboom" {
+				t.Fatalf("recovered %v; want the work's panic to go on", p)
+			}
+		}()
+		e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { panic("kaboom") })
+		t.Fatal("Do swallowed the panic")
+	}()
+	out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return []byte("third time"), nil })
+	if err != nil || replayed || string(out) != "third time" {
+		t.Fatalf("Do after error and panic = %q, %v, %v; want it to run again", out, replayed, err)
+	}
+}
+
+func TestDoMismatch(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	ok := func(context.Context, int64) ([]byte, error) { return []byte("x"), nil }
+	if _, _, err := e.Do(context.Background(), idem.Request{Key: "k", Fingerprint: "a"}, ok); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Do(context.Background(), idem.Request{Key: "k", Fingerprint: "b"}, ok); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("Do with another fingerprint = %v; want ErrMismatch", err)
+	}
+}
+
+func TestStoreDownFailsClosed(t *testing.T) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer client.Close()
+	s, err := redisstore.New(client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, s, nil)
+	ran := false
+	_, _, err = e.Do(context.Background(), idem.Request{Key: "k"}, func(context.Context, int64) ([]byte, error) {
+		ran = true
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrStore) || ran {
+		t.Fatalf("Do on an unreachable store = %v (ran %v); want ErrStore and no run", err, ran)
+	}
+	if !strings.Contains(err.Error(), "127.0.0.1:1") && !strings.Contains(err.Error(), "connect") {
+		t.Errorf("error %q does not say what failed", err)
+	}
+}
+
+// flakyStore fails the next n calls of one operation with a network-like
+// error, around a real store.
+type flakyStore struct {
+	idem.Store
+	op string
+	n  atomic.Int32
+}
+
+var errFlaky = errors.New("injected: connection reset by peer")
+
+func (f *flakyStore) fail(op string) error {
+	if op == f.op && f.n.Add(-1) >= 0 {
+		return errFlaky
+	}
+	return nil
+}
+
+func (f *flakyStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if err := f.fail("complete"); err != nil {
+		return err
+	}
+	return f.Store.Complete(ctx, p)
+}
+
+func (f *flakyStore) Extend(ctx context.Context, p idem.ExtendParams) error {
+	if err := f.fail("extend"); err != nil {
+		return err
+	}
+	return f.Store.Extend(ctx, p)
+}
+
+func TestCompleteRetriesTransientStoreErrors(t *testing.T) {
+	f := &flakyStore{Store: mustMem(t), op: "complete"}
+	f.n.Store(2)
+	e := newEngine(t, f, nil)
+	a := begin(t, e, idem.Request{Key: "k"})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
+		t.Fatalf("Complete with two transient failures = %v; want it retried to success", err)
+	}
+	if r := begin(t, e, idem.Request{Key: "k"}); r.Outcome != idem.Replayed {
+		t.Fatalf("after retried Complete: %v; want Replayed", r.Outcome)
+	}
+	f.n.Store(100)
+	a = begin(t, e, idem.Request{Key: "k2"})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, errFlaky) {
+		t.Fatalf("Complete on a failing store = %v; want ErrStore wrapping the cause", err)
+	}
+	f.n.Store(0)
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
+		t.Fatalf("Complete retried by the caller after the store recovered = %v; want nil", err)
+	}
+}
+
+func TestRenewalSurvivesTransientErrors(t *testing.T) {
+	f := &flakyStore{Store: mustMem(t), op: "extend"}
+	f.n.Store(2)
+	e := newEngine(t, f, &idem.Options{Lease: 200 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
+	a := begin(t, e, idem.Request{Key: "k"})
+	time.Sleep(400 * time.Millisecond)
+	if err := a.Lease.Context().Err(); err != nil {
+		t.Fatalf("two failed renewals ended the lease: %v", context.Cause(a.Lease.Context()))
+	}
+	a.Lease.Release(context.Background())
+}
+
+func TestResultTooLargeKeepsLease(t *testing.T) {
+	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
+	a := begin(t, e, idem.Request{Key: "k"})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Body: make([]byte, 11)}); !errors.Is(err, idem.ErrResultTooLarge) {
+		t.Fatalf("Complete of 11 bytes = %v; want ErrResultTooLarge", err)
+	}
+	if err := a.Lease.Release(context.Background()); err != nil {
+		t.Fatalf("Release after too large a result: %v", err)
+	}
+}
+
+func TestStateAndOutcomeNames(t *testing.T) {
+	got := fmt.Sprint(idem.StateAbsent, idem.StateProcessing, idem.StateCompleted, idem.State(9),
+		idem.Acquired, idem.Replayed, idem.InFlight, idem.Mismatch, idem.LeaseLost)
+	want := "ABSENT PROCESSING COMPLETED State(9) acquired replayed in_flight mismatch lost"
+	if got != want {
+		t.Fatalf("names = %q; want %q", got, want)
+	}
+}
+
+func mustMem(t *testing.T) *memstore.Store {
+	s, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

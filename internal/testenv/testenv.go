@@ -1,0 +1,58 @@
+// Package testenv connects tests to the real servers they need: Redis and
+// PostgreSQL on this machine, or where IDEM_TEST_REDIS_URL and
+// IDEM_TEST_DATABASE_URL point. Without CI a missing server skips the test;
+// with CI=true it fails it, so a missing server can never pass as green.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisURL returns the Redis server for tests.
+func RedisURL() string {
+	if u := os.Getenv("IDEM_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// Redis returns a client of the test Redis server, closed when t ends.
+func Redis(t testing.TB) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("testenv: IDEM_TEST_REDIS_URL: %v", err)
+	}
+	opts.PoolSize = 128
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		Unavailable(t, "Redis at "+RedisURL(), err)
+	}
+	return c
+}
+
+// Unavailable skips t because a server it needs is down, or fails it under CI.
+func Unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("testenv: %s is unreachable (%v); CI=true needs it: run scripts/test.sh, which starts it", what, err)
+	}
+	t.Skipf("testenv: %s is unreachable (%v); run scripts/test.sh to start it", what, err)
+}
+
+// Prefix returns a prefix for the keys of one test that no other test or
+// run shares.
+func Prefix(t testing.TB) string {
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	return "idemtest:" + name + ":" + rand.Text()[:8] + ":"
+}

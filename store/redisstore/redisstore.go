@@ -1,0 +1,262 @@
+// Package redisstore is an idem.Store on Redis: every state transition is
+// one atomic Lua script that checks the owner and the fence of the lease.
+//
+// Each idempotency key has two Redis keys in one hash slot (they share the
+// hash tag {len(tenant):tenant:key}), so the store works on a single node, a
+// Sentinel-managed primary and Redis Cluster alike:
+//
+//	PREFIX{5:acme:order-42}    a hash: s state (P or C), o owner, f fence,
+//	                           p fingerprint, a acquired ms, t completed ms,
+//	                           c status, h header (idem.AppendHeader), b body
+//	PREFIX{5:acme:order-42}:f  the key's fence counter
+//
+// TTLs are set in milliseconds and run on the Redis server's clock, so the
+// application servers' clocks play no part. The record expires with its
+// lease (PROCESSING) or its retention (COMPLETED); the fence counter lives
+// an hour longer than the record.
+//
+// # What a failover can do
+//
+// Redis replicates asynchronously. If the primary fails after an acquire
+// was acknowledged but before a replica received it, the promoted replica
+// has no record: a retry acquires the key again and the work can run twice.
+// The fence counter can roll back in the same way, which is why a fence is
+// never below the server's clock in microseconds: it still increases unless
+// the new primary's clock is behind the old one's. A clock jump on the Redis
+// host moves every TTL with it, and can end all leases at once. Redis is the
+// fast first filter; for work that must never run twice, put a store that
+// does not lose acknowledged writes behind it (store/pgstore, store/layered)
+// and fence the work's own writes.
+package redisstore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire.lua
+	acquireLua string
+	//go:embed complete.lua
+	completeLua string
+	//go:embed extend.lua
+	extendLua string
+	//go:embed release.lua
+	releaseLua string
+	//go:embed get.lua
+	getLua string
+	//go:embed delete.lua
+	deleteLua string
+)
+
+// script is one Lua script, run by EVALSHA with a fallback to EVAL when
+// the server does not know it yet (NOSCRIPT).
+type script struct {
+	goredis *redis.Script
+}
+
+func newScript(src string) *script { return &script{goredis: redis.NewScript(src)} }
+
+var (
+	acquireScript  = newScript(acquireLua)
+	completeScript = newScript(completeLua)
+	extendScript   = newScript(extendLua)
+	releaseScript  = newScript(releaseLua)
+	getScript      = newScript(getLua)
+	deleteScript   = newScript(deleteLua)
+)
+
+// runner runs a script atomically and returns its reply, an array of
+// strings. Each Redis client library has one.
+type runner interface {
+	run(ctx context.Context, s *script, keys []string, args []any) ([]string, error)
+}
+
+type goredisRunner struct{ c redis.Scripter }
+
+func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) ([]string, error) {
+	return s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+}
+
+// fenceGraceMs is how much longer a fence counter lives than its record.
+const fenceGraceMs = int64(time.Hour / time.Millisecond)
+
+// Options configures a Store. A nil *Options means all defaults.
+type Options struct {
+	// Prefix starts every Redis key the store writes. Zero means "idem:".
+	// It may not hold '{' or '}', which would break the hash tag.
+	Prefix string
+}
+
+// Store is an idem.Store on Redis. It is safe for concurrent use.
+type Store struct {
+	r      runner
+	prefix string
+}
+
+// New returns a store on a go-redis client: *redis.Client, a Sentinel
+// failover client, *redis.ClusterClient, *redis.Ring or any
+// redis.UniversalClient.
+func New(client redis.Scripter, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	return newStore(goredisRunner{client}, opts)
+}
+
+func newStore(r runner, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "idem:"
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would break the hash tag", o.Prefix)
+	}
+	return &Store{r: r, prefix: o.Prefix}, nil
+}
+
+// RecordKey returns the Redis key of the record of id, for operators.
+func (s *Store) RecordKey(id idem.ID) string {
+	// The length of the tenant makes the encoding injective: no other
+	// (tenant, key) pair gives the same string.
+	return s.prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+}
+
+func (s *Store) keys(id idem.ID) []string {
+	k := s.RecordKey(id)
+	return []string{k, k + ":f"}
+}
+
+// Acquire implements idem.Store.
+func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	reply, err := s.r.run(ctx, acquireScript, s.keys(p.ID),
+		[]any{p.Owner, p.Fingerprint, p.Lease.Milliseconds(), fenceGraceMs})
+	if err != nil {
+		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	if len(reply) == 3 && reply[0] == "1" {
+		fence, err1 := strconv.ParseInt(reply[1], 10, 64)
+		at, err2 := strconv.ParseInt(reply[2], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: bad reply %q: %w", reply, err)
+		}
+		return idem.AcquireResult{Acquired: true, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
+			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.Lease}}, nil
+	}
+	rec, err := parseRecord(p.ID, reply)
+	if err != nil {
+		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	return idem.AcquireResult{Record: rec}, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	return s.transition(ctx, "complete", completeScript, s.keys(p.ID), []any{p.Owner, p.Fence,
+		p.Retention.Milliseconds(), p.Result.Status, idem.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	return s.transition(ctx, "extend", extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.Lease.Milliseconds(), fenceGraceMs})
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+	return s.transition(ctx, "release", releaseScript, []string{s.RecordKey(p.ID)}, []any{p.Owner, p.Fence})
+}
+
+func (s *Store) transition(ctx context.Context, op string, sc *script, keys []string, args []any) error {
+	reply, err := s.r.run(ctx, sc, keys, args)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	case len(reply) == 1 && reply[0] == "1":
+		return nil
+	case len(reply) == 1 && reply[0] == "0":
+		return idem.ErrLeaseLost
+	}
+	return fmt.Errorf("redisstore: %s: bad reply %q", op, reply)
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	reply, err := s.r.run(ctx, getScript, []string{s.RecordKey(id)}, nil)
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	if len(reply) == 0 {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	rec, err := parseRecord(id, reply)
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	return rec, nil
+}
+
+// Delete implements idem.Store.
+func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+	reply, err := s.r.run(ctx, deleteScript, []string{s.RecordKey(id)}, nil)
+	if err != nil {
+		return false, fmt.Errorf("redisstore: delete: %w", err)
+	}
+	return len(reply) == 1 && reply[0] == "1", nil
+}
+
+// errCorrupt reports a record that does not decode.
+var errCorrupt = errors.New("redisstore: corrupt record")
+
+// parseRecord decodes the reply of get.lua: {'0', state, owner, fence,
+// fingerprint, acquired_ms, completed_ms, status, header, body, pttl_ms}.
+func parseRecord(id idem.ID, f []string) (idem.Record, error) {
+	if len(f) != 11 || f[0] != "0" {
+		return idem.Record{}, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
+	}
+	rec := idem.Record{ID: id, Owner: f[2], Fingerprint: f[4]}
+	var err error
+	num := func(s string) int64 {
+		if s == "" || err != nil {
+			return 0
+		}
+		var n int64
+		n, err = strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	rec.Fence = num(f[3])
+	rec.AcquiredAt = time.UnixMilli(num(f[5]))
+	completed := num(f[6])
+	status := num(f[7])
+	rec.TTL = time.Duration(num(f[10])) * time.Millisecond
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
+	}
+	switch f[1] {
+	case "P":
+		rec.State = idem.StateProcessing
+	case "C":
+		rec.State = idem.StateCompleted
+		rec.CompletedAt = time.UnixMilli(completed)
+		h, err := idem.ParseHeader([]byte(f[8]))
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
+		}
+		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[9])}
+	default:
+		return idem.Record{}, fmt.Errorf("%w: state %q", errCorrupt, f[1])
+	}
+	return rec, nil
+}
+
+var _ idem.Store = (*Store)(nil)

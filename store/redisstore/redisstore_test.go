@@ -1,0 +1,34 @@
+package redisstore_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	client := testenv.Redis(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) idem.Store {
+			s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }, // Redis keeps real time
+	})
+}
+
+func TestPrefixWithBraceRejected(t *testing.T) {
+	if _, err := redisstore.New(testenv.Redis(t), &redisstore.Options{Prefix: "a{b"}); err == nil {
+		t.Fatal("New accepted a prefix with a brace")
+	}
+}

@@ -1,0 +1,496 @@
+// Package storetest is the conformance suite of idem.Store: every store
+// must pass it, the ones in this module and any written elsewhere.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			New:     func(t *testing.T) idem.Store { return newStore(t) },
+//			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+//		})
+//	}
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Harness tells the suite how to make and age a store.
+type Harness struct {
+	// New returns a store for one test, sharing no keys with other tests.
+	New func(t *testing.T) idem.Store
+	// Advance moves the store's clock forward by at least d: a fake
+	// clock's step, or a sleep for a server that keeps real time.
+	Advance func(t *testing.T, d time.Duration)
+}
+
+// Lease is the short lease the suite uses where it lets leases expire;
+// stores must honour TTLs at millisecond resolution.
+const Lease = 60 * time.Millisecond
+
+// long is a lease or retention that never ends during a test.
+const long = time.Hour
+
+// Run runs the conformance suite against the stores h makes.
+func Run(t *testing.T, h Harness) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h Harness, s idem.Store)
+	}{
+		{"AcquireOnceUnderContention", testAcquireOnce},
+		{"AcquireReturnsExistingRecord", testAcquireExisting},
+		{"CompleteAndReplay", testCompleteAndReplay},
+		{"CompletedIsNeverOverwritten", testCompletedNotOverwritten},
+		{"StaleOwnerCannotTouchTakenOverKey", testStaleOwner},
+		{"WrongOwnerOrFenceIsLost", testWrongOwnerOrFence},
+		{"FenceIncreases", testFenceIncreases},
+		{"LeaseExpires", testLeaseExpires},
+		{"ExtendKeepsLeaseAlive", testExtend},
+		{"ExtendAfterExpiryFailsAndCreatesNothing", testExtendAfterExpiry},
+		{"ResultExpires", testResultExpires},
+		{"Release", testRelease},
+		{"Delete", testDelete},
+		{"FingerprintKept", testFingerprint},
+		{"TenantsAndKeysDoNotCollide", testNoCollision},
+		{"LargeAndBinaryBodies", testBodies},
+		{"CancelledContextLeavesNoHalfRecord", testCancelled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.fn(t, h, h.New(t))
+		})
+	}
+}
+
+func newID(t *testing.T) idem.ID {
+	return idem.ID{Tenant: "tenant-" + rand.Text()[:6], Key: "key-" + rand.Text()[:10]}
+}
+
+func acquire(t *testing.T, s idem.Store, id idem.ID, fp string, lease time.Duration) idem.AcquireResult {
+	t.Helper()
+	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, Lease: lease})
+	if err != nil {
+		t.Fatalf("Acquire(%v): %v", id, err)
+	}
+	return res
+}
+
+func mustAcquire(t *testing.T, s idem.Store, id idem.ID, lease time.Duration) idem.LeaseRef {
+	t.Helper()
+	res := acquire(t, s, id, "fp", lease)
+	if !res.Acquired {
+		t.Fatalf("Acquire(%v) = not acquired, record %+v; want acquired", id, res.Record)
+	}
+	if res.Record.State != idem.StateProcessing || res.Record.Fence <= 0 || res.Record.Owner == "" {
+		t.Fatalf("Acquire(%v) record = %+v; want PROCESSING with owner and positive fence", id, res.Record)
+	}
+	return idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
+}
+
+func complete(s idem.Store, ref idem.LeaseRef, r idem.Result, retention time.Duration) error {
+	return s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: r, Retention: retention})
+}
+
+func get(t *testing.T, s idem.Store, id idem.ID) (idem.Record, bool) {
+	t.Helper()
+	rec, err := s.Get(context.Background(), id)
+	if errors.Is(err, idem.ErrNotFound) {
+		return rec, false
+	}
+	if err != nil {
+		t.Fatalf("Get(%v): %v", id, err)
+	}
+	return rec, true
+}
+
+func wantLost(t *testing.T, what string, err error) {
+	t.Helper()
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("%s = %v; want ErrLeaseLost", what, err)
+	}
+}
+
+func testAcquireOnce(t *testing.T, _ Harness, s idem.Store) {
+	const n = 64
+	id := newID(t)
+	var wg sync.WaitGroup
+	results := make([]idem.AcquireResult, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", Lease: long})
+		})
+	}
+	close(start)
+	wg.Wait()
+	winners := 0
+	var winner idem.Record
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("goroutine %d: %v", i, errs[i])
+		}
+		if results[i].Acquired {
+			winners++
+			winner = results[i].Record
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d of %d concurrent acquisitions won; want exactly 1", winners, n)
+	}
+	for i := range n {
+		if r := results[i]; !r.Acquired && (r.Record.Owner != winner.Owner || r.Record.Fence != winner.Fence || r.Record.State != idem.StateProcessing) {
+			t.Fatalf("loser %d saw %+v; want the winner's PROCESSING record (owner %s, fence %d)", i, r.Record, winner.Owner, winner.Fence)
+		}
+	}
+}
+
+func testAcquireExisting(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	res := acquire(t, s, id, "fp", long)
+	if res.Acquired {
+		t.Fatal("second Acquire of a PROCESSING key acquired it")
+	}
+	r := res.Record
+	if r.State != idem.StateProcessing || r.Owner != ref.Owner || r.Fence != ref.Fence || r.ID != id {
+		t.Fatalf("second Acquire saw %+v; want PROCESSING owner %s fence %d", r, ref.Owner, ref.Fence)
+	}
+	if r.TTL <= 0 || r.TTL > long {
+		t.Fatalf("TTL = %v; want in (0, %v]", r.TTL, long)
+	}
+}
+
+func testCompleteAndReplay(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	want := idem.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}}, Body: []byte(`{"id":"ch_1"}`)}
+	if err := complete(s, ref, want, long); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	res := acquire(t, s, id, "fp", long)
+	if res.Acquired {
+		t.Fatal("Acquire of a COMPLETED key acquired it")
+	}
+	checkCompleted(t, res.Record, want)
+	if res.Record.Fence != ref.Fence {
+		t.Fatalf("completed record fence = %d; want %d", res.Record.Fence, ref.Fence)
+	}
+	rec, ok := get(t, s, id)
+	if !ok {
+		t.Fatal("Get of a COMPLETED key: not found")
+	}
+	checkCompleted(t, rec, want)
+	if rec.TTL <= long-time.Minute || rec.TTL > long {
+		t.Fatalf("completed TTL = %v; want about the retention %v", rec.TTL, long)
+	}
+	if rec.CompletedAt.IsZero() || rec.AcquiredAt.IsZero() {
+		t.Fatalf("times not kept: %+v", rec)
+	}
+}
+
+func checkCompleted(t *testing.T, r idem.Record, want idem.Result) {
+	t.Helper()
+	if r.State != idem.StateCompleted || r.Result == nil {
+		t.Fatalf("record %+v; want COMPLETED with a result", r)
+	}
+	got := r.Result
+	if got.Status != want.Status || !bytes.Equal(got.Body, want.Body) || fmt.Sprint(got.Header) != fmt.Sprint(want.Header) {
+		t.Fatalf("result = {%d %v %d bytes}; want {%d %v %d bytes}", got.Status, got.Header, len(got.Body), want.Status, want.Header, len(want.Body))
+	}
+}
+
+func testCompletedNotOverwritten(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	first := idem.Result{Status: 200, Body: []byte("first")}
+	if err := complete(s, ref, first, long); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	// The owner repeating its Complete (a retry after a lost reply) succeeds
+	// and keeps the first result.
+	if err := complete(s, ref, idem.Result{Status: 500, Body: []byte("second")}, long); err != nil {
+		t.Fatalf("repeated Complete by the same lease = %v; want nil", err)
+	}
+	wantLost(t, "Complete by another owner", complete(s, idem.LeaseRef{ID: id, Owner: "intruder", Fence: ref.Fence + 1}, idem.Result{Body: []byte("third")}, long))
+	wantLost(t, "Release of a COMPLETED key", s.Release(context.Background(), ref))
+	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}))
+	rec, _ := get(t, s, id)
+	checkCompleted(t, rec, first)
+}
+
+func testStaleOwner(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	stale := mustAcquire(t, s, id, Lease)
+	h.Advance(t, 2*Lease)
+	fresh := mustAcquire(t, s, id, long)
+	if fresh.Fence <= stale.Fence {
+		t.Fatalf("takeover fence %d is not above the stale fence %d", fresh.Fence, stale.Fence)
+	}
+	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, Lease: long}))
+	wantLost(t, "stale Complete", complete(s, stale, idem.Result{Body: []byte("stale")}, long))
+	wantLost(t, "stale Release", s.Release(context.Background(), stale))
+	rec, ok := get(t, s, id)
+	if !ok || rec.State != idem.StateProcessing || rec.Owner != fresh.Owner || rec.Fence != fresh.Fence {
+		t.Fatalf("after stale calls the record is %+v (found %v); want the new owner's PROCESSING record", rec, ok)
+	}
+	if err := complete(s, fresh, idem.Result{Body: []byte("fresh")}, long); err != nil {
+		t.Fatalf("new owner's Complete: %v", err)
+	}
+}
+
+func testWrongOwnerOrFence(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	for _, bad := range []idem.LeaseRef{
+		{ID: id, Owner: "someone-else", Fence: ref.Fence},
+		{ID: id, Owner: ref.Owner, Fence: ref.Fence - 1},
+		{ID: id, Owner: ref.Owner, Fence: ref.Fence + 1},
+		// redislock #71: a token equal to the key must not pass as the owner.
+		{ID: id, Owner: id.Key, Fence: ref.Fence},
+	} {
+		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, Lease: long}))
+		wantLost(t, fmt.Sprintf("Complete(%+v)", bad), complete(s, bad, idem.Result{}, long))
+		wantLost(t, fmt.Sprintf("Release(%+v)", bad), s.Release(context.Background(), bad))
+	}
+	rec, ok := get(t, s, id)
+	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
+		t.Fatalf("record after foreign calls = %+v; want untouched", rec)
+	}
+	wantLost(t, "Complete of an absent key", complete(s, idem.LeaseRef{ID: newID(t), Owner: "x", Fence: 1}, idem.Result{}, long))
+}
+
+func testFenceIncreases(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	var fences []int64
+	ctx := context.Background()
+	ref := mustAcquire(t, s, id, long) // released
+	fences = append(fences, ref.Fence)
+	if err := s.Release(ctx, ref); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	ref = mustAcquire(t, s, id, Lease) // expires
+	fences = append(fences, ref.Fence)
+	h.Advance(t, 2*Lease)
+	ref = mustAcquire(t, s, id, long) // completed, then deleted
+	fences = append(fences, ref.Fence)
+	if err := complete(s, ref, idem.Result{}, long); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, err := s.Delete(ctx, id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	ref = mustAcquire(t, s, id, long)
+	fences = append(fences, ref.Fence)
+	for i := 1; i < len(fences); i++ {
+		if fences[i] <= fences[i-1] {
+			t.Fatalf("fences %v do not strictly increase (after release, expiry, delete)", fences)
+		}
+	}
+	// Back-to-back cycles, faster than any clock tick.
+	last := ref.Fence
+	if err := s.Release(ctx, ref); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for range 50 {
+		r := mustAcquire(t, s, id, long)
+		if r.Fence <= last {
+			t.Fatalf("fence %d after %d in back-to-back cycles", r.Fence, last)
+		}
+		last = r.Fence
+		if err := s.Release(ctx, r); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+}
+
+func testLeaseExpires(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	mustAcquire(t, s, id, Lease)
+	h.Advance(t, 2*Lease)
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("record after its lease ended = %+v; want absent", rec)
+	}
+	mustAcquire(t, s, id, long)
+}
+
+func testExtend(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, Lease)
+	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	h.Advance(t, 2*Lease)
+	rec, ok := get(t, s, id)
+	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
+		t.Fatalf("extended lease after the first deadline: %+v (found %v); want still PROCESSING", rec, ok)
+	}
+	if rec.TTL < long-time.Minute {
+		t.Fatalf("TTL after Extend = %v; want about %v", rec.TTL, long)
+	}
+	if err := complete(s, ref, idem.Result{Body: []byte("ok")}, long); err != nil {
+		t.Fatalf("Complete after Extend: %v", err)
+	}
+}
+
+func testExtendAfterExpiry(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, Lease)
+	h.Advance(t, 2*Lease)
+	wantLost(t, "Extend after expiry", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}))
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("Extend after expiry re-created the record: %+v", rec)
+	}
+	wantLost(t, "Complete after expiry", complete(s, ref, idem.Result{}, long))
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("Complete after expiry created a record: %+v", rec)
+	}
+}
+
+func testResultExpires(t *testing.T, h Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	if err := complete(s, ref, idem.Result{Status: 200}, Lease); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if _, ok := get(t, s, id); !ok {
+		t.Fatal("result gone before its retention ended")
+	}
+	h.Advance(t, 2*Lease)
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("result after its retention = %+v; want absent", rec)
+	}
+	mustAcquire(t, s, id, long)
+}
+
+func testRelease(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	if err := s.Release(context.Background(), ref); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("record after Release = %+v; want absent", rec)
+	}
+	wantLost(t, "second Release", s.Release(context.Background(), ref))
+	next := mustAcquire(t, s, id, long)
+	wantLost(t, "Release by the released owner after a new acquisition", s.Release(context.Background(), ref))
+	if rec, ok := get(t, s, id); !ok || rec.Owner != next.Owner {
+		t.Fatalf("record = %+v; want the new owner's", rec)
+	}
+}
+
+func testDelete(t *testing.T, _ Harness, s idem.Store) {
+	ctx := context.Background()
+	done := newID(t)
+	ref := mustAcquire(t, s, done, long)
+	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Delete(ctx, done); err != nil || !ok {
+		t.Fatalf("Delete(completed) = %v, %v; want true, nil", ok, err)
+	}
+	if _, ok := get(t, s, done); ok {
+		t.Fatal("completed record survived Delete")
+	}
+	running := newID(t)
+	ref = mustAcquire(t, s, running, long)
+	if ok, err := s.Delete(ctx, running); err != nil || !ok {
+		t.Fatalf("Delete(processing) = %v, %v; want true, nil", ok, err)
+	}
+	wantLost(t, "Complete after Delete", complete(s, ref, idem.Result{}, long))
+	if _, ok := get(t, s, running); ok {
+		t.Fatal("Complete after Delete re-created the record")
+	}
+	if ok, err := s.Delete(ctx, newID(t)); err != nil || ok {
+		t.Fatalf("Delete(absent) = %v, %v; want false, nil", ok, err)
+	}
+}
+
+func testFingerprint(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	res := acquire(t, s, id, "fp-one", long)
+	if !res.Acquired || res.Record.Fingerprint != "fp-one" {
+		t.Fatalf("Acquire = %+v; want acquired with fingerprint fp-one", res)
+	}
+	res = acquire(t, s, id, "fp-two", long)
+	if res.Acquired || res.Record.Fingerprint != "fp-one" {
+		t.Fatalf("Acquire with another fingerprint = %+v; want not acquired, stored fingerprint fp-one", res)
+	}
+	ref := idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
+	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := get(t, s, id); rec.Fingerprint != "fp-one" {
+		t.Fatalf("completed fingerprint = %q; want fp-one", rec.Fingerprint)
+	}
+}
+
+func testNoCollision(t *testing.T, _ Harness, s idem.Store) {
+	suffix := rand.Text()[:6]
+	a := idem.ID{Tenant: "a:b" + suffix, Key: "c"}
+	b := idem.ID{Tenant: "a", Key: "b" + suffix + ":c"}
+	c := idem.ID{Tenant: "", Key: "a:b" + suffix + ":c"}
+	d := idem.ID{Tenant: "a}{b" + suffix, Key: "c}"}
+	for _, id := range []idem.ID{a, b, c, d} {
+		mustAcquire(t, s, id, long)
+	}
+}
+
+func testBodies(t *testing.T, _ Harness, s idem.Store) {
+	big := make([]byte, 4<<20)
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	binary := make([]byte, 0, 512)
+	for i := range 512 {
+		binary = append(binary, byte(i))
+	}
+	for name, body := range map[string][]byte{"4MiB": big, "binary": binary, "empty": {}} {
+		t.Run(name, func(t *testing.T) {
+			id := newID(t)
+			ref := mustAcquire(t, s, id, long)
+			want := idem.Result{Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}, "X-Nul": {"a\x00b"}}, Body: body}
+			if err := complete(s, ref, want, long); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			rec, _ := get(t, s, id)
+			checkCompleted(t, rec, want)
+		})
+	}
+}
+
+func testCancelled(t *testing.T, _ Harness, s idem.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	id := newID(t)
+	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: long}); err == nil {
+		t.Fatal("Acquire with a cancelled context succeeded")
+	}
+	if rec, ok := get(t, s, id); ok && (rec.State != idem.StateProcessing || rec.Owner != "o" || rec.Fence <= 0) {
+		t.Fatalf("cancelled Acquire left a half record %+v", rec)
+	}
+	id = newID(t)
+	ref := mustAcquire(t, s, id, long)
+	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200, Body: []byte("x")}, Retention: long}); err == nil {
+		t.Fatal("Complete with a cancelled context succeeded")
+	}
+	rec, ok := get(t, s, id)
+	switch {
+	case !ok:
+		t.Fatal("cancelled Complete removed the record")
+	case rec.State == idem.StateProcessing && rec.Owner == ref.Owner && rec.Result == nil:
+	case rec.State == idem.StateCompleted && rec.Result != nil && string(rec.Result.Body) == "x":
+	default:
+		t.Fatalf("cancelled Complete left a half record %+v", rec)
+	}
+}
