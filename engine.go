@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -282,6 +283,9 @@ type Lease struct {
 	heartbeatDone chan struct{}
 	stopOnce      sync.Once
 
+	start    time.Time    // before the acquire was sent; carries the monotonic clock
+	deadline atomic.Int64 // the local lease deadline, in nanoseconds since start
+
 	mu     sync.Mutex // serialises Complete and Release
 	closed bool
 }
@@ -293,7 +297,8 @@ func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lea
 	ctx, cancel := context.WithCancelCause(parent)
 	hbCtx, stop := context.WithCancel(ctx)
 	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel,
-		stopHeartbeat: stop, heartbeatDone: make(chan struct{})}
+		stopHeartbeat: stop, heartbeatDone: make(chan struct{}), start: start}
+	l.deadline.Store(int64(lease))
 	go l.heartbeat(hbCtx, start.Add(lease))
 	return l
 }
@@ -311,6 +316,21 @@ func (l *Lease) Fence() int64 { return l.ref.Fence }
 // when the lease deadline passes without renewal (cause ErrLeaseExpired),
 // and after Complete or Release. Use context.Cause to tell them apart.
 func (l *Lease) Context() context.Context { return l.ctx }
+
+// Check reports whether the lease is still held, by the local clock, right
+// now: nil, or ErrLeaseExpired when the deadline has passed, or the cause
+// that ended Context. Call it just before a side effect: a worker that was
+// paused (GC, SIGSTOP, a stalled call) sees its lease is over here even
+// before the heartbeat has run to cancel Context.
+func (l *Lease) Check() error {
+	if err := l.ctx.Err(); err != nil {
+		return context.Cause(l.ctx)
+	}
+	if time.Since(l.start) >= time.Duration(l.deadline.Load()) {
+		return ErrLeaseExpired
+	}
+	return nil
+}
 
 // heartbeat extends the lease every RenewEvery until stopped, and cancels
 // the work's context when the lease is lost or its deadline passes. The
@@ -344,6 +364,7 @@ func (l *Lease) heartbeat(ctx context.Context, deadline time.Time) {
 			switch {
 			case err == nil:
 				deadline = sent.Add(l.lease)
+				l.deadline.Store(int64(deadline.Sub(l.start)))
 				expiry.Reset(time.Until(deadline))
 				l.e.leaseEvent(l.ref.ID, LeaseRenewed)
 			case errors.Is(err, ErrLeaseLost):

@@ -427,3 +427,16 @@ func mustMem(t *testing.T) *memstore.Store {
 	}
 	return s
 }
+
+func TestCheckSeesExpiryBeforeTheHeartbeatRuns(t *testing.T) {
+	e := newEngine(t, mustMem(t), &idem.Options{Lease: 30 * time.Millisecond, RenewEvery: -1})
+	a := begin(t, e, idem.Request{Key: "k"})
+	if err := a.Lease.Check(); err != nil {
+		t.Fatalf("Check on a fresh lease = %v", err)
+	}
+	time.Sleep(40 * time.Millisecond)
+	if err := a.Lease.Check(); !errors.Is(err, idem.ErrLeaseExpired) {
+		t.Fatalf("Check after the deadline = %v; want ErrLeaseExpired", err)
+	}
+	a.Lease.Release(context.Background())
+}
