@@ -34,8 +34,8 @@ type Options struct {
 // methods are called synchronously and must be fast.
 type Observer interface {
 	// StoreCall reports one store call: "acquire", "complete", "release",
-	// "extend", "get" or "delete".
-	StoreCall(op string, elapsed time.Duration, err error)
+	// "extend", "get" or "delete", made on ctx (for parenting trace spans).
+	StoreCall(ctx context.Context, op string, elapsed time.Duration, err error)
 	// LeaseEvent reports a renewal, a lost lease or an expired lease.
 	LeaseEvent(id ID, ev LeaseEvent)
 }
@@ -209,7 +209,7 @@ func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
 	}
 	start := time.Now()
 	rec, err := e.store.Get(ctx, id)
-	e.observe("get", start, err)
+	e.observe(ctx, "get", start, err)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		err = fmt.Errorf("%w: get: %w", ErrStore, err)
 	}
@@ -224,7 +224,7 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 	}
 	start := time.Now()
 	ok, err := e.store.Delete(ctx, id)
-	e.observe("delete", start, err)
+	e.observe(ctx, "delete", start, err)
 	if err != nil {
 		return false, fmt.Errorf("%w: delete: %w", ErrStore, err)
 	}
@@ -234,13 +234,13 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 func (e *Engine) acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
 	start := time.Now()
 	res, err := e.store.Acquire(ctx, p)
-	e.observe("acquire", start, err)
+	e.observe(ctx, "acquire", start, err)
 	return res, err
 }
 
-func (e *Engine) observe(op string, start time.Time, err error) {
+func (e *Engine) observe(ctx context.Context, op string, start time.Time, err error) {
 	if e.obs != nil {
-		e.obs.StoreCall(op, time.Since(start), err)
+		e.obs.StoreCall(ctx, op, time.Since(start), err)
 	}
 }
 
@@ -360,7 +360,7 @@ func (l *Lease) heartbeat(ctx context.Context, deadline time.Time) {
 			callCtx, cancel := context.WithDeadline(ctx, deadline)
 			err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
 			cancel()
-			l.e.observe("extend", sent, err)
+			l.e.observe(ctx, "extend", sent, err)
 			switch {
 			case err == nil:
 				deadline = sent.Add(l.lease)
@@ -433,7 +433,7 @@ func (l *Lease) finalize(ctx context.Context, op string, call func(context.Conte
 		}
 		start := time.Now()
 		err = call(ctx)
-		l.e.observe(op, start, err)
+		l.e.observe(ctx, op, start, err)
 		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
 			break
 		}
