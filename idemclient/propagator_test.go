@@ -158,8 +158,8 @@ func TestPropagatorKeepsCallerKeyAndPassesOthers(t *testing.T) {
 	}
 	send(idemclient.WithStep(scoped, "charge"), http.MethodPost, "caller-key") // explicit key wins
 	send(context.Background(), http.MethodPost, "caller-key-2")                // no scope needed then
-	send(scoped, http.MethodGet, "")                                          // GET without step: untouched
-	send(idemclient.WithStep(scoped, "cancel"), http.MethodDelete, "")        // a step opts any method in
+	send(scoped, http.MethodGet, "")                                           // GET without step: untouched
+	send(idemclient.WithStep(scoped, "cancel"), http.MethodDelete, "")         // a step opts any method in
 	want := []string{"caller-key", "caller-key-2", "", idemclient.StepKey("acme", "order-42", "cancel")}
 	if got := srv.seen(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("provider saw keys %q; want %q", got, want)
