@@ -410,3 +410,60 @@ func TestPropagatorOverRetrying(t *testing.T) {
 		t.Fatalf("keys %q; want the derived key twice", keys)
 	}
 }
+
+// closeTracker wraps a transport and records whether each response body it
+// hands out was read to the end and closed.
+type closeTracker struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	bodies []*trackedBody
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	eof, closed atomic.Bool
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+func (b *trackedBody) Close() error { b.closed.Store(true); return b.ReadCloser.Close() }
+
+func (c *closeTracker) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err == nil {
+		tb := &trackedBody{ReadCloser: resp.Body}
+		resp.Body = tb
+		c.mu.Lock()
+		c.bodies = append(c.bodies, tb)
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+func TestRetryingDrainsAndClosesDiscardedResponses(t *testing.T) {
+	srv := newScripted(t, []int{503, 409}, nil)
+	tracker := &closeTracker{base: transport(t)}
+	c, _ := newRetrying(t, tracker, idemclient.RetryOptions{})
+	resp, err := post(t, c, context.Background(), srv.URL, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if len(tracker.bodies) != 3 {
+		t.Fatalf("%d responses; want 3", len(tracker.bodies))
+	}
+	for i, b := range tracker.bodies[:2] {
+		if !b.eof.Load() || !b.closed.Load() {
+			t.Errorf("discarded response %d: drained %v, closed %v; want both", i+1, b.eof.Load(), b.closed.Load())
+		}
+	}
+	if tracker.bodies[2].closed.Load() {
+		t.Error("the returned response was closed before the caller read it")
+	}
+}
