@@ -7,7 +7,7 @@
 // disconnect converges, and the same key under two credentials never
 // replays across them. It is the engine of the `idem probe` command.
 //
-// A run sends at most Burst+25 requests (Burst is capped at 64), each
+// A run sends at most Burst+36 requests (Burst is capped at 64), each
 // bounded by RequestTimeout, the whole run by Timeout. It never follows a
 // redirect and refuses a target off loopback unless AllowRemote is set.
 package probe
