@@ -1,0 +1,156 @@
+package idemclient
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/idemkit/idem"
+)
+
+var (
+	// ErrNoScope is returned by Propagator for a request that needs a
+	// derived key when its context carries no scope (see WithScope).
+	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope)")
+	// ErrNoStep is returned by Propagator for a request that needs a derived
+	// key when its context names no step (see WithStep). A request is never
+	// sent without a key in that case.
+	ErrNoStep = errors.New("idemclient: no step name in the request context (use WithStep)")
+)
+
+type scopeKey struct{}
+
+type stepKey struct{}
+
+type scope struct{ tenant, key string }
+
+// WithScope returns a context that carries the idempotency scope of the
+// inbound request being served: its tenant and its Idempotency-Key. The HTTP
+// middleware calls it before running the handler.
+func WithScope(ctx context.Context, tenant, key string) context.Context {
+	return context.WithValue(ctx, scopeKey{}, scope{tenant, key})
+}
+
+// ScopeFrom returns the scope WithScope put in ctx, if any.
+func ScopeFrom(ctx context.Context) (tenant, key string, ok bool) {
+	s, ok := ctx.Value(scopeKey{}).(scope)
+	return s.tenant, s.key, ok
+}
+
+// WithStep returns a context that names the step of the handler an outbound
+// request belongs to, such as "charge" or "send-receipt". Each downstream
+// call of one logical request needs its own step name; a step repeated in a
+// loop needs the index in its name ("refund/0", "refund/1").
+func WithStep(ctx context.Context, step string) context.Context {
+	return context.WithValue(ctx, stepKey{}, step)
+}
+
+// stepKeyVersion separates this derivation from any other use of SHA-256
+// over similar bytes, and lets a later derivation change without colliding.
+const stepKeyVersion = "idemclient step key v1"
+
+// StepKey returns the idempotency key sent downstream for step of the
+// inbound request (tenant, key): 43 characters of unpadded base64url, the
+// SHA-256 of the three strings, each prefixed with its length. The length
+// prefixes make the encoding injective, so ("a", "bc", s) and ("ab", "c", s)
+// differ; only a SHA-256 collision could map two triples to one key.
+//
+// The key is a hash, not a secret: whoever knows the triple can compute it.
+// That is harmless because only this service holds the credentials under
+// which the provider scopes the key.
+func StepKey(tenant, key, step string) string {
+	b := make([]byte, 0, len(stepKeyVersion)+len(tenant)+len(key)+len(step)+4*binary.MaxVarintLen64)
+	for _, s := range []string{stepKeyVersion, tenant, key, step} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	sum := sha256.Sum256(b)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// Propagator is an http.RoundTripper for the outbound calls of a handler
+// running under idem. It adds an Idempotency-Key derived by StepKey from the
+// scope and step in the request's context to:
+//
+//   - every POST and PATCH request, which then must carry both a scope and a
+//     step: without them RoundTrip fails with ErrNoScope or ErrNoStep
+//     instead of sending the request without a key;
+//   - a request of any other method whose context names a step.
+//
+// A key the caller set on the request is never replaced. Other requests pass
+// through unchanged. The zero value is ready to use.
+type Propagator struct {
+	// Base sends the requests. Nil means http.DefaultTransport.
+	Base http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
+	base := p.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	if req.Header.Get(HeaderKey) != "" {
+		return base.RoundTrip(req)
+	}
+	ctx := req.Context()
+	step, hasStep := ctx.Value(stepKey{}).(string)
+	if !hasStep && !needsKey(req.Method) {
+		return base.RoundTrip(req)
+	}
+	key, err := derive(ctx, step)
+	if err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("%w: %s %s", err, req.Method, req.URL.Redacted())
+	}
+	// A RoundTripper must not modify the caller's request.
+	out := req.Clone(ctx)
+	out.Header.Set(HeaderKey, key)
+	return base.RoundTrip(out)
+}
+
+func derive(ctx context.Context, step string) (string, error) {
+	s, ok := ctx.Value(scopeKey{}).(scope)
+	if !ok {
+		return "", ErrNoScope
+	}
+	if err := idem.ValidateTenant(s.tenant); err != nil {
+		return "", err
+	}
+	if err := idem.ValidateKey(s.key); err != nil {
+		return "", err
+	}
+	if step == "" {
+		return "", ErrNoStep
+	}
+	return StepKey(s.tenant, s.key, step), nil
+}
+
+// needsKey reports whether method is one the IETF draft gives a key by
+// default: the non-idempotent POST and PATCH.
+func needsKey(method string) bool {
+	return method == http.MethodPost || method == http.MethodPatch
+}
+
+// closeBody closes the request body, as a RoundTripper must even when it
+// fails before sending.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// Replayed reports whether resp is marked as replayed from an earlier
+// execution (Idempotent-Replayed: true), that is, whether the side effect
+// was already done by a previous attempt with the same key.
+func Replayed(resp *http.Response) bool {
+	if resp == nil {
+		return false
+	}
+	return strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderReplayed)), "true")
+}

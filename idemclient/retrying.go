@@ -1,0 +1,246 @@
+package idemclient
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	mathrand "math/rand/v2"
+	"net/http"
+	"time"
+)
+
+var (
+	// ErrBodyNotReplayable is returned by Retrying when a retry is needed
+	// but the request has a body and no GetBody to read it again. An empty
+	// body is never sent in its place.
+	ErrBodyNotReplayable = errors.New("idemclient: request body cannot be replayed for a retry (set Request.GetBody)")
+	// ErrInvalidOptions is returned by NewRetrying for negative options.
+	ErrInvalidOptions = errors.New("idemclient: invalid options")
+)
+
+// RetryOptions configures Retrying. A nil *RetryOptions means all defaults.
+type RetryOptions struct {
+	// MaxAttempts is the most requests sent for one RoundTrip, the first
+	// included. Zero means 5; 1 turns retries off.
+	MaxAttempts int
+	// BaseDelay is the backoff ceiling before the first retry; it doubles
+	// with each further retry, up to MaxDelay, and the wait is drawn
+	// uniformly below it (full jitter). Zero means 100ms.
+	BaseDelay time.Duration
+	// MaxDelay caps one wait, whether computed or asked for by Retry-After.
+	// Zero means 10s.
+	MaxDelay time.Duration
+	// MaxWait caps the sum of the waits of one RoundTrip: a retry that would
+	// exceed it is not made, and the last response or error is returned.
+	// Zero means 30s.
+	MaxWait time.Duration
+	// Sleep waits for d, or returns ctx's error as soon as ctx is done. Nil
+	// means a timer. Tests inject one so that no test sleeps for real.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Now is the clock that Retry-After dates are read against. Nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// Retrying is an http.RoundTripper for callers of APIs that honour
+// Idempotency-Key. It gives a POST or PATCH without a key a random one (128
+// bits and more from crypto/rand) and then resends the request, with that
+// same key and the same body, after:
+//
+//   - a network error (the request may or may not have been executed: the
+//     key makes resending it safe);
+//   - 409 Conflict (the first attempt is still running), 429 Too Many
+//     Requests and 5xx other than 501 and 505, which do not go away by
+//     retrying.
+//
+// It honours Retry-After (seconds or an HTTP date) on these responses, and
+// otherwise waits with capped exponential backoff and full jitter. It never
+// retries 422 or any other 4xx. Requests with neither a key nor an idempotent
+// method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) are sent once.
+//
+// The body is replayed through Request.GetBody, which http.NewRequest sets
+// for in-memory bodies. Cancelling the request's context stops the retries
+// at once. When the attempts or the wait budget run out, the last response
+// is returned as it is, or the last error; every response it discards is
+// drained and closed.
+type Retrying struct {
+	base        http.RoundTripper
+	maxAttempts int
+	baseDelay   time.Duration
+	maxDelay    time.Duration
+	maxWait     time.Duration
+	sleep       func(context.Context, time.Duration) error
+	now         func() time.Time
+}
+
+// NewRetrying returns a Retrying that sends through base (nil means
+// http.DefaultTransport).
+func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) {
+	var o RetryOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxAttempts < 0 || o.BaseDelay < 0 || o.MaxDelay < 0 || o.MaxWait < 0 {
+		return nil, fmt.Errorf("%w: MaxAttempts, BaseDelay, MaxDelay and MaxWait must not be negative", ErrInvalidOptions)
+	}
+	r := &Retrying{
+		base:        base,
+		maxAttempts: cmpOr(o.MaxAttempts, 5),
+		baseDelay:   cmpOr(o.BaseDelay, 100*time.Millisecond),
+		maxDelay:    cmpOr(o.MaxDelay, 10*time.Second),
+		maxWait:     cmpOr(o.MaxWait, 30*time.Second),
+		sleep:       o.Sleep,
+		now:         o.Now,
+	}
+	if r.base == nil {
+		r.base = http.DefaultTransport
+	}
+	if r.sleep == nil {
+		r.sleep = sleep
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	return r, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// RoundTrip implements http.RoundTripper.
+func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	out := req.Clone(ctx) // a RoundTripper must not modify the caller's request
+	if out.Header.Get(HeaderKey) == "" && needsKey(req.Method) {
+		out.Header.Set(HeaderKey, rand.Text())
+	}
+	if out.Header.Get(HeaderKey) == "" && !idempotentMethod(req.Method) {
+		return r.base.RoundTrip(out)
+	}
+	var waited time.Duration
+	for attempt := 1; ; attempt++ {
+		resp, err := r.base.RoundTrip(out)
+		if !retryable(resp, err) || attempt >= r.maxAttempts {
+			return resp, err
+		}
+		if ctx.Err() != nil {
+			discard(resp)
+			return nil, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err())
+		}
+		wait := r.wait(attempt, resp)
+		if waited+wait > r.maxWait {
+			return resp, err
+		}
+		body, bodyErr := nextBody(req)
+		if bodyErr != nil {
+			discard(resp)
+			return nil, fmt.Errorf("idemclient: %s %s: %w, to retry after %s", req.Method, req.URL.Redacted(), bodyErr, outcome(resp, err))
+		}
+		discard(resp)
+		if err := r.sleep(ctx, wait); err != nil {
+			if body != nil {
+				body.Close()
+			}
+			return nil, fmt.Errorf("idemclient: %s %s: waiting to retry: %w", req.Method, req.URL.Redacted(), err)
+		}
+		waited += wait
+		out = out.Clone(ctx)
+		out.Body = body
+	}
+}
+
+// wait returns how long to wait before retry number attempt (from 1): what
+// the response's Retry-After asks for, or else a duration drawn uniformly
+// from zero to BaseDelay*2^(attempt-1); either capped at MaxDelay.
+func (r *Retrying) wait(attempt int, resp *http.Response) time.Duration {
+	if resp != nil {
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), r.now()); ok {
+			return min(d, r.maxDelay)
+		}
+	}
+	ceiling := r.maxDelay
+	if shift := attempt - 1; shift < 62 && r.baseDelay <= r.maxDelay>>shift {
+		ceiling = r.baseDelay << shift
+	}
+	return mathrand.N(ceiling + 1)
+}
+
+// retryable reports whether the outcome of one attempt is worth another.
+func retryable(resp *http.Response, err error) bool {
+	if err != nil {
+		// Our own refusals do not change by resending.
+		return !errors.Is(err, ErrNoScope) && !errors.Is(err, ErrNoStep) && !errors.Is(err, ErrBodyNotReplayable)
+	}
+	switch code := resp.StatusCode; {
+	case code == http.StatusConflict, code == http.StatusTooManyRequests:
+		return true
+	case code == http.StatusNotImplemented, code == http.StatusHTTPVersionNotSupported:
+		return false
+	default:
+		return code >= 500 && code <= 599
+	}
+}
+
+func outcome(resp *http.Response, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
+}
+
+// idempotentMethod reports whether RFC 9110 defines method as idempotent,
+// so that resending it is safe without a key.
+func idempotentMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// nextBody returns a fresh copy of req's body for a retry.
+func nextBody(req *http.Request) (io.ReadCloser, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req.Body, nil
+	}
+	if req.GetBody == nil {
+		return nil, ErrBodyNotReplayable
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return nil, fmt.Errorf("%w: GetBody: %w", ErrBodyNotReplayable, err)
+	}
+	return body, nil
+}
+
+// discardLimit bounds how much of a discarded response is read so that its
+// connection can be reused; a longer body costs the connection instead.
+const discardLimit = 64 << 10
+
+// discard drains and closes the body of a response that is not returned.
+func discard(resp *http.Response) {
+	if resp == nil || resp.Body == nil {
+		return
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, discardLimit))
+	resp.Body.Close()
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,266 @@
+// Package layered is an idem.Store with Redis in front of PostgreSQL (or
+// any other durable idem.Store): Redis answers replays and conflicts fast,
+// PostgreSQL is the authority.
+//
+// Only the authority grants leases and mints fences: Acquire asks Redis
+// first, and when Redis has a live record (COMPLETED: a replay; PROCESSING:
+// a conflict) it answers from it without touching the database. Otherwise
+// it acquires in the authority, and mirrors the authority's answer into
+// Redis. Complete, Extend and Release go to the authority first and are
+// mirrored after it accepted them; Delete removes both.
+//
+// Redis holds copies only. If it forgets a key (a flush, an eviction, a
+// failover that lost writes), the next read falls through to the
+// authority, which answers correctly and re-warms the mirror; no lease is
+// ever granted on Redis's word, so Redis losing data never runs a key
+// twice. A mirror that missed an update (Redis was unreachable when the
+// authority changed) can only answer "in flight" or replay for longer than
+// it should, never grant a lease: it expires with the lease or retention it
+// copied. A mirror write never rolls a newer mirror back (see put.lua).
+//
+// The mirror of a key is one Redis hash, PREFIX{len(tenant):tenant:key},
+// so the store works on Redis Cluster too.
+package layered
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed get.lua
+	getLua string
+	//go:embed put.lua
+	putLua string
+	//go:embed complete.lua
+	completeLua string
+	//go:embed extend.lua
+	extendLua string
+	//go:embed forget.lua
+	forgetLua string
+	//go:embed delete.lua
+	deleteLua string
+
+	getScript      = redis.NewScript(getLua)
+	putScript      = redis.NewScript(putLua)
+	completeScript = redis.NewScript(completeLua)
+	extendScript   = redis.NewScript(extendLua)
+	forgetScript   = redis.NewScript(forgetLua)
+	deleteScript   = redis.NewScript(deleteLua)
+)
+
+// Options configures a Store. A nil *Options means all defaults.
+type Options struct {
+	// Prefix starts every Redis key of the mirror. Zero means
+	// "idem:mirror:". It may not hold '{' or '}'.
+	Prefix string
+	// Logger receives one line per failed Redis call (the store then
+	// answers from the authority). Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a layered idem.Store. It is safe for concurrent use.
+type Store struct {
+	redis     redis.Scripter
+	authority idem.Store
+	prefix    string
+	log       *slog.Logger
+}
+
+// New returns a store that mirrors authority (a store that does not lose
+// acknowledged writes: store/pgstore) into Redis through client.
+func New(client redis.Scripter, authority idem.Store, opts *Options) (*Store, error) {
+	if client == nil || authority == nil {
+		return nil, errors.New("layered: nil Redis client or authority")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = "idem:mirror:"
+	}
+	if strings.ContainsAny(o.Prefix, "{}") {
+		return nil, fmt.Errorf("layered: prefix %q holds a brace, which would break the hash tag", o.Prefix)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Store{redis: client, authority: authority, prefix: o.Prefix, log: o.Logger}, nil
+}
+
+// MirrorKey returns the Redis key of the mirror of id, for operators.
+func (s *Store) MirrorKey(id idem.ID) string {
+	return s.prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+}
+
+// Acquire implements idem.Store: a live mirror answers; otherwise the
+// authority decides, and its answer is mirrored.
+func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	if rec, ok := s.mirrored(ctx, p.ID); ok {
+		return idem.AcquireResult{Record: rec}, nil
+	}
+	res, err := s.authority.Acquire(ctx, p)
+	if err != nil {
+		return idem.AcquireResult{}, fmt.Errorf("layered: %w", err)
+	}
+	s.mirror(ctx, res.Record)
+	return res, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if err := s.authority.Complete(ctx, p); err != nil {
+		return wrap(err)
+	}
+	err := completeScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence,
+		max(p.Retention.Milliseconds(), 1), p.Result.Status, idem.AppendHeader(nil, p.Result.Header), p.Result.Body).Err()
+	s.cacheFailed("complete", err)
+	return nil
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	if err := s.authority.Extend(ctx, p); err != nil {
+		return wrap(err)
+	}
+	err := extendScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence, max(p.Lease.Milliseconds(), 1)).Err()
+	s.cacheFailed("extend", err)
+	return nil
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+	err := s.authority.Release(ctx, p)
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) { // either way this lease is over
+		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Fence).Err())
+	}
+	return wrap(err)
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if rec, ok := s.mirrored(ctx, id); ok {
+		return rec, nil
+	}
+	rec, err := s.authority.Get(ctx, id)
+	if err != nil {
+		return idem.Record{}, wrap(err)
+	}
+	s.mirror(ctx, rec)
+	return rec, nil
+}
+
+// Delete implements idem.Store. It fails if the mirror could not be
+// removed, so that an operator retries rather than leaves a replay behind.
+func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+	existed, err := s.authority.Delete(ctx, id)
+	if err != nil {
+		return false, wrap(err)
+	}
+	if err := deleteScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}).Err(); err != nil {
+		return existed, fmt.Errorf("layered: delete mirror: %w", err)
+	}
+	return existed, nil
+}
+
+// mirrored reads the mirror of id. A miss, or a Redis failure, reports
+// false: the caller asks the authority.
+func (s *Store) mirrored(ctx context.Context, id idem.ID) (idem.Record, bool) {
+	f, err := getScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}).StringSlice()
+	if err != nil {
+		s.cacheFailed("get", err)
+		return idem.Record{}, false
+	}
+	if len(f) == 0 {
+		return idem.Record{}, false
+	}
+	rec, err := decode(id, f)
+	if err != nil {
+		s.cacheFailed("get", err)
+		return idem.Record{}, false
+	}
+	return rec, true
+}
+
+// mirror copies rec, as the authority returned it, into Redis.
+func (s *Store) mirror(ctx context.Context, rec idem.Record) {
+	ttl := rec.TTL.Milliseconds()
+	if ttl <= 0 || ctx.Err() != nil {
+		return
+	}
+	state, status, completed, header, body := "P", 0, int64(0), []byte(nil), []byte(nil)
+	if rec.State == idem.StateCompleted && rec.Result != nil {
+		state, status, completed = "C", rec.Result.Status, rec.CompletedAt.UnixMicro()
+		header, body = idem.AppendHeader(nil, rec.Result.Header), rec.Result.Body
+	}
+	err := putScript.Run(ctx, s.redis, []string{s.MirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
+		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl).Err()
+	s.cacheFailed("put", err)
+}
+
+func (s *Store) cacheFailed(op string, err error) {
+	if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		s.log.Warn("layered: Redis mirror "+op+" failed; the authority answers", "err", err)
+	}
+}
+
+// wrap prefixes the authority's errors, keeping ErrLeaseLost and
+// ErrNotFound bare as the Store contract shows them.
+func wrap(err error) error {
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
+		return err
+	}
+	return fmt.Errorf("layered: %w", err)
+}
+
+// decode parses get.lua's reply.
+func decode(id idem.ID, f []string) (idem.Record, error) {
+	if len(f) != 10 {
+		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %d fields", len(f))
+	}
+	rec := idem.Record{ID: id, Owner: f[1], Fingerprint: f[3]}
+	var err error
+	num := func(s string) int64 {
+		if s == "" || err != nil {
+			return 0
+		}
+		var n int64
+		n, err = strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	rec.Fence = num(f[2])
+	rec.AcquiredAt = time.UnixMicro(num(f[4]))
+	completed := num(f[5])
+	status := num(f[6])
+	rec.TTL = time.Duration(num(f[9])) * time.Millisecond
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
+	}
+	switch f[0] {
+	case "P":
+		rec.State = idem.StateProcessing
+	case "C":
+		rec.State = idem.StateCompleted
+		rec.CompletedAt = time.UnixMicro(completed)
+		h, err := idem.ParseHeader([]byte(f[7]))
+		if err != nil {
+			return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
+		}
+		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
+	default:
+		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: state %q", f[0])
+	}
+	return rec, nil
+}
+
+var _ idem.Store = (*Store)(nil)

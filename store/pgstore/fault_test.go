@@ -1,0 +1,258 @@
+package pgstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// viaProxy returns a store on the same schema as s, whose connections go
+// through a fault-injecting proxy in front of the real server.
+func viaProxy(t *testing.T, s *pgstore.Store) (*pgstore.Store, *faultproxy.Proxy) {
+	t.Helper()
+	cfg := s.Pool().Config().Copy()
+	p, err := faultproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	host, port, _ := net.SplitHostPort(p.Addr())
+	n, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
+	cfg.ConnConfig.Fallbacks = nil
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ps, err := pgstore.New(pool, &pgstore.Options{Schema: s.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps, p
+}
+
+// commandComplete matches a reply that carries PostgreSQL's CommandComplete
+// message with the given tag.
+func commandComplete(tag string) func([]byte) bool {
+	return func(reply []byte) bool { return bytes.Contains(reply, []byte(tag+"\x00")) }
+}
+
+// TestLostReplyAfterAcquire: the server took the key but the reply was
+// lost. The store retries with the same owner and recognises its own row,
+// so the key is neither stuck nor granted twice.
+func TestLostReplyAfterAcquire(t *testing.T) {
+	s, proxy := viaProxy(t, newStore(t))
+	ctx := context.Background()
+	id := idem.ID{Tenant: "acme", Key: "k"}
+	proxy.DropReplyOnce(commandComplete("SELECT 1"))
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", Lease: time.Hour})
+	if proxy.Dropped() != 1 {
+		t.Fatal("no reply was dropped: the fault did not bite")
+	}
+	if err != nil || !res.Acquired || res.Record.Owner != "me" {
+		t.Fatalf("Acquire after a lost reply = %+v, %v; want acquired by me", res, err)
+	}
+	other, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "other", Fingerprint: "fp", Lease: time.Hour})
+	if err != nil || other.Acquired {
+		t.Fatalf("second owner's Acquire = %+v, %v; want not acquired", other, err)
+	}
+}
+
+// TestLostReplyAfterComplete: the COMPLETED row was written but the reply
+// lost; the engine's retry of Complete succeeds and keeps the result.
+func TestLostReplyAfterComplete(t *testing.T) {
+	s, proxy := viaProxy(t, newStore(t))
+	ctx := context.Background()
+	engine, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	if err != nil || att.Outcome != idem.Acquired {
+		t.Fatalf("Begin = %+v, %v", att, err)
+	}
+	proxy.DropReplyOnce(commandComplete("SELECT 1"))
+	if err := att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("charged")}); err != nil {
+		t.Fatalf("Complete after a lost reply = %v; want nil (the retry finds it done)", err)
+	}
+	if proxy.Dropped() != 1 {
+		t.Fatal("no reply was dropped: the fault did not bite")
+	}
+	again, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	if err != nil || again.Outcome != idem.Replayed || string(again.Result.Body) != "charged" {
+		t.Fatalf("retry = %+v, %v; want the replay of charged", again, err)
+	}
+}
+
+// TestLostReplyAfterCommit: the application's transaction committed the
+// reservation and outcome, but the COMMIT reply was lost. The worker sees
+// an error and releases the key; the client's retry meets the committed
+// reservation (ErrDuplicate) and replays its outcome: one provider call.
+func TestLostReplyAfterCommit(t *testing.T) {
+	s, proxy := viaProxy(t, newStore(t))
+	ctx := context.Background()
+	engine, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := newProvider()
+	req := idem.Request{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
+	pay := func() ([]byte, error) {
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+			return chargeOnce(ctx, s, prov, req.Tenant, req.Key, fence)
+		})
+		return out, err
+	}
+	proxy.DropReplyOnce(commandComplete("COMMIT"))
+	if _, err := pay(); err == nil {
+		t.Fatal("payment whose COMMIT reply was lost reported success")
+	}
+	if proxy.Dropped() != 1 {
+		t.Fatal("no reply was dropped: the fault did not bite")
+	}
+	out, err := pay()
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	calls, charges := prov.counts()
+	if calls != 1 || charges != 1 {
+		t.Fatalf("provider calls=%d charges=%d; want 1 and 1", calls, charges)
+	}
+	r, err := s.Reservation(ctx, s.Pool(), req.Tenant, req.Key)
+	if err != nil || !bytes.Equal(r.Outcome, out) {
+		t.Fatalf("reservation = %+v, %v; want the outcome %q the retry returned", r, err, out)
+	}
+}
+
+// TestBackendTerminatedMidTransaction kills the backend of the
+// application's transaction after the provider call, before the outcome is
+// recorded: the transaction and its reservation are gone, the key is
+// released, and the retry reserves again. The key forwarded to the
+// provider makes the second call return the first charge: one effect.
+func TestBackendTerminatedMidTransaction(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	engine, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := newProvider()
+	req := idem.Request{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
+	terminate := true
+	pay := func() ([]byte, error) {
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+			tx, err := s.Pool().Begin(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer tx.Rollback(ctx)
+			if err := s.Reserve(ctx, tx, req.Tenant, req.Key, fence); err != nil {
+				return nil, err
+			}
+			var pid int
+			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				return nil, err
+			}
+			id, err := prov.Charge(ctx, req.Tenant+"/"+req.Key, 4200)
+			if err != nil {
+				return nil, err
+			}
+			if terminate {
+				terminate = false
+				var ok bool
+				if err := s.Pool().QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+					t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+				}
+			}
+			if err := s.Settle(ctx, tx, req.Tenant, req.Key, fence, []byte(id)); err != nil {
+				return nil, err
+			}
+			return []byte(id), tx.Commit(ctx)
+		})
+		return out, err
+	}
+	if _, err := pay(); err == nil {
+		t.Fatal("payment whose backend was terminated reported success")
+	}
+	if _, err := s.Reservation(ctx, s.Pool(), req.Tenant, req.Key); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("reservation after the terminated transaction = %v; want none", err)
+	}
+	first, err := pay()
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	calls, charges := prov.counts()
+	if calls != 2 || charges != 1 {
+		t.Fatalf("provider calls=%d charges=%d; want 2 calls (the retry forwarded the same key) and 1 charge", calls, charges)
+	}
+	out, replayed, err := engine.Do(ctx, req, func(context.Context, int64) ([]byte, error) {
+		t.Fatal("work ran a third time")
+		return nil, nil
+	})
+	if err != nil || !replayed || !bytes.Equal(out, first) {
+		t.Fatalf("third call = %q %v %v; want the replay of %q", out, replayed, err, first)
+	}
+}
+
+// TestStoreBackendTerminatedMidStatement terminates the store's own
+// backend while its Complete waits on a row lock: the engine retries on a
+// new connection and the key ends COMPLETED, not stuck.
+func TestStoreBackendTerminatedMidStatement(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	engine, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"}
+	att, err := engine.Begin(ctx, req)
+	if err != nil || att.Outcome != idem.Acquired {
+		t.Fatalf("Begin = %+v, %v", att, err)
+	}
+	// Hold the row so that Complete blocks on it.
+	locker, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Rollback(ctx)
+	if _, err := locker.Exec(ctx, `SELECT 1 FROM `+s.Schema()+`.records WHERE tenant_id = 'acme' AND idempotency_key = 'k' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("ok")}) }()
+	var killed bool
+	for range 200 {
+		err := s.Pool().QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '.records%'`, s.Schema()).Scan(&killed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if killed {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !killed {
+		t.Fatal("found no blocked Complete to terminate")
+	}
+	if err := locker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Complete after its backend was terminated = %v; want nil after a retry", err)
+	}
+	rec, err := s.Get(ctx, req.ID())
+	if err != nil || rec.State != idem.StateCompleted || string(rec.Result.Body) != "ok" {
+		t.Fatalf("record = %+v, %v; want COMPLETED ok", rec, err)
+	}
+}

@@ -1,0 +1,371 @@
+// Package pgstore is an idem.Store on PostgreSQL, and the guardrail that
+// makes the application's own transaction the last line of defence against
+// a second execution.
+//
+// # Records
+//
+// One row per key in SCHEMA.records, keyed by (tenant_id, idempotency_key).
+// Every transition is one SQL statement that checks the state, the owner
+// and the fence of the lease in its WHERE clause. Lease deadlines and
+// retention ends are computed from the database's clock_timestamp(), never
+// from the application's clock; a row past its end is absent to every
+// query, and the reaper (Store.Reap) deletes it later.
+//
+// # Fences
+//
+// Fencing tokens come from a PostgreSQL sequence, taken in the statement
+// that grants the lease. A sequence never hands out a value twice, after a
+// rollback, a crash or a restart, so the fence strictly increases for every
+// key, including after release, delete and expiry, and whatever happens to
+// a Redis in front of it (store/layered). PostgreSQL does not lose a
+// committed write, which Redis's asynchronous replication can.
+//
+// # Guardrail
+//
+// Store.Reserve inserts a reservation row in the caller's transaction
+// before the provider is called; a second reservation of the key fails
+// with ErrDuplicate. Store.Settle records the outcome with a fence check,
+// and FencedExec applies the same check to the application's own tables.
+// See the package example for the whole flow.
+//
+// # Schema
+//
+// Migrate applies the migrations embedded from migrations/*.sql; New does
+// not run them.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Errors of this package.
+var (
+	// ErrConfig: New or Migrate got an option it cannot use.
+	ErrConfig = errors.New("pgstore: bad configuration")
+	// ErrDuplicate: the key is already reserved by a committed (or
+	// committing) transaction: PostgreSQL's unique_violation (23505).
+	// The work must not run again; read the recorded outcome instead.
+	ErrDuplicate = errors.New("pgstore: idempotency key already reserved")
+	// ErrStaleFence: a fenced write matched no row, because a holder with
+	// a higher fence wrote it (or it was settled already, or is missing).
+	ErrStaleFence = errors.New("pgstore: stale fencing token")
+)
+
+// Options configures a Store. A nil *Options means all defaults.
+type Options struct {
+	// Schema holds the store's tables and its fence sequence, as created
+	// by Migrate. Empty means DefaultSchema ("idem"). Lower-case letters,
+	// digits and underscores only.
+	Schema string
+}
+
+// Store is an idem.Store on PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+	q      queries
+}
+
+// New returns a store on pool, whose tables Migrate has created.
+func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Schema == "" {
+		o.Schema = DefaultSchema
+	}
+	if err := checkSchema(o.Schema); err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, schema: o.Schema, q: newQueries(o.Schema)}, nil
+}
+
+// Pool returns the pool the store runs on.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Schema returns the schema that holds the store's tables.
+func (s *Store) Schema() string { return s.schema }
+
+// recordColumns are read by scanRecord, in this order.
+const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body,
+	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
+
+// queries holds the SQL of the store, with the schema spliced in.
+type queries struct {
+	acquire, complete, extend, release, get, del, reap string
+	reserve, settle, reservation                       string
+}
+
+func newQueries(schema string) queries {
+	r := strings.NewReplacer("S.", schema+".")
+	return queries{
+		// The INSERT takes the key when it has no row or an expired one,
+		// in one atomic step. When it does not, the second branch reads the
+		// live row that holds the key. (That branch sees the statement's
+		// snapshot, so it can miss a row committed meanwhile: Acquire then
+		// runs the statement again.)
+		acquire: r.Replace(`WITH taken AS (
+	INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at)
+	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond')
+	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
+		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
+			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+			completed_at = NULL, status = NULL, header = NULL, body = NULL
+		WHERE r.expires_at <= clock_timestamp()
+	RETURNING r.*
+)
+SELECT true, ` + recordColumns + ` FROM taken
+UNION ALL
+SELECT false, ` + recordColumns + ` FROM S.records
+WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM taken)`),
+		// A Complete that finds the key already COMPLETED by the same owner
+		// and fence is a retry whose first try landed: it succeeds.
+		complete: r.Replace(`WITH done AS (
+	UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
+		expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
+	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+		AND expires_at > clock_timestamp()
+	RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM done) OR EXISTS (SELECT 1 FROM S.records
+	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'C' AND owner = $3 AND fence = $4
+		AND expires_at > clock_timestamp())`),
+		extend: r.Replace(`UPDATE S.records SET expires_at = clock_timestamp() + $5 * interval '1 microsecond'
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+	AND expires_at > clock_timestamp()`),
+		release: r.Replace(`DELETE FROM S.records
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+	AND expires_at > clock_timestamp()`),
+		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
+WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
+		del: r.Replace(`WITH gone AS (
+	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2
+	RETURNING expires_at > clock_timestamp() AS live
+)
+SELECT coalesce(bool_or(live), false) FROM gone`),
+		// SKIP LOCKED lets several reapers, and acquisitions taking over an
+		// expired row, run at once without waiting for each other.
+		reap: r.Replace(`DELETE FROM S.records
+WHERE (tenant_id, idempotency_key) IN (
+	SELECT tenant_id, idempotency_key FROM S.records
+	WHERE expires_at <= clock_timestamp()
+	LIMIT $1 FOR UPDATE SKIP LOCKED)
+AND expires_at <= clock_timestamp()`),
+		reserve: r.Replace(`INSERT INTO S.reservations (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)`),
+		settle: r.Replace(`UPDATE S.reservations SET fence = $3, outcome = $4, settled_at = clock_timestamp()
+WHERE tenant_id = $1 AND idempotency_key = $2 AND fence <= $3 AND settled_at IS NULL`),
+		reservation: r.Replace(`SELECT fence, reserved_at, settled_at, outcome FROM S.reservations
+WHERE tenant_id = $1 AND idempotency_key = $2`),
+	}
+}
+
+// acquireTries bounds how often Acquire runs its statement: again after a
+// snapshot race (see queries.acquire) or a lost connection.
+const acquireTries = 4
+
+// Acquire implements idem.Store.
+//
+// After a connection error the statement runs again with the same owner: if
+// the first try had taken the key, the second finds the row with this
+// owner and reports it acquired, so a lost reply never leaves the key held
+// by nobody until the lease ends.
+func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	var err error
+	for range acquireTries {
+		var (
+			res   idem.AcquireResult
+			found bool
+		)
+		res, found, err = s.acquireOnce(ctx, p)
+		switch {
+		case err == nil && found:
+			return res, nil
+		case err == nil: // the holder went away between the two branches: try again
+		case ctx.Err() != nil || !isConnectionError(err):
+			return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
+		}
+	}
+	if err == nil {
+		err = errors.New("the key changed hands on every try")
+	}
+	return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
+}
+
+func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, bool, error) {
+	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.Lease.Microseconds())
+	if err != nil {
+		return idem.AcquireResult{}, false, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return idem.AcquireResult{}, false, rows.Err()
+	}
+	var acquired bool
+	rec, err := scanRecord(p.ID, rows, &acquired)
+	if err != nil {
+		return idem.AcquireResult{}, false, err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return idem.AcquireResult{}, false, err
+	}
+	// A live PROCESSING row with our owner token is ours: owner tokens are
+	// unique per attempt, so an earlier try of this very call took it.
+	if rec.State == idem.StateProcessing && rec.Owner == p.Owner {
+		acquired = true
+	}
+	return idem.AcquireResult{Acquired: acquired, Record: rec}, true, nil
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	var ok bool
+	err := s.pool.QueryRow(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
+		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body)).Scan(&ok)
+	if err != nil {
+		return fmt.Errorf("pgstore: complete: %w", err)
+	}
+	if !ok {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Extend implements idem.Store.
+func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.Lease.Microseconds())
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence)
+}
+
+func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {
+	tag, err := s.pool.Exec(ctx, sql, args...)
+	if err != nil {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return idem.ErrLeaseLost
+	}
+	return nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	rows, err := s.pool.Query(ctx, s.q.get, id.Tenant, id.Key)
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+		}
+		return idem.Record{}, idem.ErrNotFound
+	}
+	rec, err := scanRecord(id, rows)
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+	}
+	return rec, nil
+}
+
+// Delete implements idem.Store.
+func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+	var live bool
+	if err := s.pool.QueryRow(ctx, s.q.del, id.Tenant, id.Key).Scan(&live); err != nil {
+		return false, fmt.Errorf("pgstore: delete: %w", err)
+	}
+	return live, nil
+}
+
+// Reap deletes up to batch expired records and returns how many it
+// deleted. Several reapers may run at once: each skips the rows another
+// has locked. Call it until it returns less than batch to empty the
+// backlog; a bounded batch keeps each transaction short.
+func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
+	if batch <= 0 {
+		return 0, fmt.Errorf("%w: reap batch %d, want > 0", ErrConfig, batch)
+	}
+	tag, err := s.pool.Exec(ctx, s.q.reap, batch)
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: reap: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// scanRecord reads recordColumns, after the destinations in pre.
+func scanRecord(id idem.ID, rows pgx.Rows, pre ...any) (idem.Record, error) {
+	var (
+		state     string
+		completed *time.Time
+		status    *int32
+		header    []byte
+		body      []byte
+		ttlMicros int64
+	)
+	rec := idem.Record{ID: id}
+	dest := append(pre, &state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
+		&status, &header, &body, &ttlMicros)
+	if err := rows.Scan(dest...); err != nil {
+		return idem.Record{}, err
+	}
+	rec.TTL = time.Duration(ttlMicros) * time.Microsecond
+	switch state {
+	case "P":
+		rec.State = idem.StateProcessing
+	case "C":
+		rec.State = idem.StateCompleted
+		h, err := idem.ParseHeader(header)
+		if err != nil {
+			return idem.Record{}, err
+		}
+		if completed != nil {
+			rec.CompletedAt = *completed
+		}
+		res := &idem.Result{Header: h, Body: body}
+		if status != nil {
+			res.Status = int(*status)
+		}
+		rec.Result = res
+	default:
+		return idem.Record{}, fmt.Errorf("corrupt record: state %q", state)
+	}
+	return rec, nil
+}
+
+// isConnectionError reports an error of the connection rather than one the
+// server returned for the statement: the statement may or may not have run.
+func isConnectionError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// admin_shutdown and friends: the server terminated the backend.
+		return strings.HasPrefix(pgErr.Code, "57P")
+	}
+	return true
+}
+
+// nonNil stores an empty body as an empty bytea, not NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+var _ idem.Store = (*Store)(nil)
