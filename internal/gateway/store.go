@@ -42,7 +42,11 @@ func OpenStore(ctx context.Context, uri string) (idem.Store, func() error, error
 		}
 		return s, client.Close, nil
 	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
-		return openPostgres(ctx, uri)
+		s, closeStore, err := openPostgres(ctx, uri)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, closeStore, nil
 	}
 	return nil, nil, fmt.Errorf("%w %q: want %s", ErrStoreURI, redact(uri), StoreURIHelp)
 }
