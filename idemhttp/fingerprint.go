@@ -53,8 +53,8 @@ func writeField[T string | []byte](h hash.Hash, s T) {
 }
 
 func canonicalContentType(ct string) string {
-	if ct == "" {
-		return ""
+	if !strings.ContainsRune(ct, ';') { // no parameters: the common case, without parsing
+		return strings.ToLower(strings.TrimSpace(ct))
 	}
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil {
