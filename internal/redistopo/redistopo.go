@@ -241,3 +241,11 @@ func infoField(ctx context.Context, c *redis.Client, section, field string) (str
 	}
 	return "", fmt.Errorf("no %s in INFO %s", field, section)
 }
+
+// StartNode starts one standalone redis-server with the settings of the
+// nodes of the other topologies (no persistence, loopback only).
+func StartNode(t testing.TB) *Node {
+	t.Helper()
+	binaries(t, "redis-server")
+	return start(t, "standalone", false, "")
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
+	"github.com/redis/go-redis/v9"
 )
 
 // topologyLong reports whether the slow, larger versions of the topology
@@ -36,7 +38,16 @@ func needTopology(t *testing.T) {
 func TestCluster(t *testing.T) {
 	needTopology(t)
 	cl := redistopo.StartCluster(t, 3, 1)
-	client := cl.Client(t)
+	// The client comes from the URL form the gateway's --store takes.
+	uc, err := redisstore.ParseURL("redis-cluster://" + strings.Join(cl.Addrs(), ",") + "?pool_size=64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	client, ok := uc.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("ParseURL(redis-cluster://...) = %T, want *redis.ClusterClient", uc)
+	}
 	newStore := func(t *testing.T, opts *redisstore.Options) *redisstore.Store {
 		o := redisstore.Options{Prefix: testenv.Prefix(t)}
 		if opts != nil {

@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,7 +71,12 @@ func (quietLogger) Printf(context.Context, string, ...any) {}
 
 func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs int) {
 	topo := redistopo.StartSentinel(t, 2, 3)
-	client := topo.Client(t)
+	// The client comes from the URL form the gateway's --store takes.
+	client, err := redisstore.ParseURL("redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName + "?pool_size=64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
 	s, err := redisstore.New(client, &redisstore.Options{Prefix: "idemtest:failover:", ReplicaAcks: acks, ReplicaAckTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
