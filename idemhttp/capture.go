@@ -1,0 +1,121 @@
+package idemhttp
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+)
+
+// capture is the ResponseWriter a protected handler writes to. Everything
+// goes on to the client as it is written (streaming and Flush keep
+// working) and is also recorded for replay, whichever way the handler
+// answers: WriteHeader, Write, an implicit 200, ReadFrom (io.Copy), Flush
+// or FlushError (http.ResponseController) and Hijack. Unwrap gives
+// http.ResponseController the writer underneath for deadlines and the like.
+//
+// While the response fits the replay buffer, a failed write to the client
+// (it disconnected) is not reported to the handler: it goes on, and its
+// whole response is recorded for the client's retry.
+type capture struct {
+	http.ResponseWriter
+	m *middleware
+
+	status   int         // the final status, 0 until the header is written
+	header   http.Header // the replayable headers, as they were when the header was written
+	body     []byte
+	overflow bool // the response outgrew the replay buffer; body was dropped
+	hijacked bool
+}
+
+// commit records the status and snapshots the replayable headers, the
+// moment the response header goes out.
+func (c *capture) commit(status int) {
+	c.status = status
+	src := c.ResponseWriter.Header()
+	for _, name := range c.m.replayHeaders {
+		if vs, ok := src[name]; ok {
+			if c.header == nil {
+				c.header = make(http.Header, 2)
+			}
+			c.header[name] = append([]string(nil), vs...)
+		}
+	}
+}
+
+// finalStatus is the status the client got, 200 when the handler wrote
+// nothing (net/http answers 200 then).
+func (c *capture) finalStatus() int {
+	if c.status == 0 {
+		c.commit(http.StatusOK)
+	}
+	return c.status
+}
+
+func (c *capture) WriteHeader(status int) {
+	// Informational 1xx answers precede the real one; 101 switches
+	// protocols and is final. A second final status is ignored by net/http,
+	// so it is not recorded either.
+	if c.status == 0 && !c.hijacked && (status < 100 || status > 199 || status == http.StatusSwitchingProtocols) {
+		c.commit(status)
+	}
+	c.ResponseWriter.WriteHeader(status)
+}
+
+func (c *capture) Write(p []byte) (int, error) {
+	if c.hijacked {
+		return c.ResponseWriter.Write(p) // net/http answers ErrHijacked
+	}
+	if c.status == 0 {
+		c.commit(http.StatusOK)
+	}
+	n, err := c.ResponseWriter.Write(p)
+	if err == http.ErrBodyNotAllowed { // HEAD, 204, 304: nothing to record
+		return n, err
+	}
+	if c.overflow {
+		return n, err
+	}
+	if len(c.body)+len(p) > c.m.maxBuffer {
+		c.overflow, c.body = true, nil
+		return n, err
+	}
+	c.body = append(c.body, p...)
+	return len(p), nil
+}
+
+// ReadFrom copies src through Write, so io.Copy to the writer is recorded.
+// Once the response streams past the buffer it hands src to the writer
+// underneath, which may use sendfile.
+func (c *capture) ReadFrom(src io.Reader) (int64, error) {
+	if c.overflow {
+		return io.Copy(c.ResponseWriter, src)
+	}
+	return io.Copy(writerOnly{c}, src)
+}
+
+// writerOnly hides capture's ReadFrom from io.Copy, which would recurse.
+type writerOnly struct{ io.Writer }
+
+func (c *capture) Flush() { _ = c.FlushError() }
+
+// FlushError is the method http.ResponseController.Flush calls.
+func (c *capture) FlushError() error {
+	if c.status == 0 && !c.hijacked {
+		c.commit(http.StatusOK) // flushing sends the header
+	}
+	return http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection to the handler. What it then writes cannot
+// be recorded, so the key's result is stored as not replayable.
+func (c *capture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err == nil {
+		c.hijacked = true
+	}
+	return conn, rw, err
+}
+
+// Unwrap returns the writer underneath, for http.ResponseController.
+func (c *capture) Unwrap() http.ResponseWriter { return c.ResponseWriter }

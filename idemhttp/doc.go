@@ -1,0 +1,71 @@
+// Package idemhttp gives net/http handlers the Idempotency-Key protocol
+// (IETF draft-ietf-httpapi-idempotency-key-header, with Stripe's replay
+// marker) on an idem.Engine. It works with plain net/http, chi, gorilla/mux
+// and any router that takes an http.Handler:
+//
+//	mw, err := idemhttp.New(engine, nil)
+//	...
+//	http.Handle("POST /payments", mw(payments))
+//
+// # What a request gets
+//
+// Requests with a method in Options.Methods (POST and PATCH by default) and
+// an Idempotency-Key header are protected; others pass through untouched
+// (with Options.RequireKey a protected method without a key gets 400). The
+// body is read once, up to Options.MaxBody (413 beyond, before any key is
+// taken), fingerprinted, and handed on intact. Then, per (tenant, key):
+//
+//   - first request: the handler runs under a lease; its response is
+//     recorded and stored, or the key released when Options.Store says the
+//     status is retryable (by default 5xx, 408, 425, 429) or it panics;
+//   - a retry after that: the stored status, body and a safe subset of
+//     headers, marked Idempotent-Replayed: true;
+//   - a retry while the first still runs: 409 with Retry-After (the seconds
+//     until its lease ends), or, with Options.Wait, a wait for the result;
+//   - the same key with a different fingerprint: 422;
+//   - an invalid key (empty, over 255 characters, not printable ASCII, sent
+//     twice): 400;
+//   - the store unreachable: 503, the handler does not run (fail closed),
+//     unless Options.FailOpen.
+//
+// Every error is an application/problem+json body (RFC 9457) with a stable
+// `code` member (the Code constants) and Cache-Control: no-store; see
+// WriteProblem.
+//
+// # Tenants
+//
+// Keys are scoped per tenant, so one client can never replay another's
+// response. By default the tenant is the SHA-256 of the Authorization header
+// (all clients without credentials share one scope); Options.TenantHeader
+// trusts a header set by your authenticating proxy; Options.Tenant takes any
+// function of the request.
+//
+// # The handler's context and lease
+//
+// The handler runs on the lease's context: it is cancelled when the lease
+// can no longer be held (a renewal found it taken over or deleted, or the
+// store stayed unreachable until the lease ran out), so the handler can stop
+// before its side effects. It is NOT cancelled when the client disconnects:
+// work that started runs to completion and is recorded, so the client's
+// retry gets the replay. LeaseFromContext returns the lease, whose fence the
+// handler passes on with its writes. A lease lost by the time the handler
+// returns is logged by the engine and reported as OutcomeLeaseLost; the
+// record of the new owner is never overwritten.
+//
+// # Responses that cannot be replayed
+//
+// A handler that hijacks the connection, or whose response grows past
+// Options.MaxResponseBuffer (it streams on to the client unbuffered), has
+// run, and must never run again for that key; but there is nothing byte-exact
+// to replay. The key is then stored as COMPLETED with a "not replayable"
+// marker for its retention, and retries get 422 with code not_replayable:
+// a 4xx that retrying clients do not retry, saying that the request was
+// processed. (A streamed response whose status is retryable by the Store
+// policy still releases the key.)
+//
+// # Per-route options
+//
+// Each call of New makes an independent middleware; wrap a route or a
+// sub-router with one of its own to give it another lease, retention,
+// RequireKey or methods.
+package idemhttp

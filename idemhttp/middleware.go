@@ -1,0 +1,546 @@
+package idemhttp
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Options configures the middleware. A nil *Options means all defaults.
+type Options struct {
+	// Methods are the methods the middleware protects; other requests pass
+	// through untouched. Nil means POST and PATCH.
+	Methods []string
+	// RequireKey answers a protected request without an Idempotency-Key
+	// with 400 (code key_required). False lets it pass through unprotected.
+	RequireKey bool
+	// Tenant returns the scope of a request's keys: the same key from two
+	// tenants never meets. An error answers 400 (code tenant_invalid). Nil
+	// means the hex SHA-256 of the request's Authorization header values,
+	// so one client's credentials can never replay another client's
+	// response, and "" (one shared scope) for requests without that
+	// header. Put the middleware after your authentication.
+	Tenant func(r *http.Request) (string, error)
+	// TenantHeader, when set, takes the tenant from this request header
+	// instead, which must then be set exactly once by something you trust
+	// (an authenticating proxy): a request without it gets 400. Empty means
+	// Tenant decides. Setting both is an error.
+	TenantHeader string
+	// Fingerprint digests a request and its body; reusing a key with
+	// another digest is answered 422 (code key_mismatch). Nil means the
+	// package's Fingerprint function.
+	Fingerprint func(r *http.Request, body []byte) string
+	// MaxBody bounds the request body, which is read whole to fingerprint
+	// it; a larger body is answered 413 (code body_too_large) before any
+	// key is taken. Zero means 1 MiB.
+	MaxBody int64
+	// MaxResponseBuffer bounds the response kept for replay. A response
+	// that grows past it streams on to the client, and the key records it
+	// as not replayable (see the package documentation). Zero means 1 MiB.
+	MaxResponseBuffer int
+	// Wait is how long a request waits for another in-flight request with
+	// the same key to finish, then replays its result. Zero answers 409
+	// (code key_in_flight) at once, with Retry-After.
+	Wait time.Duration
+	// FailOpen runs the handler unprotected when the store fails at the
+	// start of a request. False answers 503 (code store_unavailable) and
+	// does not run the handler: fail closed.
+	FailOpen bool
+	// ReplayHeaders adds response headers to the ones a replay carries
+	// (Content-Type, Location, Content-Language, Content-Disposition,
+	// ETag). Set-Cookie, Authorization, WWW-Authenticate,
+	// Proxy-Authenticate and hop-by-hop headers are refused. Nil means
+	// none.
+	ReplayHeaders []string
+	// Store decides from the final status whether a result is stored and
+	// replayed (true) or the key released so that a retry runs the handler
+	// again (false). Nil means store everything except 5xx, 408, 425 and
+	// 429 (see StoreResult).
+	Store func(status int) bool
+	// Lease and Retention override the engine's for these routes. Zero
+	// means the engine's.
+	Lease, Retention time.Duration
+	// Logger receives a line for every store failure and fail-open. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// OnOutcome, when set, is called once per request with what the
+	// middleware did, for metrics. It runs on the request's goroutine
+	// and must be fast.
+	OnOutcome func(r *http.Request, o Outcome)
+}
+
+// StoreResult is the default storing policy: results with a status that
+// invites the client to retry (5xx, 408 Request Timeout, 425 Too Early, 429
+// Too Many Requests) are not stored, so the retry runs the handler again;
+// every other result is stored and replayed.
+func StoreResult(status int) bool {
+	switch {
+	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooEarly,
+		status == http.StatusTooManyRequests:
+		return false
+	}
+	return true
+}
+
+// defaultReplayHeaders are the response headers every replay carries.
+var defaultReplayHeaders = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
+
+// forbiddenReplayHeaders belong to one response or one connection and
+// are never replayed to another request.
+var forbiddenReplayHeaders = map[string]bool{
+	"Set-Cookie": true, "Authorization": true, "Www-Authenticate": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Connection": true, "Keep-Alive": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Proxy-Connection": true, "Content-Length": true,
+	HeaderReplayed: true, notReplayableHeader: true,
+}
+
+// notReplayableHeader marks a stored result whose response cannot be
+// replayed; its value says why. It is never sent to a client.
+const notReplayableHeader = "Idem-Not-Replayable"
+
+// New returns the middleware that gives the handlers it wraps the
+// Idempotency-Key protocol on engine e. Wrap a route or a sub-router with
+// a middleware of its own to give it other options. Bad options are an
+// error.
+func New(e *idem.Engine, o *Options) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(e, o)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(next, w, r) })
+	}, nil
+}
+
+type middleware struct {
+	e             *idem.Engine
+	methods       []string
+	requireKey    bool
+	tenant        func(*http.Request) (string, error)
+	fingerprint   func(*http.Request, []byte) string
+	maxBody       int64
+	maxBuffer     int
+	wait          time.Duration
+	failOpen      bool
+	replayHeaders []string // canonical names
+	store         func(int) bool
+	lease         time.Duration
+	retention     time.Duration
+	log           *slog.Logger
+	onOutcome     func(*http.Request, Outcome)
+
+	// finished wakes requests waiting (Options.Wait) for a key that a
+	// request of this middleware holds, as soon as it is finalized; waiters
+	// also poll the store, which covers keys held by other processes.
+	mu       sync.Mutex
+	finished map[idem.ID]chan struct{}
+}
+
+func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
+	if e == nil {
+		return nil, errors.New("idemhttp: New: nil engine")
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
+		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, store: o.Store,
+		lease: o.Lease, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
+	switch {
+	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.Lease < 0, o.Retention < 0:
+		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, Lease or Retention")
+	case o.Lease > 0 && o.Lease < time.Millisecond:
+		return nil, fmt.Errorf("idemhttp: New: Lease %v is under the 1ms resolution of stores", o.Lease)
+	case o.Tenant != nil && o.TenantHeader != "":
+		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
+	}
+	if m.methods == nil {
+		m.methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	for _, method := range m.methods {
+		if !validToken(method) {
+			return nil, fmt.Errorf("idemhttp: New: invalid method %q", method)
+		}
+	}
+	if o.TenantHeader != "" {
+		if !validToken(o.TenantHeader) {
+			return nil, fmt.Errorf("idemhttp: New: invalid TenantHeader %q", o.TenantHeader)
+		}
+		m.tenant = headerTenant(http.CanonicalHeaderKey(o.TenantHeader))
+	}
+	if m.tenant == nil {
+		m.tenant = credentialTenant
+	}
+	if m.fingerprint == nil {
+		m.fingerprint = Fingerprint
+	}
+	if m.maxBody == 0 {
+		m.maxBody = 1 << 20
+	}
+	if m.maxBuffer == 0 {
+		m.maxBuffer = 1 << 20
+	}
+	if m.store == nil {
+		m.store = StoreResult
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	for _, name := range defaultReplayHeaders {
+		m.replayHeaders = append(m.replayHeaders, http.CanonicalHeaderKey(name))
+	}
+	for _, name := range o.ReplayHeaders {
+		c := http.CanonicalHeaderKey(name)
+		if !validToken(name) || forbiddenReplayHeaders[c] {
+			return nil, fmt.Errorf("idemhttp: New: header %q may not be replayed", name)
+		}
+		m.replayHeaders = append(m.replayHeaders, c)
+	}
+	if m.wait > 0 {
+		m.finished = make(map[idem.ID]chan struct{})
+	}
+	return m, nil
+}
+
+// validToken reports whether s is an RFC 9110 token, as method and header
+// names are.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// credentialTenant is the default tenant: the hex SHA-256 of the
+// Authorization header values, "" without them.
+func credentialTenant(r *http.Request) (string, error) {
+	vs := r.Header["Authorization"]
+	if len(vs) == 0 {
+		return "", nil
+	}
+	h := sha256.New()
+	for _, v := range vs {
+		writeField(h, v)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func headerTenant(name string) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		vs := r.Header[name]
+		if len(vs) != 1 {
+			return "", fmt.Errorf("header %s must be sent once, it was sent %d times", name, len(vs))
+		}
+		return vs[0], nil
+	}
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease a handler runs under, if the
+// middleware acquired one for its request. Forward its fence with the
+// request's side effects (the gateway sends Idempotency-Fence upstream) so
+// that they can refuse a stale owner.
+func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
+	return l, ok
+}
+
+func (m *middleware) report(r *http.Request, o Outcome) {
+	if m.onOutcome != nil {
+		m.onOutcome(r, o)
+	}
+}
+
+func (m *middleware) reject(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
+	WriteProblem(w, status, code, detail)
+	m.report(r, OutcomeRejected)
+}
+
+func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	if !m.protects(r.Method) {
+		next.ServeHTTP(w, r)
+		m.report(r, OutcomePassed)
+		return
+	}
+	key, err := KeyFromHeader(r.Header)
+	switch {
+	case errors.Is(err, ErrNoKey) && !m.requireKey:
+		next.ServeHTTP(w, r)
+		m.report(r, OutcomePassed)
+		return
+	case errors.Is(err, ErrNoKey):
+		m.reject(w, r, http.StatusBadRequest, CodeKeyRequired, "this endpoint requires an Idempotency-Key header")
+		return
+	case err != nil:
+		m.reject(w, r, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+		return
+	}
+	tenant, err := m.tenant(r)
+	if err == nil {
+		err = idem.ValidateTenant(tenant)
+	}
+	if err != nil {
+		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
+		return
+	}
+	body, ok := m.readBody(w, r)
+	if !ok {
+		return
+	}
+	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), Lease: m.lease, Retention: m.retention}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+
+	// The work is detached from the client's cancellation: once it has
+	// started it runs to completion and is recorded, so that the client's
+	// retry gets the replay rather than a second execution.
+	ctx := context.WithoutCancel(r.Context())
+	att, err := m.e.Begin(ctx, req)
+	if err == nil && att.Outcome == idem.InFlight && m.wait > 0 {
+		att, err = m.waitTurn(ctx, r, req, att)
+	}
+	if err != nil {
+		m.beginFailed(next, w, r, err)
+		return
+	}
+	switch att.Outcome {
+	case idem.Acquired:
+		m.execute(next, w, r, att.Lease)
+	case idem.Replayed:
+		if reason := att.Result.Header.Get(notReplayableHeader); reason != "" {
+			WriteProblem(w, http.StatusUnprocessableEntity, CodeNotReplayable,
+				"the request with this key was processed, but its response ("+reason+") cannot be replayed; it will not run again")
+			m.report(r, OutcomeNotReplayable)
+			return
+		}
+		m.replay(w, att.Result)
+		m.report(r, OutcomeReplayed)
+	case idem.InFlight:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(att.RetryAfter)))
+		WriteProblem(w, http.StatusConflict, CodeKeyInFlight, "a request with this key is being processed; retry after its lease ends")
+		m.report(r, OutcomeConflict)
+	case idem.Mismatch:
+		WriteProblem(w, http.StatusUnprocessableEntity, CodeKeyMismatch, "this key was used for a request with a different method, path, query, content type or body")
+		m.report(r, OutcomeMismatch)
+	}
+}
+
+func (m *middleware) protects(method string) bool {
+	for _, p := range m.methods {
+		if p == method {
+			return true
+		}
+	}
+	return false
+}
+
+// readBody reads the whole request body, up to MaxBody, answering the
+// request itself when it cannot.
+func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	tooLarge := func() ([]byte, bool) {
+		m.reject(w, r, http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+			"the request body is over the limit of "+strconv.FormatInt(m.maxBody, 10)+" bytes")
+		return nil, false
+	}
+	if r.ContentLength > m.maxBody {
+		return tooLarge()
+	}
+	var body []byte
+	var err error
+	if r.ContentLength > 0 { // net/http stops the body at its announced length
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
+	}
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		return tooLarge()
+	}
+	if err != nil {
+		m.reject(w, r, http.StatusBadRequest, CodeBodyUnreadable, "reading the request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, idem.ErrInvalidKey):
+		m.reject(w, r, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+	case errors.Is(err, idem.ErrInvalidTenant):
+		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
+	case errors.Is(err, idem.ErrInvalidFingerprint):
+		m.log.Error("idemhttp: the Fingerprint function returned an unusable fingerprint", "err", err)
+		WriteProblem(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
+		m.report(r, OutcomeStoreError)
+	case m.failOpen:
+		m.log.Warn("idemhttp: store failed; running the handler unprotected (FailOpen)", "method", r.Method, "path", r.URL.Path, "err", err)
+		next.ServeHTTP(w, r)
+		m.report(r, OutcomeFailedOpen)
+	default:
+		m.log.Error("idemhttp: store failed; answering 503", "method", r.Method, "path", r.URL.Path, "err", err)
+		w.Header().Set("Retry-After", "1")
+		WriteProblem(w, http.StatusServiceUnavailable, CodeStoreUnavailable, "the idempotency store is unavailable; the request was not processed")
+		m.report(r, OutcomeStoreError)
+	}
+}
+
+// retryAfterSeconds rounds up, so a client never comes back before the
+// lease ends, and is at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// waitTurn waits up to m.wait for the in-flight request to finish and
+// returns the attempt that ends the wait: a replay, a lease of our own
+// (the other request released the key), a mismatch, or still in flight
+// when the wait is over or the client has gone.
+func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Request, att idem.Attempt) (_ idem.Attempt, err error) {
+	deadline := time.Now().Add(m.wait)
+	poll := 5 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	// A waiter that gives up drops the key's wake-up channel, so that keys
+	// held by other processes leave nothing behind; the other waiters of
+	// the key wake once, find it still in flight and wait on.
+	defer func() {
+		if att.Outcome == idem.InFlight {
+			m.wakeWaiters(req.ID())
+		}
+	}()
+	for att.Outcome == idem.InFlight {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return att, nil
+		}
+		timer.Reset(min(poll, left))
+		select {
+		case <-r.Context().Done():
+			return att, nil
+		case <-m.finishedChan(req.ID()):
+		case <-timer.C:
+		}
+		poll = min(2*poll, 100*time.Millisecond)
+		if att, err = m.e.Begin(ctx, req); err != nil {
+			return att, err
+		}
+	}
+	return att, nil
+}
+
+func (m *middleware) finishedChan(id idem.ID) chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ch, ok := m.finished[id]
+	if !ok {
+		ch = make(chan struct{})
+		m.finished[id] = ch
+	}
+	return ch
+}
+
+func (m *middleware) wakeWaiters(id idem.ID) {
+	if m.finished == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ch, ok := m.finished[id]; ok {
+		close(ch)
+		delete(m.finished, id)
+	}
+}
+
+// replay answers with a stored result, marked Idempotent-Replayed.
+func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
+	h := w.Header()
+	for _, name := range m.replayHeaders {
+		if vs, ok := res.Header[name]; ok {
+			h[name] = vs
+		}
+	}
+	h.Set(HeaderReplayed, "true")
+	w.WriteHeader(res.Status)
+	w.Write(res.Body)
+}
+
+// execute runs the handler under the lease and records what it answered.
+func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
+	// Finalize on a context of its own: the result is recorded even when
+	// the client has gone.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idem.FinalizeTimeout)
+	defer cancel()
+	id := l.Ref().ID
+	c := &capture{ResponseWriter: w, m: m}
+	finished := false
+	defer func() {
+		if !finished { // the handler panicked (or called runtime.Goexit): release, and let the panic go on
+			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
+			m.wakeWaiters(id)
+		}
+	}()
+	next.ServeHTTP(c, r.WithContext(context.WithValue(l.Context(), leaseKey{}, l)))
+	finished = true
+	m.finalize(ctx, r, l, c)
+	m.wakeWaiters(id)
+}
+
+// finalize stores the captured response or releases the key, exactly once.
+func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture) {
+	status := c.finalStatus()
+	switch {
+	case c.hijacked:
+		m.finalizeErr(r, l.Complete(ctx, notReplayable(0, "the connection was hijacked")), OutcomeExecuted)
+	case !m.store(status):
+		m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
+	case c.overflow:
+		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
+	default:
+		err := l.Complete(ctx, idem.Result{Status: status, Header: c.header, Body: c.body})
+		if errors.Is(err, idem.ErrResultTooLarge) { // the engine's bound is below MaxResponseBuffer
+			err = l.Complete(ctx, notReplayable(status, "larger than the store's result limit"))
+		}
+		m.finalizeErr(r, err, OutcomeExecuted)
+	}
+}
+
+func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {
+	switch {
+	case err == nil:
+		m.report(r, ok)
+	case errors.Is(err, idem.ErrLeaseLost): // the engine logged it; the new owner's record is untouched
+		m.report(r, OutcomeLeaseLost)
+	default:
+		m.log.Error("idemhttp: recording the result failed; the key stays in flight until its lease ends",
+			"method", r.Method, "path", r.URL.Path, "err", err)
+		m.report(r, OutcomeStoreError)
+	}
+}
+
+func notReplayable(status int, reason string) idem.Result {
+	if status != 0 {
+		reason = "status " + strconv.Itoa(status) + ", " + reason
+	}
+	return idem.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
+}

@@ -1,0 +1,63 @@
+package idemhttp
+
+import "strconv"
+
+// Outcome is what the middleware did with one request, reported to
+// Options.OnOutcome for metrics. Its String is the metric label.
+type Outcome uint8
+
+const (
+	// OutcomePassed: not an idempotent request (another method, or no key
+	// and RequireKey off); the handler ran unprotected.
+	OutcomePassed Outcome = iota + 1
+	// OutcomeExecuted: the handler ran under a lease and its result was
+	// stored (possibly as not replayable).
+	OutcomeExecuted
+	// OutcomeReleased: the handler ran and failed in a retryable way (the
+	// Store policy said so, or it panicked); the key was released.
+	OutcomeReleased
+	// OutcomeReplayed: the stored result was replayed; the handler did not run.
+	OutcomeReplayed
+	// OutcomeConflict: another request with the key was in flight: 409.
+	OutcomeConflict
+	// OutcomeMismatch: the key was used for a different request: 422.
+	OutcomeMismatch
+	// OutcomeNotReplayable: the key's request ran, but its response was
+	// hijacked or streamed past the buffer: 422.
+	OutcomeNotReplayable
+	// OutcomeRejected: bad input (key, tenant, body): 400 or 413.
+	OutcomeRejected
+	// OutcomeStoreError: the store failed, at the start (503, the handler
+	// did not run) or when storing the result (the key stays PROCESSING
+	// until its lease ends).
+	OutcomeStoreError
+	// OutcomeFailedOpen: the store failed and FailOpen ran the handler
+	// without protection.
+	OutcomeFailedOpen
+	// OutcomeLeaseLost: the handler ran but its lease was lost (expired
+	// and taken over, or the key deleted); its result was not stored and
+	// the other owner's record was left untouched.
+	OutcomeLeaseLost
+)
+
+var outcomeNames = [...]string{
+	OutcomePassed:        "passed",
+	OutcomeExecuted:      "executed",
+	OutcomeReleased:      "released",
+	OutcomeReplayed:      "replayed",
+	OutcomeConflict:      "conflict",
+	OutcomeMismatch:      "mismatch",
+	OutcomeNotReplayable: "not_replayable",
+	OutcomeRejected:      "rejected",
+	OutcomeStoreError:    "store_error",
+	OutcomeFailedOpen:    "failed_open",
+	OutcomeLeaseLost:     "lease_lost",
+}
+
+// String returns the outcome's metric label, e.g. "replayed".
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}

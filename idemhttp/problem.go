@@ -1,0 +1,67 @@
+package idemhttp
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// ProblemTypeBase starts the `type` URI of every problem response; the code
+// follows it as the fragment. docs/problems.md describes each code.
+const ProblemTypeBase = "https://github.com/idemkit/idem/blob/main/docs/problems.md#"
+
+// The stable, machine-readable codes of the problem responses the
+// middleware writes. Clients branch on the code, never on the detail text.
+const (
+	CodeKeyRequired      = "key_required"      // 400: RequireKey and no Idempotency-Key header
+	CodeKeyInvalid       = "key_invalid"       // 400: empty, too long, bad characters, or sent twice
+	CodeTenantInvalid    = "tenant_invalid"    // 400: the tenant could not be derived from the request
+	CodeBodyUnreadable   = "body_unreadable"   // 400: reading the request body failed
+	CodeBodyTooLarge     = "body_too_large"    // 413: the body is over Options.MaxBody
+	CodeKeyInFlight      = "key_in_flight"     // 409: another request with the key is running; see Retry-After
+	CodeKeyMismatch      = "key_mismatch"      // 422: the key was used for a different request
+	CodeNotReplayable    = "not_replayable"    // 422: the key's request ran, but its response cannot be replayed
+	CodeStoreUnavailable = "store_unavailable" // 503: the idempotency store failed; the handler did not run
+	CodeInternal         = "internal"          // 500: a misconfiguration, e.g. a Fingerprint function returning bad output
+)
+
+var problemTitles = map[string]string{
+	CodeKeyRequired:      "Idempotency-Key header required",
+	CodeKeyInvalid:       "Invalid Idempotency-Key header",
+	CodeTenantInvalid:    "Invalid tenant",
+	CodeBodyUnreadable:   "Request body could not be read",
+	CodeBodyTooLarge:     "Request body too large",
+	CodeKeyInFlight:      "A request with this Idempotency-Key is in progress",
+	CodeKeyMismatch:      "Idempotency-Key reused with a different request",
+	CodeNotReplayable:    "The response of this Idempotency-Key cannot be replayed",
+	CodeStoreUnavailable: "Idempotency store unavailable",
+	CodeInternal:         "Internal error",
+}
+
+// Problem is the body of a problem response (RFC 9457) with the extension
+// member `code`.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+}
+
+// WriteProblem answers with an application/problem+json body for code, the
+// title that belongs to it (the status text for codes of its caller's own)
+// and detail, marked Cache-Control: no-store so no cache keeps an error in
+// place of the real answer. Headers set before the call (Retry-After) are
+// kept.
+func WriteProblem(w http.ResponseWriter, status int, code, detail string) {
+	title, ok := problemTitles[code]
+	if !ok {
+		title = http.StatusText(status)
+	}
+	body, _ := json.Marshal(Problem{Type: ProblemTypeBase + code, Title: title, Status: status, Detail: detail, Code: code})
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Cache-Control", "no-store")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
