@@ -279,12 +279,15 @@ type Lease struct {
 	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
 	cancel context.CancelCauseFunc
 
-	stopHeartbeat context.CancelFunc
-	heartbeatDone chan struct{}
-	stopOnce      sync.Once
-
 	start    time.Time    // before the acquire was sent; carries the monotonic clock
 	deadline atomic.Int64 // the local lease deadline, in nanoseconds since start
+
+	// The heartbeat is one timer, not a goroutine: most work ends before
+	// the first renewal is due, and then the lease cost nothing but the timer.
+	hb          sync.Mutex // guards the heartbeat's state; not held during the store call
+	hbTimer     *time.Timer
+	hbStopped   bool
+	hbCallAbort context.CancelFunc // aborts the renewal in flight, if any
 
 	mu     sync.Mutex // serialises Complete and Release
 	closed bool
@@ -295,11 +298,11 @@ var errLeaseFinished = errors.New("idem: lease finished")
 
 func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
-	hbCtx, stop := context.WithCancel(ctx)
-	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel,
-		stopHeartbeat: stop, heartbeatDone: make(chan struct{}), start: start}
+	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel, start: start}
 	l.deadline.Store(int64(lease))
-	go l.heartbeat(hbCtx, start.Add(lease))
+	l.hb.Lock()
+	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
+	l.hb.Unlock()
 	return l
 }
 
@@ -326,66 +329,80 @@ func (l *Lease) Check() error {
 	if err := l.ctx.Err(); err != nil {
 		return context.Cause(l.ctx)
 	}
-	if time.Since(l.start) >= time.Duration(l.deadline.Load()) {
+	if l.untilDeadline() <= 0 {
 		return ErrLeaseExpired
 	}
 	return nil
 }
 
-// heartbeat extends the lease every RenewEvery until stopped, and cancels
-// the work's context when the lease is lost or its deadline passes. The
-// deadline is kept by the local monotonic clock, counted from before the
-// store saw the request, so it never ends later than the store's.
-func (l *Lease) heartbeat(ctx context.Context, deadline time.Time) {
-	defer close(l.heartbeatDone)
-	expiry := time.NewTimer(time.Until(deadline))
-	defer expiry.Stop()
-	var tick <-chan time.Time
-	if l.e.renew > 0 {
-		t := time.NewTicker(l.e.renew)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-expiry.C:
-			l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-			l.e.leaseEvent(l.ref.ID, LeaseExpired)
-			l.cancel(ErrLeaseExpired)
-			return
-		case <-tick:
-			sent := time.Now()
-			callCtx, cancel := context.WithDeadline(ctx, deadline)
-			err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
-			cancel()
-			l.e.observe(ctx, "extend", sent, err)
-			switch {
-			case err == nil:
-				deadline = sent.Add(l.lease)
-				l.deadline.Store(int64(deadline.Sub(l.start)))
-				expiry.Reset(time.Until(deadline))
-				l.e.leaseEvent(l.ref.ID, LeaseRenewed)
-			case errors.Is(err, ErrLeaseLost):
-				l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-				l.e.leaseEvent(l.ref.ID, LeaseLost)
-				l.cancel(ErrLeaseLost)
-				return
-			case ctx.Err() != nil:
-				return
-			default: // a store hiccup: try again on the next tick, until the deadline
-				l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
-			}
-		}
-	}
+func (l *Lease) untilDeadline() time.Duration {
+	return time.Duration(l.deadline.Load()) - time.Since(l.start)
 }
 
+// nextBeat is when the heartbeat next has something to do: renew, or, when
+// renewal is off or the deadline comes first, end the lease.
+func (l *Lease) nextBeat() time.Duration {
+	left := l.untilDeadline()
+	if l.e.renew > 0 && l.e.renew < left {
+		return l.e.renew
+	}
+	return max(left, 0)
+}
+
+// beat runs on the heartbeat timer: it extends the lease, and cancels the
+// work's context when the lease is lost or its deadline passes. The deadline
+// is kept by the local monotonic clock, counted from before the store saw
+// the request, so it never ends later than the store's.
+func (l *Lease) beat() {
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	if l.hbStopped || l.ctx.Err() != nil {
+		return
+	}
+	if l.untilDeadline() <= 0 {
+		l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseExpired)
+		l.cancel(ErrLeaseExpired)
+		return
+	}
+	callCtx, abort := context.WithDeadline(l.ctx, l.start.Add(time.Duration(l.deadline.Load())))
+	l.hbCallAbort = abort
+	sent := time.Now()
+	l.hb.Unlock() // stop may run meanwhile: it aborts the call
+	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
+	l.hb.Lock()
+	abort()
+	l.hbCallAbort = nil
+	l.e.observe(l.ctx, "extend", sent, err)
+	switch {
+	case l.hbStopped || l.ctx.Err() != nil:
+		return
+	case err == nil:
+		l.deadline.Store(int64(sent.Sub(l.start) + l.lease))
+		l.e.leaseEvent(l.ref.ID, LeaseRenewed)
+	case errors.Is(err, ErrLeaseLost):
+		l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseLost)
+		l.cancel(ErrLeaseLost)
+		return
+	default: // a store hiccup: try again at the next beat, until the deadline
+		l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
+	}
+	l.hbTimer.Reset(l.nextBeat())
+}
+
+// stop ends the heartbeat. A renewal in flight is aborted and its answer
+// ignored; should it still land, it cannot touch a record that was completed
+// or released since, because the owner and fence no longer match a
+// PROCESSING record.
 func (l *Lease) stop() {
-	l.stopOnce.Do(func() {
-		l.stopHeartbeat()
-		<-l.heartbeatDone
-	})
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	l.hbStopped = true
+	l.hbTimer.Stop()
+	if l.hbCallAbort != nil {
+		l.hbCallAbort()
+	}
 }
 
 // finalizeAttempts bounds how often Complete and Release retry a store

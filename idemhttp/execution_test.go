@@ -22,7 +22,7 @@ import (
 // every request of a burst has reached the store.
 type acquireCounter struct{ n atomic.Int64 }
 
-func (c *acquireCounter) StoreCall(op string, _ time.Duration, _ error) {
+func (c *acquireCounter) StoreCall(_ context.Context, op string, _ time.Duration, _ error) {
 	if op == "acquire" {
 		c.n.Add(1)
 	}

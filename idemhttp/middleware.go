@@ -416,11 +416,19 @@ func retryAfterSeconds(d time.Duration) int {
 // returns the attempt that ends the wait: a replay, a lease of our own
 // (the other request released the key), a mismatch, or still in flight
 // when the wait is over or the client has gone.
-func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Request, att idem.Attempt) (idem.Attempt, error) {
+func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Request, att idem.Attempt) (_ idem.Attempt, err error) {
 	deadline := time.Now().Add(m.wait)
 	poll := 5 * time.Millisecond
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	// A waiter that gives up drops the key's wake-up channel, so that keys
+	// held by other processes leave nothing behind; the other waiters of
+	// the key wake once, find it still in flight and wait on.
+	defer func() {
+		if att.Outcome == idem.InFlight {
+			m.wakeWaiters(req.ID())
+		}
+	}()
 	for att.Outcome == idem.InFlight {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -434,7 +442,6 @@ func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Req
 		case <-timer.C:
 		}
 		poll = min(2*poll, 100*time.Millisecond)
-		var err error
 		if att, err = m.e.Begin(ctx, req); err != nil {
 			return att, err
 		}
