@@ -196,9 +196,12 @@ func post(t *testing.T, base, key, body string, hdr ...string) answer {
 // storeURIs are the stores the end-to-end tests run on.
 func storeURIs(t *testing.T) map[string]string {
 	testenv.Redis(t) // fails under CI, skips elsewhere, when Redis is down
+	testenv.Postgres(t)
 	return map[string]string{
-		"memory": "memory",
-		"redis":  testenv.RedisURL(),
+		"memory":   "memory",
+		"redis":    testenv.RedisURL(),
+		"postgres": testenv.DatabaseURL(),
+		"layered":  testenv.RedisURL() + "+" + testenv.DatabaseURL(),
 	}
 }
 
@@ -234,8 +237,14 @@ func TestBurstExecutesOnce(t *testing.T) {
 }
 
 func TestReplayAcrossRestartAndGateways(t *testing.T) {
-	uri := testenv.RedisURL()
-	testenv.Redis(t)
+	for name, uri := range storeURIs(t) {
+		if name != "memory" {
+			t.Run(name, func(t *testing.T) { testSharedStore(t, uri) })
+		}
+	}
+}
+
+func testSharedStore(t *testing.T, uri string) {
 	up := newUpstream(t, 100*time.Millisecond)
 	g1 := startGateway(t, "--upstream", up.URL, "--store", uri)
 	g2 := startGateway(t, "--upstream", up.URL, "--store", uri)
@@ -441,5 +450,31 @@ func TestDemoShowsOneChargePerKey(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "exactly one charge per key") {
 		t.Fatalf("demo output:\n%s", out)
+	}
+}
+
+func TestProbePassesAgainstTheGateway(t *testing.T) {
+	up := newUpstream(t, 50*time.Millisecond)
+	g := startGateway(t, "--upstream", up.URL, "--require-key")
+	out, err := exec.Command(binary, "probe", "--credential", "Bearer alice", "--credential2", "Bearer bob", "http://"+g.addr+"/charges").CombinedOutput()
+	if err != nil || strings.Contains(string(out), "FAIL") {
+		t.Fatalf("idem probe against idem serve: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "PASS") {
+		t.Fatalf("probe printed no passing check:\n%s", out)
+	}
+	// The probe exits 1 against an API that ignores the key.
+	naive := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"charge":%q}`, time.Now().String())
+	}))
+	defer naive.Close()
+	out, err = exec.Command(binary, "probe", naive.URL).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "FAIL") {
+		t.Fatalf("probe against an API without idempotency: %v\n%s; want FAIL lines and exit 1", err, out)
+	}
+	out, err = exec.Command(binary, "probe", "http://192.0.2.1/charges").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "i-own-this-target") {
+		t.Fatalf("probe of a remote target without --i-own-this-target: %v\n%s", err, out)
 	}
 }

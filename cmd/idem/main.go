@@ -3,6 +3,8 @@
 //	idem serve --upstream URL [flags]   an idempotency gateway in front of any HTTP API
 //	idem demo                           the gateway in front of a toy payment API, under a burst of retries
 //	idem keys get|delete TENANT KEY     inspect or invalidate a key in a store
+//	idem migrate --store postgres://... create or update the PostgreSQL store's tables
+//	idem probe URL                      test whether an API honours Idempotency-Key
 //	idem version                        the version
 //
 // Every flag can also be set by an environment variable: IDEM_ and the flag
@@ -33,6 +35,8 @@ var commands = map[string]command{
 	"serve":   {"run the idempotency gateway in front of an upstream HTTP API", runServe},
 	"demo":    {"run the gateway in front of a toy payment API and fire duplicate requests at it", runDemo},
 	"keys":    {"inspect (get) or invalidate (delete) a key in a store", runKeys},
+	"migrate": {"create or update the PostgreSQL store's tables", runMigrate},
+	"probe":   {"test whether an HTTP API honours Idempotency-Key (exits 1 on a violation)", runProbe},
 	"version": {"print the version", runVersion},
 }
 
