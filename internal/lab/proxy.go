@@ -15,6 +15,7 @@ const (
 	replyPass  replyFault = iota // forward
 	replyDrop                    // swallow every second reply and cut its connection: the command ran, the client never hears
 	replyDelay                   // forward after proxy.delay
+	linkCut                      // cut every connection and refuse new ones: a partition
 )
 
 // proxy is a fault-injecting TCP proxy on loopback between workers and a
@@ -44,7 +45,16 @@ func newProxy(upstream string, delay time.Duration) (*proxy, error) {
 
 func (p *proxy) addr() string { return p.ln.Addr().String() }
 
-func (p *proxy) set(f replyFault) { p.fault.Store(int32(f)) }
+func (p *proxy) set(f replyFault) {
+	p.fault.Store(int32(f))
+	if f == linkCut {
+		p.mu.Lock()
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+	}
+}
 
 func (p *proxy) accept() {
 	defer p.wg.Done()
@@ -52,6 +62,10 @@ func (p *proxy) accept() {
 		c, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if replyFault(p.fault.Load()) == linkCut {
+			c.Close()
+			continue
 		}
 		s, err := net.Dial("tcp", p.upstream)
 		if err != nil {

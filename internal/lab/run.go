@@ -166,9 +166,6 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, e
 	if err != nil {
 		return Counts{}, fmt.Errorf("lab: read the ledger: %w", err)
 	}
-	if debugCalls != nil {
-		debugCalls(env.Provider.Calls(), r.hist.all())
-	}
 	return check(keys, r.hist.all(), env.Provider.Calls(), rows, int(env.Fenced.Load())), nil
 }
 
@@ -248,4 +245,4 @@ var ErrUnknownImpl = errors.New("lab: unknown implementation")
 func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
 	return idem.New(s, &idem.Options{Lease: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 }
-var debugCalls func([]call, []Op)
+

@@ -3,9 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,7 +83,7 @@ func scenarios() []*scenario {
 		},
 		{
 			name:    "failover",
-			vector:  "own primary + replica; the replica is SIGSTOPped (writes stop replicating), the primary SIGKILLed, the replica promoted with REPLICAOF NO ONE",
+			vector:  "own primary + replica; the replication link is cut (writes stop replicating), the primary SIGKILLed, the replica promoted with REPLICAOF NO ONE",
 			impls:   withKey,
 			prepare: prepareFailover,
 		},
@@ -136,16 +135,25 @@ func after(ctx context.Context, d time.Duration) error {
 }
 
 func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
-	primary, err := startRedis(ctx, lb.tmp, nil)
+	primary, err := startRedis(ctx, lb.tmp, nil, "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return runSetup{}, err
 	}
-	replica, err := startRedis(ctx, lb.tmp, nil, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	// The replica replicates through a proxy, so the lab can cut the link:
+	// stopping the replica would not do, the kernel would buffer the stream.
+	link, err := newProxy(primary.addr(), 0)
 	if err != nil {
 		primary.kill()
 		return runSetup{}, err
 	}
-	cleanup := func() { primary.kill(); replica.kill() }
+	_, linkPort, _ := net.SplitHostPort(link.addr())
+	replica, err := startRedis(ctx, lb.tmp, nil, "--replicaof", "127.0.0.1", linkPort)
+	if err != nil {
+		primary.kill()
+		link.close()
+		return runSetup{}, err
+	}
+	cleanup := func() { primary.kill(); replica.kill(); link.close() }
 	if err := waitReplicated(ctx, replica.addr()); err != nil {
 		cleanup()
 		return runSetup{}, err
@@ -157,12 +165,11 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 		if err := after(ctx, S/5); err != nil {
 			return err
 		}
-		replica.signal(syscall.SIGSTOP) // from here on, writes to the primary do not replicate
+		link.set(linkCut) // from here on, writes acknowledged by the primary do not replicate
 		if err := after(ctx, S/2); err != nil {
 			return err
 		}
 		primary.kill()
-		replica.signal(syscall.SIGCONT)
 		c := redis.NewClient(&redis.Options{Addr: replica.addr(), MaxRetries: -1})
 		defer c.Close()
 		if err := c.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
@@ -250,4 +257,3 @@ func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, er
 func tempDir() (string, error) {
 	return os.MkdirTemp("", "idem-lab-")
 }
-
