@@ -14,7 +14,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var soak = flag.Bool("lab.long", false, "run the long soak (TestSoak) instead of skipping it")
+var (
+	table = flag.Bool("lab.table", false, "run TestTable: every scenario, and print the table")
+	long  = flag.Bool("lab.long", false, "with -lab.table: the long soak")
+	runs  = flag.Int("lab.runs", 0, "with -lab.table: runs per scenario and implementation (0: 1, or 5 with -lab.long)")
+)
 
 func config(t *testing.T) Config {
 	t.Helper()
@@ -152,16 +156,20 @@ func TestUnknownScenario(t *testing.T) {
 	}
 }
 
-// TestSoak is the long version of every scenario: go test -run TestSoak -lab.long -v ./internal/lab
-func TestSoak(t *testing.T) {
-	if !*soak {
-		t.Skip("the soak runs with -lab.long")
+// TestTable prints the lab's table over every scenario, for
+// docs/failure-model.md and the soak (Makefile: lab-soak):
+//
+//	go test ./internal/lab -run TestTable -v -timeout 30m -lab.table [-lab.long] [-lab.runs N]
+func TestTable(t *testing.T) {
+	if !*table {
+		t.Skip("the full table runs with -lab.table")
 	}
 	cfg := config(t)
-	cfg.Long = true
+	cfg.Long, cfg.Runs = *long, *runs
 	var buf bytes.Buffer
-	if err := Main(context.Background(), &buf, cfg); err != nil {
+	err := Main(context.Background(), &buf, cfg)
+	t.Log("\n" + buf.String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Log("\n" + buf.String())
 }

@@ -34,7 +34,6 @@ const workersPerRun = 3
 
 // lab holds what every run of one Main shares.
 type lab struct {
-	cfg   Config
 	redis *redis.Options // the shared Redis
 	pg    *pgLab
 	tmp   string // a temp dir for the servers the lab starts
@@ -245,4 +244,3 @@ var ErrUnknownImpl = errors.New("lab: unknown implementation")
 func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
 	return idem.New(s, &idem.Options{Lease: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 }
-

@@ -172,7 +172,7 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 		primary.kill()
 		c := redis.NewClient(&redis.Options{Addr: replica.addr(), MaxRetries: -1})
 		defer c.Close()
-		if err := c.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 			return fmt.Errorf("promote the replica: %w", err)
 		}
 		ep.set(replica.addr())
@@ -251,9 +251,4 @@ func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, er
 		}
 		return runSetup{ep: ep, fault: fault, cleanup: p.close}, nil
 	}
-}
-
-// tempDir makes the directory for the servers of one Main.
-func tempDir() (string, error) {
-	return os.MkdirTemp("", "idem-lab-")
 }
