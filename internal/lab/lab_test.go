@@ -136,6 +136,25 @@ func TestDelayedReplies(t *testing.T) {
 	guarded(t, rows)
 }
 
+func TestPGKill(t *testing.T) {
+	rows := runScenario(t, "pg-kill")
+	guarded(t, rows)
+	// The charge is outside the database transaction: a retry charges
+	// again, and only the provider's own key stops it.
+	if r := rows[implIdemRedisPG]; r.DoubleExec == 0 {
+		t.Errorf("%s: no double charge: the terminated backend did not bite", implIdemRedisPG)
+	}
+	if r := rows[implPGKey]; r.DoubleExec != 0 || r.DoubleEffects != 0 || r.LostResults != 0 {
+		t.Errorf("%s: %d double executions, %d double effects, %d lost results; want 0", implPGKey, r.DoubleExec, r.DoubleEffects, r.LostResults)
+	}
+}
+
+func TestPGLostCommit(t *testing.T) {
+	rows := runScenario(t, "pg-lost-commit")
+	guarded(t, rows)
+	noDoubleExec(t, rows, implIdemRedisPG)
+}
+
 func TestBurst(t *testing.T) {
 	rows := runScenario(t, "burst")
 	for impl, r := range rows {

@@ -126,21 +126,29 @@ func (plainEffect) Abort(context.Context) {}
 // guardLedger is the PostgreSQL guardrail: the key's row is inserted in the
 // worker's transaction before the provider call, so a second owner blocks
 // on it and then sees the committed effect instead of charging again.
-type guardLedger struct{ pg *pgLab }
+type guardLedger struct {
+	pg   *pgLab
+	pool *pgxpool.Pool // the workers' connections: pg.pool, or a pool through a fault proxy
+}
 
 func (l guardLedger) Rows(ctx context.Context, tenant string) (map[string]int, error) {
 	return l.pg.rows(ctx, "guarded", tenant)
 }
 
 func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64) (Effect, error) {
-	tx, err := l.pg.pool.Begin(ctx)
+	tx, err := l.pool.Begin(ctx)
 	if err != nil {
+		return nil, err
+	}
+	var pid uint32
+	if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	tag, err := tx.Exec(ctx, `INSERT INTO `+l.pg.schema+`.guarded (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)
 		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`, tenant, key, fence)
 	if err == nil && tag.RowsAffected() == 1 {
-		return guardEffect{l.pg, tx, tenant, key}, nil
+		return guardEffect{pg: l.pg, tx: tx, pid: pid, tenant: tenant, key: key}, nil
 	}
 	tx.Rollback(context.WithoutCancel(ctx))
 	if err != nil {
@@ -148,7 +156,7 @@ func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64)
 	}
 	var held int64
 	var charge *string
-	err = l.pg.pool.QueryRow(ctx, `SELECT fence, charge FROM `+l.pg.schema+`.guarded WHERE tenant_id = $1 AND idempotency_key = $2`,
+	err = l.pool.QueryRow(ctx, `SELECT fence, charge FROM `+l.pg.schema+`.guarded WHERE tenant_id = $1 AND idempotency_key = $2`,
 		tenant, key).Scan(&held, &charge)
 	switch {
 	case err != nil:
@@ -162,8 +170,12 @@ func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64)
 }
 
 type guardEffect struct {
-	pg          *pgLab
-	tx          pgx.Tx
+	pg  *pgLab
+	tx  pgx.Tx
+	pid uint32 // the backend serving tx, for the pg-kill scenario
+	// atCommit, when not nil, is called around the COMMIT (true before,
+	// false after), for the pg-lost-commit scenario.
+	atCommit    func(before bool)
 	tenant, key string
 }
 
@@ -172,6 +184,10 @@ func (e guardEffect) Commit(ctx context.Context, charge string) error {
 		e.tenant, e.key, charge); err != nil {
 		e.tx.Rollback(context.WithoutCancel(ctx))
 		return err
+	}
+	if e.atCommit != nil {
+		e.atCommit(true)
+		defer e.atCommit(false)
 	}
 	return e.tx.Commit(ctx)
 }

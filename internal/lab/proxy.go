@@ -12,10 +12,11 @@ import (
 type replyFault int32
 
 const (
-	replyPass  replyFault = iota // forward
-	replyDrop                    // swallow every second reply and cut its connection: the command ran, the client never hears
-	replyDelay                   // forward after proxy.delay
-	linkCut                      // cut every connection and refuse new ones: a partition
+	replyPass    replyFault = iota // forward
+	replyDrop                      // swallow every second reply and cut its connection: the command ran, the client never hears
+	replyDelay                     // forward after proxy.delay
+	linkCut                        // cut every connection and refuse new ones: a partition
+	replyDropAll                   // swallow every reply and cut its connection
 )
 
 // proxy is a fault-injecting TCP proxy on loopback between workers and a
@@ -98,6 +99,8 @@ func (p *proxy) pump(client, server net.Conn) {
 				if p.replies.Add(1)%2 == 0 {
 					return
 				}
+			case replyDropAll:
+				return
 			case replyDelay:
 				time.Sleep(p.delay)
 			}

@@ -22,12 +22,13 @@ import (
 
 // Implementations a scenario can run.
 const (
-	implNaive       = "naive"         // SET lock NX EX, blind SET of the response
-	implNaiveDel    = "naive-del"     // the same, plus a blind DEL of the lock at the end
-	implIdemMemory  = "idem-memory"   // idem on store/memstore, shared in-process
-	implIdemRedis   = "idem-redis"    // idem on store/redisstore
-	implIdemRedisPG = "idem-redis+pg" // idem on Redis plus the PostgreSQL ledger guardrail
-	implProviderKey = "idem-redis+provider-key"
+	implNaive       = "naive"                   // SET lock NX EX, blind SET of the response
+	implNaiveDel    = "naive-del"               // the same, plus a blind DEL of the lock at the end
+	implIdemMemory  = "idem-memory"             // idem on store/memstore, shared in-process
+	implIdemRedis   = "idem-redis"              // idem on store/redisstore
+	implIdemRedisPG = "idem-redis+pg"           // idem on Redis plus the PostgreSQL ledger guardrail
+	implProviderKey = "idem-redis+provider-key" // idem-redis, and the provider deduplicates by key
+	implPGKey       = "idem-redis+pg+provider-key"
 )
 
 const workersPerRun = 3
@@ -44,7 +45,9 @@ type lab struct {
 // runSetup is what a scenario prepares for one run.
 type runSetup struct {
 	ep      *endpoint
-	fault   func(ctx context.Context) error // injected while clients run; nil: none
+	guard   Ledger                                                 // nil: the guarded ledger on the lab's pool
+	charged func(ctx context.Context, key string, e Effect) Effect // nil: nothing; called once per key after its first charge, returns the effect to commit
+	fault   func(ctx context.Context) error                        // injected while clients run; nil: none
 	cleanup func()
 }
 
@@ -66,7 +69,7 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, e
 		Tenant:   "run-" + strings.ToLower(rand.Text()[:10]),
 		Prefix:   "idemlab:" + rand.Text()[:10] + ":",
 		Lease:    L,
-		Provider: newProvider(impl == implProviderKey, nil),
+		Provider: newProvider(strings.HasSuffix(impl, "+provider-key"), nil),
 		Fenced:   new(atomic.Int64),
 	}
 	if sc.plan != nil {
@@ -76,8 +79,25 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, e
 		env.Pause = sc.pause(L)
 	}
 	env.Ledger = plainLedger{lb.pg}
-	if impl == implIdemRedisPG {
-		env.Ledger = guardLedger{lb.pg}
+	if strings.HasPrefix(impl, implIdemRedisPG) {
+		env.Ledger = guardLedger{pg: lb.pg, pool: lb.pg.pool}
+		if setup.guard != nil {
+			env.Ledger = setup.guard
+		}
+	}
+	if setup.charged != nil {
+		var mu sync.Mutex
+		seen := map[string]bool{}
+		env.Charged = func(ctx context.Context, key string, e Effect) Effect {
+			mu.Lock()
+			first := !seen[key]
+			seen[key] = true
+			mu.Unlock()
+			if !first {
+				return e
+			}
+			return setup.charged(ctx, key, e)
+		}
 	}
 	env.NewRedis = func() *redis.Client {
 		o := *lb.redis
@@ -221,7 +241,7 @@ func newWorker(impl string, id int, env *workerEnv) (worker, error) {
 	case implIdemMemory:
 		eng, err := newEngine(gatedStore{env.Memory, g}, env.Lease)
 		return &idemWorker{id: id, env: env, eng: eng, g: g}, err
-	case implIdemRedis, implIdemRedisPG, implProviderKey:
+	case implIdemRedis, implIdemRedisPG, implProviderKey, implPGKey:
 		rdb := env.NewRedis()
 		st, err := redisstore.New(rdb, &redisstore.Options{Prefix: env.Prefix})
 		if err != nil {

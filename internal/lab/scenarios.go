@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -110,6 +113,18 @@ func scenarios() []*scenario {
 			vector:  "the proxy delays every reply by 1.5 leases, for a third of the run",
 			impls:   allRedis,
 			prepare: prepareProxy(replyDelay),
+		},
+		{
+			name:    "pg-kill",
+			vector:  "after the charge, the worker's PostgreSQL backend is terminated (pg_terminate_backend) before COMMIT",
+			impls:   []string{implIdemRedisPG, implPGKey},
+			prepare: preparePGKill,
+		},
+		{
+			name:    "pg-lost-commit",
+			vector:  "the reply to the worker's COMMIT is lost (a TCP proxy in front of PostgreSQL cuts the connection): committed, but the worker does not know",
+			impls:   []string{implIdemRedisPG},
+			prepare: preparePGLostCommit,
 		},
 		{
 			name:          "burst",
@@ -251,4 +266,56 @@ func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, er
 		}
 		return runSetup{ep: ep, fault: fault, cleanup: p.close}, nil
 	}
+}
+
+func preparePGKill(ctx context.Context, lb *lab) (runSetup, error) {
+	setup := runSetup{ep: &endpoint{}}
+	setup.ep.set(lb.redis.Addr)
+	setup.charged = func(ctx context.Context, key string, e Effect) Effect {
+		if g, ok := e.(guardEffect); ok {
+			lb.pg.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1)`, g.pid)
+		}
+		return e
+	}
+	return setup, nil
+}
+
+func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
+	cfg := lb.pg.pool.Config().Copy()
+	p, err := newProxy(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), 0)
+	if err != nil {
+		return runSetup{}, err
+	}
+	host, port, _ := net.SplitHostPort(p.addr())
+	n, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
+	cfg.ConnConfig.Fallbacks = nil
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		p.close()
+		return runSetup{}, err
+	}
+	setup := runSetup{ep: &endpoint{}, guard: guardLedger{pg: lb.pg, pool: pool}}
+	setup.ep.set(lb.redis.Addr)
+	setup.cleanup = func() { pool.Close(); p.close() }
+	// The commit that follows the first charge of a key loses its reply:
+	// the server commits, the worker gets an error.
+	var mu sync.Mutex
+	setup.charged = func(ctx context.Context, key string, e Effect) Effect {
+		g, ok := e.(guardEffect)
+		if !ok {
+			return e
+		}
+		g.atCommit = func(before bool) {
+			if before {
+				mu.Lock() // one lost commit at a time
+				p.set(replyDropAll)
+				return
+			}
+			p.set(replyPass)
+			mu.Unlock()
+		}
+		return g
+	}
+	return setup, nil
 }

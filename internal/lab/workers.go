@@ -108,6 +108,10 @@ type workerEnv struct {
 	NewRedis func() *redis.Client // a new client of the run's Redis, as the worker's own
 	Memory   idem.Store           // the shared in-process store, for idem-memory
 	Fenced   *atomic.Int64        // stale owners refused
+	// Charged, when not nil, is called after the provider charged and
+	// before the effect is committed: the pg scenarios inject faults here.
+	// It returns the effect to commit, possibly wrapped.
+	Charged func(ctx context.Context, key string, e Effect) Effect
 }
 
 // pausePoint freezes the worker if the plan says so and waits out the pause.
@@ -250,6 +254,9 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 		return "", fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	pausePoint(ctx, w.env, w.g, afterProvider, key)
+	if w.env.Charged != nil {
+		eff = w.env.Charged(ctx, key, eff)
+	}
 	// The charge happened: record it even if the lease is gone meanwhile.
 	if err := eff.Commit(final, charge); err != nil {
 		l.Release(final)
