@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/testenv"
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 )
 
@@ -23,6 +24,13 @@ var (
 func config(t *testing.T) Config {
 	t.Helper()
 	testenv.Redis(t) // skips, or fails under CI, when Redis is down
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgURL())
+	if err != nil {
+		testenv.Unavailable(t, "PostgreSQL at "+pgURL(), err)
+	}
+	conn.Close(ctx)
 	return Config{RedisURL: testenv.RedisURL(), PostgresURL: pgURL()}
 }
 
