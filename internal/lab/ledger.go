@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -47,10 +48,12 @@ type Effect interface {
 	Abort(ctx context.Context)
 }
 
-// pgLab is the lab's schema in PostgreSQL, created by openPG and dropped by close.
+// pgLab is the lab's schema in PostgreSQL, created by openPG and dropped by
+// close. It holds the plain ledger and pgstore's guardrail table.
 type pgLab struct {
 	pool   *pgxpool.Pool
 	schema string
+	guard  *pgstore.Store // for Reserve, Settle and Reservation only
 }
 
 func openPG(ctx context.Context, url string) (*pgLab, error) {
@@ -65,17 +68,25 @@ func openPG(ctx context.Context, url string) (*pgLab, error) {
 	}
 	schema := "idem_lab_" + strings.ToLower(rand.Text()[:10])
 	// plain: the application writes its row after the provider call, no
-	// constraint. guarded: the article's section 4, one row per (tenant,
-	// key), written in the worker's transaction before the provider call.
+	// constraint. The guardrail (pgstore's reservations table, created by
+	// its migrations) is the article's section 4: one row per (tenant, key),
+	// written in the worker's transaction before the provider call.
 	ddl := `CREATE SCHEMA ` + schema + `;
-CREATE TABLE ` + schema + `.plain (tenant_id text NOT NULL, idempotency_key text NOT NULL, fence bigint NOT NULL, charge text NOT NULL);
-CREATE TABLE ` + schema + `.guarded (tenant_id text NOT NULL, idempotency_key text NOT NULL, fence bigint NOT NULL, charge text,
-  UNIQUE (tenant_id, idempotency_key));`
+CREATE TABLE ` + schema + `.plain (tenant_id text NOT NULL, idempotency_key text NOT NULL, fence bigint NOT NULL, charge text NOT NULL);`
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("lab: PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	return &pgLab{pool: pool, schema: schema}, nil
+	p := &pgLab{pool: pool, schema: schema}
+	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		p.close()
+		return nil, fmt.Errorf("lab: PostgreSQL guardrail: %w", err)
+	}
+	if p.guard, err = pgstore.New(pool, &pgstore.Options{Schema: schema}); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
 }
 
 func (p *pgLab) close() {
@@ -85,9 +96,11 @@ func (p *pgLab) close() {
 	p.pool.Close()
 }
 
-func (p *pgLab) rows(ctx context.Context, table, tenant string) (map[string]int, error) {
+// rows counts the committed rows of each key of tenant in table; done
+// names the column that is set once the effect is recorded.
+func (p *pgLab) rows(ctx context.Context, table, done, tenant string) (map[string]int, error) {
 	rows, err := p.pool.Query(ctx, `SELECT idempotency_key, count(*) FROM `+p.schema+`.`+table+
-		` WHERE tenant_id = $1 AND charge IS NOT NULL GROUP BY idempotency_key`, tenant)
+		` WHERE tenant_id = $1 AND `+done+` IS NOT NULL GROUP BY idempotency_key`, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +120,7 @@ func (l plainLedger) Begin(ctx context.Context, tenant, key string, fence int64)
 }
 
 func (l plainLedger) Rows(ctx context.Context, tenant string) (map[string]int, error) {
-	return l.pg.rows(ctx, "plain", tenant)
+	return l.pg.rows(ctx, "plain", "charge", tenant)
 }
 
 type plainEffect struct {
@@ -123,16 +136,17 @@ func (e plainEffect) Commit(ctx context.Context, charge string) error {
 
 func (plainEffect) Abort(context.Context) {}
 
-// guardLedger is the PostgreSQL guardrail: the key's row is inserted in the
-// worker's transaction before the provider call, so a second owner blocks
-// on it and then sees the committed effect instead of charging again.
+// guardLedger is the PostgreSQL guardrail of store/pgstore: the key's
+// reservation is inserted in the worker's transaction before the provider
+// call, so a second owner blocks on it and then sees the committed effect
+// instead of charging again.
 type guardLedger struct {
 	pg   *pgLab
 	pool *pgxpool.Pool // the workers' connections: pg.pool, or a pool through a fault proxy
 }
 
 func (l guardLedger) Rows(ctx context.Context, tenant string) (map[string]int, error) {
-	return l.pg.rows(ctx, "guarded", tenant)
+	return l.pg.rows(ctx, "reservations", "settled_at", tenant)
 }
 
 func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64) (Effect, error) {
@@ -145,28 +159,24 @@ func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64)
 		tx.Rollback(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO `+l.pg.schema+`.guarded (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)
-		ON CONFLICT (tenant_id, idempotency_key) DO NOTHING`, tenant, key, fence)
-	if err == nil && tag.RowsAffected() == 1 {
-		return guardEffect{pg: l.pg, tx: tx, pid: pid, tenant: tenant, key: key}, nil
+	err = l.pg.guard.Reserve(ctx, tx, tenant, key, fence)
+	if err == nil {
+		return guardEffect{pg: l.pg, tx: tx, pid: pid, tenant: tenant, key: key, fence: fence}, nil
 	}
 	tx.Rollback(context.WithoutCancel(ctx))
-	if err != nil {
+	if !errors.Is(err, pgstore.ErrDuplicate) {
 		return nil, err
 	}
-	var held int64
-	var charge *string
-	err = l.pool.QueryRow(ctx, `SELECT fence, charge FROM `+l.pg.schema+`.guarded WHERE tenant_id = $1 AND idempotency_key = $2`,
-		tenant, key).Scan(&held, &charge)
+	res, err := l.pg.guard.Reservation(ctx, l.pool, tenant, key)
 	switch {
 	case err != nil:
 		return nil, err
-	case held > fence:
+	case res.Fence > fence:
 		return nil, ErrStaleFence
-	case charge == nil:
-		return nil, errors.New("lab: guarded row committed without a charge")
+	case res.SettledAt.IsZero():
+		return nil, errors.New("lab: reservation committed without an outcome")
 	}
-	return nil, &DuplicateError{Charge: *charge}
+	return nil, &DuplicateError{Charge: string(res.Outcome)}
 }
 
 type guardEffect struct {
@@ -177,11 +187,11 @@ type guardEffect struct {
 	// false after), for the pg-lost-commit scenario.
 	atCommit    func(before bool)
 	tenant, key string
+	fence       int64
 }
 
 func (e guardEffect) Commit(ctx context.Context, charge string) error {
-	if _, err := e.tx.Exec(ctx, `UPDATE `+e.pg.schema+`.guarded SET charge = $3 WHERE tenant_id = $1 AND idempotency_key = $2`,
-		e.tenant, e.key, charge); err != nil {
+	if err := e.pg.guard.Settle(ctx, e.tx, e.tenant, e.key, e.fence, []byte(charge)); err != nil {
 		e.tx.Rollback(context.WithoutCancel(ctx))
 		return err
 	}
