@@ -1,0 +1,182 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config says which scenarios Main runs and against which servers. The
+// zero Config runs every scenario once, short, on the local servers.
+type Config struct {
+	// RedisURL is the Redis for the scenarios that need no server of their
+	// own. Zero means redis://127.0.0.1:6379/0. Failover, crash and clock
+	// scenarios start their own redis-server on free loopback ports.
+	RedisURL string
+	// PostgresURL is the database of the ledger; the lab creates a schema
+	// and drops it at the end. Zero means postgres://postgres@127.0.0.1:5432/test.
+	PostgresURL string
+	// Runs is how often each scenario runs per implementation. Zero means 1
+	// (short) or 5 (Long).
+	Runs int
+	// Scenarios names the scenarios to run (see ScenarioNames). Empty means all.
+	Scenarios []string
+	// Long runs the soak: more keys per run. False runs the short version
+	// the test suite uses (a few seconds per scenario).
+	Long bool
+}
+
+// Row is the result of one scenario with one implementation, summed over its runs.
+type Row struct {
+	Scenario string
+	Impl     string
+	Runs     int
+	Counts
+}
+
+// ErrUnknownScenario: Config.Scenarios names a scenario the lab does not have.
+var ErrUnknownScenario = errors.New("lab: unknown scenario")
+
+// ScenarioNames returns the scenarios in the order Main runs them, each
+// with how its fault is injected.
+func ScenarioNames() [][2]string {
+	var out [][2]string
+	for _, s := range scenarios() {
+		out = append(out, [2]string{s.name, s.vector})
+	}
+	return out
+}
+
+// Main runs the scenarios of cfg and prints the table to w.
+func Main(ctx context.Context, w io.Writer, cfg Config) error {
+	rows, err := Run(ctx, cfg, func(r Row) {
+		fmt.Fprintf(w, "  %-16s %-24s done\n", r.Scenario, r.Impl)
+	})
+	if len(rows) > 0 {
+		fmt.Fprintln(w)
+		PrintTable(w, rows)
+	}
+	return err
+}
+
+// Run runs the scenarios of cfg and returns one row per scenario and
+// implementation. progress, when not nil, is called after each row.
+func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
+	lb, err := newLab(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer lb.close()
+	var selected []*scenario
+	for _, s := range scenarios() {
+		if len(cfg.Scenarios) == 0 || slices.Contains(cfg.Scenarios, s.name) {
+			selected = append(selected, s)
+		}
+	}
+	for _, name := range cfg.Scenarios {
+		if !slices.ContainsFunc(selected, func(s *scenario) bool { return s.name == name }) {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownScenario, name)
+		}
+	}
+	runs := cfg.Runs
+	if runs <= 0 {
+		runs = 1
+		if cfg.Long {
+			runs = 5
+		}
+	}
+	var rows []Row
+	for _, s := range selected {
+		for _, impl := range s.impls {
+			row := Row{Scenario: s.name, Impl: impl}
+			for range runs {
+				c, err := lb.runOne(ctx, s, impl)
+				if err != nil {
+					return rows, fmt.Errorf("lab: %s with %s: %w", s.name, impl, err)
+				}
+				row.Runs++
+				row.add(c)
+			}
+			rows = append(rows, row)
+			if progress != nil {
+				progress(row)
+			}
+		}
+	}
+	return rows, nil
+}
+
+func newLab(ctx context.Context, cfg Config) (*lab, error) {
+	if cfg.RedisURL == "" {
+		cfg.RedisURL = "redis://127.0.0.1:6379/0"
+	}
+	if cfg.PostgresURL == "" {
+		cfg.PostgresURL = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	ropts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, fmt.Errorf("lab: Redis URL: %w", err)
+	}
+	c := redis.NewClient(ropts)
+	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	err = c.Ping(pingCtx).Err()
+	cancel()
+	c.Close()
+	if err != nil {
+		return nil, fmt.Errorf("lab: Redis at %s: %w", ropts.Addr, err)
+	}
+	pg, err := openPG(ctx, cfg.PostgresURL)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "idem-lab-")
+	if err != nil {
+		pg.close()
+		return nil, err
+	}
+	lb := &lab{redis: ropts, pg: pg, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
+	if cfg.Long {
+		lb.lease, lb.keys = 500*time.Millisecond, 24
+	}
+	return lb, nil
+}
+
+func (lb *lab) close() {
+	lb.pg.close()
+	os.RemoveAll(lb.tmp)
+}
+
+// PrintTable writes rows as an aligned table, with a legend.
+func PrintTable(w io.Writer, rows []Row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\timplementation\truns\trequests\tunknown\tdouble exec\tdouble effects\tlost results\tstuck keys\tfenced\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Scenario, r.Impl, r.Runs, r.Requests, r.Unknown,
+			r.DoubleExec, r.DoubleEffects, r.LostResults, r.Stuck, r.Fenced)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, `
+unknown: requests whose client timed out (outcome unknown). double exec: keys the provider
+charged more than once. double effects: keys with more than one committed ledger row. lost
+results: keys whose acknowledged result was later replayed differently. stuck keys: keys no
+client got an answer for. fenced: stale owners refused (lease check, fenced finalize, ledger fence).`)
+	var unsafe []string
+	for _, r := range rows {
+		if r.Impl == implIdemRedis && (r.DoubleExec > 0 || r.LostResults > 0) {
+			unsafe = append(unsafe, r.Scenario)
+		}
+	}
+	if len(unsafe) > 0 {
+		fmt.Fprintf(w, "\nidem on Redis alone is not safe under %s: the PostgreSQL guardrail (idem-redis+pg)\n"+
+			"closes double effects and lost results; the provider's idempotency key closes double charges.\n",
+			strings.Join(unsafe, ", "))
+	}
+}

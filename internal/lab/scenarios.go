@@ -1,0 +1,321 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+)
+
+// scenario is one failure vector and the implementations it runs against.
+type scenario struct {
+	name   string
+	vector string // how the fault is injected, for the table's legend and the docs
+	impls  []string
+
+	oneKey        bool // a single key (the burst)
+	clientsPerKey int  // zero: 1
+	timeout       func(lease time.Duration) time.Duration
+	pause         func(lease time.Duration) *pausePlan
+	plan          func(lease time.Duration) callPlan
+	// prepare starts the servers of the run and returns the fault to inject;
+	// nil: the shared Redis, no fault beyond pause and plan.
+	prepare func(ctx context.Context, lb *lab) (runSetup, error)
+}
+
+func (s *scenario) keys(def int) int {
+	if s.oneKey {
+		return 1
+	}
+	return def
+}
+
+func (s *scenario) clientTimeout(lease time.Duration) time.Duration {
+	if s.timeout != nil {
+		return s.timeout(lease)
+	}
+	return lease * 6 / 10
+}
+
+// spread is how long the clients' first requests are spread over; faults
+// are timed as fractions of it.
+func (lb *lab) spread() time.Duration { return time.Duration(lb.keys) * lb.lease / 2 }
+
+var (
+	allRedis  = []string{implNaive, implIdemRedis, implIdemRedisPG}
+	withKey   = []string{implNaive, implIdemRedis, implIdemRedisPG, implProviderKey}
+	withLocal = []string{implNaive, implIdemMemory, implIdemRedis, implIdemRedisPG}
+)
+
+func scenarios() []*scenario {
+	return []*scenario{
+		{
+			name:   "stall-before",
+			vector: "the worker holding the lease freezes for 1.5 leases (code, store calls and heartbeat) before the provider call",
+			impls:  withLocal,
+			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
+		},
+		{
+			name:   "stall-after",
+			vector: "the worker freezes for 1.5 leases after the provider charged, before it stores the result",
+			impls:  append(withLocal, implProviderKey),
+			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: afterProvider, For: L * 3 / 2} },
+		},
+		{
+			name:   "release",
+			vector: "the lease holder freezes for 1.5 leases; the next owner's provider call is slow; the stalled one's call fails and it releases",
+			impls:  []string{implNaive, implNaiveDel, implIdemRedis, implIdemRedisPG},
+			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
+			plan: func(L time.Duration) callPlan {
+				return func(n int) (time.Duration, bool) {
+					switch n {
+					case 0:
+						return L * 8 / 10, false
+					case 1:
+						return 0, true
+					}
+					return 0, false
+				}
+			},
+		},
+		{
+			name:    "failover",
+			vector:  "own primary + replica; the replication link is cut (writes stop replicating), the primary SIGKILLed, the replica promoted with REPLICAOF NO ONE",
+			impls:   withKey,
+			prepare: prepareFailover,
+		},
+		{
+			name:    "crash",
+			vector:  "own Redis without persistence is SIGKILLed mid-run and restarted empty on the same port",
+			impls:   allRedis,
+			prepare: prepareCrash,
+		},
+		{
+			name:    "clock-jump",
+			vector:  "own Redis under an LD_PRELOAD clock shim; its wall clock jumps 2h forward mid-run",
+			impls:   allRedis,
+			prepare: prepareClock,
+		},
+		{
+			name:    "lost-replies",
+			vector:  "a TCP proxy between workers and Redis swallows every second reply (the command ran) and cuts the connection, for a third of the run",
+			impls:   allRedis,
+			prepare: prepareProxy(replyDrop),
+		},
+		{
+			name:    "delayed-replies",
+			vector:  "the proxy delays every reply by 1.5 leases, for a third of the run",
+			impls:   allRedis,
+			prepare: prepareProxy(replyDelay),
+		},
+		{
+			name:    "pg-kill",
+			vector:  "after the charge, the worker's PostgreSQL backend is terminated (pg_terminate_backend) before COMMIT",
+			impls:   []string{implIdemRedisPG, implPGKey},
+			prepare: preparePGKill,
+		},
+		{
+			name:    "pg-lost-commit",
+			vector:  "the reply to the worker's COMMIT is lost (a TCP proxy in front of PostgreSQL cuts the connection): committed, but the worker does not know",
+			impls:   []string{implIdemRedisPG},
+			prepare: preparePGLostCommit,
+		},
+		{
+			name:          "burst",
+			vector:        "1,000 concurrent requests for one key",
+			impls:         withLocal,
+			oneKey:        true,
+			clientsPerKey: 1000,
+			timeout:       func(L time.Duration) time.Duration { return 10 * L },
+		},
+	}
+}
+
+// after waits d, or until ctx ends.
+func after(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
+	primary, err := startRedis(ctx, lb.tmp, nil, "--repl-diskless-sync-delay", "0")
+	if err != nil {
+		return runSetup{}, err
+	}
+	// The replica replicates through a proxy, so the lab can cut the link:
+	// stopping the replica would not do, the kernel would buffer the stream.
+	link, err := newProxy(primary.addr(), 0)
+	if err != nil {
+		primary.kill()
+		return runSetup{}, err
+	}
+	_, linkPort, _ := net.SplitHostPort(link.addr())
+	replica, err := startRedis(ctx, lb.tmp, nil, "--replicaof", "127.0.0.1", linkPort)
+	if err != nil {
+		primary.kill()
+		link.close()
+		return runSetup{}, err
+	}
+	cleanup := func() { primary.kill(); replica.kill(); link.close() }
+	if err := waitReplicated(ctx, replica.addr()); err != nil {
+		cleanup()
+		return runSetup{}, err
+	}
+	ep := &endpoint{}
+	ep.set(primary.addr())
+	S := lb.spread()
+	fault := func(ctx context.Context) error {
+		if err := after(ctx, S/5); err != nil {
+			return err
+		}
+		link.set(linkCut) // from here on, writes acknowledged by the primary do not replicate
+		if err := after(ctx, S/2); err != nil {
+			return err
+		}
+		primary.kill()
+		c := redis.NewClient(&redis.Options{Addr: replica.addr(), MaxRetries: -1})
+		defer c.Close()
+		if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+			return fmt.Errorf("promote the replica: %w", err)
+		}
+		ep.set(replica.addr())
+		return nil
+	}
+	return runSetup{ep: ep, fault: fault, cleanup: cleanup}, nil
+}
+
+func prepareCrash(ctx context.Context, lb *lab) (runSetup, error) {
+	srv, err := startRedis(ctx, lb.tmp, nil)
+	if err != nil {
+		return runSetup{}, err
+	}
+	ep := &endpoint{}
+	ep.set(srv.addr())
+	S := lb.spread()
+	fault := func(ctx context.Context) error {
+		if err := after(ctx, S*6/10); err != nil {
+			return err
+		}
+		srv.kill()
+		if err := after(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+		return srv.start(ctx) // same port, empty
+	}
+	return runSetup{ep: ep, fault: fault, cleanup: srv.kill}, nil
+}
+
+func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
+	shim, err := buildClockShim(ctx)
+	if err != nil {
+		return runSetup{}, err
+	}
+	f, err := os.CreateTemp(lb.tmp, "clock-offset-")
+	if err != nil {
+		return runSetup{}, err
+	}
+	f.Close()
+	offset := f.Name()
+	if err := jumpClock(offset, 0); err != nil {
+		return runSetup{}, err
+	}
+	srv, err := startRedis(ctx, lb.tmp, []string{"LD_PRELOAD=" + shim, "LAB_CLOCK_OFFSET_FILE=" + offset})
+	if err != nil {
+		return runSetup{}, err
+	}
+	ep := &endpoint{}
+	ep.set(srv.addr())
+	S := lb.spread()
+	fault := func(ctx context.Context) error {
+		if err := after(ctx, S/2); err != nil {
+			return err
+		}
+		return jumpClock(offset, 2*time.Hour)
+	}
+	return runSetup{ep: ep, fault: fault, cleanup: srv.kill}, nil
+}
+
+func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, error) {
+	return func(ctx context.Context, lb *lab) (runSetup, error) {
+		p, err := newProxy(lb.redis.Addr, lb.lease*3/2)
+		if err != nil {
+			return runSetup{}, err
+		}
+		ep := &endpoint{}
+		ep.set(p.addr())
+		S := lb.spread()
+		fault := func(ctx context.Context) error {
+			if err := after(ctx, S/5); err != nil {
+				return err
+			}
+			p.set(f)
+			defer p.set(replyPass)
+			return after(ctx, S/3)
+		}
+		return runSetup{ep: ep, fault: fault, cleanup: p.close}, nil
+	}
+}
+
+func preparePGKill(ctx context.Context, lb *lab) (runSetup, error) {
+	setup := runSetup{ep: &endpoint{}}
+	setup.ep.set(lb.redis.Addr)
+	setup.charged = func(ctx context.Context, key string, e Effect) Effect {
+		if g, ok := e.(guardEffect); ok {
+			lb.pg.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1)`, g.pid)
+		}
+		return e
+	}
+	return setup, nil
+}
+
+func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
+	cfg := lb.pg.pool.Config().Copy()
+	p, err := newProxy(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), 0)
+	if err != nil {
+		return runSetup{}, err
+	}
+	host, port, _ := net.SplitHostPort(p.addr())
+	n, _ := strconv.Atoi(port)
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
+	cfg.ConnConfig.Fallbacks = nil
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		p.close()
+		return runSetup{}, err
+	}
+	setup := runSetup{ep: &endpoint{}, guard: guardLedger{pg: lb.pg, pool: pool}}
+	setup.ep.set(lb.redis.Addr)
+	setup.cleanup = func() { pool.Close(); p.close() }
+	// The commit that follows the first charge of a key loses its reply:
+	// the server commits, the worker gets an error.
+	var mu sync.Mutex
+	setup.charged = func(ctx context.Context, key string, e Effect) Effect {
+		g, ok := e.(guardEffect)
+		if !ok {
+			return e
+		}
+		g.atCommit = func(before bool) {
+			if before {
+				mu.Lock() // one lost commit at a time
+				p.set(replyDropAll)
+				return
+			}
+			p.set(replyPass)
+			mu.Unlock()
+		}
+		return g
+	}
+	return setup, nil
+}

@@ -1,0 +1,250 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// shutdownTimeout bounds every cleanup step.
+const shutdownTimeout = 5 * time.Second
+
+// redisServer is a redis-server process the lab started itself, without
+// persistence, on a loopback port. Only such processes are ever signalled.
+type redisServer struct {
+	port    int
+	dir     string
+	env     []string // extra environment, e.g. the clock shim
+	extra   []string // extra arguments, e.g. replicaof
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logFile *os.File
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startRedis(ctx context.Context, dir string, env []string, extra ...string) (*redisServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &redisServer{port: port, dir: dir, env: env, extra: extra}
+	return s, s.start(ctx)
+}
+
+func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+func (s *redisServer) start(ctx context.Context) error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("lab: this scenario starts its own Redis and needs the redis-server binary (Debian: apt-get install redis-server): %w", err)
+	}
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--dbfilename", "dump-" + strconv.Itoa(s.port) + ".rdb"}, s.extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), s.env...)
+	log, err := os.OpenFile(filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("lab: start redis-server: %w", err)
+	}
+	s.cmd, s.logFile, s.exited = cmd, log, make(chan struct{})
+	go func() { cmd.Wait(); log.Close(); close(s.exited) }()
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+			out, _ := os.ReadFile(log.Name())
+			return fmt.Errorf("lab: redis-server on port %d exited at start: %s", s.port, lastLines(out, 3))
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.kill()
+			return fmt.Errorf("lab: redis-server on port %d did not answer: %w", s.port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// signal sends sig to the server the lab started; a no-op once it exited.
+func (s *redisServer) signal(sig syscall.Signal) {
+	select {
+	case <-s.exited:
+	default:
+		s.cmd.Process.Signal(sig)
+	}
+}
+
+// kill crashes the server (SIGKILL: no shutdown, no save) and waits for it.
+func (s *redisServer) kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.signal(syscall.SIGCONT) // a stopped process must run to die
+	s.signal(syscall.SIGKILL)
+	<-s.exited
+}
+
+// clockShim is a tiny LD_PRELOAD library that adds the nanoseconds written
+// in a file to CLOCK_REALTIME (clock_gettime, gettimeofday, time) of one
+// process: a wall-clock jump on the Redis host. Debian's libfaketime cannot
+// be used here: it deadlocks against the jemalloc that Debian's redis-server
+// links (libfaketime issues #130, #327, #478). The shim calls the kernel
+// directly and never allocates, so it has no such recursion.
+const clockShimC = `#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+static long long offset_ns(void) {
+  const char *p = getenv("LAB_CLOCK_OFFSET_FILE");
+  if (!p) return 0;
+  int fd = syscall(SYS_openat, AT_FDCWD, p, O_RDONLY);
+  if (fd < 0) return 0;
+  char b[32];
+  long n = syscall(SYS_read, fd, b, sizeof b - 1);
+  syscall(SYS_close, fd);
+  if (n <= 0) return 0;
+  b[n] = 0;
+  return strtoll(b, 0, 10);
+}
+int clock_gettime(clockid_t id, struct timespec *ts) {
+  long r = syscall(SYS_clock_gettime, id, ts);
+  if (r == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
+    long long t = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + offset_ns();
+    ts->tv_sec = t / 1000000000LL;
+    ts->tv_nsec = t % 1000000000LL;
+  }
+  return (int)r;
+}
+int gettimeofday(struct timeval *tv, void *tz) {
+  struct timespec ts;
+  int r = clock_gettime(CLOCK_REALTIME, &ts);
+  if (r == 0 && tv) { tv->tv_sec = ts.tv_sec; tv->tv_usec = ts.tv_nsec / 1000; }
+  return r;
+}
+time_t time(time_t *t) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (t) *t = ts.tv_sec;
+  return ts.tv_sec;
+}
+`
+
+var shimOnce struct {
+	sync.Mutex
+	path string
+}
+
+// buildClockShim compiles the shim once per process with the C compiler.
+func buildClockShim(ctx context.Context) (string, error) {
+	shimOnce.Lock()
+	defer shimOnce.Unlock()
+	if shimOnce.path != "" {
+		return shimOnce.path, nil
+	}
+	sum := sha256.Sum256([]byte(clockShimC))
+	dir := filepath.Join(os.TempDir(), "idem-lab-clockshim-"+hex.EncodeToString(sum[:6]))
+	so := filepath.Join(dir, "clockshim.so")
+	if _, err := os.Stat(so); err == nil {
+		shimOnce.path = so
+		return so, nil
+	}
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return "", fmt.Errorf("lab: the clock scenario compiles a small LD_PRELOAD clock shim and needs a C compiler (Debian: apt-get install gcc): %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	src := filepath.Join(dir, "clockshim.c")
+	if err := os.WriteFile(src, []byte(clockShimC), 0o600); err != nil {
+		return "", err
+	}
+	tmp := so + ".tmp" + strconv.Itoa(os.Getpid())
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, cc, "-shared", "-fPIC", "-O2", "-o", tmp, src)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("lab: compile the clock shim: %w: %s", err, out.String())
+	}
+	if err := os.Rename(tmp, so); err != nil {
+		return "", err
+	}
+	shimOnce.path = so
+	return so, nil
+}
+
+// jumpClock sets the wall-clock offset of the shimmed server.
+func jumpClock(file string, by time.Duration) error {
+	return os.WriteFile(file, []byte(strconv.FormatInt(int64(by), 10)), 0o600)
+}
+
+// endpoint is the Redis address the workers dial; a failover moves it.
+type endpoint struct {
+	mu   sync.Mutex
+	addr string
+}
+
+func (e *endpoint) set(a string) { e.mu.Lock(); e.addr = a; e.mu.Unlock() }
+func (e *endpoint) get() string  { e.mu.Lock(); defer e.mu.Unlock(); return e.addr }
+
+// waitReplicated waits until the replica reports its link to the primary up.
+func waitReplicated(ctx context.Context, replica string) error {
+	c := redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("lab: the replica did not sync with the primary in 10s")
+}
