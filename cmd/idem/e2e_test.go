@@ -478,3 +478,14 @@ func TestProbePassesAgainstTheGateway(t *testing.T) {
 		t.Fatalf("probe of a remote target without --i-own-this-target: %v\n%s", err, out)
 	}
 }
+
+func TestLabCommand(t *testing.T) {
+	out, err := exec.Command(binary, "lab", "--list").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "stall-before") || !strings.Contains(string(out), "failover") {
+		t.Fatalf("idem lab --list: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "lab", "--scenarios", "nope").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() == 0 || !strings.Contains(string(out), "nope") {
+		t.Fatalf("idem lab with an unknown scenario: %v\n%s", err, out)
+	}
+}
