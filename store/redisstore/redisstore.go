@@ -94,12 +94,28 @@ type Options struct {
 	// Prefix starts every Redis key the store writes. Zero means "idem:".
 	// It may not hold '{' or '}', which would break the hash tag.
 	Prefix string
+	// ReplicaAcks is how many replicas must acknowledge the write of an
+	// acquire and of a complete (Redis WAIT, on the connection that ran
+	// the script) before the store reports success. Zero means no waiting.
+	// When too few acknowledge in time the call fails with an error
+	// wrapping ErrNotReplicated; a failed acquire releases the record it
+	// wrote. It needs a *redis.Client, a Sentinel failover client or a
+	// *redis.ClusterClient. What it narrows, and what it does not, is in
+	// the package documentation and docs/deployment.md.
+	ReplicaAcks int
+	// ReplicaAckTimeout bounds the wait for ReplicaAcks. Zero means 500ms.
+	// It must be below the client's read timeout.
+	ReplicaAckTimeout time.Duration
 }
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	r      runner
 	prefix string
+
+	acks       ackRunner // nil when ReplicaAcks is zero
+	replicas   int
+	ackTimeout time.Duration
 }
 
 // New returns a store on a go-redis client: *redis.Client, a Sentinel
@@ -109,7 +125,14 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	return newStore(goredisRunner{client}, opts)
+	s, err := newStore(goredisRunner{client}, opts)
+	if err != nil || s.replicas == 0 {
+		return s, err
+	}
+	if s.acks, err = newAcker(client, s.ackTimeout); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func newStore(r runner, opts *Options) (*Store, error) {
@@ -123,7 +146,13 @@ func newStore(r runner, opts *Options) (*Store, error) {
 	if strings.ContainsAny(o.Prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would break the hash tag", o.Prefix)
 	}
-	return &Store{r: r, prefix: o.Prefix}, nil
+	if o.ReplicaAcks < 0 || o.ReplicaAckTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: ReplicaAcks %d and ReplicaAckTimeout %v may not be negative", o.ReplicaAcks, o.ReplicaAckTimeout)
+	}
+	if o.ReplicaAckTimeout == 0 {
+		o.ReplicaAckTimeout = defaultReplicaAckTimeout
+	}
+	return &Store{r: r, prefix: o.Prefix, replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}, nil
 }
 
 // RecordKey returns the Redis key of the record of id, for operators.
@@ -140,7 +169,7 @@ func (s *Store) keys(id idem.ID) []string {
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	reply, err := s.r.run(ctx, acquireScript, s.keys(p.ID),
+	reply, notReplicated, err := s.write(ctx, acquireScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fingerprint, p.Lease.Milliseconds(), fenceGraceMs})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
@@ -150,6 +179,9 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		at, err2 := strconv.ParseInt(reply[2], 10, 64)
 		if err := errors.Join(err1, err2); err != nil {
 			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: bad reply %q: %w", reply, err)
+		}
+		if notReplicated != nil {
+			return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
 		}
 		return idem.AcquireResult{Acquired: true, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
 			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.Lease}}, nil
@@ -163,25 +195,29 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
-	return s.transition(ctx, "complete", completeScript, s.keys(p.ID), []any{p.Owner, p.Fence,
+	return s.transition(ctx, "complete", s.write, completeScript, s.keys(p.ID), []any{p.Owner, p.Fence,
 		p.Retention.Milliseconds(), p.Result.Status, idem.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
 }
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.Lease.Milliseconds(), fenceGraceMs})
+	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.Lease.Milliseconds(), fenceGraceMs})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", releaseScript, []string{s.RecordKey(p.ID)}, []any{p.Owner, p.Fence})
+	return s.transition(ctx, "release", s.run, releaseScript, []string{s.RecordKey(p.ID)}, []any{p.Owner, p.Fence})
 }
 
-func (s *Store) transition(ctx context.Context, op string, sc *script, keys []string, args []any) error {
-	reply, err := s.r.run(ctx, sc, keys, args)
+// transition runs a script that answers {'1'} when the caller's lease
+// allowed the transition and {'0'} when the lease is lost.
+func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *script, keys []string, args []any) error {
+	reply, notReplicated, err := run(ctx, sc, keys, args)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s: %w", op, err)
+	case len(reply) == 1 && reply[0] == "1" && notReplicated != nil:
+		return fmt.Errorf("redisstore: %s: %w", op, notReplicated)
 	case len(reply) == 1 && reply[0] == "1":
 		return nil
 	case len(reply) == 1 && reply[0] == "0":

@@ -1,0 +1,164 @@
+// Command gateway measures the idem gateway on loopback, in one run: the
+// upstream called directly, through a bare Go reverse proxy (the floor every
+// Go gateway pays for the extra hop), and through the idem gateway on the
+// memory store and on Redis, with unique keys and with replays. It prints a
+// Markdown table of req/s, p50 and p99, and ratios against the bare proxy.
+//
+//	go run ./bench/gateway -duration 5s -concurrency 32 -redis redis://127.0.0.1:6379/0
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idem/internal/gateway"
+)
+
+func main() {
+	duration := flag.Duration("duration", 5*time.Second, "load per configuration")
+	concurrency := flag.Int("concurrency", 32, "concurrent clients")
+	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
+	flag.Parse()
+
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		w.Write([]byte(`{"id":"ch_1","status":"succeeded"}`))
+	}))
+	defer upstream.Close()
+	upURL, _ := url.Parse(upstream.URL)
+	bare := httptest.NewServer(httputil.NewSingleHostReverseProxy(upURL))
+	defer bare.Close()
+
+	type target struct {
+		name, base string
+		replay     bool
+	}
+	targets := []target{{"upstream direct", upstream.URL, false}, {"bare Go reverse proxy", bare.URL, false}}
+	stores := []string{"memory"}
+	if *redisURI != "" {
+		stores = append(stores, *redisURI)
+	}
+	for _, uri := range stores {
+		addr, stop := startGateway(uri, upURL)
+		defer stop()
+		name := "idem, " + strings.SplitN(uri, ":", 2)[0] + " store"
+		targets = append(targets, target{name + ", unique keys", "http://" + addr, false}, target{name + ", replays", "http://" + addr, true})
+	}
+
+	results := make([]result, len(targets))
+	for i, tg := range targets {
+		results[i] = load(tg.base, tg.replay, *concurrency, *duration)
+		log.Printf("%s: %.0f req/s", tg.name, results[i].rps)
+	}
+	baseline := results[1]
+	fmt.Printf("| path | req/s | vs direct | vs bare proxy | p50 | p99 | p99 added over bare proxy | errors |\n|---|---|---|---|---|---|---|---|\n")
+	for i, tg := range targets {
+		r := results[i]
+		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %v | %v | %v | %d |\n", tg.name, r.rps, r.rps/results[0].rps, r.rps/baseline.rps,
+			r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), (r.p99 - baseline.p99).Round(time.Microsecond), r.errors)
+	}
+	fmt.Printf("\n%d clients, %v per row, GOMAXPROCS=%d; load generator, proxies and upstream share the machine.\n", *concurrency, *duration, runtimeProcs())
+}
+
+func startGateway(uri string, upstream *url.URL) (string, func()) {
+	store, closeStore, err := gateway.OpenStore(context.Background(), uri)
+	if err != nil {
+		log.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Config{Listen: "127.0.0.1:0", Upstream: upstream, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := g.Run(ctx, func(proxy, _ net.Addr) { addrs <- proxy.String() }); err != nil {
+			log.Fatal(err)
+		}
+	}()
+	return <-addrs, func() { cancel(); <-done; closeStore() }
+}
+
+type result struct {
+	rps      float64
+	p50, p99 time.Duration
+	errors   int64
+}
+
+// load runs a closed loop of concurrent clients for d. With replay, every
+// request reuses one of a few keys completed beforehand.
+func load(base string, replay bool, concurrency int, d time.Duration) result {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency}}
+	defer client.CloseIdleConnections()
+	run := rand.Text()
+	send := func(key string) (time.Duration, bool) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(`{"amount":4200,"currency":"eur"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		start := time.Now()
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, false
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return time.Since(start), resp.StatusCode == http.StatusCreated
+	}
+	replayKeys := make([]string, 16)
+	for i := range replayKeys {
+		replayKeys[i] = fmt.Sprintf("%s-replay-%d", run, i)
+		if replay {
+			send(replayKeys[i])
+		}
+	}
+	var seq, errs atomic.Int64
+	lat := make([][]time.Duration, concurrency)
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for w := range concurrency {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				n := seq.Add(1)
+				key := fmt.Sprintf("%s-%d", run, n)
+				if replay {
+					key = replayKeys[n%int64(len(replayKeys))]
+				}
+				took, ok := send(key)
+				if !ok {
+					errs.Add(1)
+					continue
+				}
+				lat[w] = append(lat[w], took)
+			}
+		})
+	}
+	wg.Wait()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return result{errors: errs.Load()}
+	}
+	return result{rps: float64(len(all)) / d.Seconds(), p50: all[len(all)/2], p99: all[len(all)*99/100], errors: errs.Load()}
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

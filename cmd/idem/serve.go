@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem/internal/gateway"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
+	upstream := fs.String("upstream", "", "URL of the HTTP API behind the gateway (required)")
+	storeURI := fs.String("store", "memory", "where keys live: "+gateway.StoreURIHelp)
+	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
+	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
+	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
+	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
+	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); default: a hash of the Authorization credentials")
+	maxBody := byteSize(1 << 20)
+	fs.Var(&maxBody, "max-body", "largest request body (bytes, or with KiB/MiB/GiB); larger gets 413")
+	wait := fs.Duration("wait", 0, "wait up to this long for an in-flight request with the same key and replay it, instead of 409")
+	failOpen := fs.Bool("fail-open", false, "when the store is down, pass requests through without idempotency (default: 503)")
+	upstreamTimeout := fs.Duration("upstream-timeout", 30*time.Second, "answer 504 and release the key when the upstream takes longer")
+	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
+	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires")
+	logFormat := fs.String("log-format", "text", "text or json")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	otlp := fs.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	logger, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return err
+	}
+	up, err := url.Parse(*upstream)
+	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, *upstream)
+	}
+	store, closeStore, err := gateway.OpenStore(ctx, *storeURI)
+	if err != nil {
+		return fmt.Errorf("%w: --store: %w", errUsage, err)
+	}
+	defer closeStore()
+	cfg := gateway.Config{
+		Listen: *listen, Upstream: up, Store: store, Lease: *lease, Retention: *retention,
+		Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
+		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
+		ShutdownTimeout: *shutdownTimeout, Logger: logger,
+	}
+	if *otlp != "" {
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(*otlp), otlptracehttp.WithInsecure())
+		if err != nil {
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		defer tp.Shutdown(context.WithoutCancel(ctx))
+		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return err
+	}
+	return g.Run(ctx, nil)
+}
+
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, strings.ToUpper(f))
+		}
+	}
+	return out
+}
+
+// byteSize is a flag of bytes that also takes KiB, MiB and GiB suffixes.
+type byteSize int64
+
+func (b *byteSize) String() string { return strconv.FormatInt(int64(*b), 10) }
+
+func (b *byteSize) Set(s string) error {
+	mult := int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(s, suffix); ok {
+			s, mult = n, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return errors.New("want a positive number of bytes, optionally with KiB, MiB or GiB")
+	}
+	*b = byteSize(n * mult)
+	return nil
+}

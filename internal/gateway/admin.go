@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// EmptyTenant stands for the empty tenant in admin paths, whose segments
+// cannot be empty. It is what requests without credentials are scoped to.
+const EmptyTenant = "-"
+
+// readyKey is the key /readyz looks up: a round trip to the store.
+var readyKey = idem.ID{Tenant: "idem", Key: "readyz"}
+
+// adminHandler serves health, readiness, metrics and the key API.
+func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	keys := http.NewServeMux()
+	keys.HandleFunc("GET /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
+		rec, err := e.Get(r.Context(), pathID(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(ViewRecord(rec))
+	})
+	keys.HandleFunc("DELETE /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
+		existed, err := e.Delete(r.Context(), pathID(r))
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		if !existed {
+			idemhttp.WriteProblem(w, http.StatusNotFound, "key_not_found", "no record for this tenant and key")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.Handle("/v1/", requireToken(token, keys))
+	return mux
+}
+
+func pathID(r *http.Request) idem.ID {
+	tenant := r.PathValue("tenant")
+	if tenant == EmptyTenant {
+		tenant = ""
+	}
+	return idem.ID{Tenant: tenant, Key: r.PathValue("key")}
+}
+
+func keyError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		idemhttp.WriteProblem(w, http.StatusNotFound, "key_not_found", "no record for this tenant and key")
+	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidTenant):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, "key_invalid", err.Error())
+	default:
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+	}
+}
+
+// requireToken lets a request through only with "Authorization: Bearer
+// token"; an empty token lets everything through.
+func requireToken(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
+			idemhttp.WriteProblem(w, http.StatusUnauthorized, "admin_unauthorized", "the admin API needs the bearer token set by --admin-token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// RecordView is the JSON form of a record in the admin API. The owner token
+// is left out: it is the capability to complete the key.
+type RecordView struct {
+	Tenant      string      `json:"tenant"`
+	Key         string      `json:"key"`
+	State       string      `json:"state"`
+	Fence       int64       `json:"fence"`
+	Fingerprint string      `json:"fingerprint"`
+	AcquiredAt  time.Time   `json:"acquired_at"`
+	CompletedAt *time.Time  `json:"completed_at,omitempty"`
+	TTLMillis   int64       `json:"ttl_ms"`
+	Status      int         `json:"status,omitempty"`
+	Header      http.Header `json:"header,omitempty"`
+	BodyBytes   int         `json:"body_bytes,omitempty"`
+}
+
+// ViewRecord returns the admin view of a record.
+func ViewRecord(rec idem.Record) RecordView {
+	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
+		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds()}
+	if rec.Result != nil {
+		t := rec.CompletedAt.UTC()
+		v.CompletedAt = &t
+		v.Status, v.Header, v.BodyBytes = rec.Result.Status, rec.Result.Header, len(rec.Result.Body)
+	}
+	return v
+}

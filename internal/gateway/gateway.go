@@ -1,0 +1,239 @@
+// Package gateway is `idem serve`: a reverse proxy that puts the
+// Idempotency-Key protocol of package idemhttp in front of any HTTP API,
+// with an admin API, Prometheus metrics and OpenTelemetry traces.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// FenceHeader carries the lease's fencing token to the upstream, so the
+// upstream can refuse writes of a stale attempt (see store/pgstore).
+const FenceHeader = "Idempotency-Fence"
+
+// Config is everything `idem serve` is told. Zero values mean the defaults
+// of the flags in cmd/idem.
+type Config struct {
+	Listen          string        // the proxy's address
+	Upstream        *url.URL      // required
+	Store           idem.Store    // required: see OpenStore
+	Lease           time.Duration // zero: 30s
+	Retention       time.Duration // zero: 24h
+	Methods         []string      // nil: POST and PATCH
+	RequireKey      bool
+	TenantHeader    string        // empty: the tenant is a hash of the Authorization header
+	MaxBody         int64         // zero: idemhttp's default
+	Wait            time.Duration // zero: answer 409 at once
+	FailOpen        bool
+	UpstreamTimeout time.Duration // zero: 30s
+	Admin           string        // the admin API's address; empty: no admin API
+	AdminToken      string        // empty: the key API is open to whoever reaches Admin
+	ShutdownTimeout time.Duration // zero: 30s
+	Logger          *slog.Logger  // nil: slog.Default()
+	Tracer          trace.Tracer  // nil: no traces
+	Transport       http.RoundTripper
+}
+
+// Gateway is a configured `idem serve`, ready to run.
+type Gateway struct {
+	cfg      Config
+	engine   *idem.Engine
+	registry *prometheus.Registry
+	proxy    http.Handler
+	admin    http.Handler
+}
+
+// New checks cfg and builds the gateway.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Scheme == "" || cfg.Upstream.Host == "" {
+		return nil, errors.New("gateway: --upstream must be an absolute http(s) URL")
+	}
+	if cfg.Store == nil {
+		return nil, errors.New("gateway: no store")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if cfg.UpstreamTimeout == 0 {
+		cfg.UpstreamTimeout = 30 * time.Second
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tel := newTelemetry(reg, cfg.Tracer)
+	engine, err := idem.New(cfg.Store, &idem.Options{Lease: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: tel})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	mw, err := idemhttp.New(engine, &idemhttp.Options{
+		Methods:      cfg.Methods,
+		RequireKey:   cfg.RequireKey,
+		TenantHeader: cfg.TenantHeader,
+		MaxBody:      cfg.MaxBody,
+		Wait:         cfg.Wait,
+		FailOpen:     cfg.FailOpen,
+		Logger:       cfg.Logger,
+		OnOutcome:    func(_ *http.Request, o idemhttp.Outcome) { tel.outcome(o) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
+	g.proxy = g.traced(mw(g.reverseProxy(tel)))
+	g.admin = adminHandler(engine, reg, cfg.AdminToken)
+	return g, nil
+}
+
+// Handler returns the proxy with idempotency in front, for tests that serve
+// it themselves.
+func (g *Gateway) Handler() http.Handler { return g.proxy }
+
+// AdminHandler returns the admin API.
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+// Engine returns the gateway's engine.
+func (g *Gateway) Engine() *idem.Engine { return g.engine }
+
+// traced opens the request's span, under which the store calls and the
+// upstream call are recorded.
+func (g *Gateway) traced(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.request "+r.Method, trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
+	transport := g.cfg.Transport
+	if transport == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
+	}
+	upstream := g.cfg.Upstream
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(upstream)
+			pr.SetXForwarded()
+			// The fence comes from the lease only: a client cannot forge one.
+			pr.Out.Header.Del(FenceHeader)
+			if l, ok := idemhttp.LeaseFromContext(pr.In.Context()); ok {
+				pr.Out.Header.Set(FenceHeader, strconv.FormatInt(l.Fence(), 10))
+			}
+		},
+		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
+			defer span.End()
+			start := time.Now()
+			resp, err := transport.RoundTrip(r.WithContext(ctx))
+			tel.upstreamSeconds.Observe(time.Since(start).Seconds())
+			if err != nil {
+				span.RecordError(err)
+			}
+			return resp, err
+		}),
+		ErrorHandler: g.upstreamError,
+	}
+	timeout := g.cfg.UpstreamTimeout
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeoutCause(r.Context(), timeout, errUpstreamTimeout)
+		defer cancel()
+		rp.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+var errUpstreamTimeout = errors.New("gateway: upstream timed out")
+
+// upstreamError answers a failed upstream call. Both answers are 5xx, so the
+// middleware releases the key and the client may retry; the upstream got the
+// Idempotency-Key and the fence, so it can deduplicate a call that did land.
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	cause := context.Cause(r.Context())
+	var netErr net.Error
+	switch {
+	case errors.Is(cause, idem.ErrLeaseLost) || errors.Is(cause, idem.ErrLeaseExpired):
+		g.cfg.Logger.Warn("idem: upstream call cut: lease lost", "err", cause)
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "lease_lost", "the idempotency lease was lost while the upstream call ran; retry with the same key")
+	case errors.Is(cause, errUpstreamTimeout) || (errors.As(err, &netErr) && netErr.Timeout()):
+		idemhttp.WriteProblem(w, http.StatusGatewayTimeout, "upstream_timeout",
+			fmt.Sprintf("the upstream did not answer within %v", g.cfg.UpstreamTimeout))
+	case errors.Is(err, context.Canceled):
+		// The client went away and took the request context with it; nobody reads this.
+		w.WriteHeader(499)
+	default:
+		g.cfg.Logger.Warn("idem: upstream unreachable", "err", err)
+		idemhttp.WriteProblem(w, http.StatusBadGateway, "upstream_unreachable", "the upstream could not be reached")
+	}
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Run serves the proxy and the admin API until ctx is done, then shuts down
+// gracefully: it stops accepting, lets in-flight requests finish and
+// finalize their keys, and returns nil. ready, if not nil, is called with
+// the bound addresses once both listen.
+func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) error {
+	ln, err := net.Listen("tcp", g.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gateway: listen: %w", err)
+	}
+	servers := []*http.Server{{Handler: g.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)}}
+	listeners := []net.Listener{ln}
+	var adminAddr net.Addr
+	if g.cfg.Admin != "" {
+		aln, err := net.Listen("tcp", g.cfg.Admin)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("gateway: admin listen: %w", err)
+		}
+		adminAddr = aln.Addr()
+		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second})
+		listeners = append(listeners, aln)
+	}
+	errs := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errs <- srv.Serve(listeners[i]) }()
+	}
+	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.String(), "admin", fmt.Sprint(adminAddr))
+	if ready != nil {
+		ready(ln.Addr(), adminAddr)
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errs:
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
+	defer cancel()
+	g.cfg.Logger.Info("idem: shutting down; in-flight requests finish first")
+	var shutdownErr error
+	for _, srv := range servers {
+		shutdownErr = errors.Join(shutdownErr, srv.Shutdown(shutdownCtx))
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return errors.Join(serveErr, shutdownErr)
+	}
+	return shutdownErr
+}

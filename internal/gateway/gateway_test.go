@@ -1,0 +1,88 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/store/memstore"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestTracesCoverAcquireUpstreamAndFinalize(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	defer tp.Shutdown(context.Background())
+	store, _ := memstore.New(nil)
+	u, _ := url.Parse(up.URL)
+	g, err := New(Config{Upstream: u, Store: store, Tracer: tp.Tracer("test"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "traced")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	spans := map[string]tracetest.SpanStub{}
+	for _, s := range exp.GetSpans() {
+		spans[s.Name] = s
+	}
+	root, ok := spans["idem.request POST"]
+	if !ok {
+		t.Fatalf("no request span among %v", names(spans))
+	}
+	for _, name := range []string{"idem.acquire", "idem.upstream", "idem.complete"} {
+		s, ok := spans[name]
+		if !ok {
+			t.Fatalf("no %s span among %v", name, names(spans))
+		}
+		if s.SpanContext.TraceID() != root.SpanContext.TraceID() {
+			t.Errorf("%s is not in the request's trace", name)
+		}
+	}
+}
+
+func names(m map[string]tracetest.SpanStub) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestOpenStoreRejectsBadURIs(t *testing.T) {
+	for _, uri := range []string{"mongodb://x", "redis://:secret@host:notaport", "redis-cluster://", "postgres://%zz", "file:///tmp/x"} {
+		_, closeStore, err := OpenStore(context.Background(), uri)
+		if err == nil {
+			closeStore()
+			t.Errorf("OpenStore(%q) succeeded", uri)
+			continue
+		}
+		if !errors.Is(err, ErrStoreURI) {
+			t.Errorf("OpenStore(%q) = %v; want ErrStoreURI", uri, err)
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("OpenStore(%q) echoed the password: %v", uri, err)
+		}
+	}
+}

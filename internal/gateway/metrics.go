@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// telemetry turns the engine's and the middleware's events into Prometheus
+// metrics and OpenTelemetry spans.
+type telemetry struct {
+	tracer          trace.Tracer
+	requests        *prometheus.CounterVec
+	leaseEvents     *prometheus.CounterVec
+	storeSeconds    *prometheus.HistogramVec
+	upstreamSeconds prometheus.Histogram
+}
+
+func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer) *telemetry {
+	t := &telemetry{
+		tracer: tracer,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_requests_total",
+			Help: "Requests by what idem did with them: executed, replayed, conflict, mismatch, rejected, store_error, ...",
+		}, []string{"outcome"}),
+		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_lease_events_total",
+			Help: "Lease renewals, lost leases and leases that expired before renewal.",
+		}, []string{"event"}),
+		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_store_seconds",
+			Help:    "Latency of store calls by operation and result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"op", "result"}),
+		upstreamSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "idem_upstream_seconds",
+			Help:    "Latency of upstream calls, until the response headers.",
+			Buckets: prometheus.DefBuckets,
+		}),
+	}
+	reg.MustRegister(t.requests, t.leaseEvents, t.storeSeconds, t.upstreamSeconds)
+	return t
+}
+
+// StoreCall implements idem.Observer: a histogram sample and a span that
+// covers the call, under the request's span.
+func (t *telemetry) StoreCall(ctx context.Context, op string, elapsed time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	t.storeSeconds.WithLabelValues(op, result).Observe(elapsed.Seconds())
+	end := time.Now()
+	_, span := t.tracer.Start(ctx, "idem."+op, trace.WithTimestamp(end.Add(-elapsed)), trace.WithSpanKind(trace.SpanKindClient))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+// LeaseEvent implements idem.Observer.
+func (t *telemetry) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
+	t.leaseEvents.WithLabelValues(ev.String()).Inc()
+}
+
+func (t *telemetry) outcome(o idemhttp.Outcome) {
+	t.requests.WithLabelValues(o.String()).Inc()
+}

@@ -1,0 +1,84 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/layered"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// reapEvery is how often a gateway deletes expired PostgreSQL rows, and
+// reapBatch how many rows one statement deletes at most.
+const (
+	reapEvery = time.Minute
+	reapBatch = 1000
+)
+
+// openPostgres opens the PostgreSQL store, applies its migrations (they
+// are idempotent and serialised by an advisory lock, so several gateways
+// may start at once) and starts the reaper of expired rows.
+func openPostgres(ctx context.Context, uri string) (*pgstore.Store, func() error, error) {
+	cfg, err := pgxpool.ParseConfig(uri)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+	}
+	migrateCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pgstore.Migrate(migrateCtx, pool, pgstore.DefaultSchema); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("gateway: migrating the PostgreSQL store: %w", err)
+	}
+	s, err := pgstore.New(pool, nil)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		t := time.NewTicker(reapEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-reapCtx.Done():
+				return
+			case <-t.C:
+				if _, err := s.Reap(reapCtx, reapBatch); err != nil && reapCtx.Err() == nil {
+					slog.Warn("idem: reaping expired rows", "err", err)
+				}
+			}
+		}
+	}()
+	return s, func() error { stopReaper(); <-reaped; pool.Close(); return nil }, nil
+}
+
+// openLayered opens Redis in front of PostgreSQL.
+func openLayered(ctx context.Context, redisURI, pgURI string) (idem.Store, func() error, error) {
+	client, err := redisstore.ParseURL(redisURI)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+	}
+	pg, closePG, err := openPostgres(ctx, pgURI)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	s, err := layered.New(client, pg, nil)
+	if err != nil {
+		client.Close()
+		closePG()
+		return nil, nil, err
+	}
+	return s, func() error { client.Close(); return closePG() }, nil
+}

@@ -1,0 +1,228 @@
+package redistopo
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Cluster is a Redis Cluster of primaries, each with the same number of
+// replicas, created with `redis-cli --cluster create`.
+type Cluster struct {
+	// Nodes are every node, primaries first as created; which node is a
+	// primary may change later (failover), ask the cluster.
+	Nodes []*Node
+}
+
+// StartCluster starts primaries cluster nodes (at least 3) with replicas
+// replicas each, creates the cluster over them, and waits until every
+// node reports cluster_state:ok and every replica is in sync.
+func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
+	t.Helper()
+	binaries(t, "redis-server", "redis-cli")
+	if primaries < 3 {
+		t.Fatalf("redistopo: Redis Cluster needs at least 3 primaries, not %d", primaries)
+	}
+	c := &Cluster{}
+	total := primaries * (1 + replicas)
+	for i := range total {
+		c.Nodes = append(c.Nodes, start(t, "cluster-"+strconv.Itoa(i), false, "",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "3000"))
+	}
+	args := []string{"--cluster", "create"}
+	args = append(args, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
+	out, err := exec.Command("redis-cli", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistopo: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, n := range c.Nodes {
+		nc := n.Client(t)
+		waitFor(t, "cluster_state:ok on "+n.Addr, func(ctx context.Context) (bool, error) {
+			info, err := nc.ClusterInfo(ctx).Result()
+			return strings.Contains(info, "cluster_state:ok"), err
+		})
+		waitFor(t, "replication in sync on "+n.Addr, func(ctx context.Context) (bool, error) {
+			role, err := infoField(ctx, nc, "replication", "role")
+			if err != nil {
+				return false, err
+			}
+			if role == "slave" {
+				link, err := infoField(ctx, nc, "replication", "master_link_status")
+				return link == "up", err
+			}
+			got, err := infoField(ctx, nc, "replication", "connected_slaves")
+			return got == strconv.Itoa(replicas), err
+		})
+	}
+	return c
+}
+
+// Addrs returns the addresses of all nodes.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr
+	}
+	return addrs
+}
+
+// Client returns a cluster client of c, closed when t ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), PoolSize: 64})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// Node returns the node with address addr, or nil.
+func (c *Cluster) Node(addr string) *Node {
+	for _, n := range c.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// SlotOwner returns the address of the primary that owns slot, as the
+// node at via sees it.
+func SlotOwner(ctx context.Context, via *redis.Client, slot int) (string, error) {
+	slots, err := via.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, s := range slots {
+		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
+			return s.Nodes[0].Addr, nil
+		}
+	}
+	return "", fmt.Errorf("redistopo: slot %d has no owner", slot)
+}
+
+// ReplicasOf returns the replicas of the primary at addr.
+func (c *Cluster) ReplicasOf(ctx context.Context, addr string) ([]*Node, error) {
+	primary := c.Node(addr)
+	if primary == nil {
+		return nil, fmt.Errorf("redistopo: %s is not a node of this cluster", addr)
+	}
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n == primary {
+			continue
+		}
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		host, err1 := infoField(ctx, nc, "replication", "master_host")
+		port, err2 := infoField(ctx, nc, "replication", "master_port")
+		nc.Close()
+		if err1 == nil && err2 == nil && host+":"+port == addr {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// MigrateSlot moves slot from the primary that owns it to the primary at
+// to while clients keep using it, as `redis-cli --cluster reshard` does:
+// SETSLOT IMPORTING on the target and MIGRATING on the source, then MIGRATE
+// of the slot's keys in batches of batch keys with pause between batches
+// (so traffic meets the slot half moved, with ASK and TRYAGAIN replies),
+// then SETSLOT NODE on every primary.
+func (c *Cluster) MigrateSlot(ctx context.Context, slot int, to string, batch int, pause time.Duration) error {
+	via := redis.NewClient(&redis.Options{Addr: to, MaxRetries: -1})
+	defer via.Close()
+	from, err := SlotOwner(ctx, via, slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return fmt.Errorf("redistopo: slot %d is already on %s", slot, to)
+	}
+	src := redis.NewClient(&redis.Options{Addr: from, MaxRetries: -1})
+	defer src.Close()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	dstID, err := via.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if err := via.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err(); err != nil {
+		return fmt.Errorf("redistopo: setslot importing: %w", err)
+	}
+	if err := src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err(); err != nil {
+		return fmt.Errorf("redistopo: setslot migrating: %w", err)
+	}
+	host, port, _ := strings.Cut(to, ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		if err != nil {
+			return fmt.Errorf("redistopo: getkeysinslot: %w", err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		// NOKEY: every key expired between GETKEYSINSLOT and MIGRATE.
+		if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			return fmt.Errorf("redistopo: migrate: %w", err)
+		}
+		time.Sleep(pause)
+	}
+	// The target first, so the slot is never owned by nobody; then the
+	// source, then everyone else (as redis-cli does).
+	if err := via.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err(); err != nil {
+		return fmt.Errorf("redistopo: setslot node on target: %w", err)
+	}
+	if err := src.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err(); err != nil {
+		return fmt.Errorf("redistopo: setslot node on source: %w", err)
+	}
+	for _, n := range c.Nodes {
+		if n.Addr == to || n.Addr == from || !n.Alive() {
+			continue
+		}
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		role, _ := infoField(ctx, nc, "replication", "role")
+		if role == "master" {
+			err = nc.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err()
+		}
+		nc.Close()
+		if err != nil {
+			return fmt.Errorf("redistopo: setslot node on %s: %w", n.Addr, err)
+		}
+	}
+	return nil
+}
+
+// Slot returns the cluster hash slot of key, as CLUSTER KEYSLOT does:
+// CRC16 (XMODEM) of the hash tag (the part between the first '{' and the
+// next '}', when not empty) or of the whole key, modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -1,0 +1,103 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// benchWorkers is how many goroutines run cycles at once in
+// BenchmarkClusterCycle, as concurrent requests of one application server.
+const benchWorkers = 16
+
+// BenchmarkClusterCycle measures the acquire+complete cycle on a 3-primary
+// Redis Cluster started for it against the single Redis server of the
+// tests (127.0.0.1:6379), in the same run, with benchWorkers concurrent
+// workers, alternating the two in ten slices so that load from elsewhere
+// on the machine hits both alike. It reports both throughputs and
+// routing-cost-%: how much lower the cluster's throughput is (on one small
+// machine the cluster cannot be faster; the number is the cost of the
+// cluster client's routing). As the server on 6379 is shared with other
+// tests and may be configured differently, it also measures a standalone
+// redis-server started like the cluster's nodes: own-node-cycles/s and
+// routing-cost-vs-own-node-%.
+func BenchmarkClusterCycle(b *testing.B) {
+	newStore := func(c redis.Scripter) *redisstore.Store {
+		s, err := redisstore.New(c, &redisstore.Options{Prefix: testenv.Prefix(b)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	single := newStore(testenv.Redis(b))
+	own := newStore(redistopo.StartNode(b).Client(b))
+	cluster := newStore(redistopo.StartCluster(b, 3, 0).Client(b))
+	b.Run("acquire+complete", func(b *testing.B) {
+		const slices = 10
+		var tSingle, tOwn, tCluster time.Duration
+		for i := range slices {
+			n := b.N/slices + boolInt(i < b.N%slices)
+			tSingle += cycleTime(b, single, n)
+			tOwn += cycleTime(b, own, n)
+			tCluster += cycleTime(b, cluster, n)
+		}
+		rate := func(d time.Duration) float64 { return float64(b.N) / d.Seconds() }
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(rate(tSingle), "single-cycles/s")
+		b.ReportMetric(rate(tOwn), "own-node-cycles/s")
+		b.ReportMetric(rate(tCluster), "cluster-cycles/s")
+		b.ReportMetric((float64(tCluster)/float64(tSingle)-1)*100, "routing-cost-%")
+		b.ReportMetric((float64(tCluster)/float64(tOwn)-1)*100, "routing-cost-vs-own-node-%")
+	})
+}
+
+func boolInt(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// cycleTime runs n acquire+complete cycles on fresh keys over benchWorkers
+// goroutines and returns how long they took.
+func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
+	ctx := context.Background()
+	base := rand.Text()[:8]
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range benchWorkers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
+				id := idem.ID{Tenant: "bench", Key: base + strconv.FormatInt(i, 10)}
+				res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+				if err != nil || !res.Acquired {
+					b.Errorf("acquire: %+v, %v", res, err)
+					return
+				}
+				err = s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
+					Result: idem.Result{Status: 200, Body: []byte(`{"ok":true}`)}, Retention: time.Minute})
+				if err != nil {
+					b.Errorf("complete: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return time.Since(start)
+}

@@ -1,0 +1,348 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
+	"github.com/redis/go-redis/v9"
+)
+
+// topologyLong reports whether the slow, larger versions of the topology
+// tests run: IDEM_TEST_TOPOLOGY=long. The default versions are short.
+func topologyLong() bool { return os.Getenv("IDEM_TEST_TOPOLOGY") == "long" }
+
+// needTopology skips the tests that start their own Redis servers under
+// -short.
+func needTopology(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a multi-node Redis topology; skipped under -short")
+	}
+}
+
+// TestCluster runs the store on a 3-primary Redis Cluster, each primary
+// with one replica, through a go-redis cluster client.
+func TestCluster(t *testing.T) {
+	needTopology(t)
+	cl := redistopo.StartCluster(t, 3, 1)
+	// The client comes from the URL form the gateway's --store takes.
+	uc, err := redisstore.ParseURL("redis-cluster://" + strings.Join(cl.Addrs(), ",") + "?pool_size=64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { uc.Close() })
+	client, ok := uc.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("ParseURL(redis-cluster://...) = %T, want *redis.ClusterClient", uc)
+	}
+	newStore := func(t *testing.T, opts *redisstore.Options) *redisstore.Store {
+		o := redisstore.Options{Prefix: testenv.Prefix(t)}
+		if opts != nil {
+			o.ReplicaAcks, o.ReplicaAckTimeout = opts.ReplicaAcks, opts.ReplicaAckTimeout
+		}
+		s, err := redisstore.New(client, &o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	t.Run("KeysOfOneIDShareASlot", func(t *testing.T) {
+		s := newStore(t, nil)
+		node := cl.Nodes[0].Client(t)
+		for _, id := range []idem.ID{{Tenant: "acme", Key: "order-42"}, {Tenant: "a}b", Key: "c{d}e"},
+			{Tenant: "", Key: "}"}, {Tenant: "t", Key: "{"}, {Tenant: "ünï", Key: "ключ"}} {
+			rec := s.RecordKey(id)
+			want, err := node.ClusterKeySlot(context.Background(), rec).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fence, err := node.ClusterKeySlot(context.Background(), rec+":f").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fence != want || int64(redistopo.Slot(rec)) != want {
+				t.Errorf("%+v: record slot %d, fence counter slot %d, redistopo.Slot %d; want all equal", id, want, fence, redistopo.Slot(rec))
+			}
+		}
+	})
+
+	t.Run("Conformance", func(t *testing.T) {
+		storetest.Run(t, storetest.Harness{
+			New:     func(t *testing.T) idem.Store { return newStore(t, nil) },
+			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+		})
+	})
+
+	t.Run("ConformanceWithReplicaAcks", func(t *testing.T) {
+		storetest.Run(t, storetest.Harness{
+			New:     func(t *testing.T) idem.Store { return newStore(t, &redisstore.Options{ReplicaAcks: 1}) },
+			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+		})
+	})
+
+	t.Run("BurstAcrossPrimaries", func(t *testing.T) {
+		keys, contenders := 150, 8
+		if topologyLong() {
+			keys = 2000
+		}
+		s := newStore(t, nil)
+		ids := make([]idem.ID, keys)
+		owners := map[string]bool{}
+		for i := range ids {
+			ids[i] = idem.ID{Tenant: "burst", Key: rand.Text()}
+			owner, err := redistopo.SlotOwner(context.Background(), cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(ids[i])))
+			if err != nil {
+				t.Fatal(err)
+			}
+			owners[owner] = true
+		}
+		if len(owners) != 3 {
+			t.Fatalf("the keys landed on %d primaries, want all 3", len(owners))
+		}
+		winners := make([]atomic.Int32, keys)
+		var errs atomic.Int32
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 16)
+		for i, id := range ids {
+			for range contenders {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer func() { <-sem; wg.Done() }()
+					res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", Lease: time.Minute})
+					switch {
+					case err != nil:
+						errs.Add(1)
+						t.Errorf("acquire %v: %v", id, err)
+					case res.Acquired:
+						winners[i].Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for i := range winners {
+			if n := winners[i].Load(); n != 1 {
+				t.Errorf("key %v: %d winners among %d contenders, want exactly 1", ids[i], n, contenders)
+			}
+		}
+		t.Logf("%d keys over 3 primaries, %d contenders each: one winner per key, %d errors", keys, contenders, errs.Load())
+	})
+
+	t.Run("ReplicaAckWaitsOnTheOwningPrimary", func(t *testing.T) {
+		s := newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: 200 * time.Millisecond})
+		ctx := context.Background()
+		paused := idem.ID{Tenant: "ack", Key: rand.Text()}
+		owner, err := redistopo.SlotOwner(ctx, cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(paused)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var other idem.ID // a key on another primary, whose replica keeps up
+		for {
+			other = idem.ID{Tenant: "ack", Key: rand.Text()}
+			o, err := redistopo.SlotOwner(ctx, cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(other)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o != owner {
+				break
+			}
+		}
+		replicas, err := cl.ReplicasOf(ctx, owner)
+		if err != nil || len(replicas) != 1 {
+			t.Fatalf("replicas of %s: %v, %v", owner, replicas, err)
+		}
+		if err := replicas[0].Pause(); err != nil {
+			t.Fatal(err)
+		}
+		_, errPaused := s.Acquire(ctx, idem.AcquireParams{ID: paused, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+		resOther, errOther := s.Acquire(ctx, idem.AcquireParams{ID: other, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+		if err := replicas[0].Resume(); err != nil {
+			t.Fatal(err)
+		}
+		// A WAIT sent to any other primary would have counted its healthy
+		// replica and passed.
+		if !errors.Is(errPaused, redisstore.ErrNotReplicated) {
+			t.Errorf("acquire while the owning primary's replica is paused = %v; want ErrNotReplicated", errPaused)
+		}
+		if errOther != nil || !resOther.Acquired {
+			t.Errorf("acquire on a primary with a live replica = %+v, %v; want acquired", resOther, errOther)
+		}
+		if _, err := s.Get(ctx, paused); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("Get of the fail-closed key = %v; want ErrNotFound (released)", err)
+		}
+	})
+
+	// The slot moves while traffic runs, then moves back with ReplicaAcks
+	// on (whose pinned pipeline answers ASK with a retryable error).
+	var from string
+	t.Run("SlotMigrationMidRun", func(t *testing.T) {
+		from, _ = migrationRun(t, cl, newStore(t, nil), "")
+	})
+	t.Run("SlotMigrationMidRunWithReplicaAcks", func(t *testing.T) {
+		if from == "" {
+			t.Skip("the first migration did not run")
+		}
+		migrationRun(t, cl, newStore(t, &redisstore.Options{ReplicaAcks: 1}), from)
+	})
+}
+
+// migrationRun moves the slot of a set of keys to another primary (to, or
+// any other when empty) while contenders acquire, complete and replay
+// those keys, and checks that no key was acquired twice, no completed
+// record was lost, and every contender got an answer after retrying
+// errors, as a client retries a 503.
+func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to string) (from, dest string) {
+	ctx := context.Background()
+	n, workers, contenders := 120, 6, 3
+	if topologyLong() {
+		n, workers = 600, 12
+	}
+	via := cl.Nodes[0].Client(t)
+	var slot int
+	for from == "" || from == to { // a slot that is not on the target already
+		slot = redistopo.Slot(s.RecordKey(idem.ID{Tenant: "mig", Key: rand.Text()}))
+		var err error
+		if from, err = redistopo.SlotOwner(ctx, via, slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if to == "" {
+		for _, node := range cl.Nodes {
+			role, _ := node.Client(t).Do(ctx, "role").Slice()
+			if len(role) > 0 && role[0] == "master" && node.Addr != from {
+				to = node.Addr
+				break
+			}
+		}
+	}
+	ids := idsInSlot(s, slot, n)
+	// Half the keys are completed before the move, so there is data to
+	// migrate and results to replay while it moves.
+	winner := make([]atomic.Value, n) // owner string of the one acquirer
+	for i := range n / 2 {
+		owner := rand.Text()
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", Lease: time.Minute})
+		if err != nil || !res.Acquired {
+			t.Fatalf("acquire before the move: %+v, %v", res, err)
+		}
+		winner[i].Store(owner)
+		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence},
+			Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var doubles, retried, gaveUp, rounds atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := w; ; r += workers {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				rounds.Add(1)
+				i := r % n
+				var cw sync.WaitGroup
+				for range contenders {
+					cw.Go(func() {
+						owner := rand.Text()
+						var res idem.AcquireResult
+						var err error
+						for attempt := 0; ; attempt++ {
+							res, err = s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", Lease: time.Minute})
+							if err == nil || attempt == 200 {
+								break
+							}
+							retried.Add(1)
+							time.Sleep(5 * time.Millisecond)
+						}
+						if err != nil {
+							gaveUp.Add(1)
+							t.Errorf("acquire %v: still failing after retries: %v", ids[i], err)
+							return
+						}
+						if !res.Acquired {
+							return
+						}
+						if !winner[i].CompareAndSwap(nil, owner) {
+							doubles.Add(1)
+							t.Errorf("key %v acquired twice: by %v and %v", ids[i], winner[i].Load(), owner)
+							return
+						}
+						ref := idem.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence}
+						for attempt := 0; ; attempt++ {
+							err = s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute})
+							if err == nil || errors.Is(err, idem.ErrLeaseLost) || attempt == 200 {
+								break
+							}
+							retried.Add(1)
+							time.Sleep(5 * time.Millisecond)
+						}
+						if err != nil {
+							t.Errorf("complete %v by its one winner: %v", ids[i], err)
+						}
+					})
+				}
+				cw.Wait()
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // traffic first, then the move
+	migErr := cl.MigrateSlot(ctx, slot, to, 8, 15*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // and traffic after it
+	close(done)
+	wg.Wait()
+	if migErr != nil {
+		t.Fatalf("migrate slot %d from %s to %s: %v", slot, from, to, migErr)
+	}
+	if owner, err := redistopo.SlotOwner(ctx, via, slot); err != nil || owner != to {
+		t.Fatalf("slot %d is on %s (%v) after the move, want %s", slot, owner, err, to)
+	}
+	// Every key that was acquired holds its one winner's result, now on
+	// the new primary.
+	for i, id := range ids {
+		w, _ := winner[i].Load().(string)
+		rec, err := s.Get(ctx, id)
+		switch {
+		case w == "" && errors.Is(err, idem.ErrNotFound):
+		case err != nil:
+			t.Errorf("Get %v after the move: %v (winner %q)", id, err, w)
+		case rec.Owner != w || rec.State != idem.StateCompleted || string(rec.Result.Body) != w:
+			t.Errorf("Get %v after the move = owner %q state %v; want completed by %q", id, rec.Owner, rec.State, w)
+		}
+	}
+	t.Logf("slot %d moved %s -> %s under %d rounds of %d contenders: %d double acquisitions, %d retried errors, %d gave up",
+		slot, from, to, rounds.Load(), contenders, doubles.Load(), retried.Load(), gaveUp.Load())
+	return from, to
+}
+
+// idsInSlot returns n IDs whose records are in the given cluster slot.
+func idsInSlot(s *redisstore.Store, slot, n int) []idem.ID {
+	base := rand.Text()[:6]
+	var ids []idem.ID
+	for i := 0; len(ids) < n; i++ {
+		id := idem.ID{Tenant: "mig", Key: base + "-" + strconv.Itoa(i)}
+		if redistopo.Slot(s.RecordKey(id)) == slot {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

@@ -1,0 +1,167 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotReplicated reports that a write reached the primary but fewer
+// replicas than Options.ReplicaAcks acknowledged it within
+// Options.ReplicaAckTimeout. The engine reports it as idem.ErrStore (a
+// retryable 503); the request's work has not started.
+var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough replicas")
+
+// defaultReplicaAckTimeout is what a zero Options.ReplicaAckTimeout means.
+const defaultReplicaAckTimeout = 500 * time.Millisecond
+
+// ackRunner runs a script and then WAIT on the same connection, so WAIT
+// counts the replicas that have this script's writes: WAIT only knows the
+// replication offset of the connection it runs on.
+// On a WAIT failure it returns the script's reply with an error wrapping
+// ErrNotReplicated.
+type ackRunner interface {
+	runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) (reply []string, acked int, err error)
+}
+
+// goredisAcker pipelines EVALSHA and WAIT to one node: a pipeline of a
+// *redis.Client runs on one connection.
+type goredisAcker struct {
+	// node returns the client of the primary that owns key.
+	node func(ctx context.Context, key string) (*redis.Client, error)
+	// moved is called when a node answered MOVED: the cluster's slot map
+	// is out of date. Nil for a single primary.
+	moved func(ctx context.Context)
+}
+
+// newAcker returns the ackRunner of a go-redis client, or an error when
+// the client cannot run WAIT on the connection that ran the script.
+func newAcker(client redis.Scripter, timeout time.Duration) (ackRunner, error) {
+	var readTimeout time.Duration
+	var a goredisAcker
+	switch c := client.(type) {
+	case *redis.Client: // a plain client or a Sentinel failover client
+		readTimeout = c.Options().ReadTimeout
+		a.node = func(context.Context, string) (*redis.Client, error) { return c, nil }
+	case *redis.ClusterClient:
+		readTimeout = c.Options().ReadTimeout
+		a.node = c.MasterForKey
+		a.moved = c.ReloadState
+	default:
+		return nil, fmt.Errorf("redisstore: ReplicaAcks needs a *redis.Client, a Sentinel failover client or a *redis.ClusterClient, not %T", client)
+	}
+	// go-redis reads a pipeline's replies with the client's read timeout
+	// (zero means its default of 3s), so WAIT must return before that.
+	if readTimeout == 0 {
+		readTimeout = 3 * time.Second
+	}
+	if readTimeout > 0 && timeout >= readTimeout {
+		return nil, fmt.Errorf("redisstore: ReplicaAckTimeout %v is not below the client's read timeout %v", timeout, readTimeout)
+	}
+	return a, nil
+}
+
+// redirectRetries bounds how often runAcked follows a MOVED or TRYAGAIN
+// reply, which both mean the script did not run.
+const redirectRetries = 3
+
+func (a goredisAcker) runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
+	var err error
+	for attempt := range redirectRetries {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, 0, errors.Join(err, ctx.Err())
+			case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+			}
+		}
+		var reply []string
+		var acked int
+		reply, acked, err = a.runOnce(ctx, s, keys, args, replicas, timeout)
+		if _, moved := redis.IsMovedError(err); moved && a.moved != nil {
+			a.moved(ctx)
+			continue
+		}
+		if redis.IsTryAgainError(err) {
+			continue
+		}
+		// ASK (the slot is being migrated and this key has left) is
+		// returned as an error: following it needs ASKING on the target's
+		// connection, which go-redis does not expose; the client retries.
+		return reply, acked, err
+	}
+	return nil, 0, err
+}
+
+func (a goredisAcker) runOnce(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
+	node, err := a.node(ctx, keys[0])
+	if err != nil {
+		return nil, 0, err
+	}
+	run := func(eval func(pipe redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
+		pipe := node.Pipeline()
+		e := eval(pipe)
+		w := pipe.Do(ctx, "wait", replicas, timeout.Milliseconds())
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		return e, w
+	}
+	e, w := run(func(pipe redis.Pipeliner) *redis.Cmd { return s.goredis.EvalSha(ctx, pipe, keys, args...) })
+	if redis.HasErrorPrefix(e.Err(), "NOSCRIPT") {
+		e, w = run(func(pipe redis.Pipeliner) *redis.Cmd { return s.goredis.Eval(ctx, pipe, keys, args...) })
+	}
+	reply, err := e.StringSlice()
+	if err != nil {
+		return nil, 0, err
+	}
+	acked, err := w.Int()
+	if err != nil {
+		// The script ran; whether its writes reached a replica is unknown.
+		return reply, 0, fmt.Errorf("%w: wait: %w", ErrNotReplicated, err)
+	}
+	return reply, acked, nil
+}
+
+// runFunc runs a script; notReplicated is set (wrapping ErrNotReplicated)
+// when the script ran but too few replicas acknowledged its writes.
+type runFunc func(ctx context.Context, sc *script, keys []string, args []any) (reply []string, notReplicated, err error)
+
+// run runs a script without waiting for replicas.
+func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
+	reply, err := s.r.run(ctx, sc, keys, args)
+	return reply, nil, err
+}
+
+// write runs a script whose writes must reach Options.ReplicaAcks
+// replicas, when that is set.
+func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
+	if s.acks == nil {
+		return s.run(ctx, sc, keys, args)
+	}
+	reply, acked, err := s.acks.runAcked(ctx, sc, keys, args, s.replicas, s.ackTimeout)
+	switch {
+	case reply == nil:
+		return nil, nil, err
+	case err != nil:
+		return reply, err, nil
+	case acked < s.replicas:
+		return reply, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.replicas, s.ackTimeout), nil
+	}
+	return reply, nil, nil
+}
+
+// releaseUnreplicated releases a lease that was acquired on the primary
+// but not replicated, so that a retry does not wait for its lease to end,
+// and returns the error for the caller of Acquire. The release runs even
+// when ctx is cancelled; if it fails the record lives out its lease.
+func (s *Store) releaseUnreplicated(ctx context.Context, ref idem.LeaseRef, notReplicated error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout)
+	defer cancel()
+	if err := s.Release(ctx, ref); err != nil {
+		return fmt.Errorf("redisstore: acquire: %w (and the release of the unreplicated record failed: %w)", notReplicated, err)
+	}
+	return fmt.Errorf("redisstore: acquire: %w (record released)", notReplicated)
+}

@@ -1,0 +1,78 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// The test server has no replicas, so asking for one acknowledgement must
+// fail closed: no lease handed out, the record released, and the engine
+// reporting ErrStore (a retryable 503) without running the work.
+func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
+	client := testenv.Redis(t)
+	s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t), ReplicaAcks: 1, ReplicaAckTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := idem.ID{Tenant: "t", Key: rand.Text()}
+	_, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", Lease: time.Minute})
+	if !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Acquire with ReplicaAcks 1 and no replica = %v; want ErrNotReplicated", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after a fail-closed acquire = %v; want ErrNotFound (record released)", err)
+	}
+
+	e, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, _, err = e.Do(ctx, idem.Request{Tenant: "t", Key: rand.Text(), Fingerprint: "fp"}, func(context.Context, int64) ([]byte, error) {
+		ran = true
+		return nil, nil
+	})
+	if !errors.Is(err, idem.ErrStore) || !errors.Is(err, redisstore.ErrNotReplicated) || ran {
+		t.Fatalf("Do with an unreplicated acquire = %v (ran %v); want ErrStore wrapping ErrNotReplicated, not run", err, ran)
+	}
+}
+
+// Zero acknowledgements asked means no WAIT at all: the same server works.
+func TestReplicaAckZeroDoesNotWait(t *testing.T) {
+	s, err := redisstore.New(testenv.Redis(t), &redisstore.Options{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "k"}, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+}
+
+func TestReplicaAckOptionsRejected(t *testing.T) {
+	client := testenv.Redis(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}})
+	t.Cleanup(func() { ring.Close() })
+	for name, tc := range map[string]struct {
+		client redis.Scripter
+		opts   redisstore.Options
+	}{
+		"negative acks":              {client, redisstore.Options{ReplicaAcks: -1}},
+		"negative timeout":           {client, redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: -time.Second}},
+		"timeout above read timeout": {client, redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Minute}},
+		"ring cannot pin a node":     {ring, redisstore.Options{ReplicaAcks: 1}},
+	} {
+		if _, err := redisstore.New(tc.client, &tc.opts); err == nil {
+			t.Errorf("%s: New accepted %+v", name, tc.opts)
+		}
+	}
+}

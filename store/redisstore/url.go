@@ -1,0 +1,227 @@
+package redisstore
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrBadURL reports a store URL that ParseURL cannot use.
+var ErrBadURL = errors.New("redisstore: bad Redis URL")
+
+// ParseURL returns a go-redis client for a Redis store URL, for commands
+// and configuration files that name the store by one string. The forms:
+//
+//	redis://[user:password@]host[:port][/db][?options]    one server
+//	rediss://...                                           the same over TLS
+//	unix://[user:password@]/path/to/socket[?db=N&options]  one server, Unix socket
+//	redis-sentinel://[user:password@]host[:port][,host[:port]...]/master[/db][?options]
+//	rediss-sentinel://...                                  the same, TLS to every node
+//	redis-cluster://[user:password@]host[:port][,host[:port]...][?options]
+//	rediss-cluster://...                                   the same over TLS
+//
+// In the Sentinel forms the hosts are the Sentinels (default port 26379),
+// master is the name they monitor, and the user and password are those of
+// the Redis servers; the Sentinels' own credentials, when they have any,
+// go in the options sentinel_username and sentinel_password. In the
+// cluster form the hosts are some of the cluster's nodes (default port
+// 6379); the client discovers the others. The options are those of
+// go-redis's URL forms (dial_timeout=3s, read_timeout=2s, pool_size=64,
+// max_retries=..., and for Sentinel db=N); an unknown option is an error.
+//
+// Errors wrap ErrBadURL and never repeat the password. The client
+// connects lazily: a reachable server is not checked here.
+func ParseURL(uri string) (redis.UniversalClient, error) {
+	scheme, rest, ok := strings.Cut(uri, "://")
+	if !ok {
+		return nil, badURL(uri, "no scheme: want redis://, rediss://, unix://, redis-sentinel:// or redis-cluster://")
+	}
+	switch scheme {
+	case "redis", "rediss", "unix":
+		o, err := redis.ParseURL(uri)
+		if err != nil {
+			return nil, badURL(uri, redactErr(err, uri))
+		}
+		return redis.NewClient(o), nil
+	case "redis-sentinel", "rediss-sentinel":
+		o, err := parseSentinel(strings.TrimSuffix(scheme, "-sentinel"), rest)
+		if err != nil {
+			return nil, badURL(uri, redactErr(err, uri))
+		}
+		return redis.NewFailoverClient(o), nil
+	case "redis-cluster", "rediss-cluster":
+		o, err := parseCluster(strings.TrimSuffix(scheme, "-cluster"), rest)
+		if err != nil {
+			return nil, badURL(uri, redactErr(err, uri))
+		}
+		return redis.NewClusterClient(o), nil
+	}
+	return nil, badURL(uri, fmt.Sprintf("unknown scheme %q: want redis, rediss, unix, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster", scheme))
+}
+
+// multiHost is a URL whose host part may list several host:port pairs,
+// which net/url does not parse.
+type multiHost struct {
+	user  *url.Userinfo
+	addrs []string
+	path  []string // the path's segments
+	query url.Values
+}
+
+func parseMultiHost(rest string, defaultPort string) (multiHost, error) {
+	var m multiHost
+	rest, rawQuery, _ := strings.Cut(rest, "?")
+	var err error
+	if m.query, err = url.ParseQuery(rawQuery); err != nil {
+		return m, fmt.Errorf("query: %w", err)
+	}
+	authority, path, _ := strings.Cut(rest, "/")
+	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
+		u, err := url.Parse("redis://" + authority[:i+1] + "x")
+		if err != nil {
+			return m, errors.New("bad user or password (escape reserved characters with %XX)")
+		}
+		m.user, authority = u.User, authority[i+1:]
+	}
+	if authority == "" {
+		return m, errors.New("no host")
+	}
+	for _, hp := range strings.Split(authority, ",") {
+		if hp == "" {
+			return m, errors.New("empty host in the host list")
+		}
+		if !strings.Contains(hp, ":") || strings.HasSuffix(hp, "]") {
+			hp = net.JoinHostPort(strings.Trim(hp, "[]"), defaultPort)
+		}
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			return m, fmt.Errorf("host %q: %w", hp, err)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return m, fmt.Errorf("host %q: port %q is not a number from 1 to 65535", hp, port)
+		}
+		if host == "" {
+			return m, fmt.Errorf("host %q has no host name", hp)
+		}
+		m.addrs = append(m.addrs, net.JoinHostPort(host, port))
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if seg != "" {
+			m.path = append(m.path, seg)
+		}
+	}
+	return m, nil
+}
+
+// goredisURL is m in go-redis's own URL form, which takes further hosts
+// as addr options.
+func (m multiHost) goredisURL(scheme string, path string) string {
+	q := url.Values{}
+	for k, v := range m.query {
+		q[k] = v
+	}
+	for _, a := range m.addrs[1:] {
+		q.Add("addr", a)
+	}
+	u := url.URL{Scheme: scheme, User: m.user, Host: m.addrs[0], Path: path, RawQuery: q.Encode()}
+	return u.String()
+}
+
+func parseSentinel(scheme, rest string) (*redis.FailoverOptions, error) {
+	m, err := parseMultiHost(rest, "26379")
+	if err != nil {
+		return nil, err
+	}
+	if len(m.path) == 0 {
+		return nil, errors.New("no master name: want redis-sentinel://host:port,host:port/master[/db]")
+	}
+	if len(m.path) > 2 {
+		return nil, errors.New("path has more than /master/db")
+	}
+	if m.query.Has("master_name") || m.query.Has("username") || m.query.Has("password") {
+		return nil, errors.New("master_name, username and password go in the URL's path and user info, not in options")
+	}
+	sentinelUser, sentinelPassword := m.query.Get("sentinel_username"), m.query.Get("sentinel_password")
+	m.query.Del("sentinel_username")
+	m.query.Del("sentinel_password")
+	m.query.Set("master_name", m.path[0])
+	dataUser := m.user
+	m.user = nil // go-redis takes the user info as the Sentinels' credentials
+	path := ""
+	if len(m.path) == 2 {
+		if n, err := strconv.Atoi(m.path[1]); err != nil || n < 0 {
+			return nil, fmt.Errorf("database %q is not a number", m.path[1])
+		}
+		path = "/" + m.path[1]
+	}
+	o, err := redis.ParseFailoverURL(m.goredisURL(scheme, path))
+	if err != nil {
+		return nil, err
+	}
+	if dataUser != nil {
+		o.Username = dataUser.Username()
+		o.Password, _ = dataUser.Password()
+	}
+	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	return o, nil
+}
+
+func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
+	m, err := parseMultiHost(rest, "6379")
+	if err != nil {
+		return nil, err
+	}
+	if len(m.path) > 0 {
+		return nil, errors.New("a cluster URL has no path: Redis Cluster has only database 0")
+	}
+	return redis.ParseClusterURL(m.goredisURL(scheme, ""))
+}
+
+// badURL returns an ErrBadURL error for uri, with its password hidden.
+func badURL(uri, why string) error {
+	return fmt.Errorf("%w %q: %s", ErrBadURL, redact(uri), why)
+}
+
+// redact returns uri with its password replaced by "xxxxx" and its query
+// (which may hold sentinel_password) replaced by "?...".
+func redact(uri string) string {
+	uri, _, hasQuery := strings.Cut(uri, "?")
+	if p := password(uri); p != "" {
+		uri = strings.Replace(uri, ":"+p+"@", ":xxxxx@", 1)
+	}
+	if hasQuery {
+		uri += "?..."
+	}
+	return uri
+}
+
+// password returns the password in uri's user info, or "".
+func password(uri string) string {
+	_, rest, _ := strings.Cut(uri, "://")
+	authority, _, _ := strings.Cut(rest, "/")
+	authority, _, _ = strings.Cut(authority, "?")
+	at := strings.LastIndexByte(authority, '@')
+	if at < 0 {
+		return ""
+	}
+	_, p, _ := strings.Cut(authority[:at], ":")
+	return p
+}
+
+// redactErr returns err's text with any password of uri hidden: go-redis
+// errors can quote the URL.
+func redactErr(err error, uri string) string {
+	msg := err.Error()
+	if p := password(uri); p != "" {
+		msg = strings.ReplaceAll(msg, p, "xxxxx")
+		if unescaped, uerr := url.PathUnescape(p); uerr == nil && unescaped != "" {
+			msg = strings.ReplaceAll(msg, unescaped, "xxxxx")
+		}
+	}
+	return msg
+}

@@ -1,0 +1,112 @@
+package redisstore_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		uri  string
+		want string // "client" (*redis.Client) or "cluster"
+		db   int
+	}{
+		{"redis://127.0.0.1:6379/2", "client", 2},
+		{"rediss://user:pw@example.com", "client", 0},
+		{"unix:///run/redis.sock?db=3", "client", 3},
+		{"redis-sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3/mymaster", "client", 0},
+		{"redis-sentinel://app:s%40cret@10.0.0.1/mymaster/4?dial_timeout=2s&sentinel_password=x", "client", 4},
+		{"rediss-sentinel://[::1]:26379/mymaster", "client", 0},
+		{"redis-cluster://10.0.0.1:7000,10.0.0.2:7001", "cluster", 0},
+		{"rediss-cluster://u:p@node-1?pool_size=64&read_timeout=1s", "cluster", 0},
+	} {
+		c, err := redisstore.ParseURL(tc.uri)
+		if err != nil {
+			t.Errorf("ParseURL(%q): %v", tc.uri, err)
+			continue
+		}
+		switch cc := c.(type) {
+		case *redis.Client:
+			if tc.want != "client" || cc.Options().DB != tc.db {
+				t.Errorf("ParseURL(%q) = a single-primary client on db %d; want %s on db %d", tc.uri, cc.Options().DB, tc.want, tc.db)
+			}
+		case *redis.ClusterClient:
+			if tc.want != "cluster" {
+				t.Errorf("ParseURL(%q) = a cluster client; want %s", tc.uri, tc.want)
+			}
+		default:
+			t.Errorf("ParseURL(%q) = %T", tc.uri, c)
+		}
+		c.Close()
+	}
+}
+
+func TestParseURLSentinelCredentials(t *testing.T) {
+	c, err := redisstore.ParseURL("redis-sentinel://app:s%40cret@h1,h2:26380/main/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	o := c.(*redis.Client).Options()
+	if o.Username != "app" || o.Password != "s@cret" || o.DB != 1 {
+		t.Errorf("data-node credentials = %q/%q db %d; want app/s@cret db 1", o.Username, o.Password, o.DB)
+	}
+}
+
+func TestParseURLErrors(t *testing.T) {
+	for uri, want := range map[string]string{
+		"":                                        "no scheme",
+		"127.0.0.1:6379":                          "no scheme",
+		"http://127.0.0.1":                        "unknown scheme",
+		"redis-sentinel://h1:26379":               "no master name",
+		"redis-sentinel://h1/master/zero":         "not a number",
+		"redis-sentinel://h1/master/0/extra":      "more than /master/db",
+		"redis-sentinel://h1/m?master_name=x":     "not in options",
+		"redis-cluster://":                        "no host",
+		"redis-cluster://u:topsecret@":            "no host",
+		"redis-cluster://h1:7000/0":               "no path",
+		"redis-cluster://h1:7000,,h2:7001":        "empty host",
+		"redis-cluster://h1:port":                 "not a number",
+		"redis-cluster://h1:70000":                "not a number",
+		"redis-cluster://:7000":                   "no host name",
+		"redis-cluster://h1?dial_timeout=soon":    "dial_timeout",
+		"redis-cluster://h1?no_such_option=1":     "no_such_option",
+		"redis://u:topsecret@h1:6379/notadb":      "invalid",
+		"redis-sentinel://h1/m?pool_size=many":    "pool_size",
+		"redis-sentinel://u:topsecret@h1/m?q=%zz": "query",
+		"redis-cluster://u:top%zzsecret@h1:7000":  "user or password",
+	} {
+		c, err := redisstore.ParseURL(uri)
+		if err == nil {
+			c.Close()
+			t.Errorf("ParseURL(%q) succeeded; want an error about %q", uri, want)
+			continue
+		}
+		if !errors.Is(err, redisstore.ErrBadURL) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseURL(%q) = %v; want ErrBadURL about %q", uri, err, want)
+		}
+		if strings.Contains(err.Error(), "topsecret") || strings.Contains(err.Error(), "secret@") {
+			t.Errorf("ParseURL(%q) error shows the password: %v", uri, err)
+		}
+	}
+}
+
+func FuzzParseURL(f *testing.F) {
+	for _, s := range []string{"redis://h:1/0", "redis-sentinel://u:p@a,b:2/m/1?db=1", "redis-cluster://a:1,b?pool_size=2", "rediss-cluster://[::1]:1", "unix:///s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, uri string) {
+		c, err := redisstore.ParseURL(uri)
+		if err != nil {
+			if !errors.Is(err, redisstore.ErrBadURL) {
+				t.Fatalf("ParseURL(%q) = %v, not wrapping ErrBadURL", uri, err)
+			}
+			return
+		}
+		c.Close()
+	})
+}
