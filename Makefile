@@ -1,17 +1,32 @@
-.PHONY: help test lint bench fmt
+.PHONY: help test lint fuzz bench bench-gateway lab soak demo
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-test: ## run every test against real Redis and PostgreSQL (starts them when down)
+test: ## every test against real Redis and PostgreSQL (starts them when down)
 	scripts/test.sh
 
 lint: ## gofmt, go vet and staticcheck
 	scripts/lint.sh
 
-bench: ## the benchmarks, with ratios against the naive lock and the bare handler
+fuzz: ## every fuzz target for FUZZTIME (default 3s) each
+	scripts/fuzz.sh
+
+bench: ## the Go benchmarks, with ratios against the naive lock and the bare handler
 	scripts/services.sh
 	go test -run '^$$' -bench . -benchmem ./...
 
-fmt: ## format the code
-	gofmt -w .
+bench-gateway: ## the gateway on loopback against the upstream and a bare Go proxy (docs/benchmarks.md)
+	scripts/services.sh
+	go run ./bench/gateway
+
+lab: ## the breach lab, one short run of every scenario, printed as a table
+	scripts/services.sh
+	go run ./cmd/idem lab
+
+soak: ## the breach lab's long version
+	scripts/services.sh
+	go run ./cmd/idem lab --long
+
+demo: ## the gateway in front of a toy payment API, under a burst of duplicates
+	go run ./cmd/idem demo

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every fuzz target of the module for a short time each (default 3s;
+# FUZZTIME=1m scripts/fuzz.sh for longer). Plain `go test` already runs their
+# seed corpora; this explores beyond them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${FUZZTIME:-3s}
+grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
+  dir=$(dirname "$file")
+  for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
+    echo "fuzz: $dir $name ($fuzztime)"
+    go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" >/dev/null
+  done
+done
