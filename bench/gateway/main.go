@@ -44,7 +44,9 @@ func main() {
 	}))
 	defer upstream.Close()
 	upURL, _ := url.Parse(upstream.URL)
-	bare := httptest.NewServer(httputil.NewSingleHostReverseProxy(upURL))
+	bareProxy := httputil.NewSingleHostReverseProxy(upURL)
+	bareProxy.Transport = gateway.NewUpstreamTransport() // the same pool as the gateway's: compare idempotency, not pooling
+	bare := httptest.NewServer(bareProxy)
 	defer bare.Close()
 
 	type target struct {

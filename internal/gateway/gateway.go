@@ -128,7 +128,7 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 	transport := g.cfg.Transport
 	if transport == nil {
-		transport = http.DefaultTransport.(*http.Transport).Clone()
+		transport = NewUpstreamTransport()
 	}
 	upstream := g.cfg.Upstream
 	rp := &httputil.ReverseProxy{
@@ -184,6 +184,16 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		g.cfg.Logger.Warn("idem: upstream unreachable", "err", err)
 		idemhttp.WriteProblem(w, http.StatusBadGateway, "upstream_unreachable", "the upstream could not be reached")
 	}
+}
+
+// NewUpstreamTransport returns the transport to the upstream: Go's default,
+// with a pool sized for a proxy. The default keeps 2 idle connections per
+// host, so under concurrent load every other request would dial anew.
+func NewUpstreamTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 1024
+	t.MaxIdleConnsPerHost = 1024
+	return t
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
