@@ -14,7 +14,8 @@ install() {
     exit 1
   fi
   [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
+  # shellcheck disable=SC2086 # $1 may name several packages
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
 }
 
 wait_port() {
@@ -23,11 +24,17 @@ wait_port() {
   exit 1
 }
 
+# go test -race needs cgo, and the breach lab compiles a small clock shim.
+command -v cc >/dev/null || install "gcc libc6-dev" CC
+
+# redis-server also brings redis-cli, which the cluster tests use.
 if [ -z "${IDEM_TEST_REDIS_URL:-}" ] && ! reachable 6379; then
   command -v redis-server >/dev/null || install redis-server REDIS
-  mkdir -p /var/lib/redis /var/log/redis
-  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
-    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  if ! reachable 6379; then # the package may have started it already
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+      --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  fi
   wait_port 6379 Redis
 fi
 
@@ -43,7 +50,8 @@ if [ -z "${IDEM_TEST_DATABASE_URL:-}" ] && ! reachable 5432; then
     hba=/etc/postgresql/$version/main/pg_hba.conf
     sed -i -E 's/^(local|host)(\s+\S+\s+\S+\s+(\S+\s+)?)(peer|md5|scram-sha-256)$/\1\2trust/' "$hba"
   fi
-  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start || true # it may run already
+  [ -z "$fresh" ] || pg_ctlcluster --skip-systemctl-redirect "$version" main reload
   wait_port 5432 PostgreSQL
   psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 ||
     psql -h 127.0.0.1 -U postgres -c 'CREATE DATABASE test' >/dev/null
