@@ -70,6 +70,43 @@ func BenchmarkClusterCycle(b *testing.B) {
 	})
 }
 
+// BenchmarkSentinelCycle measures the acquire+complete cycle through a
+// Sentinel failover client on a primary with 2 replicas, with
+// ReplicaAcks 0 and 1, against a standalone node started alike, in
+// alternating slices as BenchmarkClusterCycle does. ack-cost-% is what
+// waiting for one replica costs.
+func BenchmarkSentinelCycle(b *testing.B) {
+	newStore := func(c redis.Scripter, acks int) *redisstore.Store {
+		s, err := redisstore.New(c, &redisstore.Options{Prefix: testenv.Prefix(b), ReplicaAcks: acks})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	own := newStore(redistopo.StartNode(b).Client(b), 0)
+	topo := redistopo.StartSentinel(b, 2, 3)
+	client := topo.Client(b)
+	plain, acked := newStore(client, 0), newStore(client, 1)
+	b.Run("acquire+complete", func(b *testing.B) {
+		const slices = 10
+		var tOwn, tPlain, tAcked time.Duration
+		for i := range slices {
+			n := b.N/slices + boolInt(i < b.N%slices)
+			tOwn += cycleTime(b, own, n)
+			tPlain += cycleTime(b, plain, n)
+			tAcked += cycleTime(b, acked, n)
+		}
+		rate := func(d time.Duration) float64 { return float64(b.N) / d.Seconds() }
+		cost := func(slow, fast time.Duration) float64 { return (float64(slow)/float64(fast) - 1) * 100 }
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(rate(tOwn), "own-node-cycles/s")
+		b.ReportMetric(rate(tPlain), "sentinel-cycles/s")
+		b.ReportMetric(rate(tAcked), "sentinel-acks1-cycles/s")
+		b.ReportMetric(cost(tPlain, tOwn), "replicated-cost-%")
+		b.ReportMetric(cost(tAcked, tPlain), "ack-cost-%")
+	})
+}
+
 func boolInt(v bool) int {
 	if v {
 		return 1
