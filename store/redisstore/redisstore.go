@@ -104,7 +104,20 @@ type runner interface {
 type goredisRunner struct{ c redis.Scripter }
 
 func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) ([]string, error) {
-	return s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+	reply, err := s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+	// TRYAGAIN: a cluster slot is migrating and the script's keys are
+	// split between the two nodes for a moment; the script did not run.
+	// go-redis retries it only briefly, so the store waits a little more
+	// before answering with a (retryable) error.
+	for attempt := 1; redis.IsTryAgainError(err) && attempt < redirectRetries; attempt++ {
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		}
+		reply, err = s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+	}
+	return reply, err
 }
 
 // fenceGraceMs is how much longer a fence counter lives than its record.
