@@ -116,13 +116,20 @@ func (c *Cluster) Node(addr string) *Node {
 // SlotOwner returns the address of the primary that owns slot, as the
 // node at via sees it.
 func SlotOwner(ctx context.Context, via *redis.Client, slot int) (string, error) {
-	slots, err := via.ClusterSlots(ctx).Result()
+	shards, err := via.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range slots {
-		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > int64(slot) || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					return n.IP + ":" + strconv.FormatInt(n.Port, 10), nil
+				}
+			}
 		}
 	}
 	return "", fmt.Errorf("redistopo: slot %d has no owner", slot)

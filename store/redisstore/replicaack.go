@@ -95,7 +95,12 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 		}
 		var reply []string
 		var acked int
-		reply, acked, err = runOnce(ctx, node, ask != nil, s, keys, args, replicas, timeout)
+		asked := ask != nil
+		reply, acked, err = runOnce(ctx, node, asked, s, keys, args, replicas, timeout)
+		if asked && errors.Is(err, redis.ErrClosed) {
+			// The cluster client dropped that node; forget it.
+			a.askNodes.Delete(ask.Options().Addr)
+		}
 		ask = nil
 		if a.cluster == nil {
 			return reply, acked, err
@@ -104,7 +109,7 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 			a.cluster.ReloadState(ctx)
 			continue
 		}
-		if addr, isAsk := redis.IsAskError(err); isAsk {
+		if addr, isAsk := redis.IsAskError(err); isAsk && !asked {
 			// The slot is migrating and the key has left (or is new):
 			// run it on the importing node, after ASKING, on one connection.
 			var askErr error
@@ -113,8 +118,8 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 			}
 			continue
 		}
-		if redis.IsTryAgainError(err) {
-			continue
+		if _, isAsk := redis.IsAskError(err); isAsk || redis.IsTryAgainError(err) {
+			continue // an ASK from the importing node itself is retried from the start
 		}
 		return reply, acked, err
 	}
