@@ -193,8 +193,13 @@ func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) 
 // write runs a script whose writes must reach Options.ReplicaAcks
 // replicas, when that is set.
 func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
-	if s.acks == nil {
+	if s.replicas == 0 {
 		return s.run(ctx, sc, keys, args)
+	}
+	if s.acks == nil {
+		// A constructor that cannot pin WAIT to the script's connection
+		// must refuse ReplicaAcks; never drop it silently.
+		return nil, nil, errors.New("redisstore: ReplicaAcks is set but this client has no way to run WAIT on the script's connection")
 	}
 	reply, acked, err := s.acks.runAcked(ctx, sc, keys, args, s.replicas, s.ackTimeout)
 	switch {

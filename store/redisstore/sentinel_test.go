@@ -142,7 +142,14 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 			}
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// Promotion takes a few seconds; a failed election is retried after
+	// twice the failover timeout, so a loaded machine may need longer.
+	deadline := time.Now().Add(60 * time.Second)
+	dumpLogs := func() {
+		for _, sn := range topo.Sentinels {
+			t.Logf("sentinel %s log:\n%s", sn.Addr, sn.Log())
+		}
+	}
 	for {
 		addr, err := topo.CurrentPrimary(ctx)
 		if err == nil && addr != old {
@@ -151,7 +158,8 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 		if time.Now().After(deadline) {
 			close(stop)
 			wg.Wait()
-			t.Fatalf("Sentinel did not promote a replica within 30s (last: %q, %v)", addr, err)
+			dumpLogs()
+			t.Fatalf("Sentinel did not promote a replica within 60s (last: %q, %v)", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -161,7 +169,8 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 		if time.Now().After(deadline) {
 			close(stop)
 			wg.Wait()
-			t.Fatalf("the store did not serve 100 acquisitions on the new primary within 30s (errors: %d)", nErr.Load())
+			dumpLogs()
+			t.Fatalf("the store did not serve 100 acquisitions on the new primary within 60s of the crash (errors: %d)", nErr.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
