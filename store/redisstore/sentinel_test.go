@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,13 @@ func TestSentinelFailover(t *testing.T) {
 			name := map[bool]string{false: "Crash", true: "CrashAfterLinkLoss"}[linkLoss] + map[bool]string{false: "/ReplicaAcksOff", true: "/ReplicaAcksOn"}[acks > 0]
 			t.Run(name, func(t *testing.T) {
 				var acquired, doubles, errs int
-				for range rounds {
-					a, d, e := failoverRun(t, acks, linkLoss)
-					acquired, doubles, errs = acquired+a, doubles+d, errs+e
+				for round := range rounds {
+					// A subtest per failover, so each topology is stopped
+					// before the next starts.
+					t.Run("failover-"+strconv.Itoa(round+1), func(t *testing.T) {
+						a, d, e := failoverRun(t, acks, linkLoss)
+						acquired, doubles, errs = acquired+a, doubles+d, errs+e
+					})
 				}
 				t.Logf("linkLoss=%v ReplicaAcks=%d, %d failover(s): %d acknowledged acquisitions, %d acquired again after failover, %d errors (503) during failover",
 					linkLoss, acks, rounds, acquired, doubles, errs)
