@@ -20,14 +20,17 @@ type Cluster struct {
 	Nodes []*Node
 }
 
-// StartCluster starts primaries cluster nodes (at least 3) with replicas
-// replicas each, creates the cluster over them, and waits until every
-// node reports cluster_state:ok and every replica is in sync.
+// StartCluster starts primaries cluster nodes with replicas replicas
+// each, creates the cluster over them, and waits until every node reports
+// cluster_state:ok and every replica is in sync. redis-cli creates
+// clusters of 3 primaries or more; a cluster of one primary without
+// replicas (to measure the cost of cluster mode alone) is made by giving
+// the node every slot.
 func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 	t.Helper()
 	binaries(t, "redis-server", "redis-cli")
-	if primaries < 3 {
-		t.Fatalf("redistopo: Redis Cluster needs at least 3 primaries, not %d", primaries)
+	if (primaries < 3 && primaries != 1) || (primaries == 1 && replicas != 0) {
+		t.Fatalf("redistopo: want 1 primary without replicas or at least 3 primaries, not %d with %d replicas each", primaries, replicas)
 	}
 	c := &Cluster{}
 	total := primaries * (1 + replicas)
@@ -36,6 +39,20 @@ func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "3000"))
 	}
+	if primaries == 1 {
+		if err := c.Nodes[0].Client(t).Do(context.Background(), "cluster", "addslotsrange", 0, 16383).Err(); err != nil {
+			t.Fatalf("redistopo: cluster addslotsrange: %v", err)
+		}
+	} else {
+		c.create(t, replicas)
+	}
+	c.settle(t, replicas)
+	return c
+}
+
+// create runs redis-cli --cluster create over every node.
+func (c *Cluster) create(t testing.TB, replicas int) {
+	t.Helper()
 	args := []string{"--cluster", "create"}
 	args = append(args, c.Addrs()...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
@@ -43,6 +60,12 @@ func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 	if err != nil {
 		t.Fatalf("redistopo: redis-cli %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
+}
+
+// settle waits until every node reports cluster_state:ok and every
+// primary has its replicas in sync.
+func (c *Cluster) settle(t testing.TB, replicas int) {
+	t.Helper()
 	for _, n := range c.Nodes {
 		nc := n.Client(t)
 		waitFor(t, "cluster_state:ok on "+n.Addr, func(ctx context.Context) (bool, error) {
@@ -62,7 +85,6 @@ func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 			return got == strconv.Itoa(replicas), err
 		})
 	}
-	return c
 }
 
 // Addrs returns the addresses of all nodes.
@@ -94,13 +116,20 @@ func (c *Cluster) Node(addr string) *Node {
 // SlotOwner returns the address of the primary that owns slot, as the
 // node at via sees it.
 func SlotOwner(ctx context.Context, via *redis.Client, slot int) (string, error) {
-	slots, err := via.ClusterSlots(ctx).Result()
+	shards, err := via.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range slots {
-		if s.Start <= slot && slot <= s.End && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > int64(slot) || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					return n.IP + ":" + strconv.FormatInt(n.Port, 10), nil
+				}
+			}
 		}
 	}
 	return "", fmt.Errorf("redistopo: slot %d has no owner", slot)

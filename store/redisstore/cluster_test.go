@@ -187,8 +187,9 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
-	// The slot moves while traffic runs, then moves back with ReplicaAcks
-	// on (whose pinned pipeline answers ASK with a retryable error).
+	// A slot moves while traffic runs; then another moves, to the first
+	// one's old primary, with ReplicaAcks on (whose pinned pipeline
+	// follows MOVED and ASK itself).
 	var from string
 	t.Run("SlotMigrationMidRun", func(t *testing.T) {
 		from, _ = migrationRun(t, cl, newStore(t, nil), "")
@@ -248,6 +249,21 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	}
 
 	var doubles, retried, gaveUp, rounds atomic.Int64
+	var kindsMu sync.Mutex
+	kinds := map[string]int{} // the retried errors, by kind
+	noteRetry := func(err error) {
+		retried.Add(1)
+		kind := err.Error()
+		if i := strings.IndexAny(kind, "0123456789"); i > 0 {
+			kind = kind[:i] // drop slot numbers and addresses
+		}
+		kindsMu.Lock()
+		if kinds[kind] == 0 {
+			t.Logf("first %q: %v", kind, err)
+		}
+		kinds[kind]++
+		kindsMu.Unlock()
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -271,7 +287,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 							if err == nil || attempt == 200 {
 								break
 							}
-							retried.Add(1)
+							noteRetry(err)
 							time.Sleep(5 * time.Millisecond)
 						}
 						if err != nil {
@@ -293,7 +309,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 							if err == nil || errors.Is(err, idem.ErrLeaseLost) || attempt == 200 {
 								break
 							}
-							retried.Add(1)
+							noteRetry(err)
 							time.Sleep(5 * time.Millisecond)
 						}
 						if err != nil {
@@ -331,6 +347,9 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	}
 	t.Logf("slot %d moved %s -> %s under %d rounds of %d contenders: %d double acquisitions, %d retried errors, %d gave up",
 		slot, from, to, rounds.Load(), contenders, doubles.Load(), retried.Load(), gaveUp.Load())
+	for kind, n := range kinds {
+		t.Logf("  retried %d× %q", n, kind)
+	}
 	return from, to
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -33,16 +34,18 @@ type ackRunner interface {
 type goredisAcker struct {
 	// node returns the client of the primary that owns key.
 	node func(ctx context.Context, key string) (*redis.Client, error)
-	// moved is called when a node answered MOVED: the cluster's slot map
-	// is out of date. Nil for a single primary.
-	moved func(ctx context.Context)
+	// cluster is the cluster client, nil for a single primary.
+	cluster *redis.ClusterClient
+	// askNodes caches, by address, the cluster's clients of the nodes
+	// that answered ASK: the targets of slot migrations.
+	askNodes sync.Map
 }
 
 // newAcker returns the ackRunner of a go-redis client, or an error when
 // the client cannot run WAIT on the connection that ran the script.
 func newAcker(client redis.Scripter, timeout time.Duration) (ackRunner, error) {
 	var readTimeout time.Duration
-	var a goredisAcker
+	a := &goredisAcker{}
 	switch c := client.(type) {
 	case *redis.Client: // a plain client or a Sentinel failover client
 		readTimeout = c.Options().ReadTimeout
@@ -50,7 +53,7 @@ func newAcker(client redis.Scripter, timeout time.Duration) (ackRunner, error) {
 	case *redis.ClusterClient:
 		readTimeout = c.Options().ReadTimeout
 		a.node = c.MasterForKey
-		a.moved = c.ReloadState
+		a.cluster = c
 	default:
 		return nil, fmt.Errorf("redisstore: ReplicaAcks needs a *redis.Client, a Sentinel failover client or a *redis.ClusterClient, not %T", client)
 	}
@@ -65,45 +68,97 @@ func newAcker(client redis.Scripter, timeout time.Duration) (ackRunner, error) {
 	return a, nil
 }
 
-// redirectRetries bounds how often runAcked follows a MOVED or TRYAGAIN
-// reply, which both mean the script did not run.
-const redirectRetries = 3
+// redirectRetries bounds how often runAcked follows a MOVED, ASK or
+// TRYAGAIN reply, which all mean the script did not run.
+const redirectRetries = 5
 
-func (a goredisAcker) runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
+func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
 	var err error
-	for attempt := range redirectRetries {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return nil, 0, errors.Join(err, ctx.Err())
-			case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+	var ask *redis.Client // the node an ASK reply sent us to, for one attempt
+	// Following an ASK is part of the attempt that got it.
+	for attempt := 0; attempt < redirectRetries || ask != nil; {
+		if ask == nil {
+			if attempt > 0 {
+				select {
+				case <-ctx.Done():
+					return nil, 0, errors.Join(err, ctx.Err())
+				case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+				}
+			}
+			attempt++
+		}
+		node := ask
+		if node == nil {
+			if node, err = a.node(ctx, keys[0]); err != nil {
+				return nil, 0, err
 			}
 		}
 		var reply []string
 		var acked int
-		reply, acked, err = a.runOnce(ctx, s, keys, args, replicas, timeout)
-		if _, moved := redis.IsMovedError(err); moved && a.moved != nil {
-			a.moved(ctx)
+		asked := ask != nil
+		reply, acked, err = runOnce(ctx, node, asked, s, keys, args, replicas, timeout)
+		if asked && errors.Is(err, redis.ErrClosed) {
+			// The cluster client dropped that node; forget it.
+			a.askNodes.Delete(ask.Options().Addr)
+		}
+		ask = nil
+		if a.cluster == nil {
+			return reply, acked, err
+		}
+		if _, moved := redis.IsMovedError(err); moved {
+			a.cluster.ReloadState(ctx)
 			continue
 		}
-		if redis.IsTryAgainError(err) {
+		if addr, isAsk := redis.IsAskError(err); isAsk && !asked {
+			// The slot is migrating and the key has left (or is new):
+			// run it on the importing node, after ASKING, on one connection.
+			var askErr error
+			if ask, askErr = a.askNode(ctx, addr); askErr != nil {
+				return nil, 0, errors.Join(err, askErr)
+			}
 			continue
 		}
-		// ASK (the slot is being migrated and this key has left) is
-		// returned as an error: following it needs ASKING on the target's
-		// connection, which go-redis does not expose; the client retries.
+		if _, isAsk := redis.IsAskError(err); isAsk || redis.IsTryAgainError(err) {
+			continue // an ASK from the importing node itself is retried from the start
+		}
 		return reply, acked, err
 	}
 	return nil, 0, err
 }
 
-func (a goredisAcker) runOnce(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
-	node, err := a.node(ctx, keys[0])
-	if err != nil {
-		return nil, 0, err
+// askNode returns the cluster's client of the primary at addr.
+func (a *goredisAcker) askNode(ctx context.Context, addr string) (*redis.Client, error) {
+	if c, ok := a.askNodes.Load(addr); ok {
+		return c.(*redis.Client), nil
 	}
+	var mu sync.Mutex
+	var found *redis.Client
+	err := a.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr == addr {
+			mu.Lock()
+			found = c
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if found == nil {
+		return nil, fmt.Errorf("ASK to %s, which is not a primary of the cluster", addr)
+	}
+	a.askNodes.Store(addr, found)
+	return found, nil
+}
+
+// runOnce runs the script and WAIT in one pipeline on node, preceded by
+// ASKING when asking.
+func runOnce(ctx context.Context, node *redis.Client, asking bool, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
 	run := func(eval func(pipe redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
+		if asking {
+			pipe.Do(ctx, "asking")
+		}
 		e := eval(pipe)
 		w := pipe.Do(ctx, "wait", replicas, timeout.Milliseconds())
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -138,8 +193,13 @@ func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) 
 // write runs a script whose writes must reach Options.ReplicaAcks
 // replicas, when that is set.
 func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
-	if s.acks == nil {
+	if s.replicas == 0 {
 		return s.run(ctx, sc, keys, args)
+	}
+	if s.acks == nil {
+		// A constructor that cannot pin WAIT to the script's connection
+		// must refuse ReplicaAcks; never drop it silently.
+		return nil, nil, errors.New("redisstore: ReplicaAcks is set but this client has no way to run WAIT on the script's connection")
 	}
 	reply, acked, err := s.acks.runAcked(ctx, sc, keys, args, s.replicas, s.ackTimeout)
 	switch {

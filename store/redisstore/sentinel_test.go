@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,13 @@ func TestSentinelFailover(t *testing.T) {
 			name := map[bool]string{false: "Crash", true: "CrashAfterLinkLoss"}[linkLoss] + map[bool]string{false: "/ReplicaAcksOff", true: "/ReplicaAcksOn"}[acks > 0]
 			t.Run(name, func(t *testing.T) {
 				var acquired, doubles, errs int
-				for range rounds {
-					a, d, e := failoverRun(t, acks, linkLoss)
-					acquired, doubles, errs = acquired+a, doubles+d, errs+e
+				for round := range rounds {
+					// A subtest per failover, so each topology is stopped
+					// before the next starts.
+					t.Run("failover-"+strconv.Itoa(round+1), func(t *testing.T) {
+						a, d, e := failoverRun(t, acks, linkLoss)
+						acquired, doubles, errs = acquired+a, doubles+d, errs+e
+					})
 				}
 				t.Logf("linkLoss=%v ReplicaAcks=%d, %d failover(s): %d acknowledged acquisitions, %d acquired again after failover, %d errors (503) during failover",
 					linkLoss, acks, rounds, acquired, doubles, errs)
@@ -142,7 +147,14 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 			}
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	// Promotion takes a few seconds; a failed election is retried after
+	// twice the failover timeout, so a loaded machine may need longer.
+	deadline := time.Now().Add(60 * time.Second)
+	dumpLogs := func() {
+		for _, sn := range topo.Sentinels {
+			t.Logf("sentinel %s log:\n%s", sn.Addr, sn.Log())
+		}
+	}
 	for {
 		addr, err := topo.CurrentPrimary(ctx)
 		if err == nil && addr != old {
@@ -151,7 +163,8 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 		if time.Now().After(deadline) {
 			close(stop)
 			wg.Wait()
-			t.Fatalf("Sentinel did not promote a replica within 30s (last: %q, %v)", addr, err)
+			dumpLogs()
+			t.Fatalf("Sentinel did not promote a replica within 60s (last: %q, %v)", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -161,7 +174,8 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 		if time.Now().After(deadline) {
 			close(stop)
 			wg.Wait()
-			t.Fatalf("the store did not serve 100 acquisitions on the new primary within 30s (errors: %d)", nErr.Load())
+			dumpLogs()
+			t.Fatalf("the store did not serve 100 acquisitions on the new primary within 60s of the crash (errors: %d)", nErr.Load())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -28,9 +28,13 @@ const benchWorkers = 16
 // routing-cost-%: how much lower the cluster's throughput is (on one small
 // machine the cluster cannot be faster; the number is the cost of the
 // cluster client's routing). As the server on 6379 is shared with other
-// tests and may be configured differently, it also measures a standalone
-// redis-server started like the cluster's nodes: own-node-cycles/s and
-// routing-cost-vs-own-node-%.
+// tests and may be configured differently, it also splits the cost with
+// servers started like the cluster's nodes: a standalone node (own-node)
+// and a cluster of that one node holding every slot (one-node-cluster).
+// cluster-mode-cost-% is one-node-cluster against own-node: the cluster
+// client and the cluster-mode server, with no spreading; spread-cost-% is
+// the 3-primary cluster against the one-node cluster: three servers
+// sharing the machine's cores.
 func BenchmarkClusterCycle(b *testing.B) {
 	newStore := func(c redis.Scripter) *redisstore.Store {
 		s, err := redisstore.New(c, &redisstore.Options{Prefix: testenv.Prefix(b)})
@@ -41,23 +45,65 @@ func BenchmarkClusterCycle(b *testing.B) {
 	}
 	single := newStore(testenv.Redis(b))
 	own := newStore(redistopo.StartNode(b).Client(b))
+	oneNode := newStore(redistopo.StartCluster(b, 1, 0).Client(b))
 	cluster := newStore(redistopo.StartCluster(b, 3, 0).Client(b))
 	b.Run("acquire+complete", func(b *testing.B) {
 		const slices = 10
-		var tSingle, tOwn, tCluster time.Duration
+		var tSingle, tOwn, tOneNode, tCluster time.Duration
 		for i := range slices {
 			n := b.N/slices + boolInt(i < b.N%slices)
 			tSingle += cycleTime(b, single, n)
 			tOwn += cycleTime(b, own, n)
+			tOneNode += cycleTime(b, oneNode, n)
 			tCluster += cycleTime(b, cluster, n)
 		}
 		rate := func(d time.Duration) float64 { return float64(b.N) / d.Seconds() }
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(rate(tSingle), "single-cycles/s")
 		b.ReportMetric(rate(tOwn), "own-node-cycles/s")
+		b.ReportMetric(rate(tOneNode), "one-node-cluster-cycles/s")
 		b.ReportMetric(rate(tCluster), "cluster-cycles/s")
-		b.ReportMetric((float64(tCluster)/float64(tSingle)-1)*100, "routing-cost-%")
-		b.ReportMetric((float64(tCluster)/float64(tOwn)-1)*100, "routing-cost-vs-own-node-%")
+		cost := func(slow, fast time.Duration) float64 { return (float64(slow)/float64(fast) - 1) * 100 }
+		b.ReportMetric(cost(tCluster, tSingle), "routing-cost-%")
+		b.ReportMetric(cost(tOneNode, tOwn), "cluster-mode-cost-%")
+		b.ReportMetric(cost(tCluster, tOneNode), "spread-cost-%")
+	})
+}
+
+// BenchmarkSentinelCycle measures the acquire+complete cycle through a
+// Sentinel failover client on a primary with 2 replicas, with
+// ReplicaAcks 0 and 1, against a standalone node started alike, in
+// alternating slices as BenchmarkClusterCycle does. ack-cost-% is what
+// waiting for one replica costs.
+func BenchmarkSentinelCycle(b *testing.B) {
+	newStore := func(c redis.Scripter, acks int) *redisstore.Store {
+		s, err := redisstore.New(c, &redisstore.Options{Prefix: testenv.Prefix(b), ReplicaAcks: acks})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	own := newStore(redistopo.StartNode(b).Client(b), 0)
+	topo := redistopo.StartSentinel(b, 2, 3)
+	client := topo.Client(b)
+	plain, acked := newStore(client, 0), newStore(client, 1)
+	b.Run("acquire+complete", func(b *testing.B) {
+		const slices = 10
+		var tOwn, tPlain, tAcked time.Duration
+		for i := range slices {
+			n := b.N/slices + boolInt(i < b.N%slices)
+			tOwn += cycleTime(b, own, n)
+			tPlain += cycleTime(b, plain, n)
+			tAcked += cycleTime(b, acked, n)
+		}
+		rate := func(d time.Duration) float64 { return float64(b.N) / d.Seconds() }
+		cost := func(slow, fast time.Duration) float64 { return (float64(slow)/float64(fast) - 1) * 100 }
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(rate(tOwn), "own-node-cycles/s")
+		b.ReportMetric(rate(tPlain), "sentinel-cycles/s")
+		b.ReportMetric(rate(tAcked), "sentinel-acks1-cycles/s")
+		b.ReportMetric(cost(tPlain, tOwn), "replicated-cost-%")
+		b.ReportMetric(cost(tAcked, tPlain), "ack-cost-%")
 	})
 }
 
