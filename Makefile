@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway lab soak demo
+.PHONY: help test lint fuzz bench bench-gateway lab soak demo test-topology
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -30,3 +30,7 @@ soak: ## the breach lab's long version
 
 demo: ## the gateway in front of a toy payment API, under a burst of duplicates
 	go run ./cmd/idem demo
+
+test-topology: ## the long multi-node Redis tests (cluster resharding, Sentinel failovers)
+	scripts/services.sh
+	IDEM_TEST_TOPOLOGY=long go test -race -count=1 -timeout 20m -run 'TestCluster|TestSentinel' ./store/redisstore/
