@@ -94,7 +94,10 @@ func New(cfg Config) (*Gateway, error) {
 		Wait:         cfg.Wait,
 		FailOpen:     cfg.FailOpen,
 		Logger:       cfg.Logger,
-		OnOutcome:    func(_ *http.Request, o idemhttp.Outcome) { tel.outcome(o) },
+		OnOutcome: func(r *http.Request, o idemhttp.Outcome) {
+			tel.outcome(o)
+			logOutcome(cfg.Logger, r, o)
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -194,6 +197,25 @@ func NewUpstreamTransport() *http.Transport {
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 1024
 	return t
+}
+
+// logOutcome writes one line per key event: at debug level for the
+// high-volume, expected ones (replays, conflicts, requests without a key),
+// at warn level for failures of the store or the lease, at info otherwise.
+func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
+	level := slog.LevelInfo
+	switch o {
+	case idemhttp.OutcomePassed, idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict:
+		level = slog.LevelDebug
+	case idemhttp.OutcomeStoreError, idemhttp.OutcomeLeaseLost, idemhttp.OutcomeFailedOpen:
+		level = slog.LevelWarn
+	}
+	ctx := r.Context()
+	if !log.Enabled(ctx, level) {
+		return
+	}
+	log.LogAttrs(ctx, level, "idem: "+o.String(), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("key", r.Header.Get(idemhttp.HeaderKey)))
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
