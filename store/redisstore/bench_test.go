@@ -245,4 +245,3 @@ func cleanup(b *testing.B, prefix string) {
 		}
 	}
 }
-
