@@ -15,7 +15,14 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- in microseconds: it keeps increasing when the key itself is lost (flush,
 -- eviction, a failover that did not replicate it), unless the clock goes back.
 local fence = t[1] .. string.format('%06d', tonumber(t[2]))
-local rec = redis.call('GET', KEYS[1])
+local lease = tonumber(ARGV[3])
+local ttl = lease + tonumber(ARGV[4])
+local function record(f)
+  return struct.pack('>c1dI4c0I4c0I4c0d', 'P', now_ms + lease, #f, f, #ARGV[1], ARGV[1], #ARGV[2], ARGV[2], now_ms)
+end
+-- The common case, an absent key, takes one write: SET NX GET (Redis 7.0+)
+-- creates the record, or changes nothing and returns the one in the way.
+local rec = redis.call('SET', KEYS[1], record(fence), 'NX', 'GET', 'PX', ttl)
 if rec then
   local st, ends, last, pos = struct.unpack('>c1dI4c0', rec)
   if st ~= 'X' and ends > now_ms then
@@ -29,9 +36,8 @@ if rec then
     return {'0', st, owner, last, fp, string.format('%.0f', acquired), completed, status, header, body,
       string.format('%.0f', ends - now_ms)}
   end
+  -- An ended record or a tombstone: take its place, above its fence.
   if tonumber(last) >= tonumber(fence) then fence = string.format('%.0f', tonumber(last) + 1) end
+  redis.call('SET', KEYS[1], record(fence), 'PX', ttl)
 end
-local lease = tonumber(ARGV[3])
-redis.call('SET', KEYS[1], struct.pack('>c1dI4c0I4c0I4c0d', 'P', now_ms + lease, #fence, fence,
-  #ARGV[1], ARGV[1], #ARGV[2], ARGV[2], now_ms), 'PX', lease + tonumber(ARGV[4]))
 return {'1', fence, string.format('%.0f', now_ms)}
