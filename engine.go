@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -278,9 +279,14 @@ type Lease struct {
 	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
 	cancel context.CancelCauseFunc
 
-	stopHeartbeat context.CancelFunc
-	heartbeatDone chan struct{}
-	stopOnce      sync.Once
+	// The heartbeat is one timer, not a goroutine: most work ends before
+	// the first renewal, and then the lease never starts a goroutine.
+	hb       sync.Mutex  // held by a renewal while it runs; guards timer, deadline, stopped
+	timer    *time.Timer // fires at the next renewal, or at the deadline when that comes first
+	deadline time.Time   // by the local monotonic clock
+	stopped  bool
+	stopping atomic.Bool                        // set first by stop, so a renewal about to start gives up
+	inflight atomic.Pointer[context.CancelFunc] // cancels the renewal in flight, for stop
 
 	mu     sync.Mutex // serialises Complete and Release
 	closed bool
@@ -291,10 +297,10 @@ var errLeaseFinished = errors.New("idem: lease finished")
 
 func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
-	hbCtx, stop := context.WithCancel(ctx)
-	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel,
-		stopHeartbeat: stop, heartbeatDone: make(chan struct{})}
-	go l.heartbeat(hbCtx, start.Add(lease))
+	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel, deadline: start.Add(lease)}
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	l.timer = time.AfterFunc(l.nextBeat(), l.beat)
 	return l
 }
 
@@ -312,59 +318,70 @@ func (l *Lease) Fence() int64 { return l.ref.Fence }
 // and after Complete or Release. Use context.Cause to tell them apart.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// heartbeat extends the lease every RenewEvery until stopped, and cancels
+// nextBeat returns when the heartbeat fires next: after RenewEvery, or at
+// the deadline when that comes first or renewal is off. Called with hb held.
+func (l *Lease) nextBeat() time.Duration {
+	d := time.Until(l.deadline)
+	if l.e.renew > 0 && l.e.renew < d {
+		return l.e.renew
+	}
+	return d
+}
+
+// beat is the heartbeat: it extends the lease every RenewEvery, and cancels
 // the work's context when the lease is lost or its deadline passes. The
 // deadline is kept by the local monotonic clock, counted from before the
 // store saw the request, so it never ends later than the store's.
-func (l *Lease) heartbeat(ctx context.Context, deadline time.Time) {
-	defer close(l.heartbeatDone)
-	expiry := time.NewTimer(time.Until(deadline))
-	defer expiry.Stop()
-	var tick <-chan time.Time
-	if l.e.renew > 0 {
-		t := time.NewTicker(l.e.renew)
-		defer t.Stop()
-		tick = t.C
+func (l *Lease) beat() {
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	if l.stopped || l.ctx.Err() != nil {
+		return
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-expiry.C:
-			l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-			l.e.leaseEvent(l.ref.ID, LeaseExpired)
-			l.cancel(ErrLeaseExpired)
-			return
-		case <-tick:
-			sent := time.Now()
-			callCtx, cancel := context.WithDeadline(ctx, deadline)
-			err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
-			cancel()
-			l.e.observe("extend", sent, err)
-			switch {
-			case err == nil:
-				deadline = sent.Add(l.lease)
-				expiry.Reset(time.Until(deadline))
-				l.e.leaseEvent(l.ref.ID, LeaseRenewed)
-			case errors.Is(err, ErrLeaseLost):
-				l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-				l.e.leaseEvent(l.ref.ID, LeaseLost)
-				l.cancel(ErrLeaseLost)
-				return
-			case ctx.Err() != nil:
-				return
-			default: // a store hiccup: try again on the next tick, until the deadline
-				l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
-			}
-		}
+	sent := time.Now()
+	if !sent.Before(l.deadline) {
+		l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseExpired)
+		l.cancel(ErrLeaseExpired)
+		return
 	}
+	callCtx, cancel := context.WithDeadline(l.ctx, l.deadline)
+	defer cancel()
+	l.inflight.Store(&cancel)
+	defer l.inflight.Store(nil)
+	if l.stopping.Load() { // stop began before it could see this call's cancel
+		return
+	}
+	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
+	l.e.observe("extend", sent, err)
+	switch {
+	case err == nil:
+		l.deadline = sent.Add(l.lease)
+		l.e.leaseEvent(l.ref.ID, LeaseRenewed)
+	case errors.Is(err, ErrLeaseLost):
+		l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseLost)
+		l.cancel(ErrLeaseLost)
+		return
+	case l.stopping.Load() || l.ctx.Err() != nil:
+		return
+	default: // a store hiccup: try again on the next beat, until the deadline
+		l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
+	}
+	l.timer.Reset(l.nextBeat())
 }
 
+// stop ends the heartbeat and waits for a renewal in flight, which it cuts
+// short, so that no renewal runs once Complete or Release starts.
 func (l *Lease) stop() {
-	l.stopOnce.Do(func() {
-		l.stopHeartbeat()
-		<-l.heartbeatDone
-	})
+	l.stopping.Store(true)
+	if cancel := l.inflight.Load(); cancel != nil {
+		(*cancel)()
+	}
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	l.stopped = true
+	l.timer.Stop()
 }
 
 // finalizeAttempts bounds how often Complete and Release retry a store
