@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 )
 
@@ -68,47 +69,69 @@ func runParallel(n int, next *atomic.Int64, c cycle) error {
 	return nil
 }
 
-// compare measures c against baseline in the same run: both do b.N
-// cycles, interleaved in chunks, and only c's time counts as ns/op. It
-// reports the baseline's time as baseline-ns/op and their ratio as
-// x_<name> (baseline ns/op over c's: above 1 means c is faster).
-func compare(b *testing.B, name string, baseline, c cycle) {
+// baseline is a cycle c is compared with, and the name of its metrics.
+type baseline struct {
+	name  string
+	cycle cycle
+}
+
+// compare measures c against baselines in the same run: each does b.N
+// cycles, interleaved with c's in chunks, and only c's time counts as
+// ns/op. For each baseline it reports <name>-ns/op and the ratio x_<name>
+// (the baseline's ns/op over c's: above 1 means c is faster).
+func compare(b *testing.B, c cycle, baselines ...baseline) {
 	var next atomic.Int64
-	var baseTime time.Duration
+	baseTime := make([]time.Duration, len(baselines))
 	b.ResetTimer()
 	for done, round := 0, 0; done < b.N; round++ {
 		n := min(benchChunk, b.N-done)
-		runBase := func() {
+		runBaselines := func() {
 			b.StopTimer()
-			start := time.Now()
-			if err := runParallel(n, &next, baseline); err != nil {
-				b.Fatal(err)
+			for i, base := range baselines {
+				start := time.Now()
+				if err := runParallel(n, &next, base.cycle); err != nil {
+					b.Fatal(err)
+				}
+				baseTime[i] += time.Since(start)
 			}
-			baseTime += time.Since(start)
 			b.StartTimer()
 		}
 		if round%2 == 0 { // alternate the order, so neither always runs first
-			runBase()
+			runBaselines()
 		}
 		if err := runParallel(n, &next, c); err != nil {
 			b.Fatal(err)
 		}
 		if round%2 == 1 {
-			runBase()
+			runBaselines()
 		}
 		done += n
 	}
 	b.StopTimer()
-	baseNs := float64(baseTime.Nanoseconds()) / float64(b.N)
 	ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-	b.ReportMetric(baseNs, name+"-ns/op")
-	b.ReportMetric(baseNs/ns, "x_"+name)
+	for i, base := range baselines {
+		baseNs := float64(baseTime[i].Nanoseconds()) / float64(b.N)
+		b.ReportMetric(baseNs, base.name+"-ns/op")
+		b.ReportMetric(baseNs/ns, "x_"+base.name)
+	}
 }
 
-// client is one Redis client under test, with the naive pattern written in it.
+// The hand-written EVALSHA pair the issue measured: a lock taken by a
+// script, and a response stored by a script that checks the lock's owner.
+// No fence, no fingerprint, no record to replay: the least two scripts do.
+const (
+	pairLockLua  = `return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])`
+	pairStoreLua = `if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+return 1`
+)
+
+// client is one Redis client under test, with the naive pattern and the
+// EVALSHA pair written in it.
 type client struct {
 	name  string
 	naive func(prefix string) cycle
+	pair  func(prefix string) cycle
 	store func(prefix string) (*redisstore.Store, error)
 }
 
@@ -128,6 +151,20 @@ func benchClients(b *testing.B) []client {
 					return gr.Set(ctx, "response:"+key, benchBody, naiveRetention).Err()
 				}
 			},
+			pair: func(prefix string) cycle {
+				lock, store := redis.NewScript(pairLockLua), redis.NewScript(pairStoreLua)
+				return func(ctx context.Context, i int64) error {
+					key := prefix + strconv.FormatInt(i, 10)
+					if err := lock.Run(ctx, gr, []string{key}, "owner", naiveLock.Milliseconds()).Err(); err != nil {
+						return fmt.Errorf("pair lock %s: %w", key, err)
+					}
+					n, err := store.Run(ctx, gr, []string{key, key + ":r"}, "owner", benchBody, naiveRetention.Milliseconds()).Int()
+					if err != nil || n != 1 {
+						return fmt.Errorf("pair store %s: %d, %v", key, n, err)
+					}
+					return nil
+				}
+			},
 			store: func(prefix string) (*redisstore.Store, error) {
 				return redisstore.New(gr, &redisstore.Options{Prefix: prefix})
 			},
@@ -143,6 +180,21 @@ func benchClients(b *testing.B) []client {
 					}
 					return rd.Do(ctx, rd.B().Set().Key("response:"+key).Value(rueidis.BinaryString(benchBody)).
 						Px(naiveRetention).Build()).Error()
+				}
+			},
+			pair: func(prefix string) cycle {
+				lock, store := rueidis.NewLuaScript(pairLockLua), rueidis.NewLuaScript(pairStoreLua)
+				lockMs, storeMs := strconv.FormatInt(naiveLock.Milliseconds(), 10), strconv.FormatInt(naiveRetention.Milliseconds(), 10)
+				return func(ctx context.Context, i int64) error {
+					key := prefix + strconv.FormatInt(i, 10)
+					if err := lock.Exec(ctx, rd, []string{key}, []string{"owner", lockMs}).Error(); err != nil {
+						return fmt.Errorf("pair lock %s: %w", key, err)
+					}
+					n, err := store.Exec(ctx, rd, []string{key, key + ":r"}, []string{"owner", rueidis.BinaryString(benchBody), storeMs}).AsInt64()
+					if err != nil || n != 1 {
+						return fmt.Errorf("pair store %s: %d, %v", key, n, err)
+					}
+					return nil
 				}
 			},
 			store: func(prefix string) (*redisstore.Store, error) {
@@ -186,23 +238,34 @@ func storeCycle(s idem.Store) cycle {
 
 // BenchmarkCycle compares, per client and at 64 goroutines, the engine's
 // acquire+complete cycle (and the bare store's) with the article's naive
-// pattern: SET key LOCKED NX PX 30000, then SET response:key body PX
-// 86400000. x_naive above 1 means faster than the naive pattern.
+// pattern on the same client: SET key LOCKED NX PX 30000, then SET
+// response:key body PX 86400000. x_naive above 1 means faster than the
+// naive pattern. The rueidis cycles are also compared with the naive
+// pattern on go-redis (x_naive_goredis), the client most users hold.
 func BenchmarkCycle(b *testing.B) {
-	for _, c := range benchClients(b) {
+	clients := benchClients(b)
+	goredisNaive := clients[0].naive
+	for _, c := range clients {
+		baselines := func(prefix string) []baseline {
+			bs := []baseline{{"naive", c.naive(prefix + "naive:")}, {"pair", c.pair(prefix + "pair:")}}
+			if c.name != "go-redis" {
+				bs = append(bs, baseline{"naive_goredis", goredisNaive(prefix + "naive-goredis:")})
+			}
+			return bs
+		}
 		b.Run(c.name+"/engine", func(b *testing.B) {
 			prefix := testenv.Prefix(b)
 			s, err := c.store(prefix)
 			if err != nil {
 				b.Fatal(err)
 			}
-			// The heartbeat runs as in production (every Lease/3) but
-			// never fires within a cycle.
+			// Renewal as in production (every Lease/3): it never fires
+			// within a cycle, but its timer is part of the cost.
 			e, err := idem.New(s, &idem.Options{Lease: naiveLock, Retention: naiveRetention})
 			if err != nil {
 				b.Fatal(err)
 			}
-			compare(b, "naive", c.naive(prefix+"naive:"), engineCycle(e))
+			compare(b, engineCycle(e), baselines(prefix)...)
 			cleanup(b, prefix)
 		})
 		b.Run(c.name+"/store", func(b *testing.B) {
@@ -211,7 +274,7 @@ func BenchmarkCycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			compare(b, "naive", c.naive(prefix+"naive:"), storeCycle(s))
+			compare(b, storeCycle(s), baselines(prefix)...)
 			cleanup(b, prefix)
 		})
 	}
