@@ -15,6 +15,8 @@
 // read and written whole: one GET and one SET per transition, which costs
 // Redis less than a hash and a separate fence counter would.
 //
+// It needs Redis 7.0 or later (acquire uses SET NX GET).
+//
 // Times run on the Redis server's clock, in milliseconds, so the
 // application servers' clocks play no part. A record ends when its lease
 // (PROCESSING) or retention (COMPLETED) does, checked by the scripts; the
@@ -35,6 +37,12 @@
 // fast first filter; for work that must never run twice, put a store that
 // does not lose acknowledged writes behind it (store/pgstore, store/layered)
 // and fence the work's own writes.
+//
+// # Clients
+//
+// New takes a go-redis client, NewRueidis a rueidis one; both run the same
+// scripts. Under concurrency rueidis is the faster (it pipelines the calls
+// of many goroutines on one connection): see docs/benchmarks.md.
 package redisstore
 
 import (
