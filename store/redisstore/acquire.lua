@@ -1,24 +1,43 @@
 -- acquire: create a PROCESSING record if the key is absent, else return the record.
--- KEYS[1] the record (a hash), KEYS[2] the key's fence counter
--- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] fence counter TTL beyond the record's, in ms
+-- KEYS[1] the record
+-- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the key outlives the lease, in ms
 -- Returns {'1', fence, acquired_ms} when acquired, else the record as get.lua does.
-local r = redis.call('HMGET', KEYS[1], 's', 'o', 'f', 'p', 'a', 't', 'c', 'h', 'b')
-if r[1] then
-  return {'0', r[1], r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '', r[7] or '', r[8] or '', r[9] or '',
-    tostring(redis.call('PTTL', KEYS[1]))}
-end
--- The fence is the larger of the counter plus one and the server's clock in
--- microseconds: it keeps increasing when the counter itself is lost (expiry,
--- flush, a failover that did not replicate it), unless the clock goes back.
+--
+-- A record is one string (see redisstore.go): struct '>c1dI4c0' is the state
+-- (P, C, or X for a tombstone that only keeps the fence), the end of the
+-- lease or retention in ms, and the fence; P and C go on with 'I4c0I4c0d'
+-- (owner, fingerprint, acquired ms), C with 'ddI4c0I4c0' (completed ms,
+-- status, header, body). The key lives ARGV[4] past the record's end, so a
+-- record that ended (a logically absent key) still holds the last fence.
 local t = redis.call('TIME')
-local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local fence = now_us
-local last = tonumber(redis.call('GET', KEYS[2]))
-if last and last >= fence then fence = last + 1 end
-local fs = string.format('%.0f', fence)
-local now_ms = string.format('%.0f', math.floor(now_us / 1000))
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The fence is the larger of the last fence plus one and the server's clock
+-- in microseconds: it keeps increasing when the key itself is lost (flush,
+-- eviction, a failover that did not replicate it), unless the clock goes back.
+local fence = t[1] .. string.format('%06d', tonumber(t[2]))
 local lease = tonumber(ARGV[3])
-redis.call('SET', KEYS[2], fs, 'PX', lease + tonumber(ARGV[4]))
-redis.call('HSET', KEYS[1], 's', 'P', 'o', ARGV[1], 'f', fs, 'p', ARGV[2], 'a', now_ms)
-redis.call('PEXPIRE', KEYS[1], lease)
-return {'1', fs, now_ms}
+local ttl = lease + tonumber(ARGV[4])
+local function record(f)
+  return struct.pack('>c1dI4c0I4c0I4c0d', 'P', now_ms + lease, #f, f, #ARGV[1], ARGV[1], #ARGV[2], ARGV[2], now_ms)
+end
+-- The common case, an absent key, takes one write: SET NX GET (Redis 7.0+)
+-- creates the record, or changes nothing and returns the one in the way.
+local rec = redis.call('SET', KEYS[1], record(fence), 'NX', 'GET', 'PX', ttl)
+if rec then
+  local st, ends, last, pos = struct.unpack('>c1dI4c0', rec)
+  if st ~= 'X' and ends > now_ms then
+    local owner, fp, acquired, pos2 = struct.unpack('>I4c0I4c0d', rec, pos)
+    local completed, status, header, body = '', '', '', ''
+    if st == 'C' then
+      local c, s
+      c, s, header, body = struct.unpack('>ddI4c0I4c0', rec, pos2)
+      completed, status = string.format('%.0f', c), string.format('%.0f', s)
+    end
+    return {'0', st, owner, last, fp, string.format('%.0f', acquired), completed, status, header, body,
+      string.format('%.0f', ends - now_ms)}
+  end
+  -- An ended record or a tombstone: take its place, above its fence.
+  if tonumber(last) >= tonumber(fence) then fence = string.format('%.0f', tonumber(last) + 1) end
+  redis.call('SET', KEYS[1], record(fence), 'PX', ttl)
+end
+return {'1', fence, string.format('%.0f', now_ms)}

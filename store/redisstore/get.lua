@@ -1,7 +1,18 @@
 -- get: read a record and its remaining TTL in one atomic step.
--- KEYS[1] the record
--- Returns {} when absent, else {'0', state, owner, fence, fingerprint, acquired_ms, completed_ms, status, header, body, pttl_ms}.
-local r = redis.call('HMGET', KEYS[1], 's', 'o', 'f', 'p', 'a', 't', 'c', 'h', 'b')
-if not r[1] then return {} end
-return {'0', r[1], r[2] or '', r[3] or '', r[4] or '', r[5] or '', r[6] or '', r[7] or '', r[8] or '', r[9] or '',
-  tostring(redis.call('PTTL', KEYS[1]))}
+-- KEYS[1] the record (its encoding is described in acquire.lua)
+-- Returns {} when absent, else {'0', state, owner, fence, fingerprint, acquired_ms, completed_ms, status, header, body, ttl_ms}.
+local rec = redis.call('GET', KEYS[1])
+if not rec then return {} end
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local st, ends, fence, pos = struct.unpack('>c1dI4c0', rec)
+if st == 'X' or ends <= now_ms then return {} end
+local owner, fp, acquired, pos2 = struct.unpack('>I4c0I4c0d', rec, pos)
+local completed, status, header, body = '', '', '', ''
+if st == 'C' then
+  local c, s
+  c, s, header, body = struct.unpack('>ddI4c0I4c0', rec, pos2)
+  completed, status = string.format('%.0f', c), string.format('%.0f', s)
+end
+return {'0', st, owner, fence, fp, string.format('%.0f', acquired), completed, status, header, body,
+  string.format('%.0f', ends - now_ms)}

@@ -1,26 +1,36 @@
 // Package redisstore is an idem.Store on Redis: every state transition is
 // one atomic Lua script that checks the owner and the fence of the lease.
 //
-// Each idempotency key has two Redis keys in one hash slot (they share the
-// hash tag {len(tenant):tenant:key}), so the store works on a single node, a
+// Each idempotency key is one Redis string, under the hash tag
+// {len(tenant):tenant:key}, so the store works on a single node, a
 // Sentinel-managed primary and Redis Cluster alike:
 //
-//	PREFIX{5:acme:order-42}    a hash: s state (P or C), o owner, f fence,
-//	                           p fingerprint, a acquired ms, t completed ms,
-//	                           c status, h header (idem.AppendHeader), b body
-//	PREFIX{5:acme:order-42}:f  the key's fence counter
+//	PREFIX{5:acme:order-42}    state (P, C, or X: a tombstone), the end of
+//	                           the lease or retention, fence, owner,
+//	                           fingerprint, acquired ms; when C also
+//	                           completed ms, status, header
+//	                           (idem.AppendHeader) and body
 //
-// TTLs are set in milliseconds and run on the Redis server's clock, so the
-// application servers' clocks play no part. The record expires with its
-// lease (PROCESSING) or its retention (COMPLETED); the fence counter lives
-// an hour longer than the record.
+// The encoding (struct.pack in the scripts, described in acquire.lua) is
+// read and written whole: one GET and one SET per transition, which costs
+// Redis less than a hash and a separate fence counter would.
+//
+// It needs Redis 7.0 or later (acquire uses SET NX GET).
+//
+// Times run on the Redis server's clock, in milliseconds, so the
+// application servers' clocks play no part. A record ends when its lease
+// (PROCESSING) or retention (COMPLETED) does, checked by the scripts; the
+// key itself lives an hour longer (its Redis TTL), so that the fence of an
+// ended, released or deleted record is still there for the next
+// acquisition. That hour also keeps a completed body in memory past its
+// retention (4% more for the default 24 h).
 //
 // # What a failover can do
 //
 // Redis replicates asynchronously. If the primary fails after an acquire
 // was acknowledged but before a replica received it, the promoted replica
 // has no record: a retry acquires the key again and the work can run twice.
-// The fence counter can roll back in the same way, which is why a fence is
+// The last fence can roll back in the same way, which is why a fence is
 // never below the server's clock in microseconds: it still increases unless
 // the new primary's clock is behind the old one's. A clock jump on the Redis
 // host moves every TTL with it, and can end all leases at once. Redis is the
@@ -48,6 +58,12 @@
 //
 // ParseURL turns one string into a go-redis client for a single server,
 // a Sentinel-managed primary or a Redis Cluster.
+//
+// # Clients
+//
+// New takes a go-redis client, NewRueidis a rueidis one; both run the same
+// scripts. Under concurrency rueidis is the faster (it pipelines the calls
+// of many goroutines on one connection): see docs/benchmarks.md.
 package redisstore
 
 import (
@@ -120,7 +136,8 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 	return reply, err
 }
 
-// fenceGraceMs is how much longer a fence counter lives than its record.
+// fenceGraceMs is how much longer a key lives than its record, keeping the
+// record's fence for the next acquisition.
 const fenceGraceMs = int64(time.Hour / time.Millisecond)
 
 // Options configures a Store. A nil *Options means all defaults.
@@ -196,10 +213,7 @@ func (s *Store) RecordKey(id idem.ID) string {
 	return s.prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
 }
 
-func (s *Store) keys(id idem.ID) []string {
-	k := s.RecordKey(id)
-	return []string{k, k + ":f"}
-}
+func (s *Store) keys(id idem.ID) []string { return []string{s.RecordKey(id)} }
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
@@ -240,7 +254,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.run, releaseScript, []string{s.RecordKey(p.ID)}, []any{p.Owner, p.Fence})
+	return s.transition(ctx, "release", s.run, releaseScript, s.keys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // transition runs a script that answers {'1'} when the caller's lease
@@ -262,7 +276,7 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	reply, err := s.r.run(ctx, getScript, []string{s.RecordKey(id)}, nil)
+	reply, err := s.r.run(ctx, getScript, s.keys(id), nil)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -278,7 +292,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
-	reply, err := s.r.run(ctx, deleteScript, []string{s.RecordKey(id)}, nil)
+	reply, err := s.r.run(ctx, deleteScript, s.keys(id), []any{fenceGraceMs})
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}

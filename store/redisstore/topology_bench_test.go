@@ -16,13 +16,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// benchWorkers is how many goroutines run cycles at once in
+// topologyWorkers is how many goroutines run cycles at once in
 // BenchmarkClusterCycle, as concurrent requests of one application server.
-const benchWorkers = 16
+const topologyWorkers = 16
 
 // BenchmarkClusterCycle measures the acquire+complete cycle on a 3-primary
 // Redis Cluster started for it against the single Redis server of the
-// tests (127.0.0.1:6379), in the same run, with benchWorkers concurrent
+// tests (127.0.0.1:6379), in the same run, with topologyWorkers concurrent
 // workers, alternating the two in ten slices so that load from elsewhere
 // on the machine hits both alike. It reports both throughputs and
 // routing-cost-%: how much lower the cluster's throughput is (on one small
@@ -114,7 +114,7 @@ func boolInt(v bool) int {
 	return 0
 }
 
-// cycleTime runs n acquire+complete cycles on fresh keys over benchWorkers
+// cycleTime runs n acquire+complete cycles on fresh keys over topologyWorkers
 // goroutines and returns how long they took.
 func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
 	ctx := context.Background()
@@ -122,7 +122,7 @@ func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range benchWorkers {
+	for range topologyWorkers {
 		wg.Go(func() {
 			for {
 				i := next.Add(1)

@@ -1,0 +1,74 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testenv"
+)
+
+// redisCPU returns the CPU time the Redis server has used, in seconds.
+func redisCPU(b *testing.B) float64 {
+	info, err := testenv.Redis(b).Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, value, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %q: %v", line, err)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
+// processCPU returns the CPU time this process has used, in nanoseconds.
+func processCPU(b *testing.B) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// BenchmarkCycleCPU explains BenchmarkCycle: it runs the naive pattern and
+// the bare store cycle alone (not interleaved) and reports the CPU each
+// costs per cycle in the Redis server (redis-cpu-ns/op, from INFO cpu) and
+// in this process (go-cpu-ns/op). On a machine where client and server
+// share the cores, the cycle with less CPU in total wins. INFO cpu counts
+// every client of the server: run it against a private one
+// (IDEM_TEST_REDIS_URL) for figures that mean something.
+func BenchmarkCycleCPU(b *testing.B) {
+	for _, c := range benchClients(b) {
+		prefix := testenv.Prefix(b)
+		s, err := c.store(prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, run := range []baseline{{"naive", c.naive(prefix + "naive:")}, {"store", storeCycle(s)}} {
+			b.Run(c.name+"/"+run.name, func(b *testing.B) {
+				var next atomic.Int64
+				next.Store(time.Now().UnixNano()) // keys unique across the repeated calls of this function
+				redis0, self0 := redisCPU(b), processCPU(b)
+				b.ResetTimer()
+				if err := runParallel(b.N, &next, run.cycle); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric((redisCPU(b)-redis0)*1e9/float64(b.N), "redis-cpu-ns/op")
+				b.ReportMetric(float64(processCPU(b)-self0)/float64(b.N), "go-cpu-ns/op")
+			})
+		}
+		cleanup(b, prefix)
+	}
+}

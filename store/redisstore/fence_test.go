@@ -1,0 +1,48 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// TestFenceOfEndedRecordBeatsClock: the fence of an ended record (a
+// released tombstone, or a record past its lease whose key still lives)
+// wins over the clock, so fences keep increasing when the server's clock
+// is behind the last fence (a clock stepped back, a failover to a host
+// whose clock is behind). The test plants records whose fence is far
+// ahead of the clock.
+func TestFenceOfEndedRecordBeatsClock(t *testing.T) {
+	ctx := context.Background()
+	client := testenv.Redis(t)
+	s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ahead = "9000000000000000" // µs: the year 2255
+	plant := map[string]string{
+		// The encoding of acquire.lua: a tombstone, and a PROCESSING record whose lease ended.
+		"tombstone": `redis.call('SET', KEYS[1], struct.pack('>c1dI4c0', 'X', 0, #ARGV[1], ARGV[1]), 'PX', 60000)`,
+		"ended lease": `redis.call('SET', KEYS[1], struct.pack('>c1dI4c0I4c0I4c0d', 'P', 1000, #ARGV[1], ARGV[1],
+			1, 'o', 2, 'fp', 1000), 'PX', 60000)`,
+	}
+	for name, lua := range plant {
+		t.Run(name, func(t *testing.T) {
+			id := idem.ID{Tenant: "t", Key: name}
+			if err := client.Eval(ctx, lua, []string{s.RecordKey(id)}, ahead).Err(); err != nil && err.Error() != "redis: nil" {
+				t.Fatal(err)
+			}
+			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", Lease: time.Minute})
+			if err != nil || !res.Acquired {
+				t.Fatalf("Acquire = %+v, %v; want acquired", res, err)
+			}
+			if want := int64(9000000000000001); res.Record.Fence != want {
+				t.Fatalf("fence = %d, want %d (the planted fence plus one)", res.Record.Fence, want)
+			}
+		})
+	}
+}

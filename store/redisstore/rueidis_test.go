@@ -1,0 +1,90 @@
+package redisstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
+	"github.com/redis/rueidis"
+)
+
+// rueidisClient returns a rueidis client of the test Redis server, closed
+// when t ends.
+func rueidisClient(t testing.TB) rueidis.Client {
+	t.Helper()
+	opt, err := rueidis.ParseURL(testenv.RedisURL())
+	if err != nil {
+		t.Fatalf("IDEM_TEST_REDIS_URL: %v", err)
+	}
+	opt.DisableCache = true // client-side caching needs RESP3 tracking, which idem does not use
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
+		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+	}
+	return c
+}
+
+func TestConformanceRueidis(t *testing.T) {
+	client := rueidisClient(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) idem.Store {
+			s, err := redisstore.NewRueidis(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }, // Redis keeps real time
+	})
+}
+
+func TestNewRueidisRejectsNilClientAndBracePrefix(t *testing.T) {
+	if _, err := redisstore.NewRueidis(nil, nil); err == nil {
+		t.Error("NewRueidis accepted a nil client")
+	}
+	if _, err := redisstore.NewRueidis(rueidisClient(t), &redisstore.Options{Prefix: "a}b"}); err == nil {
+		t.Error("NewRueidis accepted a prefix with a brace")
+	}
+}
+
+// TestScriptsReloadAfterFlush: after SCRIPT FLUSH (a restart or failover
+// to a server that never saw the scripts) EVALSHA answers NOSCRIPT and both
+// clients must fall back to EVAL.
+func TestScriptsReloadAfterFlush(t *testing.T) {
+	ctx := context.Background()
+	goredis := testenv.Redis(t)
+	stores := map[string]func() (idem.Store, error){
+		"go-redis": func() (idem.Store, error) {
+			return redisstore.New(goredis, &redisstore.Options{Prefix: testenv.Prefix(t)})
+		},
+		"rueidis": func() (idem.Store, error) {
+			return redisstore.NewRueidis(rueidisClient(t), &redisstore.Options{Prefix: testenv.Prefix(t)})
+		},
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			s, err := newStore()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := goredis.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			id := idem.ID{Tenant: "t", Key: "after-flush"}
+			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "f", Lease: time.Minute})
+			if err != nil || !res.Acquired {
+				t.Fatalf("Acquire after SCRIPT FLUSH = %+v, %v; want acquired", res, err)
+			}
+		})
+	}
+}
