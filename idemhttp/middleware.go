@@ -3,8 +3,6 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -236,11 +234,15 @@ func credentialTenant(r *http.Request) (string, error) {
 	if len(vs) == 0 {
 		return "", nil
 	}
-	h := sha256.New()
+	f := fingerprinters.Get().(*fingerprinter)
+	defer f.release()
+	b := f.buf[:0]
 	for _, v := range vs {
-		writeField(h, v)
+		b = appendField(b, v)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	f.h.Write(b)
+	f.buf = b
+	return f.hexSum(), nil
 }
 
 func headerTenant(name string) func(*http.Request) (string, error) {
