@@ -325,7 +325,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	switch att.Outcome {
 	case idem.Acquired:
-		m.execute(next, w, r, att.Lease)
+		m.execute(ctx, next, w, r, att.Lease)
 	case idem.Replayed:
 		if reason := att.Result.Header.Get(notReplayableHeader); reason != "" {
 			WriteProblem(w, http.StatusUnprocessableEntity, CodeNotReplayable,
@@ -487,25 +487,34 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 	w.Write(res.Body)
 }
 
-// execute runs the handler under the lease and records what it answered.
-func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
-	// Finalize on a context of its own: the result is recorded even when
-	// the client has gone.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idem.FinalizeTimeout)
-	defer cancel()
+// execute runs the handler under the lease and records what it answered;
+// detached is r's context without its cancellation.
+func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
 	id := l.Ref().ID
 	c := &capture{ResponseWriter: w, m: m}
 	finished := false
 	defer func() {
 		if !finished { // the handler panicked (or called runtime.Goexit): release, and let the panic go on
+			ctx, cancel := finalizeContext(detached)
+			defer cancel()
 			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
 			m.wakeWaiters(id)
 		}
 	}()
 	next.ServeHTTP(c, r.WithContext(context.WithValue(l.Context(), leaseKey{}, l)))
 	finished = true
+	ctx, cancel := finalizeContext(detached)
+	defer cancel()
 	m.finalize(ctx, r, l, c)
 	m.wakeWaiters(id)
+}
+
+// finalizeContext bounds the Complete or Release after the handler. It
+// starts when the handler has returned, so that a slow handler leaves its
+// finalize the whole FinalizeTimeout, and it does not end with the client:
+// the result is recorded even when the client has gone.
+func finalizeContext(detached context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(detached, idem.FinalizeTimeout)
 }
 
 // finalize stores the captured response or releases the key, exactly once.
