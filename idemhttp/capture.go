@@ -26,6 +26,8 @@ type capture struct {
 	body     []byte
 	overflow bool // the response outgrew the replay buffer; body was dropped
 	hijacked bool
+
+	handlerCtx leaseContext // the handler's context, allocated with the capture
 }
 
 // commit records the status and snapshots the replayable headers, the

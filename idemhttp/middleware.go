@@ -266,6 +266,21 @@ func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
 	return l, ok
 }
 
+// leaseContext is the context a protected handler runs under: the lease's,
+// carrying the lease for LeaseFromContext. It is context.WithValue without
+// an allocation of its own (it lives in the request's capture).
+type leaseContext struct {
+	context.Context
+	lease *idem.Lease
+}
+
+func (c *leaseContext) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.lease
+	}
+	return c.Context.Value(key)
+}
+
 func (m *middleware) report(r *http.Request, o Outcome) {
 	if m.onOutcome != nil {
 		m.onOutcome(r, o)
@@ -309,7 +324,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), Lease: m.lease, Retention: m.retention}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has
 	// started it runs to completion and is recorded, so that the client's
@@ -385,6 +400,19 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	return body, true
 }
+
+// bodyReader hands the body that was read to fingerprint it on to the
+// handler: io.NopCloser(bytes.NewReader(body)) in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(body []byte) *bodyReader {
+	b := new(bodyReader)
+	b.Reset(body)
+	return b
+}
+
+// Close does nothing: the server closes the request's own body.
+func (*bodyReader) Close() error { return nil }
 
 func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *http.Request, err error) {
 	switch {
@@ -501,7 +529,8 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 			m.wakeWaiters(id)
 		}
 	}()
-	next.ServeHTTP(c, r.WithContext(context.WithValue(l.Context(), leaseKey{}, l)))
+	c.handlerCtx = leaseContext{Context: l.Context(), lease: l}
+	next.ServeHTTP(c, r.WithContext(&c.handlerCtx))
 	finished = true
 	ctx, cancel := finalizeContext(detached)
 	defer cancel()
