@@ -139,6 +139,17 @@ func TestWritePaths(t *testing.T) {
 			w.Write(small[:3])
 			w.Write(small[3:])
 		}, 202, small},
+		{"WriteString", func(t *testing.T, w http.ResponseWriter) {
+			sw, ok := w.(io.StringWriter)
+			if !ok {
+				t.Error("the writer is no io.StringWriter")
+				return
+			}
+			if n, err := sw.WriteString(string(small[:5])); n != 5 || err != nil {
+				t.Errorf("WriteString: %d, %v", n, err)
+			}
+			w.Write(small[5:])
+		}, 200, small},
 		{"implicit 200, nothing written", func(t *testing.T, w http.ResponseWriter) {}, 200, nil},
 		{"WriteHeader only", func(t *testing.T, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }, 204, nil},
 		{"ReadFrom", func(t *testing.T, w http.ResponseWriter) {
@@ -398,6 +409,11 @@ func TestNotReplayable(t *testing.T) {
 			for i := 0; i < len(big); i += 1000 {
 				w.Write(big[i:min(i+1000, len(big))])
 				w.(http.Flusher).Flush()
+			}
+		}, big},
+		{"WriteString past the buffer", idemhttp.Options{MaxResponseBuffer: 1024}, idem.Options{}, func(t *testing.T, w http.ResponseWriter) {
+			for i := 0; i < len(big); i += 1000 {
+				io.WriteString(w, string(big[i:min(i+1000, len(big))]))
 			}
 		}, big},
 		{"over the store's result limit", idemhttp.Options{}, idem.Options{MaxResultBytes: 100}, func(t *testing.T, w http.ResponseWriter) {
