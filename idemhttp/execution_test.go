@@ -412,8 +412,9 @@ func TestNotReplayable(t *testing.T) {
 			}
 		}, big},
 		{"WriteString past the buffer", idemhttp.Options{MaxResponseBuffer: 1024}, idem.Options{}, func(t *testing.T, w http.ResponseWriter) {
-			for i := 0; i < len(big); i += 1000 {
-				io.WriteString(w, string(big[i:min(i+1000, len(big))]))
+			s := string(big)
+			for i := 0; i < len(s); i += 1000 {
+				io.WriteString(w, s[i:min(i+1000, len(s))])
 			}
 		}, big},
 		{"over the store's result limit", idemhttp.Options{}, idem.Options{MaxResultBytes: 100}, func(t *testing.T, w http.ResponseWriter) {
