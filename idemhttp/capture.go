@@ -10,9 +10,10 @@ import (
 // capture is the ResponseWriter a protected handler writes to. Everything
 // goes on to the client as it is written (streaming and Flush keep
 // working) and is also recorded for replay, whichever way the handler
-// answers: WriteHeader, Write, an implicit 200, ReadFrom (io.Copy), Flush
-// or FlushError (http.ResponseController) and Hijack. Unwrap gives
-// http.ResponseController the writer underneath for deadlines and the like.
+// answers: WriteHeader, Write, WriteString (io.WriteString), an implicit
+// 200, ReadFrom (io.Copy), Flush or FlushError (http.ResponseController)
+// and Hijack. Unwrap gives http.ResponseController the writer underneath
+// for deadlines and the like.
 //
 // While the response fits the replay buffer, a failed write to the client
 // (it disconnected) is not reported to the handler: it goes on, and its
@@ -26,6 +27,8 @@ type capture struct {
 	body     []byte
 	overflow bool // the response outgrew the replay buffer; body was dropped
 	hijacked bool
+
+	handlerCtx leaseContext // the handler's context, allocated with the capture
 }
 
 // commit records the status and snapshots the replayable headers, the
@@ -70,6 +73,25 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.commit(http.StatusOK)
 	}
 	n, err := c.ResponseWriter.Write(p)
+	return record(c, p, n, err)
+}
+
+// WriteString is Write for a string, which io.WriteString would otherwise
+// copy into a new []byte first; the writer underneath has it too.
+func (c *capture) WriteString(s string) (int, error) {
+	if c.hijacked {
+		return io.WriteString(c.ResponseWriter, s)
+	}
+	if c.status == 0 {
+		c.commit(http.StatusOK)
+	}
+	n, err := io.WriteString(c.ResponseWriter, s)
+	return record(c, s, n, err)
+}
+
+// record keeps p, which was just written to the client with the result
+// n, err, for replay, and returns what the handler is told.
+func record[T string | []byte](c *capture, p T, n int, err error) (int, error) {
 	if err == http.ErrBodyNotAllowed { // HEAD, 204, 304: nothing to record
 		return n, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // acquireCounter counts the acquires the engine makes, so a test knows when
@@ -138,6 +139,17 @@ func TestWritePaths(t *testing.T) {
 			w.Write(small[:3])
 			w.Write(small[3:])
 		}, 202, small},
+		{"WriteString", func(t *testing.T, w http.ResponseWriter) {
+			sw, ok := w.(io.StringWriter)
+			if !ok {
+				t.Error("the writer is no io.StringWriter")
+				return
+			}
+			if n, err := sw.WriteString(string(small[:5])); n != 5 || err != nil {
+				t.Errorf("WriteString: %d, %v", n, err)
+			}
+			w.Write(small[5:])
+		}, 200, small},
 		{"implicit 200, nothing written", func(t *testing.T, w http.ResponseWriter) {}, 200, nil},
 		{"WriteHeader only", func(t *testing.T, w http.ResponseWriter) { w.WriteHeader(http.StatusNoContent) }, 204, nil},
 		{"ReadFrom", func(t *testing.T, w http.ResponseWriter) {
@@ -399,6 +411,12 @@ func TestNotReplayable(t *testing.T) {
 				w.(http.Flusher).Flush()
 			}
 		}, big},
+		{"WriteString past the buffer", idemhttp.Options{MaxResponseBuffer: 1024}, idem.Options{}, func(t *testing.T, w http.ResponseWriter) {
+			s := string(big)
+			for i := 0; i < len(s); i += 1000 {
+				io.WriteString(w, s[i:min(i+1000, len(s))])
+			}
+		}, big},
 		{"over the store's result limit", idemhttp.Options{}, idem.Options{MaxResultBytes: 100}, func(t *testing.T, w http.ResponseWriter) {
 			w.Write(big)
 		}, big},
@@ -498,4 +516,45 @@ func TestBodyHandedOnIntact(t *testing.T) {
 			}
 		}
 	})
+}
+
+// deadlineStore is a real store that records the deadline of the context
+// each Complete is called with.
+type deadlineStore struct {
+	idem.Store
+	completeDeadline chan time.Time
+}
+
+func (s *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+	d, _ := ctx.Deadline()
+	s.completeDeadline <- d
+	return s.Store.Complete(ctx, p)
+}
+
+// TestSlowHandlerFinalizes: the bound on recording the result counts from
+// the end of the handler, so a handler that ran long still has the whole
+// FinalizeTimeout to store its result (a bound counted from its start
+// would expire under a handler slower than it, and leave the key stuck).
+func TestSlowHandlerFinalizes(t *testing.T) {
+	mem, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &deadlineStore{Store: mem, completeDeadline: make(chan time.Time, 1)}
+	const handlerTime = 1100 * time.Millisecond
+	returned := make(chan time.Time, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(handlerTime)
+		io.WriteString(w, "done")
+		returned <- time.Now()
+	})
+	srv := serve(t, newMiddleware(t, newEngine(t, s, nil), nil)(h))
+	if r := (call{key: "k"}).send(t, srv); r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	// Counted from the handler's start, the deadline would be
+	// handlerTime short of this.
+	if left := (<-s.completeDeadline).Sub(<-returned); left < idem.FinalizeTimeout-time.Second {
+		t.Errorf("Complete had %v after the handler returned, want %v", left, idem.FinalizeTimeout)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Fingerprint is the default Options.Fingerprint: the hex SHA-256 of the
@@ -25,31 +26,77 @@ import (
 // 1.0 and 1 differ): no two different payloads are ever taken for the same.
 // A body that is not valid JSON is hashed as its bytes, never rejected.
 func Fingerprint(r *http.Request, body []byte) string {
-	h := sha256.New()
+	f := fingerprinters.Get().(*fingerprinter)
+	defer f.release()
 	ct := canonicalContentType(r.Header.Get("Content-Type"))
-	writeField(h, r.Method)
-	writeField(h, r.URL.EscapedPath())
-	writeField(h, r.URL.RawQuery)
-	writeField(h, ct)
-	if isJSON(ct) {
-		if canon, ok := canonicalJSON(body); ok {
-			h.Write([]byte{'j'})
-			writeField(h, canon)
-			return hex.EncodeToString(h.Sum(nil))
-		}
+	b := f.buf[:0]
+	b = appendField(b, r.Method)
+	b = appendField(b, r.URL.EscapedPath())
+	b = appendField(b, r.URL.RawQuery)
+	b = appendField(b, ct)
+	if isJSON(ct) && json.Valid(body) {
+		// The canonical body goes after its tag and a length placeholder,
+		// in the same buffer, so the whole input is hashed in one call.
+		b = append(b, 'j')
+		at := len(b)
+		b = binary.BigEndian.AppendUint64(b, 0)
+		b = f.canonical(b, body)
+		binary.BigEndian.PutUint64(b[at:], uint64(len(b)-at-8))
+		f.h.Write(b)
+	} else {
+		b = append(b, 'b')
+		b = binary.BigEndian.AppendUint64(b, uint64(len(body)))
+		f.h.Write(b)
+		f.h.Write(body) // not copied: it can be large
 	}
-	h.Write([]byte{'b'})
-	writeField(h, body)
-	return hex.EncodeToString(h.Sum(nil))
+	f.buf = b
+	return f.hexSum()
 }
 
-// writeField writes s with its length in front, so that no two different
+// hexSum returns the hex digest of what was written to f.h.
+func (f *fingerprinter) hexSum() string {
+	var hexSum [2 * sha256.Size]byte
+	hex.Encode(hexSum[:], f.h.Sum(f.sum[:0]))
+	return string(hexSum[:])
+}
+
+// appendField appends s with its length in front, so that no two different
 // sequences of fields hash the same bytes.
-func writeField[T string | []byte](h hash.Hash, s T) {
-	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(s)))
-	h.Write(n[:])
-	h.Write([]byte(s))
+func appendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// A fingerprinter is the reusable state of one Fingerprint call: the hash,
+// the bytes it hashes and the canonicaliser's stack of object members.
+// Fingerprint runs on every protected request, and a fresh hash and
+// buffers each time cost more than the hashing of a small body.
+type fingerprinter struct {
+	h       hash.Hash
+	sum     [sha256.Size]byte
+	buf     []byte
+	members []member
+	src     []byte // the JSON document being canonicalised
+	i       int    // the canonicaliser's position in src
+}
+
+var fingerprinters = sync.Pool{New: func() any { return &fingerprinter{h: sha256.New()} }}
+
+// maxPooledBuffer bounds the buffer a fingerprinter keeps for the next
+// call, so that one large body does not pin its size in the pool.
+const maxPooledBuffer = 64 << 10
+
+func (f *fingerprinter) release() {
+	f.h.Reset()
+	f.src = nil
+	if cap(f.buf) > maxPooledBuffer {
+		f.buf = nil
+	}
+	if cap(f.members) > maxPooledBuffer/32 {
+		f.members = nil
+	}
+	clear(f.members[:cap(f.members)]) // drop the references into the body
+	fingerprinters.Put(f)
 }
 
 func canonicalContentType(ct string) string {
@@ -68,131 +115,136 @@ func isJSON(ct string) bool {
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
 }
 
-// canonicalJSON returns body with object members sorted by their key as
-// written and white space outside strings removed, or false when body is
-// not valid JSON (including invalid UTF-8).
-func canonicalJSON(body []byte) ([]byte, bool) {
-	if !json.Valid(body) {
-		return nil, false
-	}
-	c := canonicaliser{src: body}
-	return c.value(make([]byte, 0, len(body))), true
+// canonical appends the canonical form of the JSON document src, which
+// json.Valid accepted, to dst. The bounds checks only keep it from
+// panicking should that ever be wrong.
+func (f *fingerprinter) canonical(dst, src []byte) []byte {
+	f.src, f.i = src, 0
+	return f.value(dst)
 }
 
-// canonicaliser walks a document that json.Valid accepted; the bounds checks
-// only keep it from panicking should that ever be wrong.
-type canonicaliser struct {
-	src []byte
-	i   int
-}
-
-func (c *canonicaliser) space() {
-	for c.i < len(c.src) {
-		switch c.src[c.i] {
+func (f *fingerprinter) space() {
+	for f.i < len(f.src) {
+		switch f.src[f.i] {
 		case ' ', '\t', '\n', '\r':
-			c.i++
+			f.i++
 		default:
 			return
 		}
 	}
 }
 
-func (c *canonicaliser) value(dst []byte) []byte {
-	c.space()
-	if c.i >= len(c.src) {
+func (f *fingerprinter) value(dst []byte) []byte {
+	f.space()
+	if f.i >= len(f.src) {
 		return dst
 	}
-	switch c.src[c.i] {
+	switch f.src[f.i] {
 	case '{':
-		return c.object(dst)
+		return f.object(dst)
 	case '[':
-		return c.array(dst)
+		return f.array(dst)
 	case '"':
-		return append(dst, c.str()...)
+		return append(dst, f.str()...)
 	}
-	start := c.i // a number, true, false or null
-	for c.i < len(c.src) && strings.IndexByte(" \t\n\r,]}", c.src[c.i]) < 0 {
-		c.i++
+	start := f.i // a number, true, false or null
+	for f.i < len(f.src) && strings.IndexByte(" \t\n\r,]}", f.src[f.i]) < 0 {
+		f.i++
 	}
-	return append(dst, c.src[start:c.i]...)
+	return append(dst, f.src[start:f.i]...)
 }
 
-// str returns the string literal at c.i, quotes and escapes as written.
-func (c *canonicaliser) str() []byte {
-	start := c.i
-	for c.i++; c.i < len(c.src); c.i++ {
-		switch c.src[c.i] {
+// str returns the string literal at f.i, quotes and escapes as written.
+func (f *fingerprinter) str() []byte {
+	start := f.i
+	for f.i++; f.i < len(f.src); f.i++ {
+		switch f.src[f.i] {
 		case '\\':
-			c.i++
+			f.i++
 		case '"':
-			c.i++
-			return c.src[start:c.i]
+			f.i++
+			return f.src[start:f.i]
 		}
 	}
-	return c.src[start:]
+	return f.src[start:]
 }
 
-func (c *canonicaliser) array(dst []byte) []byte {
-	c.i++ // [
+func (f *fingerprinter) array(dst []byte) []byte {
+	f.i++ // [
 	dst = append(dst, '[')
-	c.space()
-	if c.i < len(c.src) && c.src[c.i] == ']' {
-		c.i++
+	f.space()
+	if f.i < len(f.src) && f.src[f.i] == ']' {
+		f.i++
 		return append(dst, ']')
 	}
-	for c.i < len(c.src) {
-		dst = c.value(dst)
-		c.space()
-		if c.i >= len(c.src) || c.src[c.i] != ',' {
+	for f.i < len(f.src) {
+		dst = f.value(dst)
+		f.space()
+		if f.i >= len(f.src) || f.src[f.i] != ',' {
 			break
 		}
-		c.i++
+		f.i++
 		dst = append(dst, ',')
 	}
-	c.i++ // ]
+	f.i++ // ]
 	return append(dst, ']')
 }
 
+// A member is one `"key":value` of an object, written canonically at
+// dst[start:end].
 type member struct {
 	key        []byte
-	start, end int // the canonical value in the object's scratch buffer
+	start, end int
 }
 
-func (c *canonicaliser) object(dst []byte) []byte {
-	c.i++ // {
-	c.space()
-	if c.i < len(c.src) && c.src[c.i] == '}' {
-		c.i++
-		return append(dst, "{}"...)
+// object writes the members of an object as they come, then, unless they
+// already are in order, appends them again sorted and moves that over the
+// first copy. f.members is a stack shared by the nested objects.
+func (f *fingerprinter) object(dst []byte) []byte {
+	f.i++ // {
+	dst = append(dst, '{')
+	f.space()
+	if f.i < len(f.src) && f.src[f.i] == '}' {
+		f.i++
+		return append(dst, '}')
 	}
-	var members []member
-	var scratch []byte
-	for c.i < len(c.src) {
-		c.space()
-		key := c.str()
-		c.space()
-		c.i++ // :
-		start := len(scratch)
-		scratch = c.value(scratch)
-		members = append(members, member{key: key, start: start, end: len(scratch)})
-		c.space()
-		if c.i >= len(c.src) || c.src[c.i] != ',' {
+	base := len(f.members)
+	sorted := true
+	for f.i < len(f.src) {
+		f.space()
+		start := len(dst)
+		key := f.str()
+		if n := len(f.members); n > base && bytes.Compare(f.members[n-1].key, key) > 0 {
+			sorted = false
+		}
+		dst = append(dst, key...)
+		f.space()
+		f.i++ // :
+		dst = append(dst, ':')
+		dst = f.value(dst)
+		f.members = append(f.members, member{key: key, start: start, end: len(dst)})
+		f.space()
+		if f.i >= len(f.src) || f.src[f.i] != ',' {
 			break
 		}
-		c.i++
+		f.i++
+		dst = append(dst, ',')
 	}
-	c.i++ // }
-	// Stable: members with the same key keep their order, so
-	// {"a":1,"a":2} and {"a":2,"a":1} stay apart.
-	slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
-	dst = append(dst, '{')
-	for i, m := range members {
-		if i > 0 {
-			dst = append(dst, ',')
+	f.i++ // }
+	members := f.members[base:]
+	f.members = f.members[:base]
+	if !sorted {
+		first, again := members[0].start, len(dst)
+		// Stable: members with the same key keep their order, so
+		// {"a":1,"a":2} and {"a":2,"a":1} stay apart.
+		slices.SortStableFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+		for i, m := range members {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, dst[m.start:m.end]...)
 		}
-		dst = append(dst, m.key...)
-		dst = append(dst, ':')
-		dst = append(dst, scratch[m.start:m.end]...)
+		dst = dst[:first+copy(dst[first:], dst[again:])]
 	}
 	return append(dst, '}')
 }

@@ -3,8 +3,6 @@ package idemhttp
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -236,11 +234,15 @@ func credentialTenant(r *http.Request) (string, error) {
 	if len(vs) == 0 {
 		return "", nil
 	}
-	h := sha256.New()
+	f := fingerprinters.Get().(*fingerprinter)
+	defer f.release()
+	b := f.buf[:0]
 	for _, v := range vs {
-		writeField(h, v)
+		b = appendField(b, v)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	f.h.Write(b)
+	f.buf = b
+	return f.hexSum(), nil
 }
 
 func headerTenant(name string) func(*http.Request) (string, error) {
@@ -262,6 +264,21 @@ type leaseKey struct{}
 func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
 	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
 	return l, ok
+}
+
+// leaseContext is the context a protected handler runs under: the lease's,
+// carrying the lease for LeaseFromContext. It is context.WithValue without
+// an allocation of its own (it lives in the request's capture).
+type leaseContext struct {
+	context.Context
+	lease *idem.Lease
+}
+
+func (c *leaseContext) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.lease
+	}
+	return c.Context.Value(key)
 }
 
 func (m *middleware) report(r *http.Request, o Outcome) {
@@ -307,7 +324,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), Lease: m.lease, Retention: m.retention}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has
 	// started it runs to completion and is recorded, so that the client's
@@ -323,7 +340,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	switch att.Outcome {
 	case idem.Acquired:
-		m.execute(next, w, r, att.Lease)
+		m.execute(ctx, next, w, r, att.Lease)
 	case idem.Replayed:
 		if reason := att.Result.Header.Get(notReplayableHeader); reason != "" {
 			WriteProblem(w, http.StatusUnprocessableEntity, CodeNotReplayable,
@@ -383,6 +400,19 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	return body, true
 }
+
+// bodyReader hands the body that was read to fingerprint it on to the
+// handler: io.NopCloser(bytes.NewReader(body)) in one allocation.
+type bodyReader struct{ bytes.Reader }
+
+func newBodyReader(body []byte) *bodyReader {
+	b := new(bodyReader)
+	b.Reset(body)
+	return b
+}
+
+// Close does nothing: the server closes the request's own body.
+func (*bodyReader) Close() error { return nil }
 
 func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *http.Request, err error) {
 	switch {
@@ -485,25 +515,35 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 	w.Write(res.Body)
 }
 
-// execute runs the handler under the lease and records what it answered.
-func (m *middleware) execute(next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
-	// Finalize on a context of its own: the result is recorded even when
-	// the client has gone.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), idem.FinalizeTimeout)
-	defer cancel()
+// execute runs the handler under the lease and records what it answered;
+// detached is r's context without its cancellation.
+func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
 	id := l.Ref().ID
 	c := &capture{ResponseWriter: w, m: m}
 	finished := false
 	defer func() {
 		if !finished { // the handler panicked (or called runtime.Goexit): release, and let the panic go on
+			ctx, cancel := finalizeContext(detached)
+			defer cancel()
 			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
 			m.wakeWaiters(id)
 		}
 	}()
-	next.ServeHTTP(c, r.WithContext(context.WithValue(l.Context(), leaseKey{}, l)))
+	c.handlerCtx = leaseContext{Context: l.Context(), lease: l}
+	next.ServeHTTP(c, r.WithContext(&c.handlerCtx))
 	finished = true
+	ctx, cancel := finalizeContext(detached)
+	defer cancel()
 	m.finalize(ctx, r, l, c)
 	m.wakeWaiters(id)
+}
+
+// finalizeContext bounds the Complete or Release after the handler. It
+// starts when the handler has returned, so that a slow handler leaves its
+// finalize the whole FinalizeTimeout, and it does not end with the client:
+// the result is recorded even when the client has gone.
+func finalizeContext(detached context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(detached, idem.FinalizeTimeout)
 }
 
 // finalize stores the captured response or releases the key, exactly once.
