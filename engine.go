@@ -503,12 +503,17 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		return nil, false, ErrMismatch
 	}
 	l := att.Lease
-	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinalizeTimeout)
-	defer cancel()
+	// finalCtx bounds the Complete or Release after the work: its timeout
+	// starts when fn returns, however long fn took.
+	finalCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), FinalizeTimeout)
+	}
 	completed := false
 	defer func() {
 		if !completed { // fn failed or panicked
-			if rerr := l.Release(finalCtx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+			fctx, cancel := finalCtx()
+			defer cancel()
+			if rerr := l.Release(fctx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 				e.log.Error("idem: release after failed work", "tenant", req.Tenant, "key", req.Key, "err", rerr)
 			}
 		}
@@ -518,7 +523,9 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		return nil, false, err
 	}
 	completed = true
-	if err := l.Complete(finalCtx, Result{Body: out}); err != nil {
+	fctx, cancel := finalCtx()
+	defer cancel()
+	if err := l.Complete(fctx, Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) {
 			completed = false
 		}

@@ -440,3 +440,32 @@ func TestCheckSeesExpiryBeforeTheHeartbeatRuns(t *testing.T) {
 	}
 	a.Lease.Release(context.Background())
 }
+
+// deadlineStore records the deadline of the context Complete is called with.
+type deadlineStore struct {
+	idem.Store
+	completeDeadline chan time.Time
+}
+
+func (d *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+	dl, _ := ctx.Deadline()
+	d.completeDeadline <- dl
+	return d.Store.Complete(ctx, p)
+}
+
+func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
+	s := &deadlineStore{Store: mustMem(t), completeDeadline: make(chan time.Time, 1)}
+	e := newEngine(t, s, nil)
+	var returned time.Time
+	_, _, err := e.Do(context.Background(), idem.Request{Key: "slow"}, func(context.Context, int64) ([]byte, error) {
+		time.Sleep(300 * time.Millisecond) // slow work must not eat the time to store its result
+		returned = time.Now()
+		return []byte("done"), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := (<-s.completeDeadline).Sub(returned); left < idem.FinalizeTimeout-100*time.Millisecond {
+		t.Fatalf("Complete had %v after the work returned; want about %v", left, idem.FinalizeTimeout)
+	}
+}
