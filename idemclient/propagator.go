@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 )
 
 var (
@@ -31,15 +32,24 @@ type scope struct{ tenant, key string }
 
 // WithScope returns a context that carries the idempotency scope of the
 // inbound request being served: its tenant and its Idempotency-Key. The HTTP
-// middleware calls it before running the handler.
+// idemhttp middleware needs none (see ScopeFrom); call it for work run by
+// idem.Engine.Do or anywhere else.
 func WithScope(ctx context.Context, tenant, key string) context.Context {
 	return context.WithValue(ctx, scopeKey{}, scope{tenant, key})
 }
 
-// ScopeFrom returns the scope WithScope put in ctx, if any.
+// ScopeFrom returns the scope WithScope put in ctx or, inside a handler
+// behind the idemhttp middleware, the tenant and key of the request's
+// lease: a handler needs no WithScope of its own.
 func ScopeFrom(ctx context.Context) (tenant, key string, ok bool) {
-	s, ok := ctx.Value(scopeKey{}).(scope)
-	return s.tenant, s.key, ok
+	if s, ok := ctx.Value(scopeKey{}).(scope); ok {
+		return s.tenant, s.key, true
+	}
+	if l, ok := idemhttp.LeaseFromContext(ctx); ok {
+		id := l.Ref().ID
+		return id.Tenant, id.Key, true
+	}
+	return "", "", false
 }
 
 // WithStep returns a context that names the step of the handler an outbound

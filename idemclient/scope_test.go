@@ -1,0 +1,59 @@
+package idemclient_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// A handler behind the idemhttp middleware propagates keys without a
+// WithScope of its own: the scope is its request's lease.
+func TestScopeFromTheMiddlewaresLease(t *testing.T) {
+	var sent []string
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sent = append(sent, r.Header.Get("Idempotency-Key"))
+	}))
+	defer provider.Close()
+	client := &http.Client{Transport: &idemclient.Propagator{Base: http.DefaultTransport}}
+
+	store, _ := memstore.New(nil)
+	engine, _ := idem.New(store, nil)
+	mw, err := idemhttp.New(engine, &idemhttp.Options{TenantHeader: "X-Tenant-ID"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handler := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		req, _ := http.NewRequestWithContext(idemclient.WithStep(r.Context(), "charge"), http.MethodPost, provider.URL, strings.NewReader("amount=1"))
+		resp, err := client.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		resp.Body.Close()
+		w.WriteHeader(http.StatusCreated)
+	}))
+	srv := httptest.NewServer(handler)
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "order-9")
+	req.Header.Set("X-Tenant-ID", "acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("handler answered %d %s", resp.StatusCode, body)
+	}
+	if want := idemclient.StepKey("acme", "order-9", "charge"); len(sent) != 1 || sent[0] != want {
+		t.Fatalf("provider got keys %q; want [%q], derived from the request's tenant and key", sent, want)
+	}
+}
