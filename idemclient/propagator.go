@@ -17,7 +17,7 @@ import (
 var (
 	// ErrNoScope is returned by Propagator for a request that needs a
 	// derived key when its context carries no scope (see WithScope).
-	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope)")
+	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope, or serve the request behind idemhttp)")
 	// ErrNoStep is returned by Propagator for a request that needs a derived
 	// key when its context names no step (see WithStep). A request is never
 	// sent without a key in that case.
@@ -125,20 +125,20 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func derive(ctx context.Context, step string) (string, error) {
-	s, ok := ctx.Value(scopeKey{}).(scope)
+	tenant, key, ok := ScopeFrom(ctx)
 	if !ok {
 		return "", ErrNoScope
 	}
-	if err := idem.ValidateTenant(s.tenant); err != nil {
+	if err := idem.ValidateTenant(tenant); err != nil {
 		return "", err
 	}
-	if err := idem.ValidateKey(s.key); err != nil {
+	if err := idem.ValidateKey(key); err != nil {
 		return "", err
 	}
 	if step == "" {
 		return "", ErrNoStep
 	}
-	return StepKey(s.tenant, s.key, step), nil
+	return StepKey(tenant, key, step), nil
 }
 
 // needsKey reports whether method is one the IETF draft gives a key by
