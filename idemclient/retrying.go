@@ -9,6 +9,8 @@ import (
 	mathrand "math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/idemkit/idem/internal/ctxtime"
 )
 
 var (
@@ -98,7 +100,7 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 		r.base = http.DefaultTransport
 	}
 	if r.sleep == nil {
-		r.sleep = sleep
+		r.sleep = ctxtime.Sleep
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -231,16 +233,4 @@ func discard(resp *http.Response) {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, discardLimit))
 	resp.Body.Close()
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/internal/ctxtime"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
@@ -137,18 +138,6 @@ func scenarios() []*scenario {
 	}
 }
 
-// after waits d, or until ctx ends.
-func after(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 	primary, err := startRedis(ctx, lb.tmp, nil, "--repl-diskless-sync-delay", "0")
 	if err != nil {
@@ -177,11 +166,11 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 	ep.set(primary.addr())
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
-		if err := after(ctx, S/5); err != nil {
+		if err := ctxtime.Sleep(ctx, S/5); err != nil {
 			return err
 		}
 		link.set(linkCut) // from here on, writes acknowledged by the primary do not replicate
-		if err := after(ctx, S/2); err != nil {
+		if err := ctxtime.Sleep(ctx, S/2); err != nil {
 			return err
 		}
 		primary.kill()
@@ -205,11 +194,11 @@ func prepareCrash(ctx context.Context, lb *lab) (runSetup, error) {
 	ep.set(srv.addr())
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
-		if err := after(ctx, S*6/10); err != nil {
+		if err := ctxtime.Sleep(ctx, S*6/10); err != nil {
 			return err
 		}
 		srv.kill()
-		if err := after(ctx, 100*time.Millisecond); err != nil {
+		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
 		return srv.start(ctx) // same port, empty
@@ -239,7 +228,7 @@ func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
 	ep.set(srv.addr())
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
-		if err := after(ctx, S/2); err != nil {
+		if err := ctxtime.Sleep(ctx, S/2); err != nil {
 			return err
 		}
 		return jumpClock(offset, 2*time.Hour)
@@ -257,12 +246,12 @@ func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, er
 		ep.set(p.addr())
 		S := lb.spread()
 		fault := func(ctx context.Context) error {
-			if err := after(ctx, S/5); err != nil {
+			if err := ctxtime.Sleep(ctx, S/5); err != nil {
 				return err
 			}
 			p.set(f)
 			defer p.set(replyPass)
-			return after(ctx, S/3)
+			return ctxtime.Sleep(ctx, S/3)
 		}
 		return runSetup{ep: ep, fault: fault, cleanup: p.close}, nil
 	}

@@ -25,6 +25,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/internal/ctxtime"
 )
 
 var (
@@ -219,7 +221,7 @@ func newProber(cfg Config) (*prober, error) {
 	p.cfg.Burst = min(cmpOr(cfg.Burst, 8), maxBurst)
 	p.cfg.RequestTimeout = cmpOr(cfg.RequestTimeout, 10*time.Second)
 	if p.cfg.Sleep == nil {
-		p.cfg.Sleep = sleep
+		p.cfg.Sleep = ctxtime.Sleep
 	}
 	p.transport = &http.Transport{
 		Proxy:               nil, // a proxy would make the loopback check meaningless
@@ -271,17 +273,6 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // newKey returns a fresh idempotency key, so that no check sees another's.
