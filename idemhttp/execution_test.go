@@ -254,6 +254,40 @@ func TestPanic(t *testing.T) {
 	})
 }
 
+// TestPanicAfterAnswering: a handler that panics after it started a
+// response that would be stored (httputil.ReverseProxy does, with
+// http.ErrAbortHandler, when the upstream breaks off its body) may have taken
+// effect: the key is kept as not replayable and never runs again.
+func TestPanicAfterAnswering(t *testing.T) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+		var calls atomic.Int64
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "half a bo")
+			panic(http.ErrAbortHandler)
+		})
+		var outs outcomes
+		mw := newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{OnOutcome: outs.record})(h)
+		func() {
+			defer func() {
+				if p := recover(); p != http.ErrAbortHandler {
+					t.Fatalf("recovered %v, want the handler's panic", p)
+				}
+			}()
+			mw.ServeHTTP(httptest.NewRecorder(), call{key: "k"}.request(t, "http://example.test"))
+		}()
+		rec := httptest.NewRecorder()
+		mw.ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
+		if calls.Load() != 1 || rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "not_replayable") {
+			t.Fatalf("retry after a panic mid-answer: %d calls, %d %s; want 1 call and a not_replayable problem", calls.Load(), rec.Code, rec.Body)
+		}
+		if outs.count(idemhttp.OutcomeNotReplayable) < 1 {
+			t.Errorf("outcomes %v; want not_replayable", outs.list)
+		}
+	})
+}
+
 // TestClientDisconnect: the handler goes on after its client left, and the
 // retry gets the recorded result.
 func TestClientDisconnect(t *testing.T) {

@@ -142,7 +142,7 @@ type middleware struct {
 	// request of this middleware holds, as soon as it is finalized; waiters
 	// also poll the store, which covers keys held by other processes.
 	mu       sync.Mutex
-	finished map[idem.ID]chan struct{}
+	finished map[idem.ID]*waiters
 }
 
 func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
@@ -207,7 +207,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		m.replayHeaders = append(m.replayHeaders, c)
 	}
 	if m.wait > 0 {
-		m.finished = make(map[idem.ID]chan struct{})
+		m.finished = make(map[idem.ID]*waiters)
 	}
 	return m, nil
 }
@@ -451,14 +451,8 @@ func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Req
 	poll := 5 * time.Millisecond
 	timer := time.NewTimer(0)
 	defer timer.Stop()
-	// A waiter that gives up drops the key's wake-up channel, so that keys
-	// held by other processes leave nothing behind; the other waiters of
-	// the key wake once, find it still in flight and wait on.
-	defer func() {
-		if att.Outcome == idem.InFlight {
-			m.wakeWaiters(req.ID())
-		}
-	}()
+	w := m.watch(req.ID())
+	defer m.unwatch(req.ID(), w)
 	for att.Outcome == idem.InFlight {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -468,7 +462,7 @@ func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Req
 		select {
 		case <-r.Context().Done():
 			return att, nil
-		case <-m.finishedChan(req.ID()):
+		case <-m.wakeup(w):
 		case <-timer.C:
 		}
 		poll = min(2*poll, 100*time.Millisecond)
@@ -479,26 +473,51 @@ func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Req
 	return att, nil
 }
 
-func (m *middleware) finishedChan(id idem.ID) chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ch, ok := m.finished[id]
-	if !ok {
-		ch = make(chan struct{})
-		m.finished[id] = ch
-	}
-	return ch
+// waiters are the requests of this process waiting (Options.Wait) for one
+// key; ch is closed, and replaced, each time a request of this process
+// finishes the key. A key is in the map only while someone waits on it, so
+// keys finished by other processes leave nothing behind.
+type waiters struct {
+	ch chan struct{}
+	n  int
 }
 
+func (m *middleware) watch(id idem.ID) *waiters {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w, ok := m.finished[id]
+	if !ok {
+		w = &waiters{ch: make(chan struct{})}
+		m.finished[id] = w
+	}
+	w.n++
+	return w
+}
+
+func (m *middleware) unwatch(id idem.ID, w *waiters) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.n--; w.n == 0 {
+		delete(m.finished, id)
+	}
+}
+
+func (m *middleware) wakeup(w *waiters) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return w.ch
+}
+
+// wakeWaiters tells this process's waiters for id that the key finished.
 func (m *middleware) wakeWaiters(id idem.ID) {
 	if m.finished == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ch, ok := m.finished[id]; ok {
-		close(ch)
-		delete(m.finished, id)
+	if w, ok := m.finished[id]; ok {
+		close(w.ch)
+		w.ch = make(chan struct{})
 	}
 }
 
@@ -522,12 +541,22 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 	c := &capture{ResponseWriter: w, m: m}
 	finished := false
 	defer func() {
-		if !finished { // the handler panicked (or called runtime.Goexit): release, and let the panic go on
-			ctx, cancel := finalizeContext(detached)
-			defer cancel()
-			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
-			m.wakeWaiters(id)
+		if finished {
+			return
 		}
+		// The handler panicked (or called runtime.Goexit); the panic goes on.
+		// Before it answered, nothing left the building: release, so a retry
+		// runs it. After it started a response that would be stored (a
+		// reverse proxy aborting a broken upstream body does this), the work
+		// may have taken effect: record it as not replayable, never run it again.
+		ctx, cancel := finalizeContext(detached)
+		defer cancel()
+		if (c.status != 0 || c.hijacked) && m.store(c.status) {
+			m.finalizeErr(r, l.Complete(ctx, notReplayable(c.status, "the handler failed after it started answering")), OutcomeNotReplayable)
+		} else {
+			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
+		}
+		m.wakeWaiters(id)
 	}()
 	c.handlerCtx = leaseContext{Context: l.Context(), lease: l}
 	next.ServeHTTP(c, r.WithContext(&c.handlerCtx))

@@ -1,0 +1,49 @@
+package idemhttp
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// Waiting on keys that another process finishes leaves no wake-up
+// channel behind: a multi-instance gateway in wait mode must not grow.
+func TestWaitersLeaveNothingBehind(t *testing.T) {
+	store, _ := memstore.New(nil)
+	engine, _ := idem.New(store, nil)
+	m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := idem.New(store, nil) // another gateway on the same store
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	for i := range 20 {
+		key := "held-elsewhere-" + string(rune('a'+i))
+		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+		req.Header.Set(HeaderKey, key)
+		att, err := other.Begin(context.Background(), idem.Request{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
+		if err != nil || att.Outcome != idem.Acquired {
+			t.Fatalf("the other process could not take %s: %v %v", key, att.Outcome, err)
+		}
+		go func() {
+			time.Sleep(20 * time.Millisecond)
+			att.Lease.Complete(context.Background(), idem.Result{Status: http.StatusCreated})
+		}()
+		rec := httptest.NewRecorder()
+		m.serve(handler, rec, req)
+		if rec.Code != http.StatusCreated || rec.Header().Get(HeaderReplayed) != "true" {
+			t.Fatalf("waiter for %s got %d; want the other process's 201 replayed", key, rec.Code)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.finished); n != 0 {
+		t.Fatalf("%d wake-up entries left after every wait ended; want 0", n)
+	}
+}
