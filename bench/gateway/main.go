@@ -81,7 +81,7 @@ func main() {
 }
 
 func startGateway(uri string, upstream *url.URL) (string, func()) {
-	store, closeStore, err := gateway.OpenStore(context.Background(), uri)
+	store, closeStore, err := gateway.OpenStore(context.Background(), uri, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

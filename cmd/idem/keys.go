@@ -23,7 +23,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if *storeURI == "" || *storeURI == "memory" {
 		return fmt.Errorf("%w: --store must name a shared store (redis://, postgres://...): the memory store lives inside one gateway; use its admin API", errUsage)
 	}
-	store, closeStore, err := gateway.OpenStore(ctx, *storeURI)
+	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, nil)
 	if err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}

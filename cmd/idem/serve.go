@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, *upstream)
 	}
-	store, closeStore, err := gateway.OpenStore(ctx, *storeURI)
+	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, logger)
 	if err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}

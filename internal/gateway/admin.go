@@ -28,7 +28,7 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
-			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 			return
 		}
 		w.Write([]byte("ready\n"))
@@ -52,7 +52,7 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 			return
 		}
 		if !existed {
-			idemhttp.WriteProblem(w, http.StatusNotFound, "key_not_found", "no record for this tenant and key")
+			idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -72,11 +72,13 @@ func pathID(r *http.Request) idem.ID {
 func keyError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
-		idemhttp.WriteProblem(w, http.StatusNotFound, "key_not_found", "no record for this tenant and key")
-	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrInvalidTenant):
-		idemhttp.WriteProblem(w, http.StatusBadRequest, "key_invalid", err.Error())
+		idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
+	case errors.Is(err, idem.ErrInvalidKey):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeKeyInvalid, err.Error())
+	case errors.Is(err, idem.ErrInvalidTenant):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeTenantInvalid, err.Error())
 	default:
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "store_unavailable", err.Error())
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 	}
 }
 
@@ -90,7 +92,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
-			idemhttp.WriteProblem(w, http.StatusUnauthorized, "admin_unauthorized", "the admin API needs the bearer token set by --admin-token")
+			idemhttp.WriteProblem(w, http.StatusUnauthorized, CodeAdminUnauthorized, "the admin API needs the bearer token set by --admin-token")
 			return
 		}
 		next.ServeHTTP(w, r)

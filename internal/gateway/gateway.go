@@ -23,6 +23,16 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
+// The codes of the gateway's own problem responses (docs/problems.md), next
+// to idemhttp's.
+const (
+	CodeUpstreamUnreachable = "upstream_unreachable" // 502: the upstream could not be reached; the key was released
+	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the upstream did not answer in time; the key was released
+	CodeLeaseLost           = "lease_lost"           // 503: the lease ended while the upstream call ran
+	CodeKeyNotFound         = "key_not_found"        // 404 (admin API): no record for the tenant and key
+	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
+)
+
 // FenceHeader carries the lease's fencing token to the upstream, so the
 // upstream can refuse writes of a stale attempt (see store/pgstore).
 const FenceHeader = "Idempotency-Fence"
@@ -176,16 +186,13 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	switch {
 	case errors.Is(cause, idem.ErrLeaseLost) || errors.Is(cause, idem.ErrLeaseExpired):
 		g.cfg.Logger.Warn("idem: upstream call cut: lease lost", "err", cause)
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, "lease_lost", "the idempotency lease was lost while the upstream call ran; retry with the same key")
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease was lost while the upstream call ran; retry with the same key")
 	case errors.Is(cause, errUpstreamTimeout) || (errors.As(err, &netErr) && netErr.Timeout()):
-		idemhttp.WriteProblem(w, http.StatusGatewayTimeout, "upstream_timeout",
+		idemhttp.WriteProblem(w, http.StatusGatewayTimeout, CodeUpstreamTimeout,
 			fmt.Sprintf("the upstream did not answer within %v", g.cfg.UpstreamTimeout))
-	case errors.Is(err, context.Canceled):
-		// The client went away and took the request context with it; nobody reads this.
-		w.WriteHeader(499)
 	default:
 		g.cfg.Logger.Warn("idem: upstream unreachable", "err", err)
-		idemhttp.WriteProblem(w, http.StatusBadGateway, "upstream_unreachable", "the upstream could not be reached")
+		idemhttp.WriteProblem(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached")
 	}
 }
 

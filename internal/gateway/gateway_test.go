@@ -71,8 +71,9 @@ func names(m map[string]tracetest.SpanStub) []string {
 }
 
 func TestOpenStoreRejectsBadURIs(t *testing.T) {
-	for _, uri := range []string{"mongodb://x", "redis://:secret@host:notaport", "redis-cluster://", "postgres://%zz", "file:///tmp/x"} {
-		_, closeStore, err := OpenStore(context.Background(), uri)
+	for _, uri := range []string{"mongodb://x", "redis://:secret@host:notaport", "redis-cluster://", "postgres://%zz", "file:///tmp/x",
+		"rediss-sentinel://:secret@/master?sentinel_password=secret", "mongodb://u:secret@h/db"} {
+		_, closeStore, err := OpenStore(context.Background(), uri, nil)
 		if err == nil {
 			closeStore()
 			t.Errorf("OpenStore(%q) succeeded", uri)
@@ -84,5 +85,17 @@ func TestOpenStoreRejectsBadURIs(t *testing.T) {
 		if strings.Contains(err.Error(), "secret") {
 			t.Errorf("OpenStore(%q) echoed the password: %v", uri, err)
 		}
+	}
+}
+
+func TestOpenStoreTakesEveryRedisForm(t *testing.T) {
+	for _, uri := range []string{"redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0", "unix:///nonexistent/redis.sock",
+		"redis-sentinel://127.0.0.1:1/mymaster", "rediss-sentinel://127.0.0.1:1/mymaster", "redis-cluster://127.0.0.1:1", "rediss-cluster://127.0.0.1:1"} {
+		store, closeStore, err := OpenStore(context.Background(), uri, nil)
+		if err != nil || store == nil {
+			t.Errorf("OpenStore(%q) = %v; want a store (connections are made lazily)", uri, err)
+			continue
+		}
+		closeStore()
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // ErrStoreURI is wrapped by every error about a --store value.
@@ -17,14 +17,18 @@ var ErrStoreURI = errors.New("gateway: bad store URI")
 
 // StoreURIHelp lists the accepted --store forms.
 const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:port/db, rediss://..., ` +
-	`redis-sentinel://[pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, ` +
+	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix://, ` +
 	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
 
 // OpenStore opens the store a --store URI names. The returned close
-// function releases its connections.
-func OpenStore(ctx context.Context, uri string) (idem.Store, func() error, error) {
+// function releases its connections. log receives the PostgreSQL reaper's
+// warnings; nil means slog.Default().
+func OpenStore(ctx context.Context, uri string, log *slog.Logger) (idem.Store, func() error, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	if redisURI, pgURI, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
-		return openLayered(ctx, redisURI, "postgres"+pgURI)
+		return openLayered(ctx, redisURI, "postgres"+pgURI, log)
 	}
 	switch {
 	case uri == "" || uri == "memory":
@@ -42,36 +46,28 @@ func OpenStore(ctx context.Context, uri string) (idem.Store, func() error, error
 		}
 		return s, client.Close, nil
 	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
-		s, closeStore, err := openPostgres(ctx, uri)
+		s, closeStore, err := openPostgres(ctx, uri, log)
 		if err != nil {
 			return nil, nil, err
 		}
 		return s, closeStore, nil
 	}
-	return nil, nil, fmt.Errorf("%w %q: want %s", ErrStoreURI, redact(uri), StoreURIHelp)
+	return nil, nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrStoreURI, scheme(uri), StoreURIHelp)
 }
 
+// isRedisURI reports whether uri names Redis: every form of
+// redisstore.ParseURL (redis, rediss, unix, and their -sentinel and
+// -cluster variants).
 func isRedisURI(uri string) bool {
-	for _, scheme := range []string{"redis://", "rediss://", "redis-sentinel://", "redis-cluster://"} {
-		if strings.HasPrefix(uri, scheme) {
-			return true
-		}
-	}
-	return false
+	scheme, _, ok := strings.Cut(uri, "://")
+	return ok && (strings.HasPrefix(scheme, "redis") || scheme == "unix")
 }
 
-// redact hides a password in a URI that is echoed in an error.
-func redact(uri string) string {
-	scheme, rest, ok := strings.Cut(uri, "://")
-	if !ok {
-		return uri
+// scheme returns the scheme of uri for an error message, never the rest,
+// which may hold a password.
+func scheme(uri string) string {
+	if s, _, ok := strings.Cut(uri, "://"); ok {
+		return s + "://"
 	}
-	if creds, host, ok := strings.Cut(rest, "@"); ok {
-		if user, _, ok := strings.Cut(creds, ":"); ok {
-			return scheme + "://" + user + ":***@" + host
-		}
-	}
-	return uri
+	return "(no scheme)"
 }
-
-var _ redis.UniversalClient = (*redis.Client)(nil)

@@ -23,7 +23,7 @@ const (
 // openPostgres opens the PostgreSQL store, applies its migrations (they
 // are idempotent and serialised by an advisory lock, so several gateways
 // may start at once) and starts the reaper of expired rows.
-func openPostgres(ctx context.Context, uri string) (*pgstore.Store, func() error, error) {
+func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
@@ -55,7 +55,7 @@ func openPostgres(ctx context.Context, uri string) (*pgstore.Store, func() error
 				return
 			case <-t.C:
 				if _, err := s.Reap(reapCtx, reapBatch); err != nil && reapCtx.Err() == nil {
-					slog.Warn("idem: reaping expired rows", "err", err)
+					log.Warn("idem: reaping expired rows", "err", err)
 				}
 			}
 		}
@@ -64,17 +64,17 @@ func openPostgres(ctx context.Context, uri string) (*pgstore.Store, func() error
 }
 
 // openLayered opens Redis in front of PostgreSQL.
-func openLayered(ctx context.Context, redisURI, pgURI string) (idem.Store, func() error, error) {
+func openLayered(ctx context.Context, redisURI, pgURI string, log *slog.Logger) (idem.Store, func() error, error) {
 	client, err := redisstore.ParseURL(redisURI)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 	}
-	pg, closePG, err := openPostgres(ctx, pgURI)
+	pg, closePG, err := openPostgres(ctx, pgURI, log)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
-	s, err := layered.New(client, pg, nil)
+	s, err := layered.New(client, pg, &layered.Options{Logger: log})
 	if err != nil {
 		client.Close()
 		closePG()
