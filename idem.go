@@ -121,9 +121,14 @@ type ExtendParams struct {
 // by the owner that completed it returns nil and keeps the first result).
 // Every record carries a TTL, so a crashed owner never blocks a key forever.
 type Store interface {
+	// Acquire creates a PROCESSING record with a new fence if the key is
+	// absent (or its record ended), else returns the record that holds it.
 	Acquire(ctx context.Context, p AcquireParams) (AcquireResult, error)
+	// Complete turns the caller's PROCESSING record into COMPLETED.
 	Complete(ctx context.Context, p CompleteParams) error
+	// Extend renews the caller's lease; it never re-creates an ended record.
 	Extend(ctx context.Context, p ExtendParams) error
+	// Release deletes the caller's PROCESSING record, so a retry can run.
 	Release(ctx context.Context, p LeaseRef) error
 	// Get returns ErrNotFound for an absent key.
 	Get(ctx context.Context, id ID) (Record, error)
@@ -168,6 +173,7 @@ type InFlightError struct {
 	RetryAfter time.Duration // until the other attempt's lease ends
 }
 
+// Error says that the key is in flight and when its lease ends.
 func (e *InFlightError) Error() string {
 	return ErrInFlight.Error() + " (lease ends in " + e.RetryAfter.String() + ")"
 }
