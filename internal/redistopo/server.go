@@ -230,9 +230,7 @@ func (s *Server) answers(ctx context.Context, c *redis.Client, pid int) error {
 // Kill stops the process at once with SIGKILL, as a crash would, and waits
 // for it to exit. Killing a server that has exited is harmless.
 func (s *Server) Kill() {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
+	cmd, done := s.current()
 	if cmd == nil || closed(done) {
 		return
 	}
@@ -249,9 +247,7 @@ func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
 func (s *Server) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
+	cmd, done := s.current()
 	if cmd == nil || closed(done) {
 		return fmt.Errorf("redistopo: server %s has exited", s.Addr)
 	}
@@ -260,9 +256,15 @@ func (s *Server) signal(sig syscall.Signal) error {
 
 // Alive reports whether the process is running.
 func (s *Server) Alive() bool {
+	cmd, done := s.current()
+	return cmd != nil && !closed(done)
+}
+
+// current returns the latest process and the channel closed when it exits.
+func (s *Server) current() (*exec.Cmd, chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.done != nil && !closed(s.done)
+	return s.cmd, s.done
 }
 
 // Log returns the last n lines of the server's log, of every run of it,
