@@ -139,31 +139,31 @@ func scenarios() []*scenario {
 }
 
 func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
-	primary, err := startRedis(ctx, lb.tmp, nil, "--repl-diskless-sync-delay", "0")
+	primary, err := lb.startRedis(ctx, nil, "--repl-diskless-sync-delay", "0")
 	if err != nil {
 		return runSetup{}, err
 	}
 	// The replica replicates through a proxy, so the lab can cut the link:
 	// stopping the replica would not do, the kernel would buffer the stream.
-	link, err := newProxy(primary.addr(), 0)
+	link, err := newProxy(primary.Addr, 0)
 	if err != nil {
-		primary.kill()
+		primary.Kill()
 		return runSetup{}, err
 	}
 	_, linkPort, _ := net.SplitHostPort(link.addr())
-	replica, err := startRedis(ctx, lb.tmp, nil, "--replicaof", "127.0.0.1", linkPort)
+	replica, err := lb.startRedis(ctx, nil, "--replicaof", "127.0.0.1", linkPort)
 	if err != nil {
-		primary.kill()
+		primary.Kill()
 		link.close()
 		return runSetup{}, err
 	}
-	cleanup := func() { primary.kill(); replica.kill(); link.close() }
-	if err := waitReplicated(ctx, replica.addr()); err != nil {
+	cleanup := func() { primary.Kill(); replica.Kill(); link.close() }
+	if err := waitReplicated(ctx, replica.Addr); err != nil {
 		cleanup()
 		return runSetup{}, err
 	}
 	ep := &endpoint{}
-	ep.set(primary.addr())
+	ep.set(primary.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S/5); err != nil {
@@ -173,37 +173,37 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 		if err := ctxtime.Sleep(ctx, S/2); err != nil {
 			return err
 		}
-		primary.kill()
-		c := redis.NewClient(&redis.Options{Addr: replica.addr(), MaxRetries: -1})
+		primary.Kill()
+		c := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1})
 		defer c.Close()
 		if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 			return fmt.Errorf("promote the replica: %w", err)
 		}
-		ep.set(replica.addr())
+		ep.set(replica.Addr)
 		return nil
 	}
 	return runSetup{ep: ep, fault: fault, cleanup: cleanup}, nil
 }
 
 func prepareCrash(ctx context.Context, lb *lab) (runSetup, error) {
-	srv, err := startRedis(ctx, lb.tmp, nil)
+	srv, err := lb.startRedis(ctx, nil)
 	if err != nil {
 		return runSetup{}, err
 	}
 	ep := &endpoint{}
-	ep.set(srv.addr())
+	ep.set(srv.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S*6/10); err != nil {
 			return err
 		}
-		srv.kill()
+		srv.Kill()
 		if err := ctxtime.Sleep(ctx, 100*time.Millisecond); err != nil {
 			return err
 		}
-		return srv.start(ctx) // same port, empty
+		return srv.Restart(ctx) // same port, empty
 	}
-	return runSetup{ep: ep, fault: fault, cleanup: srv.kill}, nil
+	return runSetup{ep: ep, fault: fault, cleanup: srv.Kill}, nil
 }
 
 func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
@@ -220,12 +220,12 @@ func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
 	if err := jumpClock(offset, 0); err != nil {
 		return runSetup{}, err
 	}
-	srv, err := startRedis(ctx, lb.tmp, []string{"LD_PRELOAD=" + shim, "LAB_CLOCK_OFFSET_FILE=" + offset})
+	srv, err := lb.startRedis(ctx, []string{"LD_PRELOAD=" + shim, "LAB_CLOCK_OFFSET_FILE=" + offset})
 	if err != nil {
 		return runSetup{}, err
 	}
 	ep := &endpoint{}
-	ep.set(srv.addr())
+	ep.set(srv.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S/2); err != nil {
@@ -233,7 +233,7 @@ func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
 		}
 		return jumpClock(offset, 2*time.Hour)
 	}
-	return runSetup{ep: ep, fault: fault, cleanup: srv.kill}, nil
+	return runSetup{ep: ep, fault: fault, cleanup: srv.Kill}, nil
 }
 
 func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, error) {

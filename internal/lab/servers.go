@@ -7,122 +7,33 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/idemkit/idem/internal/redistopo"
 	"github.com/redis/go-redis/v9"
 )
 
 // shutdownTimeout bounds every cleanup step.
 const shutdownTimeout = 5 * time.Second
 
-// redisServer is a redis-server process the lab started itself, without
-// persistence, on a loopback port. Only such processes are ever signalled.
-type redisServer struct {
-	port    int
-	dir     string
-	env     []string // extra environment, e.g. the clock shim
-	extra   []string // extra arguments, e.g. replicaof
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logFile *os.File
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func startRedis(ctx context.Context, dir string, env []string, extra ...string) (*redisServer, error) {
-	port, err := freePort()
+// startRedis starts a redis-server of the lab in its own directory under
+// the lab's temp dir, with env added to its environment. The caller kills it.
+func (lb *lab) startRedis(ctx context.Context, env []string, args ...string) (*redistopo.Server, error) {
+	dir, err := os.MkdirTemp(lb.tmp, "redis-")
 	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{port: port, dir: dir, env: env, extra: extra}
-	return s, s.start(ctx)
-}
-
-func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-
-func (s *redisServer) start(ctx context.Context) error {
-	bin, err := exec.LookPath("redis-server")
+	srv, err := redistopo.Start(ctx, redistopo.Config{Dir: dir, Env: env, Args: args})
 	if err != nil {
-		return fmt.Errorf("lab: this scenario starts its own Redis and needs the redis-server binary (Debian: apt-get install redis-server): %w", err)
+		return nil, fmt.Errorf("lab: this scenario starts its own Redis: %w", err)
 	}
-	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--dbfilename", "dump-" + strconv.Itoa(s.port) + ".rdb"}, s.extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), s.env...)
-	log, err := os.OpenFile(filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("lab: start redis-server: %w", err)
-	}
-	s.cmd, s.logFile, s.exited = cmd, log, make(chan struct{})
-	go func() { cmd.Wait(); log.Close(); close(s.exited) }()
-	c := redis.NewClient(&redis.Options{Addr: s.addr(), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := c.Ping(ctx).Err()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-s.exited:
-			out, _ := os.ReadFile(log.Name())
-			return fmt.Errorf("lab: redis-server on port %d exited at start: %s", s.port, lastLines(out, 3))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.kill()
-			return fmt.Errorf("lab: redis-server on port %d did not answer: %w", s.port, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func lastLines(b []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// signal sends sig to the server the lab started; a no-op once it exited.
-func (s *redisServer) signal(sig syscall.Signal) {
-	select {
-	case <-s.exited:
-	default:
-		s.cmd.Process.Signal(sig)
-	}
-}
-
-// kill crashes the server (SIGKILL: no shutdown, no save) and waits for it.
-func (s *redisServer) kill() {
-	if s.cmd == nil {
-		return
-	}
-	s.signal(syscall.SIGCONT) // a stopped process must run to die
-	s.signal(syscall.SIGKILL)
-	<-s.exited
+	return srv, nil
 }
 
 // clockShim is a tiny LD_PRELOAD library that adds the nanoseconds written

@@ -17,7 +17,7 @@ import (
 type Cluster struct {
 	// Nodes are every node, primaries first as created; which node is a
 	// primary may change later (failover), ask the cluster.
-	Nodes []*Node
+	Nodes []*Server
 }
 
 // StartCluster starts primaries cluster nodes with replicas replicas
@@ -35,9 +35,9 @@ func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 	c := &Cluster{}
 	total := primaries * (1 + replicas)
 	for i := range total {
-		c.Nodes = append(c.Nodes, start(t, "cluster-"+strconv.Itoa(i), false, "",
+		c.Nodes = append(c.Nodes, start(t, "cluster-"+strconv.Itoa(i), Config{Args: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "3000"))
+			"--cluster-node-timeout", "3000"}}))
 	}
 	if primaries == 1 {
 		if err := c.Nodes[0].Client(t).Do(context.Background(), "cluster", "addslotsrange", 0, 16383).Err(); err != nil {
@@ -104,7 +104,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 }
 
 // Node returns the node with address addr, or nil.
-func (c *Cluster) Node(addr string) *Node {
+func (c *Cluster) Node(addr string) *Server {
 	for _, n := range c.Nodes {
 		if n.Addr == addr {
 			return n
@@ -136,12 +136,12 @@ func SlotOwner(ctx context.Context, via *redis.Client, slot int) (string, error)
 }
 
 // ReplicasOf returns the replicas of the primary at addr.
-func (c *Cluster) ReplicasOf(ctx context.Context, addr string) ([]*Node, error) {
+func (c *Cluster) ReplicasOf(ctx context.Context, addr string) ([]*Server, error) {
 	primary := c.Node(addr)
 	if primary == nil {
 		return nil, fmt.Errorf("redistopo: %s is not a node of this cluster", addr)
 	}
-	var out []*Node
+	var out []*Server
 	for _, n := range c.Nodes {
 		if n == primary {
 			continue

@@ -17,11 +17,11 @@ const MasterName = "idemtest"
 type Sentinel struct {
 	// Primary is the primary as started; after a failover another node
 	// is the primary (ask CurrentPrimary).
-	Primary *Node
+	Primary *Server
 	// Replicas are the replicas as started.
-	Replicas []*Node
+	Replicas []*Server
 	// Sentinels are the Sentinel processes.
-	Sentinels []*Node
+	Sentinels []*Server
 }
 
 // StartSentinel starts a primary, replicas replicas of it and sentinels
@@ -30,10 +30,10 @@ type Sentinel struct {
 func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 	t.Helper()
 	binaries(t, "redis-server")
-	s := &Sentinel{Primary: start(t, "primary", false, "")}
+	s := &Sentinel{Primary: start(t, "primary", Config{})}
 	for i := range replicas {
-		s.Replicas = append(s.Replicas, start(t, "replica-"+strconv.Itoa(i), false, "",
-			"--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port)))
+		s.Replicas = append(s.Replicas, start(t, "replica-"+strconv.Itoa(i), Config{Args: []string{
+			"--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port)}}))
 	}
 	pc := s.Primary.Client(t)
 	waitFor(t, "replicas in sync", func(ctx context.Context) (bool, error) {
@@ -52,7 +52,7 @@ func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 		"sentinel failover-timeout %[1]s 5000\n"+
 		"sentinel parallel-syncs %[1]s 2\n", MasterName, s.Primary.Port, sentinels/2+1)
 	for i := range sentinels {
-		s.Sentinels = append(s.Sentinels, start(t, "sentinel-"+strconv.Itoa(i), true, conf))
+		s.Sentinels = append(s.Sentinels, start(t, "sentinel-"+strconv.Itoa(i), Config{SentinelConf: conf}))
 	}
 	for _, sn := range s.Sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr, MaxRetries: -1})
@@ -105,8 +105,8 @@ func (s *Sentinel) CurrentPrimary(ctx context.Context) (string, error) {
 }
 
 // Node returns the data node (primary or replica) with address addr, or nil.
-func (s *Sentinel) Node(addr string) *Node {
-	for _, n := range append([]*Node{s.Primary}, s.Replicas...) {
+func (s *Sentinel) Node(addr string) *Server {
+	for _, n := range append([]*Server{s.Primary}, s.Replicas...) {
 		if n.Addr == addr {
 			return n
 		}

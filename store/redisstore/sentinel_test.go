@@ -152,7 +152,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 	deadline := time.Now().Add(60 * time.Second)
 	dumpLogs := func() {
 		for _, sn := range topo.Sentinels {
-			t.Logf("sentinel %s log:\n%s", sn.Addr, sn.Log())
+			t.Logf("sentinel %s log:\n%s", sn.Addr, sn.Log(30))
 		}
 	}
 	for {
