@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,12 +24,12 @@ const shutdownTimeout = 5 * time.Second
 
 // startRedis starts a redis-server of the lab in its own directory under
 // the lab's temp dir, with env added to its environment. The caller kills it.
-func (lb *lab) startRedis(ctx context.Context, env []string, args ...string) (*redistopo.Server, error) {
+func (lb *lab) startRedis(ctx context.Context, env []string, args ...string) (*redisproc.Server, error) {
 	dir, err := os.MkdirTemp(lb.tmp, "redis-")
 	if err != nil {
 		return nil, err
 	}
-	srv, err := redistopo.Start(ctx, redistopo.Config{Dir: dir, Env: env, Args: args})
+	srv, err := redisproc.Start(ctx, redisproc.Config{Dir: dir, Env: env, Args: args})
 	if err != nil {
 		return nil, fmt.Errorf("lab: this scenario starts its own Redis: %w", err)
 	}

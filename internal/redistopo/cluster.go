@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,12 +36,12 @@ func StartCluster(t testing.TB, primaries, replicas int) *Cluster {
 	c := &Cluster{}
 	total := primaries * (1 + replicas)
 	for i := range total {
-		c.Nodes = append(c.Nodes, start(t, "cluster-"+strconv.Itoa(i), Config{Args: []string{
+		c.Nodes = append(c.Nodes, start(t, "cluster-"+strconv.Itoa(i), redisproc.Config{Args: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "3000"}}))
 	}
 	if primaries == 1 {
-		if err := c.Nodes[0].Client(t).Do(context.Background(), "cluster", "addslotsrange", 0, 16383).Err(); err != nil {
+		if err := Client(t, c.Nodes[0]).Do(context.Background(), "cluster", "addslotsrange", 0, 16383).Err(); err != nil {
 			t.Fatalf("redistopo: cluster addslotsrange: %v", err)
 		}
 	} else {
@@ -67,21 +68,21 @@ func (c *Cluster) create(t testing.TB, replicas int) {
 func (c *Cluster) settle(t testing.TB, replicas int) {
 	t.Helper()
 	for _, n := range c.Nodes {
-		nc := n.Client(t)
+		nc := Client(t, n)
 		waitFor(t, "cluster_state:ok on "+n.Addr, func(ctx context.Context) (bool, error) {
 			info, err := nc.ClusterInfo(ctx).Result()
 			return strings.Contains(info, "cluster_state:ok"), err
 		})
 		waitFor(t, "replication in sync on "+n.Addr, func(ctx context.Context) (bool, error) {
-			role, err := infoField(ctx, nc, "replication", "role")
+			role, err := redisproc.InfoField(ctx, nc, "replication", "role")
 			if err != nil {
 				return false, err
 			}
 			if role == "slave" {
-				link, err := infoField(ctx, nc, "replication", "master_link_status")
+				link, err := redisproc.InfoField(ctx, nc, "replication", "master_link_status")
 				return link == "up", err
 			}
-			got, err := infoField(ctx, nc, "replication", "connected_slaves")
+			got, err := redisproc.InfoField(ctx, nc, "replication", "connected_slaves")
 			return got == strconv.Itoa(replicas), err
 		})
 	}
@@ -147,8 +148,8 @@ func (c *Cluster) ReplicasOf(ctx context.Context, addr string) ([]*Server, error
 			continue
 		}
 		nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		host, err1 := infoField(ctx, nc, "replication", "master_host")
-		port, err2 := infoField(ctx, nc, "replication", "master_port")
+		host, err1 := redisproc.InfoField(ctx, nc, "replication", "master_host")
+		port, err2 := redisproc.InfoField(ctx, nc, "replication", "master_port")
 		nc.Close()
 		if err1 == nil && err2 == nil && host+":"+port == addr {
 			out = append(out, n)
@@ -221,7 +222,7 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot int, to string, batch in
 			continue
 		}
 		nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
-		role, _ := infoField(ctx, nc, "replication", "role")
+		role, _ := redisproc.InfoField(ctx, nc, "replication", "role")
 		if role == "master" {
 			err = nc.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err()
 		}

@@ -17,12 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testenv"
 	"github.com/redis/go-redis/v9"
 )
 
-// Client returns a plain client of this one server, closed when t ends.
-func (s *Server) Client(t testing.TB) *redis.Client {
+// Client returns a plain client of the server s, closed when t ends.
+func Client(t testing.TB, s *Server) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
@@ -40,16 +41,20 @@ func binaries(t testing.TB, names ...string) {
 
 // start starts a server as cfg says, in the directory name under a
 // temporary directory of t, and kills it when t ends.
-func start(t testing.TB, name string, cfg Config) *Server {
+func start(t testing.TB, name string, cfg redisproc.Config) *Server {
 	t.Helper()
 	cfg.Dir = filepath.Join(t.TempDir(), name)
-	s, err := Start(t.Context(), cfg)
+	s, err := redisproc.Start(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("redistopo: start %s: %v", name, err)
 	}
 	t.Cleanup(s.Kill)
 	return s
 }
+
+// startTimeout bounds how long a topology may take to settle (cluster
+// state ok, replicas in sync).
+const startTimeout = 20 * time.Second
 
 // waitFor polls cond until it holds, failing t after startTimeout.
 func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, error)) {
@@ -74,5 +79,8 @@ func waitFor(t testing.TB, what string, cond func(ctx context.Context) (bool, er
 func StartNode(t testing.TB) *Server {
 	t.Helper()
 	binaries(t, "redis-server")
-	return start(t, "standalone", Config{})
+	return start(t, "standalone", redisproc.Config{})
 }
+
+// Server is one redis-server of a topology.
+type Server = redisproc.Server

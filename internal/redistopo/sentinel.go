@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -30,20 +31,20 @@ type Sentinel struct {
 func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 	t.Helper()
 	binaries(t, "redis-server")
-	s := &Sentinel{Primary: start(t, "primary", Config{})}
+	s := &Sentinel{Primary: start(t, "primary", redisproc.Config{})}
 	for i := range replicas {
-		s.Replicas = append(s.Replicas, start(t, "replica-"+strconv.Itoa(i), Config{Args: []string{
+		s.Replicas = append(s.Replicas, start(t, "replica-"+strconv.Itoa(i), redisproc.Config{Args: []string{
 			"--replicaof", "127.0.0.1", strconv.Itoa(s.Primary.Port)}}))
 	}
-	pc := s.Primary.Client(t)
+	pc := Client(t, s.Primary)
 	waitFor(t, "replicas in sync", func(ctx context.Context) (bool, error) {
-		got, err := infoField(ctx, pc, "replication", "connected_slaves")
+		got, err := redisproc.InfoField(ctx, pc, "replication", "connected_slaves")
 		return got == strconv.Itoa(replicas), err
 	})
 	for _, r := range s.Replicas {
-		rc := r.Client(t)
+		rc := Client(t, r)
 		waitFor(t, "replica link up on "+r.Addr, func(ctx context.Context) (bool, error) {
-			link, err := infoField(ctx, rc, "replication", "master_link_status")
+			link, err := redisproc.InfoField(ctx, rc, "replication", "master_link_status")
 			return link == "up", err
 		})
 	}
@@ -52,7 +53,7 @@ func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 		"sentinel failover-timeout %[1]s 5000\n"+
 		"sentinel parallel-syncs %[1]s 2\n", MasterName, s.Primary.Port, sentinels/2+1)
 	for i := range sentinels {
-		s.Sentinels = append(s.Sentinels, start(t, "sentinel-"+strconv.Itoa(i), Config{SentinelConf: conf}))
+		s.Sentinels = append(s.Sentinels, start(t, "sentinel-"+strconv.Itoa(i), redisproc.Config{SentinelConf: conf}))
 	}
 	for _, sn := range s.Sentinels {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: sn.Addr, MaxRetries: -1})

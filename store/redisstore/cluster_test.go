@@ -62,7 +62,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("KeysOfOneIDShareASlot", func(t *testing.T) {
 		s := newStore(t, nil)
-		node := cl.Nodes[0].Client(t)
+		node := redistopo.Client(t, cl.Nodes[0])
 		for _, id := range []idem.ID{{Tenant: "acme", Key: "order-42"}, {Tenant: "a}b", Key: "c{d}e"},
 			{Tenant: "", Key: "}"}, {Tenant: "t", Key: "{"}, {Tenant: "ünï", Key: "ключ"}} {
 			rec := s.RecordKey(id)
@@ -104,7 +104,7 @@ func TestCluster(t *testing.T) {
 		owners := map[string]bool{}
 		for i := range ids {
 			ids[i] = idem.ID{Tenant: "burst", Key: rand.Text()}
-			owner, err := redistopo.SlotOwner(context.Background(), cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(ids[i])))
+			owner, err := redistopo.SlotOwner(context.Background(), redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(ids[i])))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,14 +147,14 @@ func TestCluster(t *testing.T) {
 		s := newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: 200 * time.Millisecond})
 		ctx := context.Background()
 		paused := idem.ID{Tenant: "ack", Key: rand.Text()}
-		owner, err := redistopo.SlotOwner(ctx, cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(paused)))
+		owner, err := redistopo.SlotOwner(ctx, redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(paused)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var other idem.ID // a key on another primary, whose replica keeps up
 		for {
 			other = idem.ID{Tenant: "ack", Key: rand.Text()}
-			o, err := redistopo.SlotOwner(ctx, cl.Nodes[0].Client(t), redistopo.Slot(s.RecordKey(other)))
+			o, err := redistopo.SlotOwner(ctx, redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(other)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,7 +213,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	if topologyLong() {
 		n, workers = 600, 12
 	}
-	via := cl.Nodes[0].Client(t)
+	via := redistopo.Client(t, cl.Nodes[0])
 	var slot int
 	for from == "" || from == to { // a slot that is not on the target already
 		slot = redistopo.Slot(s.RecordKey(idem.ID{Tenant: "mig", Key: rand.Text()}))
@@ -224,7 +224,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	}
 	if to == "" {
 		for _, node := range cl.Nodes {
-			role, _ := node.Client(t).Do(ctx, "role").Slice()
+			role, _ := redistopo.Client(t, node).Do(ctx, "role").Slice()
 			if len(role) > 0 && role[0] == "master" && node.Addr != from {
 				to = node.Addr
 				break

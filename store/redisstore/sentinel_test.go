@@ -134,7 +134,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 				t.Fatal(err)
 			}
 		}
-		if err := topo.Primary.Client(t).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
+		if err := redistopo.Client(t, topo.Primary).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)

@@ -44,7 +44,7 @@ func BenchmarkClusterCycle(b *testing.B) {
 		return s
 	}
 	single := newStore(testenv.Redis(b))
-	own := newStore(redistopo.StartNode(b).Client(b))
+	own := newStore(redistopo.Client(b, redistopo.StartNode(b)))
 	oneNode := newStore(redistopo.StartCluster(b, 1, 0).Client(b))
 	cluster := newStore(redistopo.StartCluster(b, 3, 0).Client(b))
 	b.Run("acquire+complete", func(b *testing.B) {
@@ -83,7 +83,7 @@ func BenchmarkSentinelCycle(b *testing.B) {
 		}
 		return s
 	}
-	own := newStore(redistopo.StartNode(b).Client(b), 0)
+	own := newStore(redistopo.Client(b, redistopo.StartNode(b)), 0)
 	topo := redistopo.StartSentinel(b, 2, 3)
 	client := topo.Client(b)
 	plain, acked := newStore(client, 0), newStore(client, 1)

@@ -1,4 +1,8 @@
-package redistopo
+// Package redisproc starts and stops redis-server processes of our own on
+// loopback, for the tests' topologies (internal/redistopo) and the breach
+// lab (internal/lab): free ports, a directory per server, kill, pause,
+// resume and restart. It only ever signals processes it started.
+package redisproc
 
 import (
 	"context"
@@ -217,7 +221,7 @@ func (s *Server) launch(ctx context.Context) error {
 func (s *Server) answers(ctx context.Context, c *redis.Client, pid int) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	got, err := infoField(ctx, c, "server", "process_id")
+	got, err := InfoField(ctx, c, "server", "process_id")
 	if err != nil {
 		return err
 	}
@@ -292,8 +296,8 @@ func closed(done chan struct{}) bool {
 	}
 }
 
-// infoField returns one field of INFO section from the node at c.
-func infoField(ctx context.Context, c *redis.Client, section, field string) (string, error) {
+// InfoField returns one field of INFO section from the node at c.
+func InfoField(ctx context.Context, c *redis.Client, section, field string) (string, error) {
 	info, err := c.Info(ctx, section).Result()
 	if err != nil {
 		return "", err
