@@ -62,13 +62,21 @@ func runScenario(t *testing.T, name string) map[string]Row {
 	return out
 }
 
+// row returns the row of impl, failing t when the scenario did not run it:
+// an absent row would pass every check by reading zeros.
+func row(t *testing.T, rows map[string]Row, impl string) Row {
+	t.Helper()
+	r, ok := rows[impl]
+	if !ok || r.Runs == 0 || r.Requests == 0 {
+		t.Fatalf("no %s row with requests in %v", impl, rows)
+	}
+	return r
+}
+
 // guarded asserts what the PostgreSQL guardrail promises in every scenario.
 func guarded(t *testing.T, rows map[string]Row) {
 	t.Helper()
-	r, ok := rows[implIdemRedisPG]
-	if !ok {
-		t.Fatalf("no %s row", implIdemRedisPG)
-	}
+	r := row(t, rows, implIdemRedisPG)
 	if r.DoubleEffects != 0 || r.LostResults != 0 || r.Stuck != 0 {
 		t.Errorf("%s: %d double effects, %d lost results, %d stuck keys; want 0", implIdemRedisPG, r.DoubleEffects, r.LostResults, r.Stuck)
 	}
@@ -76,14 +84,14 @@ func guarded(t *testing.T, rows map[string]Row) {
 
 func breaches(t *testing.T, rows map[string]Row, impl string) {
 	t.Helper()
-	if r := rows[impl]; r.DoubleExec == 0 && r.LostResults == 0 {
+	if r := row(t, rows, impl); r.DoubleExec == 0 && r.LostResults == 0 {
 		t.Errorf("%s: no double execution and no lost result: the fault did not bite", impl)
 	}
 }
 
 func noDoubleExec(t *testing.T, rows map[string]Row, impl string) {
 	t.Helper()
-	if r := rows[impl]; r.DoubleExec != 0 || r.DoubleEffects != 0 || r.LostResults != 0 {
+	if r := row(t, rows, impl); r.DoubleExec != 0 || r.DoubleEffects != 0 || r.LostResults != 0 {
 		t.Errorf("%s: %d double executions, %d double effects, %d lost results; want 0", impl, r.DoubleExec, r.DoubleEffects, r.LostResults)
 	}
 }
