@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -158,7 +159,7 @@ func (o Outcome) String() string {
 type Attempt struct {
 	Outcome    Outcome
 	Lease      *Lease        // Acquired
-	Result     *Result       // Replayed
+	Result     *Result       // Replayed; read-only, see Record.Result
 	RetryAfter time.Duration // InFlight
 	Record     Record        // the record that decided a Replayed, InFlight or Mismatch outcome
 }
@@ -496,7 +497,9 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	}
 	switch att.Outcome {
 	case Replayed:
-		return att.Result.Body, true, nil
+		// A copy: the stored body is shared (Record.Result), and the
+		// caller owns what Do returns.
+		return bytes.Clone(att.Result.Body), true, nil
 	case InFlight:
 		return nil, false, &InFlightError{RetryAfter: att.RetryAfter}
 	case Mismatch:

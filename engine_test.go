@@ -314,6 +314,27 @@ func TestDoMismatch(t *testing.T) {
 	}
 }
 
+// TestDoReplayIsTheCallersCopy: a store may share its stored result with
+// every reader (Record.Result is read-only), so Do hands out a copy that
+// the caller may change without changing later replays.
+func TestDoReplayIsTheCallersCopy(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	req := idem.Request{Key: "k", Fingerprint: "fp"}
+	work := func(context.Context, int64) ([]byte, error) { return []byte("stored"), nil }
+	if _, _, err := e.Do(context.Background(), req, work); err != nil {
+		t.Fatal(err)
+	}
+	out, replayed, err := e.Do(context.Background(), req, work)
+	if err != nil || !replayed {
+		t.Fatalf("second Do = %v, %v; want a replay", replayed, err)
+	}
+	copy(out, "CHANGE")
+	out, _, err = e.Do(context.Background(), req, work)
+	if err != nil || string(out) != "stored" {
+		t.Fatalf("third Do = %q, %v; want %q", out, err, "stored")
+	}
+}
+
 func TestStoreDownFailsClosed(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer client.Close()

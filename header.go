@@ -19,7 +19,8 @@ func AppendHeader(b []byte, h http.Header) []byte {
 	if len(h) == 0 {
 		return b
 	}
-	names := make([]string, 0, len(h))
+	var stack [8]string // most headers have few names: sort them without an allocation
+	names := stack[:0]
 	for name := range h {
 		names = append(names, name)
 	}

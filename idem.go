@@ -71,8 +71,12 @@ type Record struct {
 	CompletedAt time.Time // COMPLETED only, by the store's clock
 	// TTL is how long the record still lives, as the store measured it: the
 	// rest of the lease for PROCESSING, the rest of the retention for COMPLETED.
-	TTL    time.Duration
-	Result *Result // COMPLETED only
+	TTL time.Duration
+	// Result is the stored result, COMPLETED only. It is read-only: a
+	// store may hand the same Result (its header map, value slices and
+	// body) to every caller, so a caller that wants to change it copies
+	// it first.
+	Result *Result
 }
 
 // AcquireParams asks a store to create a PROCESSING record for ID if the key

@@ -52,6 +52,7 @@ type Store struct {
 
 type entry struct {
 	rec       idem.Record // TTL unused: derived from expires
+	result    idem.Result // COMPLETED: rec.Result points here; never changed once set
 	expires   time.Time
 	size      int64
 	heapIndex int
@@ -130,7 +131,9 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	}
 	e.rec.State = idem.StateCompleted
 	e.rec.CompletedAt = now
-	e.rec.Result = &idem.Result{Status: p.Result.Status, Header: p.Result.Header.Clone(), Body: clone(p.Result.Body)}
+	// Copies: the caller may reuse its header and body once Complete returns.
+	e.result = idem.Result{Status: p.Result.Status, Header: p.Result.Header.Clone(), Body: clone(p.Result.Body)}
+	e.rec.Result = &e.result
 	e.expires = now.Add(p.Retention)
 	e.size += grow
 	s.bytes += grow
@@ -247,13 +250,12 @@ func (s *Store) remove(e *entry) {
 	s.bytes -= e.size
 }
 
-// view returns a copy of the record that the caller may keep and change.
+// view returns a copy of the record that the caller may keep. Its Result
+// is the stored one, shared and read-only as idem.Record documents: the
+// store never changes a result once it is stored, so a replay costs no copy.
 func (e *entry) view(now time.Time) idem.Record {
 	r := e.rec
 	r.TTL = e.expires.Sub(now)
-	if r.Result != nil {
-		r.Result = &idem.Result{Status: r.Result.Status, Header: r.Result.Header.Clone(), Body: clone(r.Result.Body)}
-	}
 	return r
 }
 

@@ -1,7 +1,8 @@
 -- acquire: create a PROCESSING record if the key is absent, else return the record.
 -- KEYS[1] the record
 -- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the key outlives the lease, in ms
--- Returns {'1', fence, acquired_ms} when acquired, else the record as get.lua does.
+-- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
+-- common case), else the record as get.lua does (an array).
 --
 -- A record is one string (see redisstore.go): struct '>c1dI4c0' is the state
 -- (P, C, or X for a tombstone that only keeps the fence), the end of the
@@ -14,7 +15,8 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The fence is the larger of the last fence plus one and the server's clock
 -- in microseconds: it keeps increasing when the key itself is lost (flush,
 -- eviction, a failover that did not replicate it), unless the clock goes back.
-local fence = t[1] .. string.format('%06d', tonumber(t[2]))
+local us = string.format('%06d', tonumber(t[2]))
+local fence = t[1] .. us
 local lease = tonumber(ARGV[3])
 local ttl = lease + tonumber(ARGV[4])
 local function record(f)
@@ -40,4 +42,6 @@ if rec then
   if tonumber(last) >= tonumber(fence) then fence = string.format('%.0f', tonumber(last) + 1) end
   redis.call('SET', KEYS[1], record(fence), 'PX', ttl)
 end
-return {'1', fence, string.format('%.0f', now_ms)}
+-- now_ms as digits without string.format: the seconds, then the first three
+-- of the six zero-padded microsecond digits.
+return fence .. ':' .. t[1] .. string.sub(us, 1, 3)

@@ -111,16 +111,36 @@ var (
 	deleteScript   = newScript(deleteLua)
 )
 
-// runner runs a script atomically and returns its reply, an array of
-// strings. Each Redis client library has one.
+// reply is what a script answered, in the three shapes the scripts use:
+// an integer (transitions), a string (an acquisition) or an array of
+// strings (a record). Each client library parses its own replies into it
+// without going through an intermediate []any or []string.
+type reply struct {
+	kind   replyKind
+	num    int64
+	str    string
+	fields []string
+}
+
+type replyKind uint8
+
+const (
+	replyNil replyKind = iota // a Lua false or nil
+	replyInt
+	replyStr
+	replyArray
+)
+
+// runner runs a script atomically and returns its reply. Each Redis client
+// library has one.
 type runner interface {
-	run(ctx context.Context, s *script, keys []string, args []any) ([]string, error)
+	run(ctx context.Context, s *script, keys []string, args []any) (reply, error)
 }
 
 type goredisRunner struct{ c redis.Scripter }
 
-func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) ([]string, error) {
-	reply, err := s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
+	v, err := s.goredis.Run(ctx, r.c, keys, args...).Result()
 	// TRYAGAIN: a cluster slot is migrating and the script's keys are
 	// split between the two nodes for a moment; the script did not run.
 	// go-redis retries it only briefly, so the store waits a little more
@@ -128,12 +148,39 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 	for attempt := 1; redis.IsTryAgainError(err) && attempt < redirectRetries; attempt++ {
 		select {
 		case <-ctx.Done():
-			return nil, errors.Join(err, ctx.Err())
+			return reply{}, errors.Join(err, ctx.Err())
 		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
 		}
-		reply, err = s.goredis.Run(ctx, r.c, keys, args...).StringSlice()
+		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
 	}
-	return reply, err
+	return goredisReply(v, err)
+}
+
+// goredisReply converts what go-redis parsed from a script's reply.
+func goredisReply(v any, err error) (reply, error) {
+	if err == redis.Nil {
+		return reply{kind: replyNil}, nil
+	}
+	if err != nil {
+		return reply{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return reply{kind: replyInt, num: v}, nil
+	case string:
+		return reply{kind: replyStr, str: v}, nil
+	case []any:
+		fields := make([]string, len(v))
+		for i, f := range v {
+			s, ok := f.(string)
+			if !ok {
+				return reply{}, fmt.Errorf("redisstore: reply field %d is a %T, not a string", i, f)
+			}
+			fields[i] = s
+		}
+		return reply{kind: replyArray, fields: fields}, nil
+	}
+	return reply{}, fmt.Errorf("redisstore: unexpected reply of type %T", v)
 }
 
 // fenceGraceMs is how much longer a key lives than its record, keeping the
@@ -217,16 +264,15 @@ func (s *Store) keys(id idem.ID) []string { return []string{s.RecordKey(id)} }
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	reply, notReplicated, err := s.write(ctx, acquireScript, s.keys(p.ID),
+	r, notReplicated, err := s.write(ctx, acquireScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fingerprint, p.Lease.Milliseconds(), fenceGraceMs})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	if len(reply) == 3 && reply[0] == "1" {
-		fence, err1 := strconv.ParseInt(reply[1], 10, 64)
-		at, err2 := strconv.ParseInt(reply[2], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: bad reply %q: %w", reply, err)
+	if r.kind == replyStr { // acquired: "fence:acquired_ms"
+		fence, at, err := parseAcquired(r.str)
+		if err != nil {
+			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
 		if notReplicated != nil {
 			return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
@@ -234,11 +280,26 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		return idem.AcquireResult{Acquired: true, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
 			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.Lease}}, nil
 	}
-	rec, err := parseRecord(p.ID, reply)
+	rec, err := parseRecord(p.ID, r)
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	return idem.AcquireResult{Record: rec}, nil
+}
+
+// parseAcquired decodes acquire.lua's reply to a successful acquisition.
+func parseAcquired(s string) (fence, acquiredMs int64, err error) {
+	f, at, ok := strings.Cut(s, ":")
+	if ok {
+		fence, err = strconv.ParseInt(f, 10, 64)
+	}
+	if ok && err == nil {
+		acquiredMs, err = strconv.ParseInt(at, 10, 64)
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
+	}
+	return fence, acquiredMs, nil
 }
 
 // Complete implements idem.Store.
@@ -257,33 +318,33 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	return s.transition(ctx, "release", s.run, releaseScript, s.keys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
-// transition runs a script that answers {'1'} when the caller's lease
-// allowed the transition and {'0'} when the lease is lost.
+// transition runs a script that answers 1 when the caller's lease allowed
+// the transition and 0 when the lease is lost.
 func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *script, keys []string, args []any) error {
-	reply, notReplicated, err := run(ctx, sc, keys, args)
+	r, notReplicated, err := run(ctx, sc, keys, args)
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s: %w", op, err)
-	case len(reply) == 1 && reply[0] == "1" && notReplicated != nil:
+	case r.kind == replyInt && r.num == 1 && notReplicated != nil:
 		return fmt.Errorf("redisstore: %s: %w", op, notReplicated)
-	case len(reply) == 1 && reply[0] == "1":
+	case r.kind == replyInt && r.num == 1:
 		return nil
-	case len(reply) == 1 && reply[0] == "0":
+	case r.kind == replyInt && r.num == 0:
 		return idem.ErrLeaseLost
 	}
-	return fmt.Errorf("redisstore: %s: bad reply %q", op, reply)
+	return fmt.Errorf("redisstore: %s: bad reply %+v", op, r)
 }
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	reply, err := s.r.run(ctx, getScript, s.keys(id), nil)
+	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
-	if len(reply) == 0 {
+	if r.kind == replyArray && len(r.fields) == 0 {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	rec, err := parseRecord(id, reply)
+	rec, err := parseRecord(id, r)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -292,11 +353,14 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
-	reply, err := s.r.run(ctx, deleteScript, s.keys(id), []any{fenceGraceMs})
+	r, err := s.r.run(ctx, deleteScript, s.keys(id), []any{fenceGraceMs})
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}
-	return len(reply) == 1 && reply[0] == "1", nil
+	if r.kind != replyInt {
+		return false, fmt.Errorf("redisstore: delete: bad reply %+v", r)
+	}
+	return r.num == 1, nil
 }
 
 // errCorrupt reports a record that does not decode.
@@ -304,8 +368,9 @@ var errCorrupt = errors.New("redisstore: corrupt record")
 
 // parseRecord decodes the reply of get.lua: {'0', state, owner, fence,
 // fingerprint, acquired_ms, completed_ms, status, header, body, pttl_ms}.
-func parseRecord(id idem.ID, f []string) (idem.Record, error) {
-	if len(f) != 11 || f[0] != "0" {
+func parseRecord(id idem.ID, r reply) (idem.Record, error) {
+	f := r.fields
+	if r.kind != replyArray || len(f) != 11 || f[0] != "0" {
 		return idem.Record{}, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
 	}
 	rec := idem.Record{ID: id, Owner: f[2], Fingerprint: f[4]}

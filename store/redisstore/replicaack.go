@@ -26,7 +26,7 @@ const defaultReplicaAckTimeout = 500 * time.Millisecond
 // On a WAIT failure it returns the script's reply with an error wrapping
 // ErrNotReplicated.
 type ackRunner interface {
-	runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) (reply []string, acked int, err error)
+	runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) (r reply, acked int, err error)
 }
 
 // goredisAcker pipelines EVALSHA and WAIT to one node: a pipeline of a
@@ -72,7 +72,7 @@ func newAcker(client redis.Scripter, timeout time.Duration) (ackRunner, error) {
 // TRYAGAIN reply, which all mean the script did not run.
 const redirectRetries = 5
 
-func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
+func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, args []any, replicas int, timeout time.Duration) (reply, int, error) {
 	var err error
 	var ask *redis.Client // the node an ASK reply sent us to, for one attempt
 	// Following an ASK is part of the attempt that got it.
@@ -81,7 +81,7 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 			if attempt > 0 {
 				select {
 				case <-ctx.Done():
-					return nil, 0, errors.Join(err, ctx.Err())
+					return reply{}, 0, errors.Join(err, ctx.Err())
 				case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
 				}
 			}
@@ -90,20 +90,20 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 		node := ask
 		if node == nil {
 			if node, err = a.node(ctx, keys[0]); err != nil {
-				return nil, 0, err
+				return reply{}, 0, err
 			}
 		}
-		var reply []string
+		var r reply
 		var acked int
 		asked := ask != nil
-		reply, acked, err = runOnce(ctx, node, asked, s, keys, args, replicas, timeout)
+		r, acked, err = runOnce(ctx, node, asked, s, keys, args, replicas, timeout)
 		if asked && errors.Is(err, redis.ErrClosed) {
 			// The cluster client dropped that node; forget it.
 			a.askNodes.Delete(ask.Options().Addr)
 		}
 		ask = nil
 		if a.cluster == nil {
-			return reply, acked, err
+			return r, acked, err
 		}
 		if _, moved := redis.IsMovedError(err); moved {
 			a.cluster.ReloadState(ctx)
@@ -114,16 +114,16 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 			// run it on the importing node, after ASKING, on one connection.
 			var askErr error
 			if ask, askErr = a.askNode(ctx, addr); askErr != nil {
-				return nil, 0, errors.Join(err, askErr)
+				return reply{}, 0, errors.Join(err, askErr)
 			}
 			continue
 		}
 		if _, isAsk := redis.IsAskError(err); isAsk || redis.IsTryAgainError(err) {
 			continue // an ASK from the importing node itself is retried from the start
 		}
-		return reply, acked, err
+		return r, acked, err
 	}
-	return nil, 0, err
+	return reply{}, 0, err
 }
 
 // askNode returns the cluster's client of the primary at addr.
@@ -153,7 +153,7 @@ func (a *goredisAcker) askNode(ctx context.Context, addr string) (*redis.Client,
 
 // runOnce runs the script and WAIT in one pipeline on node, preceded by
 // ASKING when asking.
-func runOnce(ctx context.Context, node *redis.Client, asking bool, s *script, keys []string, args []any, replicas int, timeout time.Duration) ([]string, int, error) {
+func runOnce(ctx context.Context, node *redis.Client, asking bool, s *script, keys []string, args []any, replicas int, timeout time.Duration) (reply, int, error) {
 	run := func(eval func(pipe redis.Pipeliner) *redis.Cmd) (*redis.Cmd, *redis.Cmd) {
 		pipe := node.Pipeline()
 		if asking {
@@ -168,49 +168,49 @@ func runOnce(ctx context.Context, node *redis.Client, asking bool, s *script, ke
 	if redis.HasErrorPrefix(e.Err(), "NOSCRIPT") {
 		e, w = run(func(pipe redis.Pipeliner) *redis.Cmd { return s.goredis.Eval(ctx, pipe, keys, args...) })
 	}
-	reply, err := e.StringSlice()
+	r, err := goredisReply(e.Result())
 	if err != nil {
-		return nil, 0, err
+		return reply{}, 0, err
 	}
 	acked, err := w.Int()
 	if err != nil {
 		// The script ran; whether its writes reached a replica is unknown.
-		return reply, 0, fmt.Errorf("%w: wait: %w", ErrNotReplicated, err)
+		return r, 0, fmt.Errorf("%w: wait: %w", ErrNotReplicated, err)
 	}
-	return reply, acked, nil
+	return r, acked, nil
 }
 
 // runFunc runs a script; notReplicated is set (wrapping ErrNotReplicated)
 // when the script ran but too few replicas acknowledged its writes.
-type runFunc func(ctx context.Context, sc *script, keys []string, args []any) (reply []string, notReplicated, err error)
+type runFunc func(ctx context.Context, sc *script, keys []string, args []any) (r reply, notReplicated, err error)
 
 // run runs a script without waiting for replicas.
-func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
-	reply, err := s.r.run(ctx, sc, keys, args)
-	return reply, nil, err
+func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) (reply, error, error) {
+	r, err := s.r.run(ctx, sc, keys, args)
+	return r, nil, err
 }
 
 // write runs a script whose writes must reach Options.ReplicaAcks
 // replicas, when that is set.
-func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) ([]string, error, error) {
+func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) (reply, error, error) {
 	if s.replicas == 0 {
 		return s.run(ctx, sc, keys, args)
 	}
 	if s.acks == nil {
 		// A constructor that cannot pin WAIT to the script's connection
 		// must refuse ReplicaAcks; never drop it silently.
-		return nil, nil, errors.New("redisstore: ReplicaAcks is set but this client has no way to run WAIT on the script's connection")
+		return reply{}, nil, errors.New("redisstore: ReplicaAcks is set but this client has no way to run WAIT on the script's connection")
 	}
-	reply, acked, err := s.acks.runAcked(ctx, sc, keys, args, s.replicas, s.ackTimeout)
+	r, acked, err := s.acks.runAcked(ctx, sc, keys, args, s.replicas, s.ackTimeout)
 	switch {
-	case reply == nil:
-		return nil, nil, err
+	case err != nil && !errors.Is(err, ErrNotReplicated): // the script did not run
+		return reply{}, nil, err
 	case err != nil:
-		return reply, err, nil
+		return r, err, nil
 	case acked < s.replicas:
-		return reply, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.replicas, s.ackTimeout), nil
+		return r, fmt.Errorf("%w: %d of %d replicas within %v", ErrNotReplicated, acked, s.replicas, s.ackTimeout), nil
 	}
-	return reply, nil, nil
+	return r, nil, nil
 }
 
 // releaseUnreplicated releases a lease that was acquired on the primary

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/rueidis"
 )
@@ -22,26 +23,97 @@ var rueidisScripts = map[*script]*rueidis.Lua{
 
 type rueidisRunner struct{ c rueidis.Client }
 
-func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args []any) ([]string, error) {
-	strs := make([]string, len(args))
+func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
+	strs, err := rueidisArgs(args)
+	if err != nil {
+		return reply{}, err
+	}
+	msg, err := rueidisScripts[s].Exec(ctx, r.c, keys, strs).ToMessage()
+	if rueidis.IsRedisNil(err) {
+		return reply{kind: replyNil}, nil
+	}
+	if err != nil {
+		return reply{}, err
+	}
+	return rueidisReply(msg)
+}
+
+// rueidisReply converts a parsed script reply. The strings it returns are
+// the message's own, not copies.
+func rueidisReply(msg rueidis.RedisMessage) (reply, error) {
+	switch {
+	case msg.IsInt64():
+		n, err := msg.AsInt64()
+		return reply{kind: replyInt, num: n}, err
+	case msg.IsString():
+		str, err := msg.ToString()
+		return reply{kind: replyStr, str: str}, err
+	case msg.IsArray():
+		elems, err := msg.ToArray()
+		if err != nil {
+			return reply{}, err
+		}
+		fields := make([]string, len(elems))
+		for i, e := range elems {
+			if fields[i], err = e.ToString(); err != nil {
+				return reply{}, fmt.Errorf("redisstore: reply field %d: %w", i, err)
+			}
+		}
+		return reply{kind: replyArray, fields: fields}, nil
+	}
+	return reply{}, fmt.Errorf("redisstore: unexpected reply %s", msg.String())
+}
+
+// maxScriptArgs is the most arguments a script takes (complete.lua).
+const maxScriptArgs = 8
+
+// rueidisArgs formats a script's arguments as strings, all cut from one
+// new string: one allocation for all of them. []byte values are copied,
+// not passed as rueidis.BinaryString: a command whose context ends may
+// still sit in the pipeline after run returns, while the caller already
+// reuses the bytes.
+func rueidisArgs(args []any) ([]string, error) {
+	if len(args) > maxScriptArgs {
+		return nil, fmt.Errorf("redisstore: %d script arguments, at most %d", len(args), maxScriptArgs)
+	}
+	size := 0
+	for _, a := range args {
+		switch a := a.(type) {
+		case string:
+			size += len(a)
+		case []byte:
+			size += len(a)
+		default:
+			size += 20 // the digits of an int64
+		}
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var ends [maxScriptArgs]int
+	var digits [20]byte
 	for i, a := range args {
 		switch a := a.(type) {
 		case string:
-			strs[i] = a
+			b.WriteString(a)
 		case []byte:
-			// A copy, not rueidis.BinaryString: a command whose context
-			// ends may still sit in the pipeline after run returns, while
-			// the caller already reuses the bytes.
-			strs[i] = string(a)
+			b.Write(a)
 		case int:
-			strs[i] = strconv.Itoa(a)
+			b.Write(strconv.AppendInt(digits[:0], int64(a), 10))
 		case int64:
-			strs[i] = strconv.FormatInt(a, 10)
+			b.Write(strconv.AppendInt(digits[:0], a, 10))
 		default:
 			return nil, fmt.Errorf("redisstore: script argument of type %T", a)
 		}
+		ends[i] = b.Len()
 	}
-	return rueidisScripts[s].Exec(ctx, r.c, keys, strs).AsStrSlice()
+	all := b.String()
+	strs := make([]string, len(args))
+	start := 0
+	for i := range strs {
+		strs[i] = all[start:ends[i]]
+		start = ends[i]
+	}
+	return strs, nil
 }
 
 // NewRueidis returns a store on a rueidis client: a single node, Sentinel
