@@ -20,7 +20,8 @@ type Options struct {
 	// Retention is how long a completed result is replayed. Zero means 24h.
 	Retention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
-	// work runs. Zero means Lease/3; negative turns renewal off.
+	// work runs. Zero means a third of each lease; negative turns renewal
+	// off. A lease shorter than RenewEvery renews at a third of itself.
 	RenewEvery time.Duration
 	// MaxResultBytes bounds a result body. Zero means 16 MiB.
 	MaxResultBytes int
@@ -69,7 +70,7 @@ type Engine struct {
 	store     Store
 	lease     time.Duration
 	retention time.Duration
-	renew     time.Duration
+	renew     time.Duration // as configured: 0 means a third of each lease, negative none
 	maxResult int
 	log       *slog.Logger
 	obs       Observer
@@ -97,9 +98,6 @@ func New(store Store, opts *Options) (*Engine, error) {
 	}
 	if e.retention == 0 {
 		e.retention = 24 * time.Hour
-	}
-	if e.renew == 0 {
-		e.renew = e.lease / 3
 	}
 	if e.renew >= e.lease {
 		return nil, fmt.Errorf("idem: New: RenewEvery %v must be shorter than Lease %v", e.renew, e.lease)
@@ -175,20 +173,30 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	if err := ValidateFingerprint(req.Fingerprint); err != nil {
 		return Attempt{}, err
 	}
-	lease := orDefault(req.Lease, e.lease)
-	if lease < time.Millisecond {
-		return Attempt{}, fmt.Errorf("idem: lease %v is under 1ms", lease)
+	// Stores count in whole milliseconds: the local deadline must not
+	// outlast the store's by the truncated fraction.
+	lease := orDefault(req.Lease, e.lease).Truncate(time.Millisecond)
+	retention := orDefault(req.Retention, e.retention)
+	if lease < time.Millisecond || retention < time.Millisecond {
+		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
 	}
 	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, Lease: lease}
 	start := time.Now() // the local deadline counts from before the store saw the request
 	res, err := e.acquire(ctx, p)
+	if err != nil && ctx.Err() == nil {
+		// The acquire may have taken the key before its reply was lost:
+		// ask once more as the same owner, who then finds its own record.
+		res, err = e.acquire(ctx, p)
+	}
 	if err != nil {
 		return Attempt{}, fmt.Errorf("%w: acquire: %w", ErrStore, err)
 	}
 	rec := res.Record
-	if res.Acquired {
+	// A PROCESSING record with our owner token is ours: the token is random
+	// and made for this attempt, so only our own earlier try can have written it.
+	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
-		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, lease, orDefault(req.Retention, e.retention))}, nil
+		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, lease, retention)}, nil
 	}
 	switch {
 	case rec.Fingerprint != req.Fingerprint:
@@ -276,6 +284,7 @@ type Lease struct {
 	ref       LeaseRef
 	lease     time.Duration
 	retention time.Duration
+	renew     time.Duration // the heartbeat interval; negative: no renewal
 
 	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
 	cancel context.CancelCauseFunc
@@ -299,7 +308,11 @@ var errLeaseFinished = errors.New("idem: lease finished")
 
 func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
-	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, ctx: ctx, cancel: cancel, start: start}
+	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
+	if renew == 0 || renew >= lease {
+		renew = lease / 3
+	}
+	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, renew: renew, ctx: ctx, cancel: cancel, start: start}
 	l.deadline.Store(int64(lease))
 	l.hb.Lock()
 	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
@@ -344,8 +357,8 @@ func (l *Lease) untilDeadline() time.Duration {
 // renewal is off or the deadline comes first, end the lease.
 func (l *Lease) nextBeat() time.Duration {
 	left := l.untilDeadline()
-	if l.e.renew > 0 && l.e.renew < left {
-		return l.e.renew
+	if l.renew > 0 && l.renew < left {
+		return l.renew
 	}
 	return max(left, 0)
 }
@@ -406,7 +419,7 @@ func (l *Lease) stop() {
 	}
 }
 
-// finalizeAttempts bounds how often Complete and Release retry a store
+// finalizeBackoff bounds how often Complete and Release retry a store
 // error. Retrying is safe: both are idempotent for the same owner and fence,
 // and giving up early would leave the key PROCESSING until its lease ends.
 var finalizeBackoff = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
@@ -441,7 +454,7 @@ func (l *Lease) finalize(ctx context.Context, op string, call func(context.Conte
 	}
 	l.stop()
 	var err error
-	for _, wait := range finalizeBackoff {
+	for i, wait := range finalizeBackoff {
 		if wait > 0 {
 			select {
 			case <-ctx.Done():
@@ -452,6 +465,12 @@ func (l *Lease) finalize(ctx context.Context, op string, call func(context.Conte
 		start := time.Now()
 		err = call(ctx)
 		l.e.observe(ctx, op, start, err)
+		if i > 0 && op == "release" && errors.Is(err, ErrLeaseLost) {
+			// An earlier try failed without an answer and may have landed:
+			// the record is gone or not ours either way, so the release
+			// holds; counting it as a lost lease would be a false alarm.
+			err = nil
+		}
 		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
 			break
 		}

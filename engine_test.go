@@ -490,3 +490,104 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 		t.Fatalf("Complete had %v after the work returned; want about %v", left, idem.FinalizeTimeout)
 	}
 }
+
+func TestPerRequestLeaseShorterThanTheRenewalInterval(t *testing.T) {
+	e := newEngine(t, mustMem(t), &idem.Options{Lease: 3 * time.Second, RenewEvery: time.Second})
+	a := begin(t, e, idem.Request{Key: "short", Lease: 300 * time.Millisecond})
+	time.Sleep(900 * time.Millisecond) // three of its leases
+	if err := a.Lease.Check(); err != nil {
+		t.Fatalf("a 300ms lease under a 1s renewal interval ended during work: %v", err)
+	}
+	if other := begin(t, e, idem.Request{Key: "short"}); other.Outcome != idem.InFlight {
+		t.Fatalf("another attempt during the work = %v; want InFlight", other.Outcome)
+	}
+	a.Lease.Release(context.Background())
+}
+
+func TestInvalidRequestOptions(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	for _, req := range []idem.Request{
+		{Key: "k", Retention: -time.Hour},
+		{Key: "k", Lease: -time.Second},
+		{Key: "k", Lease: 500 * time.Microsecond},
+		{Key: "k", Retention: time.Microsecond},
+	} {
+		if _, err := e.Begin(context.Background(), req); !errors.Is(err, idem.ErrInvalidRequest) {
+			t.Errorf("Begin(lease %v, retention %v) = %v; want ErrInvalidRequest", req.Lease, req.Retention, err)
+		}
+	}
+}
+
+// lostReplyStore runs the next n calls of one operation on the real store
+// and then reports a network error, as when the reply is lost on the way back.
+type lostReplyStore struct {
+	idem.Store
+	op string
+	n  atomic.Int32
+}
+
+func (s *lostReplyStore) lost(op string, err error) error {
+	if err == nil && op == s.op && s.n.Add(-1) >= 0 {
+		return errFlaky
+	}
+	return err
+}
+
+func (s *lostReplyStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	res, err := s.Store.Acquire(ctx, p)
+	return res, s.lost("acquire", err)
+}
+
+func (s *lostReplyStore) Release(ctx context.Context, p idem.LeaseRef) error {
+	return s.lost("release", s.Store.Release(ctx, p))
+}
+
+func TestAcquireWhoseReplyWasLost(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			s := &lostReplyStore{Store: newStore(t), op: "acquire"}
+			s.n.Store(1)
+			e := newEngine(t, s, nil)
+			a := begin(t, e, idem.Request{Key: "lost-reply"})
+			if a.Outcome != idem.Acquired {
+				t.Fatalf("Begin after the acquire's reply was lost = %v; want Acquired (the key is ours), not a key held by nobody", a.Outcome)
+			}
+			rec, err := e.Get(context.Background(), idem.ID{Key: "lost-reply"})
+			if err != nil || rec.Owner != a.Lease.Ref().Owner || rec.Fence != a.Lease.Fence() {
+				t.Fatalf("record %+v, %v; want the lease's owner and fence", rec, err)
+			}
+			if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+		})
+	}
+}
+
+type leaseEvents struct {
+	mu     sync.Mutex
+	events []idem.LeaseEvent
+}
+
+func (o *leaseEvents) StoreCall(context.Context, string, time.Duration, error) {}
+func (o *leaseEvents) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, ev)
+}
+
+func TestReleaseWhoseReplyWasLost(t *testing.T) {
+	s := &lostReplyStore{Store: mustMem(t), op: "release"}
+	s.n.Store(1)
+	var obs leaseEvents
+	e := newEngine(t, s, &idem.Options{Observer: &obs})
+	a := begin(t, e, idem.Request{Key: "k"})
+	if err := a.Lease.Release(context.Background()); err != nil {
+		t.Fatalf("Release whose first reply was lost = %v; want nil: the retry finds it released", err)
+	}
+	if len(obs.events) != 0 {
+		t.Fatalf("lease events %v; want none (no lease was lost)", obs.events)
+	}
+	if r := begin(t, e, idem.Request{Key: "k"}); r.Outcome != idem.Acquired {
+		t.Fatalf("after the release: %v; want Acquired", r.Outcome)
+	}
+}

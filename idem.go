@@ -158,6 +158,9 @@ var (
 	ErrInvalidKey         = errors.New("idem: invalid idempotency key")
 	ErrInvalidTenant      = errors.New("idem: invalid tenant")
 	ErrInvalidFingerprint = errors.New("idem: invalid fingerprint")
+	// ErrInvalidRequest: a Request's Lease or Retention is negative or
+	// under the 1ms resolution of stores.
+	ErrInvalidRequest = errors.New("idem: invalid request options")
 	// ErrResultTooLarge: the result body is over Options.MaxResultBytes.
 	ErrResultTooLarge = errors.New("idem: result too large to store")
 	// ErrStoreFull: a bounded store has no room left that it may free.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -526,7 +527,7 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 	h := w.Header()
 	for _, name := range m.replayHeaders {
 		if vs, ok := res.Header[name]; ok {
-			h[name] = vs
+			h[name] = slices.Clone(vs) // the stored result is shared and read-only
 		}
 	}
 	h.Set(HeaderReplayed, "true")
