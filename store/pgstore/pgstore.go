@@ -9,7 +9,9 @@
 // and the fence of the lease in its WHERE clause. Lease deadlines and
 // retention ends are computed from the database's clock_timestamp(), never
 // from the application's clock; a row past its end is absent to every
-// query, and the reaper (Store.Reap) deletes it later.
+// query, and the reaper (Store.Reap) deletes it later. No index covers a
+// column that Complete or Extend changes, so PostgreSQL can update those
+// rows in place (HOT updates); the reaper has its own column, reap_at.
 //
 // # Fences
 //
@@ -118,11 +120,12 @@ func newQueries(schema string) queries {
 		// snapshot, so it can miss a row committed meanwhile: Acquire then
 		// runs the statement again.)
 		acquire: r.Replace(`WITH taken AS (
-	INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at)
-	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond')
+	INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at, reap_at)
+	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
+		clock_timestamp() + $5 * interval '1 microsecond')
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
 		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
-			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, reap_at = excluded.reap_at,
 			completed_at = NULL, status = NULL, header = NULL, body = NULL
 		WHERE r.expires_at <= clock_timestamp()
 	RETURNING r.*
@@ -156,14 +159,30 @@ WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()
 	RETURNING expires_at > clock_timestamp() AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
-		// SKIP LOCKED lets several reapers, and acquisitions taking over an
-		// expired row, run at once without waiting for each other.
-		reap: r.Replace(`DELETE FROM S.records
-WHERE (tenant_id, idempotency_key) IN (
+		// The reaper takes up to $1 due rows (reap_at passed, see
+		// migrations/003_reap_at.sql), deletes those that have expired and
+		// moves the others to their end. SKIP LOCKED lets several reapers,
+		// and acquisitions taking over an expired row, run at once without
+		// waiting for each other. Both branches compare with one instant,
+		// the statement's start, so no row is both deleted and moved; a row
+		// changed meanwhile is checked again in its latest version.
+		reap: r.Replace(`WITH due AS (
 	SELECT tenant_id, idempotency_key FROM S.records
-	WHERE expires_at <= clock_timestamp()
-	LIMIT $1 FOR UPDATE SKIP LOCKED)
-AND expires_at <= clock_timestamp()`),
+	WHERE reap_at <= statement_timestamp()
+	ORDER BY reap_at
+	LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM S.records r USING due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at <= statement_timestamp()
+	RETURNING 1
+), moved AS (
+	UPDATE S.records r SET reap_at = r.expires_at FROM due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at > statement_timestamp()
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM moved)`),
 		reserve: r.Replace(`INSERT INTO S.reservations (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)`),
 		settle: r.Replace(`UPDATE S.reservations SET fence = $3, outcome = $4, settled_at = clock_timestamp()
 WHERE tenant_id = $1 AND idempotency_key = $2 AND fence <= $3 AND settled_at IS NULL`),
@@ -294,19 +313,27 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return live, nil
 }
 
-// Reap deletes up to batch expired records and returns how many it
-// deleted. Several reapers may run at once: each skips the rows another
-// has locked. Call it until it returns less than batch to empty the
-// backlog; a bounded batch keeps each transaction short.
+// Reap looks at up to batch due records, deletes those that have expired
+// and returns how many it looked at. A record is due at the end of the
+// lease it was acquired with; one still live then (its lease was extended,
+// or it was completed with a retention) is not deleted but moved to its
+// real end, so the reaper looks at each record at most once per lease
+// extension and once more at its end, however long its retention. A
+// record whose end comes before its first lease ends is deleted when that
+// lease would have ended; every query treats it as absent from its end on.
+//
+// Several reapers may run at once: each skips the rows another has
+// locked. Call it until it returns less than batch to empty the backlog; a
+// bounded batch keeps each transaction short.
 func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("%w: reap batch %d, want > 0", ErrConfig, batch)
 	}
-	tag, err := s.pool.Exec(ctx, s.q.reap, batch)
-	if err != nil {
+	var deleted, moved int
+	if err := s.pool.QueryRow(ctx, s.q.reap, batch).Scan(&deleted, &moved); err != nil {
 		return 0, fmt.Errorf("pgstore: reap: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return deleted + moved, nil
 }
 
 // scanRecord reads recordColumns, after the destinations in pre.
