@@ -81,7 +81,7 @@ func TestLostReplyAfterComplete(t *testing.T) {
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}
-	proxy.DropReplyOnce(commandComplete("SELECT 1"))
+	proxy.DropReplyOnce(commandComplete("UPDATE 1"))
 	if err := att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("charged")}); err != nil {
 		t.Fatalf("Complete after a lost reply = %v; want nil (the retry finds it done)", err)
 	}

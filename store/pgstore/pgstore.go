@@ -107,8 +107,8 @@ const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, comp
 
 // queries holds the SQL of the store, with the schema spliced in.
 type queries struct {
-	acquire, complete, extend, release, get, del, reap string
-	reserve, settle, reservation                       string
+	acquire, complete, completedByUs, extend, release, get, del, reap string
+	reserve, settle, reservation                                      string
 }
 
 func newQueries(schema string) queries {
@@ -134,16 +134,13 @@ SELECT true, ` + recordColumns + ` FROM taken
 UNION ALL
 SELECT false, ` + recordColumns + ` FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM taken)`),
-		// A Complete that finds the key already COMPLETED by the same owner
-		// and fence is a retry whose first try landed: it succeeds.
-		complete: r.Replace(`WITH done AS (
-	UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
-		expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
-	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
-		AND expires_at > clock_timestamp()
-	RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM done) OR EXISTS (SELECT 1 FROM S.records
+		// One plain UPDATE: when it matches no row, Complete asks
+		// completedByUs whether a retry's first try landed.
+		complete: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
+	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+	AND expires_at > clock_timestamp()`),
+		completedByUs: r.Replace(`SELECT EXISTS (SELECT 1 FROM S.records
 	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'C' AND owner = $3 AND fence = $4
 		AND expires_at > clock_timestamp())`),
 		extend: r.Replace(`UPDATE S.records SET expires_at = clock_timestamp() + $5 * interval '1 microsecond'
@@ -250,14 +247,25 @@ func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (idem.Acq
 }
 
 // Complete implements idem.Store.
+//
+// A Complete that finds the key already COMPLETED by the same owner and
+// fence is a retry whose first try landed (its reply was lost): it
+// succeeds. That check runs only when the update matched no row, so the
+// common case is one statement.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
-	var ok bool
-	err := s.pool.QueryRow(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
-		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body)).Scan(&ok)
+	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
+		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
 	if err != nil {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}
-	if !ok {
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var done bool
+	if err := s.pool.QueryRow(ctx, s.q.completedByUs, p.Tenant, p.Key, p.Owner, p.Fence).Scan(&done); err != nil {
+		return fmt.Errorf("pgstore: complete: %w", err)
+	}
+	if !done {
 		return idem.ErrLeaseLost
 	}
 	return nil
