@@ -115,12 +115,12 @@ func newQueries(schema string) queries {
 	r := strings.NewReplacer("S.", schema+".")
 	return queries{
 		// The INSERT takes the key when it has no row or an expired one,
-		// in one atomic step. When it does not, the second branch reads the
-		// live row that holds the key. (That branch sees the statement's
-		// snapshot, so it can miss a row committed meanwhile: Acquire then
-		// runs the statement again.)
-		acquire: r.Replace(`WITH taken AS (
-	INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at, reap_at)
+		// in one atomic step. When a live row holds the key it returns
+		// nothing, and Acquire reads that row with the get query: a second
+		// round trip, but a read, next to the row lock and commit that the
+		// INSERT pays anyway, and a plain INSERT is cheaper than a CTE
+		// that also reads the row on every acquisition.
+		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at, reap_at)
 	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
 		clock_timestamp() + $5 * interval '1 microsecond')
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
@@ -128,12 +128,7 @@ func newQueries(schema string) queries {
 			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, reap_at = excluded.reap_at,
 			completed_at = NULL, status = NULL, header = NULL, body = NULL
 		WHERE r.expires_at <= clock_timestamp()
-	RETURNING r.*
-)
-SELECT true, ` + recordColumns + ` FROM taken
-UNION ALL
-SELECT false, ` + recordColumns + ` FROM S.records
-WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM taken)`),
+	RETURNING ` + recordColumns),
 		// One plain UPDATE: when it matches no row, Complete asks
 		// completedByUs whether a retry's first try landed.
 		complete: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
@@ -188,8 +183,9 @@ WHERE tenant_id = $1 AND idempotency_key = $2`),
 	}
 }
 
-// acquireTries bounds how often Acquire runs its statement: again after a
-// snapshot race (see queries.acquire) or a lost connection.
+// acquireTries bounds how often Acquire runs its statement: again when the
+// live row that blocked the INSERT was gone before it could be read, or
+// after a lost connection.
 const acquireTries = 4
 
 // Acquire implements idem.Store.
@@ -209,7 +205,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		switch {
 		case err == nil && found:
 			return res, nil
-		case err == nil: // the holder went away between the two branches: try again
+		case err == nil: // the holder went away between the INSERT and the read: try again
 		case ctx.Err() != nil || !isConnectionError(err):
 			return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 		}
@@ -220,29 +216,39 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 }
 
-func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, bool, error) {
+// acquireOnce runs the acquire statement and, when a live row blocked it,
+// reads that row. found is false when there was no such row any more.
+func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem.AcquireResult, found bool, err error) {
 	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.Lease.Microseconds())
 	if err != nil {
 		return idem.AcquireResult{}, false, err
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		return idem.AcquireResult{}, false, rows.Err()
-	}
-	var acquired bool
-	rec, err := scanRecord(p.ID, rows, &acquired)
-	if err != nil {
-		return idem.AcquireResult{}, false, err
+	var rec idem.Record
+	if rows.Next() {
+		if rec, err = scanRecord(p.ID, rows); err != nil {
+			return idem.AcquireResult{}, false, err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return idem.AcquireResult{}, false, err
+		}
+		return idem.AcquireResult{Acquired: true, Record: rec}, true, nil
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return idem.AcquireResult{}, false, err
 	}
+	rec, err = s.Get(ctx, p.ID)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return idem.AcquireResult{}, false, nil
+	case err != nil:
+		return idem.AcquireResult{}, false, err
+	}
 	// A live PROCESSING row with our owner token is ours: owner tokens are
 	// unique per attempt, so an earlier try of this very call took it.
-	if rec.State == idem.StateProcessing && rec.Owner == p.Owner {
-		acquired = true
-	}
+	acquired := rec.State == idem.StateProcessing && rec.Owner == p.Owner
 	return idem.AcquireResult{Acquired: acquired, Record: rec}, true, nil
 }
 
