@@ -54,7 +54,7 @@ func TestLostReplyAfterAcquire(t *testing.T) {
 	s, proxy := viaProxy(t, newStore(t))
 	ctx := context.Background()
 	id := idem.ID{Tenant: "acme", Key: "k"}
-	proxy.DropReplyOnce(commandComplete("SELECT 1"))
+	proxy.DropReplyOnce(commandComplete("INSERT 0 1"))
 	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", Lease: time.Hour})
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
@@ -81,7 +81,7 @@ func TestLostReplyAfterComplete(t *testing.T) {
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}
-	proxy.DropReplyOnce(commandComplete("SELECT 1"))
+	proxy.DropReplyOnce(commandComplete("UPDATE 1"))
 	if err := att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("charged")}); err != nil {
 		t.Fatalf("Complete after a lost reply = %v; want nil (the retry finds it done)", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -42,6 +43,12 @@ type TxBeginner interface {
 // transaction. It is idempotent and safe to run from several processes at
 // once: an advisory lock serialises them. The `idem migrate` command calls it.
 func Migrate(ctx context.Context, db TxBeginner, schema string) error {
+	return migrateTo(ctx, db, schema, math.MaxInt)
+}
+
+// migrateTo is Migrate up to version last: tests use it to build the
+// schema of an older release and upgrade it.
+func migrateTo(ctx context.Context, db TxBeginner, schema string, last int) error {
 	if schema == "" {
 		schema = DefaultSchema
 	}
@@ -82,7 +89,7 @@ func Migrate(ctx context.Context, db TxBeginner, schema string) error {
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
-		if done {
+		if done || version > last {
 			continue
 		}
 		sql, err := migrations.ReadFile(name)

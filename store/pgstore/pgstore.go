@@ -9,7 +9,9 @@
 // and the fence of the lease in its WHERE clause. Lease deadlines and
 // retention ends are computed from the database's clock_timestamp(), never
 // from the application's clock; a row past its end is absent to every
-// query, and the reaper (Store.Reap) deletes it later.
+// query, and the reaper (Store.Reap) deletes it later. No index covers a
+// column that Complete or Extend changes, so PostgreSQL can update those
+// rows in place (HOT updates); the reaper has its own column, reap_at.
 //
 // # Fences
 //
@@ -105,42 +107,35 @@ const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, comp
 
 // queries holds the SQL of the store, with the schema spliced in.
 type queries struct {
-	acquire, complete, extend, release, get, del, reap string
-	reserve, settle, reservation                       string
+	acquire, complete, completedByUs, extend, release, get, del, reap string
+	reserve, settle, reservation                                      string
 }
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("S.", schema+".")
 	return queries{
 		// The INSERT takes the key when it has no row or an expired one,
-		// in one atomic step. When it does not, the second branch reads the
-		// live row that holds the key. (That branch sees the statement's
-		// snapshot, so it can miss a row committed meanwhile: Acquire then
-		// runs the statement again.)
-		acquire: r.Replace(`WITH taken AS (
-	INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at)
-	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond')
+		// in one atomic step. When a live row holds the key it returns
+		// nothing, and Acquire reads that row with the get query: a second
+		// round trip, but a read, next to the row lock and commit that the
+		// INSERT pays anyway, and a plain INSERT is cheaper than a CTE
+		// that also reads the row on every acquisition.
+		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at, reap_at)
+	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
+		clock_timestamp() + $5 * interval '1 microsecond')
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
 		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
-			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at,
+			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, reap_at = excluded.reap_at,
 			completed_at = NULL, status = NULL, header = NULL, body = NULL
 		WHERE r.expires_at <= clock_timestamp()
-	RETURNING r.*
-)
-SELECT true, ` + recordColumns + ` FROM taken
-UNION ALL
-SELECT false, ` + recordColumns + ` FROM S.records
-WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() AND NOT EXISTS (SELECT 1 FROM taken)`),
-		// A Complete that finds the key already COMPLETED by the same owner
-		// and fence is a retry whose first try landed: it succeeds.
-		complete: r.Replace(`WITH done AS (
-	UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
-		expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
-	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
-		AND expires_at > clock_timestamp()
-	RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM done) OR EXISTS (SELECT 1 FROM S.records
+	RETURNING ` + recordColumns),
+		// One plain UPDATE: when it matches no row, Complete asks
+		// completedByUs whether a retry's first try landed.
+		complete: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
+	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+	AND expires_at > clock_timestamp()`),
+		completedByUs: r.Replace(`SELECT EXISTS (SELECT 1 FROM S.records
 	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'C' AND owner = $3 AND fence = $4
 		AND expires_at > clock_timestamp())`),
 		extend: r.Replace(`UPDATE S.records SET expires_at = clock_timestamp() + $5 * interval '1 microsecond'
@@ -156,14 +151,30 @@ WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()
 	RETURNING expires_at > clock_timestamp() AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
-		// SKIP LOCKED lets several reapers, and acquisitions taking over an
-		// expired row, run at once without waiting for each other.
-		reap: r.Replace(`DELETE FROM S.records
-WHERE (tenant_id, idempotency_key) IN (
+		// The reaper takes up to $1 due rows (reap_at passed, see
+		// migrations/003_reap_at.sql), deletes those that have expired and
+		// moves the others to their end. SKIP LOCKED lets several reapers,
+		// and acquisitions taking over an expired row, run at once without
+		// waiting for each other. Both branches compare with one instant,
+		// the statement's start, so no row is both deleted and moved; a row
+		// changed meanwhile is checked again in its latest version.
+		reap: r.Replace(`WITH due AS (
 	SELECT tenant_id, idempotency_key FROM S.records
-	WHERE expires_at <= clock_timestamp()
-	LIMIT $1 FOR UPDATE SKIP LOCKED)
-AND expires_at <= clock_timestamp()`),
+	WHERE reap_at <= statement_timestamp()
+	ORDER BY reap_at
+	LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM S.records r USING due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at <= statement_timestamp()
+	RETURNING 1
+), moved AS (
+	UPDATE S.records r SET reap_at = r.expires_at FROM due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at > statement_timestamp()
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM moved)`),
 		reserve: r.Replace(`INSERT INTO S.reservations (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)`),
 		settle: r.Replace(`UPDATE S.reservations SET fence = $3, outcome = $4, settled_at = clock_timestamp()
 WHERE tenant_id = $1 AND idempotency_key = $2 AND fence <= $3 AND settled_at IS NULL`),
@@ -172,8 +183,9 @@ WHERE tenant_id = $1 AND idempotency_key = $2`),
 	}
 }
 
-// acquireTries bounds how often Acquire runs its statement: again after a
-// snapshot race (see queries.acquire) or a lost connection.
+// acquireTries bounds how often Acquire runs its statement: again when the
+// live row that blocked the INSERT was gone before it could be read, or
+// after a lost connection.
 const acquireTries = 4
 
 // Acquire implements idem.Store.
@@ -193,7 +205,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		switch {
 		case err == nil && found:
 			return res, nil
-		case err == nil: // the holder went away between the two branches: try again
+		case err == nil: // the holder went away between the INSERT and the read: try again
 		case ctx.Err() != nil || !isConnectionError(err):
 			return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 		}
@@ -204,41 +216,62 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 }
 
-func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, bool, error) {
+// acquireOnce runs the acquire statement and, when a live row blocked it,
+// reads that row. found is false when there was no such row any more.
+func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem.AcquireResult, found bool, err error) {
 	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.Lease.Microseconds())
 	if err != nil {
 		return idem.AcquireResult{}, false, err
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		return idem.AcquireResult{}, false, rows.Err()
-	}
-	var acquired bool
-	rec, err := scanRecord(p.ID, rows, &acquired)
-	if err != nil {
-		return idem.AcquireResult{}, false, err
+	var rec idem.Record
+	if rows.Next() {
+		if rec, err = scanRecord(p.ID, rows); err != nil {
+			return idem.AcquireResult{}, false, err
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return idem.AcquireResult{}, false, err
+		}
+		return idem.AcquireResult{Acquired: true, Record: rec}, true, nil
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return idem.AcquireResult{}, false, err
 	}
+	rec, err = s.Get(ctx, p.ID)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return idem.AcquireResult{}, false, nil
+	case err != nil:
+		return idem.AcquireResult{}, false, err
+	}
 	// A live PROCESSING row with our owner token is ours: owner tokens are
 	// unique per attempt, so an earlier try of this very call took it.
-	if rec.State == idem.StateProcessing && rec.Owner == p.Owner {
-		acquired = true
-	}
+	acquired := rec.State == idem.StateProcessing && rec.Owner == p.Owner
 	return idem.AcquireResult{Acquired: acquired, Record: rec}, true, nil
 }
 
 // Complete implements idem.Store.
+//
+// A Complete that finds the key already COMPLETED by the same owner and
+// fence is a retry whose first try landed (its reply was lost): it
+// succeeds. That check runs only when the update matched no row, so the
+// common case is one statement.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
-	var ok bool
-	err := s.pool.QueryRow(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
-		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body)).Scan(&ok)
+	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
+		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
 	if err != nil {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}
-	if !ok {
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	var done bool
+	if err := s.pool.QueryRow(ctx, s.q.completedByUs, p.Tenant, p.Key, p.Owner, p.Fence).Scan(&done); err != nil {
+		return fmt.Errorf("pgstore: complete: %w", err)
+	}
+	if !done {
 		return idem.ErrLeaseLost
 	}
 	return nil
@@ -294,19 +327,27 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return live, nil
 }
 
-// Reap deletes up to batch expired records and returns how many it
-// deleted. Several reapers may run at once: each skips the rows another
-// has locked. Call it until it returns less than batch to empty the
-// backlog; a bounded batch keeps each transaction short.
+// Reap looks at up to batch due records, deletes those that have expired
+// and returns how many it looked at. A record is due at the end of the
+// lease it was acquired with; one still live then (its lease was extended,
+// or it was completed with a retention) is not deleted but moved to its
+// real end, so the reaper looks at each record at most once per lease
+// extension and once more at its end, however long its retention. A
+// record whose end comes before its first lease ends is deleted when that
+// lease would have ended; every query treats it as absent from its end on.
+//
+// Several reapers may run at once: each skips the rows another has
+// locked. Call it until it returns less than batch to empty the backlog; a
+// bounded batch keeps each transaction short.
 func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
 	if batch <= 0 {
 		return 0, fmt.Errorf("%w: reap batch %d, want > 0", ErrConfig, batch)
 	}
-	tag, err := s.pool.Exec(ctx, s.q.reap, batch)
-	if err != nil {
+	var deleted, moved int
+	if err := s.pool.QueryRow(ctx, s.q.reap, batch).Scan(&deleted, &moved); err != nil {
 		return 0, fmt.Errorf("pgstore: reap: %w", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return deleted + moved, nil
 }
 
 // scanRecord reads recordColumns, after the destinations in pre.

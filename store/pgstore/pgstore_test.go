@@ -57,8 +57,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".schema_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 {
-		t.Fatalf("%d migrations recorded; want 2, each once", n)
+	if n != 3 {
+		t.Fatalf("%d migrations recorded; want 3, each once", n)
 	}
 }
 
@@ -132,5 +132,128 @@ func TestReapConcurrent(t *testing.T) {
 	}
 	if rows != live {
 		t.Fatalf("%d rows left; want the %d live ones", rows, live)
+	}
+}
+
+// TestReapMovesLiveRecords: a record still live when its first lease ends
+// (completed with a retention, or extended) is not deleted but moved to
+// its real end, so later reaps do not look at it again, while the expired
+// ones are deleted.
+func TestReapMovesLiveRecords(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	const lease = 30 * time.Millisecond
+	acquire := func(key string) idem.LeaseRef {
+		t.Helper()
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o-" + key, Lease: lease})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s: %v %+v", key, err, res)
+		}
+		return idem.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
+	}
+	acquire("expired")
+	done := acquire("completed")
+	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: done, Result: idem.Result{Status: 201, Body: []byte("kept")}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	long := acquire("extended")
+	if err := s.Extend(ctx, idem.ExtendParams{LeaseRef: long, Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * lease)
+	if n, err := s.Reap(ctx, 10); err != nil || n != 3 {
+		t.Fatalf("first Reap = %d, %v; want 3 (one deleted, two moved)", n, err)
+	}
+	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("second Reap = %d, %v; want 0: the live records were moved to their end", n, err)
+	}
+	if _, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "expired"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get(expired) = %v; want ErrNotFound", err)
+	}
+	if rec, err := s.Get(ctx, done.ID); err != nil || rec.State != idem.StateCompleted || string(rec.Result.Body) != "kept" {
+		t.Fatalf("Get(completed) = %+v, %v; want the stored result", rec, err)
+	}
+	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: long, Result: idem.Result{Status: 200}, Retention: time.Hour}); err != nil {
+		t.Fatalf("Complete of the extended lease after a reap = %v", err)
+	}
+	var rows int
+	if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Schema()+".records").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 {
+		t.Fatalf("%d rows left; want the 2 live ones", rows)
+	}
+}
+
+// TestMigrateUpgrade applies the newest migrations on top of a schema an
+// older release created and filled: its rows stay readable, and the reaper
+// deletes the expired ones and keeps the live ones.
+func TestMigrateUpgrade(t *testing.T) {
+	pool, schema := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := pgstore.MigrateTo(ctx, pool, schema, 2); err != nil {
+		t.Fatal(err)
+	}
+	// The rows as the release before migration 003 wrote them.
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.records
+		(tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, completed_at, expires_at, status, header, body)
+		VALUES ('t', 'old-expired', 'C', 'o', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour', 200, '', 'gone'),
+		       ('t', 'old-live', 'C', 'o', nextval('`+schema+`.fence_seq'), 'fp', now(), now(), now() + interval '1 hour', 200, '', 'kept')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		t.Fatalf("Migrate on top of version 2: %v", err)
+	}
+	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.Reap(ctx, 10); err != nil || n != 2 {
+		t.Fatalf("Reap = %d, %v; want 2 (the old rows are due at once)", n, err)
+	}
+	if _, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "old-expired"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get(old-expired) = %v; want ErrNotFound", err)
+	}
+	rec, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "old-live"})
+	if err != nil || string(rec.Result.Body) != "kept" {
+		t.Fatalf("Get(old-live) = %+v, %v; want the stored result", rec, err)
+	}
+	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("second Reap = %d, %v; want 0", n, err)
+	}
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "old-expired"}, Owner: "new", Lease: time.Minute})
+	if err != nil || !res.Acquired || res.Record.Fence <= 2 {
+		t.Fatalf("Acquire after the upgrade = %+v, %v; want acquired", res, err)
+	}
+}
+
+// TestNoIndexOnCompletedColumns: Complete and Extend change only columns
+// that no index covers, so PostgreSQL can update their rows in place (HOT)
+// instead of adding index entries on every transition.
+func TestNoIndexOnCompletedColumns(t *testing.T) {
+	s := newStore(t)
+	rows, err := s.Pool().Query(context.Background(), `SELECT i.indexrelid::regclass::text, a.attname
+		FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+		WHERE i.indrelid = $1::regclass`, s.Schema()+".records")
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := map[string]bool{"state": true, "completed_at": true, "expires_at": true, "status": true, "header": true, "body": true}
+	var indexed int
+	for rows.Next() {
+		var index, column string
+		if err := rows.Scan(&index, &column); err != nil {
+			t.Fatal(err)
+		}
+		indexed++
+		if changed[column] {
+			t.Errorf("index %s covers %s, which Complete or Extend changes", index, column)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if indexed == 0 {
+		t.Fatal("found no indexed column at all")
 	}
 }

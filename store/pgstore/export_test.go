@@ -1,0 +1,4 @@
+package pgstore
+
+// MigrateTo exposes migrateTo to the tests.
+var MigrateTo = migrateTo
