@@ -148,9 +148,11 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 	for name, newStore := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
-			e := newEngine(t, s, &idem.Options{Lease: 150 * time.Millisecond, RenewEvery: 30 * time.Millisecond})
+			// Ten renewals per lease: a stall of the test process (GC, -race,
+			// a loaded machine) has to last most of a lease to fail this.
+			e := newEngine(t, s, &idem.Options{Lease: 400 * time.Millisecond, RenewEvery: 40 * time.Millisecond})
 			a := begin(t, e, idem.Request{Key: "long-work"})
-			time.Sleep(600 * time.Millisecond) // four leases of work
+			time.Sleep(1200 * time.Millisecond) // three leases of work
 			if err := a.Lease.Context().Err(); err != nil {
 				t.Fatalf("lease context ended during renewed work: %v", context.Cause(a.Lease.Context()))
 			}

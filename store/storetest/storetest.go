@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"AcquireOnceUnderContention", testAcquireOnce},
 		{"AcquireReturnsExistingRecord", testAcquireExisting},
+		{"RepeatedAcquireBySameOwner", testRepeatedAcquire},
 		{"CompleteAndReplay", testCompleteAndReplay},
 		{"CompletedIsNeverOverwritten", testCompletedNotOverwritten},
 		{"StaleOwnerCannotTouchTakenOverKey", testStaleOwner},
@@ -167,6 +168,25 @@ func testAcquireExisting(t *testing.T, _ Harness, s idem.Store) {
 	}
 	if r.TTL <= 0 || r.TTL > long {
 		t.Fatalf("TTL = %v; want in (0, %v]", r.TTL, long)
+	}
+}
+
+// testRepeatedAcquire: an owner that repeats its Acquire (the reply of the
+// first was lost) finds the key held by itself, with the first fence; the
+// engine takes such a record as its own.
+func testRepeatedAcquire(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", Lease: long}
+	first, err := s.Acquire(context.Background(), p)
+	if err != nil || !first.Acquired {
+		t.Fatalf("Acquire = %+v, %v; want acquired", first, err)
+	}
+	again, err := s.Acquire(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := again.Record; r.State != idem.StateProcessing || r.Owner != p.Owner || r.Fence != first.Record.Fence {
+		t.Fatalf("repeated Acquire by the same owner = %+v; want its own PROCESSING record with fence %d", again, first.Record.Fence)
 	}
 }
 
