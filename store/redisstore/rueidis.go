@@ -124,5 +124,10 @@ func NewRueidis(client rueidis.Client, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
+	if opts != nil && opts.ReplicaAcks > 0 {
+		// WAIT must run on the connection that ran the script, which a
+		// pipelining client does not pin.
+		return nil, errors.New("redisstore: ReplicaAcks needs a go-redis client (New); rueidis pipelines commands of many callers on one connection")
+	}
 	return newStore(rueidisRunner{client}, opts)
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,12 +49,15 @@ func TestConformanceRueidis(t *testing.T) {
 	})
 }
 
-func TestNewRueidisRejectsNilClientAndBracePrefix(t *testing.T) {
+func TestNewRueidisRejectsBadOptions(t *testing.T) {
 	if _, err := redisstore.NewRueidis(nil, nil); err == nil {
 		t.Error("NewRueidis accepted a nil client")
 	}
 	if _, err := redisstore.NewRueidis(rueidisClient(t), &redisstore.Options{Prefix: "a}b"}); err == nil {
 		t.Error("NewRueidis accepted a prefix with a brace")
+	}
+	if _, err := redisstore.NewRueidis(rueidisClient(t), &redisstore.Options{ReplicaAcks: 1}); err == nil || !strings.Contains(err.Error(), "go-redis") {
+		t.Errorf("NewRueidis with ReplicaAcks = %v; want a refusal that names the client to use", err)
 	}
 }
 
