@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"os"
 	"testing"
 	"time"
 
@@ -26,19 +25,12 @@ func config(t *testing.T) Config {
 	testenv.Redis(t) // skips, or fails under CI, when Redis is down
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, pgURL())
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {
-		testenv.Unavailable(t, "PostgreSQL at "+pgURL(), err)
+		testenv.Unavailable(t, "PostgreSQL at "+testenv.DatabaseURL(), err)
 	}
 	conn.Close(ctx)
-	return Config{RedisURL: testenv.RedisURL(), PostgresURL: pgURL()}
-}
-
-func pgURL() string {
-	if u := os.Getenv("IDEM_TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test"
+	return Config{RedisURL: testenv.RedisURL(), PostgresURL: testenv.DatabaseURL()}
 }
 
 // runScenario runs one scenario, short, and returns its rows by implementation.
