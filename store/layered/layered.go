@@ -142,7 +142,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	err := s.authority.Release(ctx, p)
 	if err == nil || errors.Is(err, idem.ErrLeaseLost) { // either way this lease is over
-		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Fence).Err())
+		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
 	}
 	return wrap(err)
 }
@@ -163,15 +163,28 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 // Delete implements idem.Store. It fails if the mirror could not be
 // removed, so that an operator retries rather than leaves a replay behind.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+	// The deleted record's fence goes into the mirror's tombstone, which
+	// keeps a reader that fetched the record just before from restoring it.
+	var fence int64
+	if rec, err := s.authority.Get(ctx, id); err == nil {
+		fence = rec.Fence
+	} else if !errors.Is(err, idem.ErrNotFound) {
+		return false, wrap(err)
+	}
 	existed, err := s.authority.Delete(ctx, id)
 	if err != nil {
 		return false, wrap(err)
 	}
-	if err := deleteScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}).Err(); err != nil {
+	if err := deleteScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}, fence, tombstoneMs).Err(); err != nil {
 		return existed, fmt.Errorf("layered: delete mirror: %w", err)
 	}
 	return existed, nil
 }
+
+// tombstoneMs is how long the mirror of a deleted or released key refuses
+// write-backs of the record it replaced: far longer than a reader takes
+// between fetching a record from the authority and writing it back.
+const tombstoneMs = int64(time.Minute / time.Millisecond)
 
 // mirrored reads the mirror of id. A miss, or a Redis failure, reports
 // false: the caller asks the authority.
