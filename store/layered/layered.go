@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/scriptreply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -238,40 +239,9 @@ func wrap(err error) error {
 
 // decode parses get.lua's reply.
 func decode(id idem.ID, f []string) (idem.Record, error) {
-	if len(f) != 10 {
-		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %d fields", len(f))
-	}
-	rec := idem.Record{ID: id, Owner: f[1], Fingerprint: f[3]}
-	var err error
-	num := func(s string) int64 {
-		if s == "" || err != nil {
-			return 0
-		}
-		var n int64
-		n, err = strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	rec.Fence = num(f[2])
-	rec.AcquiredAt = time.UnixMicro(num(f[4]))
-	completed := num(f[5])
-	status := num(f[6])
-	rec.TTL = time.Duration(num(f[9])) * time.Millisecond
+	rec, err := scriptreply.Record(id, f, time.UnixMicro)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
-	}
-	switch f[0] {
-	case "P":
-		rec.State = idem.StateProcessing
-	case "C":
-		rec.State = idem.StateCompleted
-		rec.CompletedAt = time.UnixMicro(completed)
-		h, err := idem.ParseHeader([]byte(f[7]))
-		if err != nil {
-			return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
-		}
-		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
-	default:
-		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: state %q", f[0])
 	}
 	return rec, nil
 }

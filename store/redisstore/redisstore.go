@@ -76,6 +76,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/scriptreply"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -373,37 +374,9 @@ func parseRecord(id idem.ID, r reply) (idem.Record, error) {
 	if r.kind != replyArray || len(f) != 11 || f[0] != "0" {
 		return idem.Record{}, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
 	}
-	rec := idem.Record{ID: id, Owner: f[2], Fingerprint: f[4]}
-	var err error
-	num := func(s string) int64 {
-		if s == "" || err != nil {
-			return 0
-		}
-		var n int64
-		n, err = strconv.ParseInt(s, 10, 64)
-		return n
-	}
-	rec.Fence = num(f[3])
-	rec.AcquiredAt = time.UnixMilli(num(f[5]))
-	completed := num(f[6])
-	status := num(f[7])
-	rec.TTL = time.Duration(num(f[10])) * time.Millisecond
+	rec, err := scriptreply.Record(id, f[1:], time.UnixMilli)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
-	}
-	switch f[1] {
-	case "P":
-		rec.State = idem.StateProcessing
-	case "C":
-		rec.State = idem.StateCompleted
-		rec.CompletedAt = time.UnixMilli(completed)
-		h, err := idem.ParseHeader([]byte(f[8]))
-		if err != nil {
-			return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
-		}
-		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[9])}
-	default:
-		return idem.Record{}, fmt.Errorf("%w: state %q", errCorrupt, f[1])
 	}
 	return rec, nil
 }

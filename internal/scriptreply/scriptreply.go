@@ -1,0 +1,54 @@
+// Package scriptreply decodes the record that the Lua scripts of the Redis
+// store and of the layered store's mirror return, in one place.
+package scriptreply
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Record builds the record of id from the ten fields a script returns:
+// state (P or C), owner, fence, fingerprint, acquired, completed, status,
+// header (idem.AppendHeader), body, and the remaining TTL in ms. at turns
+// the two timestamps into times (the Redis store counts milliseconds, the
+// layered mirror microseconds). Numbers that do not parse, a header that
+// does not decode and an unknown state are errors.
+func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, error) {
+	if len(f) != 10 {
+		return idem.Record{}, fmt.Errorf("%d fields, want 10", len(f))
+	}
+	var errs []error
+	num := func(s string) int64 {
+		if s == "" {
+			return 0
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		errs = append(errs, err)
+		return n
+	}
+	rec := idem.Record{ID: id, Owner: f[1], Fence: num(f[2]), Fingerprint: f[3], AcquiredAt: at(num(f[4])),
+		TTL: time.Duration(num(f[9])) * time.Millisecond}
+	completed, status := num(f[5]), num(f[6])
+	if err := errors.Join(errs...); err != nil {
+		return idem.Record{}, err
+	}
+	switch f[0] {
+	case "P":
+		rec.State = idem.StateProcessing
+	case "C":
+		h, err := idem.ParseHeader([]byte(f[7]))
+		if err != nil {
+			return idem.Record{}, err
+		}
+		rec.State = idem.StateCompleted
+		rec.CompletedAt = at(completed)
+		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
+	default:
+		return idem.Record{}, fmt.Errorf("state %q", f[0])
+	}
+	return rec, nil
+}
