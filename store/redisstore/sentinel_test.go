@@ -3,6 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +15,8 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -20,9 +25,18 @@ import (
 // Sentinels topology while traffic runs, with replica acknowledgement off
 // and on. It checks that the store, through one go-redis failover client,
 // follows the promoted replica without a restart, and counts double
-// acquisitions: keys whose acquisition was acknowledged before the
-// failover and that a second owner acquires again after it, because the
-// record was lost with the old primary.
+// executions: keys whose acquisition was acknowledged before the failover
+// and that a second owner acquires again after it, because the record was
+// lost with the old primary, and what that does to a payment.
+//
+// Every acquired key runs the article's payment flow against a fake
+// provider that counts its charges per key, and against the real
+// PostgreSQL. Half of the keys (alternating) run it with the guardrail:
+// pgstore.Reserve in the worker's own transaction before the charge, then
+// Settle and Commit; a worker that gets ErrDuplicate reads the existing
+// reservation and does not charge. The other half charge on the lease
+// alone. Both halves live through the same failover, so they meet the
+// same fault.
 //
 // Two faults: a plain crash (SIGKILL of the primary), and a crash after
 // the replication links broke: both replicas stall (SIGSTOP) and the
@@ -42,28 +56,51 @@ func TestSentinelFailover(t *testing.T) {
 		for _, acks := range []int{0, 1} {
 			name := map[bool]string{false: "Crash", true: "CrashAfterLinkLoss"}[linkLoss] + map[bool]string{false: "/ReplicaAcksOff", true: "/ReplicaAcksOn"}[acks > 0]
 			t.Run(name, func(t *testing.T) {
-				var acquired, doubles, errs int
+				var sum [2]failoverCounts // by guardrail: [0] off, [1] on
+				var errs int
 				for round := range rounds {
 					// A subtest per failover, so each topology is stopped
 					// before the next starts.
 					t.Run("failover-"+strconv.Itoa(round+1), func(t *testing.T) {
-						a, d, e := failoverRun(t, acks, linkLoss)
-						acquired, doubles, errs = acquired+a, doubles+d, errs+e
+						counts, e := failoverRun(t, acks, linkLoss)
+						for g := range sum {
+							sum[g].add(counts[g])
+						}
+						errs += e
 					})
 				}
-				t.Logf("linkLoss=%v ReplicaAcks=%d, %d failover(s): %d acknowledged acquisitions, %d acquired again after failover, %d errors (503) during failover",
-					linkLoss, acks, rounds, acquired, doubles, errs)
+				for g, c := range sum {
+					t.Logf("linkLoss=%v ReplicaAcks=%d guardrail=%v, %d failover(s): %d acknowledged acquisitions, %d acquired again after failover, %d charged twice, %d reserved twice, %d refused by Reserve (ErrDuplicate)",
+						linkLoss, acks, g == 1, rounds, c.acquired, c.reacquired, c.doubleCharges, c.doubleReservations, c.refused)
+				}
+				t.Logf("%d errors (503) during failover", errs)
+				reacquired := sum[0].reacquired + sum[1].reacquired
 				// With acks on, every acquisition handed out had reached a
 				// replica, and Sentinel promotes the replica with the
 				// highest replication offset.
-				if acks > 0 && doubles > 0 {
-					t.Errorf("%d double acquisitions with ReplicaAcks=1", doubles)
+				if acks > 0 && reacquired > 0 {
+					t.Errorf("%d double acquisitions with ReplicaAcks=1", reacquired)
 				}
 				// Without acks, the writes of the link-loss window are lost: if
 				// none were, the fault did not happen and the test proves
-				// nothing.
-				if acks == 0 && linkLoss && doubles == 0 {
-					t.Errorf("no acquisition was lost with ReplicaAcks=0 after replica lag; the fault did not take effect")
+				// nothing. Both halves must meet it, so the guardrail is
+				// shown to stop a real second execution.
+				if acks == 0 && linkLoss {
+					for g, c := range sum {
+						if c.reacquired == 0 {
+							t.Errorf("guardrail=%v: no acquisition was lost with ReplicaAcks=0 after replica lag; the fault did not take effect", g == 1)
+						}
+					}
+					if sum[0].doubleCharges == 0 {
+						t.Errorf("no key was charged twice without the guardrail although %d were acquired again", sum[0].reacquired)
+					}
+				}
+				// The guardrail holds in every mode: the reservation row is
+				// in PostgreSQL, which did not fail over, and it is what stopped
+				// every second owner.
+				if c := sum[1]; c.doubleCharges > 0 || c.doubleReservations > 0 || c.refused != c.reacquired {
+					t.Errorf("with the guardrail: %d keys charged twice, %d reserved twice, %d of %d second owners refused by Reserve; want 0, 0 and all",
+						c.doubleCharges, c.doubleReservations, c.refused, c.reacquired)
 				}
 			})
 		}
@@ -74,7 +111,100 @@ type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
-func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs int) {
+// failoverCounts is what one mode (guardrail off or on) saw in a failover.
+type failoverCounts struct {
+	acquired           int // keys acquired and charged before the failover was over
+	reacquired         int // of those, keys a second owner acquired after it
+	doubleCharges      int // keys the provider charged twice
+	doubleReservations int // keys whose reservation two transactions committed
+	refused            int // second executions that Reserve refused (ErrDuplicate)
+}
+
+func (c *failoverCounts) add(o failoverCounts) {
+	c.acquired += o.acquired
+	c.reacquired += o.reacquired
+	c.doubleCharges += o.doubleCharges
+	c.doubleReservations += o.doubleReservations
+	c.refused += o.refused
+}
+
+// chargeCounter is a fake payment provider that charges every call: it
+// does not deduplicate by key, so every execution of the work shows as a
+// charge. It counts them per key.
+type chargeCounter struct {
+	mu      sync.Mutex
+	charges map[string][]string // key -> the charge ids made for it
+}
+
+// Charge charges key once more and returns the charge's id.
+func (p *chargeCounter) Charge(key string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := fmt.Sprintf("ch_%s_%d", key, len(p.charges[key])+1)
+	p.charges[key] = append(p.charges[key], id)
+	return id
+}
+
+func (p *chargeCounter) count(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.charges[key])
+}
+
+// payment runs the work of one acquired key, with or without the guardrail.
+type payment struct {
+	pg       *pgstore.Store
+	provider *chargeCounter
+	mu       sync.Mutex
+	commits  map[string]int // key -> transactions that committed its reservation
+	refused  map[string]int // key -> reservations refused with ErrDuplicate
+}
+
+// run is the article's flow for the lease holder with fence: with the
+// guardrail, reserve the key in a transaction before the charge, charge,
+// settle with the charge id, commit; a duplicate reservation returns the
+// recorded charge id without charging. Without it, just charge.
+func (p *payment) run(ctx context.Context, id idem.ID, fence int64, guardrail bool) (string, error) {
+	if !guardrail {
+		return p.provider.Charge(id.Key), nil
+	}
+	tx, err := p.pg.Pool().Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // a no-op after Commit
+	err = p.pg.Reserve(ctx, tx, id.Tenant, id.Key, fence)
+	if errors.Is(err, pgstore.ErrDuplicate) {
+		tx.Rollback(ctx)
+		p.mu.Lock()
+		p.refused[id.Key]++
+		p.mu.Unlock()
+		r, err := p.pg.Reservation(ctx, p.pg.Pool(), id.Tenant, id.Key)
+		if err != nil {
+			return "", err
+		}
+		return string(r.Outcome), nil
+	}
+	if err != nil {
+		return "", err
+	}
+	charge := p.provider.Charge(id.Key)
+	if err := p.pg.Settle(ctx, tx, id.Tenant, id.Key, fence, []byte(charge)); err != nil {
+		return "", err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return "", err
+	}
+	p.mu.Lock()
+	p.commits[id.Key]++
+	p.mu.Unlock()
+	return charge, nil
+}
+
+// failoverRun starts a topology, runs payments on it while it fails over,
+// and returns the counts by guardrail ([0] off, [1] on) and the number of
+// acquisitions that failed during the failover.
+func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCounts, errs int) {
 	topo := redistopo.StartSentinel(t, 2, 3)
 	// The client comes from the URL form the gateway's --store takes.
 	client, err := redisstore.ParseURL("redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName + "?pool_size=64")
@@ -86,26 +216,69 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Failed completes and acquires during the failover are expected here;
+	// the engine's log lines about them would drown the test's output.
+	engine, err := idem.New(s, &idem.Options{Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
+	pool, schema := testenv.Postgres(t)
+	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pay := &payment{pg: pg, provider: &chargeCounter{charges: map[string][]string{}}, commits: map[string]int{}, refused: map[string]int{}}
+	// guarded tells the two halves apart by key.
+	guarded := func(id idem.ID) bool { return strings.HasPrefix(id.Key, "g-") }
+	// attempt begins an attempt at id and, if it acquires the key, runs the
+	// payment and completes the key with the charge id. It reports whether
+	// the key was acquired; a failed complete (the failover) leaves the key
+	// PROCESSING until its lease ends, as in production.
+	attempt := func(ctx context.Context, id idem.ID) (bool, error) {
+		att, err := engine.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key, Fingerprint: "fp"})
+		if err != nil || att.Outcome != idem.Acquired {
+			return false, err
+		}
+		// The payment gets its own deadline rather than the lease's
+		// context, which ends with the short acquire timeout: cut between
+		// the charge and the commit, it would leave a charge without a
+		// reservation, a fault of the payment, not of the failover
+		// measured here (PostgreSQL is not faulted in this test).
+		payCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		charge, err := pay.run(payCtx, id, att.Lease.Fence(), guarded(id))
+		if err != nil {
+			att.Lease.Release(ctx)
+			t.Errorf("payment for %v: %v", id, err)
+			return true, nil
+		}
+		att.Lease.Complete(ctx, idem.Result{Status: 201, Body: []byte(charge)})
+		return true, nil
+	}
 	var (
 		mu         sync.Mutex
-		held       []idem.ID // acquisitions the store acknowledged
+		held       []idem.ID // acquisitions the store acknowledged, and paid for
 		nErr, nOK  atomic.Int64
+		seq        atomic.Int64
 		stop       = make(chan struct{})
 		wg         sync.WaitGroup
 		workers    = 8
 		acquireOne = func() {
-			id := idem.ID{Tenant: "fo", Key: rand.Text()}
+			id := idem.ID{Tenant: "fo", Key: map[bool]string{false: "n-", true: "g-"}[seq.Add(1)%2 == 0] + rand.Text()}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "first", Fingerprint: "fp", Lease: time.Minute})
+			acquired, err := attempt(ctx, id)
 			if err != nil {
 				nErr.Add(1)
 				time.Sleep(10 * time.Millisecond)
 				return
 			}
-			if !res.Acquired {
-				t.Errorf("a fresh key %v was not acquired: %+v", id, res.Record)
+			if !acquired {
+				t.Errorf("a fresh key %v was not acquired", id)
 				return
 			}
 			nOK.Add(1)
@@ -181,16 +354,43 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (acquired, doubles, errs
 	}
 	close(stop)
 	wg.Wait()
+	// The client's retry of every paid key: a second owner that acquires
+	// it runs the payment again.
 	for _, id := range held {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "second", Fingerprint: "fp", Lease: time.Minute})
+		c := &counts[map[bool]int{false: 0, true: 1}[guarded(id)]]
+		c.acquired++
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		acquired, err := attempt(ctx, id)
+		cancel()
 		if err != nil {
-			t.Fatalf("acquire after failover: %v", err)
+			t.Fatalf("retry after failover: %v", err)
 		}
-		if res.Acquired {
-			doubles++
-		} else if res.Record.Owner != "first" {
-			t.Errorf("key %v is held by %q after failover, want the first owner", id, res.Record.Owner)
+		if acquired {
+			c.reacquired++
+		}
+		if pay.provider.count(id.Key) > 1 {
+			c.doubleCharges++
+		}
+		pay.mu.Lock()
+		if pay.commits[id.Key] > 1 {
+			c.doubleReservations++
+		}
+		c.refused += pay.refused[id.Key]
+		pay.mu.Unlock()
+	}
+	// What PostgreSQL holds must agree: one settled reservation per
+	// guarded key, carrying the charge that was made for it.
+	for _, id := range held {
+		if !guarded(id) {
+			continue
+		}
+		r, err := pg.Reservation(ctx, pool, id.Tenant, id.Key)
+		if err != nil {
+			t.Fatalf("reservation of %v: %v", id, err)
+		}
+		if want := "ch_" + id.Key + "_1"; string(r.Outcome) != want || r.SettledAt.IsZero() {
+			t.Errorf("reservation of %v: outcome %q, settled %v; want %q, settled", id, r.Outcome, r.SettledAt, want)
 		}
 	}
-	return len(held), doubles, int(nErr.Load())
+	return counts, int(nErr.Load())
 }
