@@ -188,7 +188,7 @@ type copyBuffers struct{}
 
 var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
-func (copyBuffers) Get() []byte  { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
 func (copyBuffers) Put(b []byte) {
 	if len(b) == 32<<10 {
 		copyBufferPool.Put((*[32 << 10]byte)(b))
