@@ -97,7 +97,9 @@ type AcquireResult struct {
 }
 
 // CompleteParams turns the PROCESSING record held by Lease into a COMPLETED
-// record that keeps Result for Retention.
+// record that keeps Result for Retention. Result's header and body stay the
+// caller's: a store copies what it keeps before Complete returns, and the
+// caller may reuse them after (idemhttp pools its response buffers).
 type CompleteParams struct {
 	LeaseRef
 	Result    Result

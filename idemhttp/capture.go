@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+
+	"github.com/idemkit/idem"
 )
 
 // capture is the ResponseWriter a protected handler writes to. Everything
@@ -22,26 +25,64 @@ type capture struct {
 	http.ResponseWriter
 	m *middleware
 
-	status   int         // the final status, 0 until the header is written
-	header   http.Header // the replayable headers, as they were when the header was written
-	body     []byte
+	status   int  // the final status, 0 until the header is written
 	overflow bool // the response outgrew the replay buffer; body was dropped
 	hijacked bool
+	*replayBuffer
+}
 
-	handlerCtx leaseContext // the handler's context, allocated with the capture
+// replayBuffer holds what a capture records for replay. Buffers are
+// pooled: every protected request needs one, and the store copies what it
+// keeps, so a buffer is free again once the result is recorded.
+type replayBuffer struct {
+	header http.Header // the replayable headers, as they were when the header was written
+	values []string    // the backing array of header's values
+	body   []byte
+}
+
+var replayBuffers = sync.Pool{New: func() any { return &replayBuffer{header: make(http.Header)} }}
+
+// release returns the capture's buffer to the pool; the capture must not
+// be used after. A buffer that grew large is dropped, so that one large
+// response does not pin its size in the pool.
+func (c *capture) release() {
+	b := c.replayBuffer
+	c.replayBuffer = nil
+	if cap(b.body) > maxPooledBuffer || cap(b.values) > 64 {
+		return
+	}
+	clear(b.header)
+	clear(b.values) // drop the references to the handler's strings
+	b.values, b.body = b.values[:0], b.body[:0]
+	replayBuffers.Put(b)
+}
+
+// result returns the response to store. Its header and body are the
+// pooled buffers' (nil when empty, as without a pool).
+func (c *capture) result(status int) idem.Result {
+	res := idem.Result{Status: status}
+	if len(c.header) > 0 {
+		res.Header = c.header
+	}
+	if len(c.body) > 0 {
+		res.Body = c.body
+	}
+	return res
 }
 
 // commit records the status and snapshots the replayable headers, the
 // moment the response header goes out.
 func (c *capture) commit(status int) {
 	c.status = status
+	if c.replayBuffer == nil { // written to after the handler returned
+		return
+	}
 	src := c.ResponseWriter.Header()
 	for _, name := range c.m.replayHeaders {
 		if vs, ok := src[name]; ok {
-			if c.header == nil {
-				c.header = make(http.Header, 2)
-			}
-			c.header[name] = append([]string(nil), vs...)
+			start := len(c.values)
+			c.values = append(c.values, vs...)
+			c.header[name] = c.values[start:len(c.values):len(c.values)]
 		}
 	}
 }
@@ -95,11 +136,11 @@ func record[T string | []byte](c *capture, p T, n int, err error) (int, error) {
 	if err == http.ErrBodyNotAllowed { // HEAD, 204, 304: nothing to record
 		return n, err
 	}
-	if c.overflow {
+	if c.overflow || c.replayBuffer == nil { // nil: written to after the handler returned
 		return n, err
 	}
 	if len(c.body)+len(p) > c.m.maxBuffer {
-		c.overflow, c.body = true, nil
+		c.overflow, c.body = true, c.body[:0]
 		return n, err
 	}
 	c.body = append(c.body, p...)

@@ -539,7 +539,8 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 // detached is r's context without its cancellation.
 func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
 	id := l.Ref().ID
-	c := &capture{ResponseWriter: w, m: m}
+	x := &exchange{capture: capture{ResponseWriter: w, m: m, replayBuffer: replayBuffers.Get().(*replayBuffer)}}
+	c := &x.capture
 	finished := false
 	defer func() {
 		if finished {
@@ -550,30 +551,42 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		// runs it. After it started a response that would be stored (a
 		// reverse proxy aborting a broken upstream body does this), the work
 		// may have taken effect: record it as not replayable, never run it again.
-		ctx, cancel := finalizeContext(detached)
-		defer cancel()
+		ctx := x.finalizeContext(detached)
+		defer ctx.cancel()
 		if (c.status != 0 || c.hijacked) && m.store(c.status) {
 			m.finalizeErr(r, l.Complete(ctx, notReplayable(c.status, "the handler failed after it started answering")), OutcomeNotReplayable)
 		} else {
 			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
 		}
+		c.release()
 		m.wakeWaiters(id)
 	}()
-	c.handlerCtx = leaseContext{Context: l.Context(), lease: l}
-	next.ServeHTTP(c, r.WithContext(&c.handlerCtx))
+	x.handlerCtx = leaseContext{Context: l.Context(), lease: l}
+	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
-	ctx, cancel := finalizeContext(detached)
-	defer cancel()
+	ctx := x.finalizeContext(detached)
+	defer ctx.cancel()
 	m.finalize(ctx, r, l, c)
+	c.release()
 	m.wakeWaiters(id)
+}
+
+// exchange is what a protected request needs beyond the Request itself,
+// in one allocation. It is not pooled: the handler's context and the
+// finalize context may be kept by code the request called.
+type exchange struct {
+	capture    capture
+	handlerCtx leaseContext // the handler's context
+	final      finalizeContext
 }
 
 // finalizeContext bounds the Complete or Release after the handler. It
 // starts when the handler has returned, so that a slow handler leaves its
 // finalize the whole FinalizeTimeout, and it does not end with the client:
 // the result is recorded even when the client has gone.
-func finalizeContext(detached context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(detached, idem.FinalizeTimeout)
+func (x *exchange) finalizeContext(detached context.Context) *finalizeContext {
+	x.final.Context, x.final.deadline = detached, time.Now().Add(idem.FinalizeTimeout)
+	return &x.final
 }
 
 // finalize stores the captured response or releases the key, exactly once.
@@ -587,7 +600,9 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 	case c.overflow:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
 	default:
-		err := l.Complete(ctx, idem.Result{Status: status, Header: c.header, Body: c.body})
+		// The store copies what it keeps (idem.CompleteParams), so the
+		// capture's buffers go back to the pool afterwards.
+		err := l.Complete(ctx, c.result(status))
 		if errors.Is(err, idem.ErrResultTooLarge) { // the engine's bound is below MaxResponseBuffer
 			err = l.Complete(ctx, notReplayable(status, "larger than the store's result limit"))
 		}
