@@ -62,6 +62,7 @@ func Run(t *testing.T, h Harness) {
 		{"FingerprintKept", testFingerprint},
 		{"TenantsAndKeysDoNotCollide", testNoCollision},
 		{"LargeAndBinaryBodies", testBodies},
+		{"CompleteCopiesTheCallersBuffers", testCompleteCopies},
 		{"CancelledContextLeavesNoHalfRecord", testCancelled},
 	}
 	for _, tc := range tests {
@@ -487,6 +488,22 @@ func testBodies(t *testing.T, _ Harness, s idem.Store) {
 			checkCompleted(t, rec, want)
 		})
 	}
+}
+
+// testCompleteCopies: a caller may reuse its header and body once Complete
+// has returned (the middleware pools them); the stored result must not change.
+func testCompleteCopies(t *testing.T, _ Harness, s idem.Store) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	body := []byte("original body")
+	header := http.Header{"Content-Type": {"text/plain"}}
+	if err := complete(s, ref, idem.Result{Status: 201, Header: header, Body: body}, long); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	copy(body, "OVERWRITTEN!!")
+	header["Content-Type"][0] = "application/evil"
+	rec, _ := get(t, s, id)
+	checkCompleted(t, rec, idem.Result{Status: 201, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("original body")})
 }
 
 func testCancelled(t *testing.T, _ Harness, s idem.Store) {
