@@ -45,7 +45,10 @@ func main() {
 	defer upstream.Close()
 	upURL, _ := url.Parse(upstream.URL)
 	bareProxy := httputil.NewSingleHostReverseProxy(upURL)
-	bareProxy.Transport = gateway.NewUpstreamTransport() // the same pool as the gateway's: compare idempotency, not pooling
+	// The same connection and buffer pools as the gateway's: the comparison
+	// is the cost of idempotency, not of pooling.
+	bareProxy.Transport = gateway.NewUpstreamTransport()
+	bareProxy.BufferPool = gateway.CopyBuffers{}
 	bare := httptest.NewServer(bareProxy)
 	defer bare.Close()
 

@@ -167,7 +167,7 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 			return resp, err
 		}),
 		ErrorHandler: g.upstreamError,
-		BufferPool:   copyBuffers{},
+		BufferPool:   CopyBuffers{},
 	}
 	timeout := g.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -179,17 +179,19 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 
 var errUpstreamTimeout = errors.New("gateway: upstream timed out")
 
-// copyBuffers lends the reverse proxy the buffers it copies response
+// CopyBuffers lends a reverse proxy the buffers it copies response
 // bodies with. Without a pool it allocates 32 KiB per response: at 15,000
 // requests a second that is most of what the gateway allocates, and it
 // drives the garbage collector, whose assists then land on requests and
 // show in the tail latency (docs/benchmarks.md).
-type copyBuffers struct{}
+type CopyBuffers struct{}
 
 var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
-func (copyBuffers) Get() []byte { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
-func (copyBuffers) Put(b []byte) {
+// Get implements httputil.BufferPool.
+func (CopyBuffers) Get() []byte { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+// Put implements httputil.BufferPool.
+func (CopyBuffers) Put(b []byte) {
 	if len(b) == 32<<10 {
 		copyBufferPool.Put((*[32 << 10]byte)(b))
 	}
