@@ -190,6 +190,7 @@ var copyBufferPool = sync.Pool{New: func() any { return new([32 << 10]byte) }}
 
 // Get implements httputil.BufferPool.
 func (CopyBuffers) Get() []byte { return copyBufferPool.Get().(*[32 << 10]byte)[:] }
+
 // Put implements httputil.BufferPool.
 func (CopyBuffers) Put(b []byte) {
 	if len(b) == 32<<10 {
