@@ -28,12 +28,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/scriptreply"
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -101,7 +100,7 @@ func New(client redis.Scripter, authority idem.Store, opts *Options) (*Store, er
 
 // MirrorKey returns the Redis key of the mirror of id, for operators.
 func (s *Store) MirrorKey(id idem.ID) string {
-	return s.prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+	return redisrecord.Key(s.prefix, id)
 }
 
 // Acquire implements idem.Store: a live mirror answers; otherwise the
@@ -239,7 +238,7 @@ func wrap(err error) error {
 
 // decode parses get.lua's reply.
 func decode(id idem.ID, f []string) (idem.Record, error) {
-	rec, err := scriptreply.Record(id, f, time.UnixMicro)
+	rec, err := redisrecord.Record(id, f, time.UnixMicro)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
 	}

@@ -76,7 +76,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/scriptreply"
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -256,9 +256,7 @@ func newStore(r runner, opts *Options) (*Store, error) {
 
 // RecordKey returns the Redis key of the record of id, for operators.
 func (s *Store) RecordKey(id idem.ID) string {
-	// The length of the tenant makes the encoding injective: no other
-	// (tenant, key) pair gives the same string.
-	return s.prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+	return redisrecord.Key(s.prefix, id)
 }
 
 func (s *Store) keys(id idem.ID) []string { return []string{s.RecordKey(id)} }
@@ -374,7 +372,7 @@ func parseRecord(id idem.ID, r reply) (idem.Record, error) {
 	if r.kind != replyArray || len(f) != 11 || f[0] != "0" {
 		return idem.Record{}, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
 	}
-	rec, err := scriptreply.Record(id, f[1:], time.UnixMilli)
+	rec, err := redisrecord.Record(id, f[1:], time.UnixMilli)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
 	}

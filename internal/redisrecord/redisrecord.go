@@ -1,6 +1,7 @@
-// Package scriptreply decodes the record that the Lua scripts of the Redis
-// store and of the layered store's mirror return, in one place.
-package scriptreply
+// Package redisrecord is what the Redis store and the layered store's
+// mirror share about a record in Redis: the name of its key and the
+// decoding of what their Lua scripts return.
+package redisrecord
 
 import (
 	"errors"
@@ -10,6 +11,14 @@ import (
 
 	"github.com/idemkit/idem"
 )
+
+// Key returns the Redis key of the record of id under prefix. The hash tag
+// {len(tenant):tenant:key} keeps every key of one record in one Cluster
+// slot, and the tenant's length makes the name injective: tenant "a:b" with
+// key "c" never meets tenant "a" with key "b:c".
+func Key(prefix string, id idem.ID) string {
+	return prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+}
 
 // Record builds the record of id from the ten fields a script returns:
 // state (P or C), owner, fence, fingerprint, acquired, completed, status,
