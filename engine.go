@@ -189,6 +189,9 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 		res, err = e.acquire(ctx, p)
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			e.releaseOrphan(ctx, p)
+		}
 		return Attempt{}, fmt.Errorf("%w: acquire: %w", ErrStore, err)
 	}
 	rec := res.Record
@@ -206,6 +209,26 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	default:
 		return Attempt{Outcome: InFlight, RetryAfter: rec.TTL, Record: rec}, nil
 	}
+}
+
+// orphanTimeout bounds the cleanup after an acquire whose caller gave up.
+const orphanTimeout = time.Second
+
+// releaseOrphan undoes an acquire that may have taken the key although its
+// caller's context ended first (a timed-out acquire that in fact took the
+// lock): nobody would ever complete or release that lease, and the key
+// would stay PROCESSING until it ran out. It looks for a record with the
+// attempt's own owner token and releases it, on a short detached context.
+func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanTimeout)
+	defer cancel()
+	rec, err := e.store.Get(ctx, p.ID)
+	if err != nil || rec.State != StateProcessing || rec.Owner != p.Owner {
+		return
+	}
+	start := time.Now()
+	err = e.store.Release(ctx, LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence})
+	e.observe(ctx, "release", start, err)
 }
 
 // ID returns the request's tenant and key.

@@ -593,3 +593,35 @@ func TestReleaseWhoseReplyWasLost(t *testing.T) {
 		t.Fatalf("after the release: %v; want Acquired", r.Outcome)
 	}
 }
+
+// cancellingStore takes the key for real, then reports that the caller's
+// context ended before the reply came: a timed-out acquire that in fact
+// took the lock.
+type cancellingStore struct {
+	idem.Store
+	cancel context.CancelFunc
+}
+
+func (s *cancellingStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	if _, err := s.Store.Acquire(context.WithoutCancel(ctx), p); err != nil {
+		return idem.AcquireResult{}, err
+	}
+	s.cancel()
+	return idem.AcquireResult{}, ctx.Err()
+}
+
+func TestTimedOutAcquireThatTookTheKeyIsReleased(t *testing.T) {
+	for name, newStore := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			s := &cancellingStore{Store: newStore(t), cancel: cancel}
+			e := newEngine(t, s, nil)
+			if _, err := e.Begin(ctx, idem.Request{Key: "orphan"}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, context.Canceled) {
+				t.Fatalf("Begin = %v; want ErrStore wrapping the cancellation", err)
+			}
+			if rec, err := e.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("after a timed-out acquire that took the key: %+v, %v; want the key released, not held by nobody for a lease", rec, err)
+			}
+		})
+	}
+}
