@@ -20,26 +20,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// stores returns a fresh store of each kind, for tests that must hold on all.
-func stores(t *testing.T) map[string]func(t *testing.T) idem.Store {
-	return map[string]func(t *testing.T) idem.Store{
-		"memory": func(t *testing.T) idem.Store {
-			s, err := memstore.New(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		"redis": func(t *testing.T) idem.Store {
-			s, err := redisstore.New(testenv.Redis(t), &redisstore.Options{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
-}
-
 func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
 	e, err := idem.New(s, o)
@@ -59,7 +39,7 @@ func begin(t *testing.T, e *idem.Engine, req idem.Request) idem.Attempt {
 }
 
 func TestBeginOutcomes(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, newStore(t), nil)
 			req := idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "fp1"}
@@ -145,7 +125,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 }
 
 func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			s := newStore(t)
 			// Ten renewals per lease: a stall of the test process (GC, -race,
@@ -167,7 +147,7 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 }
 
 func TestLostLeaseCancelsWork(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, newStore(t), &idem.Options{Lease: time.Second, RenewEvery: 20 * time.Millisecond})
 			req := idem.Request{Key: "taken-over"}
@@ -201,7 +181,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 }
 
 func TestStaleOwnerCannotComplete(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, newStore(t), &idem.Options{Lease: 50 * time.Millisecond, RenewEvery: -1})
 			req := idem.Request{Key: "stall"}
@@ -236,7 +216,7 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 }
 
 func TestDoRunsOnceUnderContention(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, newStore(t), nil)
 			var runs atomic.Int32
@@ -545,7 +525,7 @@ func (s *lostReplyStore) Release(ctx context.Context, p idem.LeaseRef) error {
 }
 
 func TestAcquireWhoseReplyWasLost(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			s := &lostReplyStore{Store: newStore(t), op: "acquire"}
 			s.n.Store(1)
@@ -611,7 +591,7 @@ func (s *cancellingStore) Acquire(ctx context.Context, p idem.AcquireParams) (id
 }
 
 func TestTimedOutAcquireThatTookTheKeyIsReleased(t *testing.T) {
-	for name, newStore := range stores(t) {
+	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			s := &cancellingStore{Store: newStore(t), cancel: cancel}

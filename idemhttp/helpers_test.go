@@ -15,8 +15,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testenv"
-	"github.com/idemkit/idem/store/memstore"
-	"github.com/idemkit/idem/store/redisstore"
 	"go.uber.org/goleak"
 )
 
@@ -24,25 +22,9 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // eachStore runs f against the in-memory store and the real Redis.
 func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
-	t.Run("memory", func(t *testing.T) {
-		f(t, func(t *testing.T) idem.Store {
-			s, err := memstore.New(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
-	t.Run("redis", func(t *testing.T) {
-		client := testenv.Redis(t)
-		f(t, func(t *testing.T) idem.Store {
-			s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		})
-	})
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) { f(t, newStore) })
+	}
 }
 
 func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
