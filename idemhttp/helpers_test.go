@@ -14,7 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"go.uber.org/goleak"
 )
 

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"go.uber.org/goleak"
 )
 

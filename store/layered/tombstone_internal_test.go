@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 )
 

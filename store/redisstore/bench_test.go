@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"

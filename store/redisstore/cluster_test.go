@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redistopo"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/redistopo"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
 	"github.com/redis/go-redis/v9"

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
 	"go.uber.org/goleak"

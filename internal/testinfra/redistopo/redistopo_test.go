@@ -3,7 +3,7 @@ package redistopo_test
 import (
 	"testing"
 
-	"github.com/idemkit/idem/internal/redistopo"
+	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"go.uber.org/goleak"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/faultproxy"
-	"github.com/idemkit/idem/internal/testenv"
+	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"go.uber.org/goleak"
 )
 
