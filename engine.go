@@ -14,9 +14,9 @@ import (
 
 // Options configures an Engine. A nil *Options means all defaults.
 type Options struct {
-	// Lease is how long an attempt owns a key before another may take it
+	// LeaseDuration is how long an attempt owns a key before another may take it
 	// over, unless renewed. Zero means 30s.
-	Lease time.Duration
+	LeaseDuration time.Duration
 	// Retention is how long a completed result is replayed. Zero means 24h.
 	Retention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
@@ -85,10 +85,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Lease < 0 || o.Retention < 0 || o.MaxResultBytes < 0 {
-		return nil, errors.New("idem: New: negative Lease, Retention or MaxResultBytes")
+	if o.LeaseDuration < 0 || o.Retention < 0 || o.MaxResultBytes < 0 {
+		return nil, errors.New("idem: New: negative LeaseDuration, Retention or MaxResultBytes")
 	}
-	e := &Engine{store: store, lease: o.Lease, retention: o.Retention, renew: o.RenewEvery,
+	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, renew: o.RenewEvery,
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer}
 	if e.lease == 0 {
 		e.lease = 30 * time.Second
@@ -116,11 +116,11 @@ func (e *Engine) Store() Store { return e.store }
 
 // Request names the key an attempt is for.
 type Request struct {
-	Tenant      string
-	Key         string
-	Fingerprint string        // a digest of the request; reuse of Key with another one is a Mismatch
-	Lease       time.Duration // zero: the engine's
-	Retention   time.Duration // zero: the engine's
+	Tenant        string
+	Key           string
+	Fingerprint   string        // a digest of the request; reuse of Key with another one is a Mismatch
+	LeaseDuration time.Duration // zero: the engine's
+	Retention     time.Duration // zero: the engine's
 }
 
 // Outcome is what Begin decided.
@@ -175,12 +175,12 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	}
 	// Stores count in whole milliseconds: the local deadline must not
 	// outlast the store's by the truncated fraction.
-	lease := orDefault(req.Lease, e.lease).Truncate(time.Millisecond)
+	lease := orDefault(req.LeaseDuration, e.lease).Truncate(time.Millisecond)
 	retention := orDefault(req.Retention, e.retention)
 	if lease < time.Millisecond || retention < time.Millisecond {
 		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
 	}
-	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, Lease: lease}
+	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease}
 	start := time.Now() // the local deadline counts from before the store saw the request
 	res, err := e.acquire(ctx, p)
 	if err != nil && ctx.Err() == nil {
@@ -406,7 +406,7 @@ func (l *Lease) beat() {
 	l.hbCallAbort = abort
 	sent := time.Now()
 	l.hb.Unlock() // stop may run meanwhile: it aborts the call
-	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, Lease: l.lease})
+	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease})
 	l.hb.Lock()
 	abort()
 	l.hbCallAbort = nil

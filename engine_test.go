@@ -110,9 +110,9 @@ func TestInvalidInput(t *testing.T) {
 func TestNewRejectsBadOptions(t *testing.T) {
 	s := mustMem(t)
 	for _, o := range []idem.Options{
-		{Lease: -time.Second},
-		{Lease: time.Microsecond},
-		{Lease: time.Second, RenewEvery: 2 * time.Second},
+		{LeaseDuration: -time.Second},
+		{LeaseDuration: time.Microsecond},
+		{LeaseDuration: time.Second, RenewEvery: 2 * time.Second},
 		{MaxResultBytes: -1},
 	} {
 		if _, err := idem.New(s, &o); err == nil {
@@ -130,7 +130,7 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 			s := newStore(t)
 			// Ten renewals per lease: a stall of the test process (GC, -race,
 			// a loaded machine) has to last most of a lease to fail this.
-			e := newEngine(t, s, &idem.Options{Lease: 400 * time.Millisecond, RenewEvery: 40 * time.Millisecond})
+			e := newEngine(t, s, &idem.Options{LeaseDuration: 400 * time.Millisecond, RenewEvery: 40 * time.Millisecond})
 			a := begin(t, e, idem.Request{Key: "long-work"})
 			time.Sleep(1200 * time.Millisecond) // three leases of work
 			if err := a.Lease.Context().Err(); err != nil {
@@ -149,7 +149,7 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 func TestLostLeaseCancelsWork(t *testing.T) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
-			e := newEngine(t, newStore(t), &idem.Options{Lease: time.Second, RenewEvery: 20 * time.Millisecond})
+			e := newEngine(t, newStore(t), &idem.Options{LeaseDuration: time.Second, RenewEvery: 20 * time.Millisecond})
 			req := idem.Request{Key: "taken-over"}
 			a := begin(t, e, req)
 			if _, err := e.Delete(context.Background(), req.ID()); err != nil { // an operator invalidates the key
@@ -183,7 +183,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 func TestStaleOwnerCannotComplete(t *testing.T) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
-			e := newEngine(t, newStore(t), &idem.Options{Lease: 50 * time.Millisecond, RenewEvery: -1})
+			e := newEngine(t, newStore(t), &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
 			req := idem.Request{Key: "stall"}
 			stalled := begin(t, e, req)
 			<-stalled.Lease.Context().Done() // the worker stalls past its lease
@@ -394,7 +394,7 @@ func TestCompleteRetriesTransientStoreErrors(t *testing.T) {
 func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	f := &flakyStore{Store: mustMem(t), op: "extend"}
 	f.n.Store(2)
-	e := newEngine(t, f, &idem.Options{Lease: 200 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
+	e := newEngine(t, f, &idem.Options{LeaseDuration: 200 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
 	a := begin(t, e, idem.Request{Key: "k"})
 	time.Sleep(400 * time.Millisecond)
 	if err := a.Lease.Context().Err(); err != nil {
@@ -432,7 +432,7 @@ func mustMem(t *testing.T) *memstore.Store {
 }
 
 func TestCheckSeesExpiryBeforeTheHeartbeatRuns(t *testing.T) {
-	e := newEngine(t, mustMem(t), &idem.Options{Lease: 30 * time.Millisecond, RenewEvery: -1})
+	e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 30 * time.Millisecond, RenewEvery: -1})
 	a := begin(t, e, idem.Request{Key: "k"})
 	if err := a.Lease.Check(); err != nil {
 		t.Fatalf("Check on a fresh lease = %v", err)
@@ -474,8 +474,8 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 }
 
 func TestPerRequestLeaseShorterThanTheRenewalInterval(t *testing.T) {
-	e := newEngine(t, mustMem(t), &idem.Options{Lease: 3 * time.Second, RenewEvery: time.Second})
-	a := begin(t, e, idem.Request{Key: "short", Lease: 300 * time.Millisecond})
+	e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 3 * time.Second, RenewEvery: time.Second})
+	a := begin(t, e, idem.Request{Key: "short", LeaseDuration: 300 * time.Millisecond})
 	time.Sleep(900 * time.Millisecond) // three of its leases
 	if err := a.Lease.Check(); err != nil {
 		t.Fatalf("a 300ms lease under a 1s renewal interval ended during work: %v", err)
@@ -490,12 +490,12 @@ func TestInvalidRequestOptions(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	for _, req := range []idem.Request{
 		{Key: "k", Retention: -time.Hour},
-		{Key: "k", Lease: -time.Second},
-		{Key: "k", Lease: 500 * time.Microsecond},
+		{Key: "k", LeaseDuration: -time.Second},
+		{Key: "k", LeaseDuration: 500 * time.Microsecond},
 		{Key: "k", Retention: time.Microsecond},
 	} {
 		if _, err := e.Begin(context.Background(), req); !errors.Is(err, idem.ErrInvalidRequest) {
-			t.Errorf("Begin(lease %v, retention %v) = %v; want ErrInvalidRequest", req.Lease, req.Retention, err)
+			t.Errorf("Begin(lease %v, retention %v) = %v; want ErrInvalidRequest", req.LeaseDuration, req.Retention, err)
 		}
 	}
 }

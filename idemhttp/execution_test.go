@@ -341,7 +341,7 @@ func TestClientDisconnect(t *testing.T) {
 // context is cancelled, and its result never overwrites the new owner's.
 func TestLeaseLost(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
-		e := newEngine(t, newStore(t), &idem.Options{Lease: 2 * time.Second, RenewEvery: 10 * time.Millisecond})
+		e := newEngine(t, newStore(t), &idem.Options{LeaseDuration: 2 * time.Second, RenewEvery: 10 * time.Millisecond})
 		started, cancelled, secondDone := make(chan struct{}), make(chan error, 1), make(chan struct{})
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -511,7 +511,7 @@ func TestPerRoute(t *testing.T) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "call "+strconv.FormatInt(calls.Add(1), 10))
 		})
-		strict := newMiddleware(t, e, &idemhttp.Options{RequireKey: true, Methods: []string{"POST", "PUT"}, Lease: time.Minute, Retention: time.Hour})
+		strict := newMiddleware(t, e, &idemhttp.Options{RequireKey: true, Methods: []string{"POST", "PUT"}, LeaseDuration: time.Minute, Retention: time.Hour})
 		mux := http.NewServeMux()
 		mux.Handle("/strict", strict(h))
 		mux.Handle("/loose", newMiddleware(t, e, nil)(h))

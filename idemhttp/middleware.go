@@ -62,14 +62,15 @@ type Options struct {
 	// Proxy-Authenticate and hop-by-hop headers are refused. Nil means
 	// none.
 	ReplayHeaders []string
-	// Store decides from the final status whether a result is stored and
+	// StoreResult decides from the final status whether a result is stored and
 	// replayed (true) or the key released so that a retry runs the handler
 	// again (false). Nil means store everything except 5xx, 408, 425 and
-	// 429 (see StoreResult).
-	Store func(status int) bool
-	// Lease and Retention override the engine's for these routes. Zero
+	// 429 (see DefaultStoreResult).
+	StoreResult func(status int) bool
+	// LeaseDuration and Retention override the engine's for these routes. Zero
 	// means the engine's.
-	Lease, Retention time.Duration
+	LeaseDuration time.Duration
+	Retention     time.Duration
 	// Logger receives a line for every store failure and fail-open. Nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -79,11 +80,11 @@ type Options struct {
 	OnOutcome func(r *http.Request, o Outcome)
 }
 
-// StoreResult is the default storing policy: results with a status that
+// DefaultStoreResult is the default storing policy: results with a status that
 // invites the client to retry (5xx, 408 Request Timeout, 425 Too Early, 429
 // Too Many Requests) are not stored, so the retry runs the handler again;
 // every other result is stored and replayed.
-func StoreResult(status int) bool {
+func DefaultStoreResult(status int) bool {
 	switch {
 	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooEarly,
 		status == http.StatusTooManyRequests:
@@ -155,13 +156,13 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		o = *opts
 	}
 	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
-		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, store: o.Store,
-		lease: o.Lease, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
+		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, store: o.StoreResult,
+		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
 	switch {
-	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.Lease < 0, o.Retention < 0:
+	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0:
 		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, Lease or Retention")
-	case o.Lease > 0 && o.Lease < time.Millisecond:
-		return nil, fmt.Errorf("idemhttp: New: Lease %v is under the 1ms resolution of stores", o.Lease)
+	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
+		return nil, fmt.Errorf("idemhttp: New: Lease %v is under the 1ms resolution of stores", o.LeaseDuration)
 	case o.Tenant != nil && o.TenantHeader != "":
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
 	}
@@ -192,7 +193,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		m.maxBuffer = 1 << 20
 	}
 	if m.store == nil {
-		m.store = StoreResult
+		m.store = DefaultStoreResult
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -324,7 +325,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
-	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), Lease: m.lease, Retention: m.retention}
+	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention}
 	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has

@@ -111,7 +111,7 @@ func TestStatuses(t *testing.T) {
 			{call: call{key: "k1"}, status: 400, body: "call 1:", replayed: true},
 		}, calls: 1},
 		{name: "the storing policy is replaceable", statuses: []int{500},
-			opts: idemhttp.Options{Store: func(int) bool { return true }}, steps: []step{
+			opts: idemhttp.Options{StoreResult: func(int) bool { return true }}, steps: []step{
 				{call: call{key: "k1"}, status: 500, body: "call 1:"},
 				{call: call{key: "k1"}, status: 500, body: "call 1:", replayed: true},
 			}, calls: 1},
@@ -230,7 +230,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		"negative MaxBody":                {MaxBody: -1},
 		"negative MaxResponseBuffer":      {MaxResponseBuffer: -1},
 		"negative Wait":                   {Wait: -1},
-		"lease under 1ms":                 {Lease: 1000},
+		"lease under 1ms":                 {LeaseDuration: 1000},
 		"Tenant and TenantHeader":         {TenantHeader: "X-Tenant", Tenant: func(*http.Request) (string, error) { return "", nil }},
 		"bad TenantHeader":                {TenantHeader: "X Tenant"},
 		"bad method":                      {Methods: []string{"PO ST"}},

@@ -93,7 +93,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer)
-	engine, err := idem.New(cfg.Store, &idem.Options{Lease: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: tel})
+	engine, err := idem.New(cfg.Store, &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: tel})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

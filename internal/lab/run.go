@@ -262,5 +262,5 @@ func newWorker(impl string, id int, env *workerEnv) (worker, error) {
 var ErrUnknownImpl = errors.New("lab: unknown implementation")
 
 func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
-	return idem.New(s, &idem.Options{Lease: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	return idem.New(s, &idem.Options{LeaseDuration: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 }

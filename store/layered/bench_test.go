@@ -26,7 +26,7 @@ func BenchmarkReplay(b *testing.B) {
 	id := idem.ID{Tenant: "acme", Key: "order-1"}
 	body := []byte(`{"id":"ch_1","amount":4200}`)
 	for _, s := range []idem.Store{l, r} {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			b.Fatal(err)
 		}
@@ -38,7 +38,7 @@ func BenchmarkReplay(b *testing.B) {
 	b.Cleanup(func() { deletePrefix(b, client, prefix) })
 	replay := func(s idem.Store) time.Duration {
 		start := time.Now()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "x", Fingerprint: "fp", Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "x", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || res.Acquired || res.Record.State != idem.StateCompleted {
 			b.Fatalf("replay = %+v, %v", res, err)
 		}

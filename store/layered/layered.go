@@ -133,7 +133,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	if err := s.authority.Extend(ctx, p); err != nil {
 		return wrap(err)
 	}
-	err := extendScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence, max(p.Lease.Milliseconds(), 1)).Err()
+	err := extendScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence, max(p.LeaseDuration.Milliseconds(), 1)).Err()
 	s.cacheFailed("extend", err)
 	return nil
 }

@@ -62,7 +62,7 @@ func TestRedisDown(t *testing.T) {
 	s := newLayered(t, down, newPG(t), "unused:")
 	ctx := context.Background()
 	id := idem.ID{Tenant: "acme", Key: "k"}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", Lease: time.Hour})
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire with Redis down = %+v, %v; want acquired from the authority", res, err)
 	}
@@ -70,7 +70,7 @@ func TestRedisDown(t *testing.T) {
 	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: []byte("ok")}, Retention: time.Hour}); err != nil {
 		t.Fatalf("Complete with Redis down: %v", err)
 	}
-	res, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", Lease: time.Hour})
+	res, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || res.Acquired || res.Record.Result == nil || string(res.Record.Result.Body) != "ok" {
 		t.Fatalf("retry with Redis down = %+v, %v; want the replay from the authority", res, err)
 	}
@@ -105,7 +105,7 @@ func TestRedisForgetsMidRun(t *testing.T) {
 	client := testenv.Redis(t)
 	prefix := testenv.Prefix(t)
 	s := newLayered(t, client, newPG(t), prefix)
-	engine, err := idem.New(s, &idem.Options{Lease: 5 * time.Second})
+	engine, err := idem.New(s, &idem.Options{LeaseDuration: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +177,14 @@ func TestProcessingSurvivesForgottenMirror(t *testing.T) {
 	s := newLayered(t, client, newPG(t), prefix)
 	ctx := context.Background()
 	id := idem.ID{Tenant: "acme", Key: "k"}
-	first, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", Lease: time.Hour})
+	first, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire = %+v, %v", first, err)
 	}
 	if deletePrefix(t, client, prefix) == 0 {
 		t.Fatal("no mirror to forget")
 	}
-	second, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", Lease: time.Hour})
+	second, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || second.Acquired || second.Record.Owner != "a" || second.Record.Fence != first.Record.Fence {
 		t.Fatalf("Acquire after Redis forgot = %+v, %v; want not acquired, held by a", second, err)
 	}

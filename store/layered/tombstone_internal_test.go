@@ -31,7 +31,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	acquire := func(key string) idem.LeaseRef {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v", key, res, err)
 		}
@@ -63,7 +63,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mirror(ctx, stale)
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: held.ID, Owner: "next", Lease: time.Minute})
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: held.ID, Owner: "next", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired || res.Record.Fence <= held.Fence {
 		t.Fatalf("after Release and a stale write-back, Acquire = %+v, %v; want a new lease with a higher fence", res, err)
 	}

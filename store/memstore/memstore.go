@@ -98,7 +98,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	e := &entry{
 		rec: idem.Record{ID: p.ID, State: idem.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
 			Fingerprint: p.Fingerprint, AcquiredAt: now},
-		expires: now.Add(p.Lease),
+		expires: now.Add(p.LeaseDuration),
 		size:    size,
 	}
 	s.entries[p.ID] = e
@@ -154,7 +154,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	if !ok {
 		return idem.ErrLeaseLost
 	}
-	e.expires = now.Add(p.Lease)
+	e.expires = now.Add(p.LeaseDuration)
 	heap.Fix(&s.processing, e.heapIndex)
 	return nil
 }

@@ -68,7 +68,7 @@ func TestBoundEvictsCompletedNeverProcessing(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStore(t, 4096)
 	acquire := func(key string) (idem.LeaseRef, error) {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner", Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner", LeaseDuration: time.Minute})
 		if err != nil {
 			return idem.LeaseRef{}, err
 		}
@@ -120,7 +120,7 @@ func TestBoundEvictsCompletedNeverProcessing(t *testing.T) {
 	if err := s.Release(ctx, held[0]); err != nil {
 		t.Fatalf("Release after refused Complete: %v", err)
 	}
-	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "after-release"}, Owner: "o", Lease: time.Minute}); err != nil {
+	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "after-release"}, Owner: "o", LeaseDuration: time.Minute}); err != nil {
 		t.Fatalf("Acquire after a release made room: %v", err)
 	}
 }
@@ -138,7 +138,7 @@ func TestCompleteCopiesCallerBuffers(t *testing.T) {
 	s, _ := newStore(t, 0)
 	ctx := context.Background()
 	id := idem.ID{Tenant: "t", Key: "k"}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("acquire: %v, %v", res.Acquired, err)
 	}

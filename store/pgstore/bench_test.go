@@ -44,7 +44,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 		naiveCycles = append(naiveCycles, d)
 
 		start = time.Now()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			b.Fatal(err)
 		}

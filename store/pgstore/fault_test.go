@@ -55,14 +55,14 @@ func TestLostReplyAfterAcquire(t *testing.T) {
 	ctx := context.Background()
 	id := idem.ID{Tenant: "acme", Key: "k"}
 	proxy.DropReplyOnce(commandComplete("INSERT 0 1"))
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", Lease: time.Hour})
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
 	}
 	if err != nil || !res.Acquired || res.Record.Owner != "me" {
 		t.Fatalf("Acquire after a lost reply = %+v, %v; want acquired by me", res, err)
 	}
-	other, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "other", Fingerprint: "fp", Lease: time.Hour})
+	other, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "other", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || other.Acquired {
 		t.Fatalf("second owner's Acquire = %+v, %v; want not acquired", other, err)
 	}

@@ -151,7 +151,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			s := newStore(t)
 			ctx := context.Background()
 			const lease = 150 * time.Millisecond
-			engine, err := idem.New(s, &idem.Options{Lease: lease, RenewEvery: -1})
+			engine, err := idem.New(s, &idem.Options{LeaseDuration: lease, RenewEvery: -1})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -219,7 +219,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 // acquireOnce runs the acquire statement and, when a live row blocked it,
 // reads that row. found is false when there was no such row any more.
 func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem.AcquireResult, found bool, err error) {
-	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.Lease.Microseconds())
+	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds())
 	if err != nil {
 		return idem.AcquireResult{}, false, err
 	}
@@ -279,7 +279,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.Lease.Microseconds())
+	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds())
 }
 
 // Release implements idem.Store.

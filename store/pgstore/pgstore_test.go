@@ -91,7 +91,7 @@ func TestReapConcurrent(t *testing.T) {
 		if i >= expired {
 			lease = time.Hour
 		}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: fmt.Sprint("k", i)}, Owner: fmt.Sprint("o", i), Lease: lease})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: fmt.Sprint("k", i)}, Owner: fmt.Sprint("o", i), LeaseDuration: lease})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %d: %v %+v", i, err, res)
 		}
@@ -145,7 +145,7 @@ func TestReapMovesLiveRecords(t *testing.T) {
 	const lease = 30 * time.Millisecond
 	acquire := func(key string) idem.LeaseRef {
 		t.Helper()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o-" + key, Lease: lease})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o-" + key, LeaseDuration: lease})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %s: %v %+v", key, err, res)
 		}
@@ -157,7 +157,7 @@ func TestReapMovesLiveRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := acquire("extended")
-	if err := s.Extend(ctx, idem.ExtendParams{LeaseRef: long, Lease: time.Hour}); err != nil {
+	if err := s.Extend(ctx, idem.ExtendParams{LeaseRef: long, LeaseDuration: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * lease)
@@ -221,7 +221,7 @@ func TestMigrateUpgrade(t *testing.T) {
 	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("second Reap = %d, %v; want 0", n, err)
 	}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "old-expired"}, Owner: "new", Lease: time.Minute})
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "old-expired"}, Owner: "new", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired || res.Record.Fence <= 2 {
 		t.Fatalf("Acquire after the upgrade = %+v, %v; want acquired", res, err)
 	}

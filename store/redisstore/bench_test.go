@@ -224,7 +224,7 @@ func engineCycle(e *idem.Engine) cycle {
 func storeCycle(s idem.Store) cycle {
 	return func(ctx context.Context, i int64) error {
 		id := idem.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner-" + id.Key, Fingerprint: "fp", Lease: naiveLock})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner-" + id.Key, Fingerprint: "fp", LeaseDuration: naiveLock})
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func BenchmarkCycle(b *testing.B) {
 			}
 			// Renewal as in production (every Lease/3): it never fires
 			// within a cycle, but its timer is part of the cost.
-			e, err := idem.New(s, &idem.Options{Lease: naiveLock, Retention: naiveRetention})
+			e, err := idem.New(s, &idem.Options{LeaseDuration: naiveLock, Retention: naiveRetention})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -123,7 +123,7 @@ func TestCluster(t *testing.T) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", Lease: time.Minute})
+					res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: time.Minute})
 					switch {
 					case err != nil:
 						errs.Add(1)
@@ -169,8 +169,8 @@ func TestCluster(t *testing.T) {
 		if err := replicas[0].Pause(); err != nil {
 			t.Fatal(err)
 		}
-		_, errPaused := s.Acquire(ctx, idem.AcquireParams{ID: paused, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
-		resOther, errOther := s.Acquire(ctx, idem.AcquireParams{ID: other, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+		_, errPaused := s.Acquire(ctx, idem.AcquireParams{ID: paused, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+		resOther, errOther := s.Acquire(ctx, idem.AcquireParams{ID: other, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err := replicas[0].Resume(); err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	winner := make([]atomic.Value, n) // owner string of the one acquirer
 	for i := range n / 2 {
 		owner := rand.Text()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", Lease: time.Minute})
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("acquire before the move: %+v, %v", res, err)
 		}
@@ -283,7 +283,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 						var res idem.AcquireResult
 						var err error
 						for attempt := 0; ; attempt++ {
-							res, err = s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", Lease: time.Minute})
+							res, err = s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
 							if err == nil || attempt == 200 {
 								break
 							}

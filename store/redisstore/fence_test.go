@@ -36,7 +36,7 @@ func TestFenceOfEndedRecordBeatsClock(t *testing.T) {
 			if err := client.Eval(ctx, lua, []string{s.RecordKey(id)}, ahead).Err(); err != nil && err.Error() != "redis: nil" {
 				t.Fatal(err)
 			}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", Lease: time.Minute})
+			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", LeaseDuration: time.Minute})
 			if err != nil || !res.Acquired {
 				t.Fatalf("Acquire = %+v, %v; want acquired", res, err)
 			}

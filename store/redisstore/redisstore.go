@@ -264,7 +264,7 @@ func (s *Store) keys(id idem.ID) []string { return []string{s.RecordKey(id)} }
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
 	r, notReplicated, err := s.write(ctx, acquireScript, s.keys(p.ID),
-		[]any{p.Owner, p.Fingerprint, p.Lease.Milliseconds(), fenceGraceMs})
+		[]any{p.Owner, p.Fingerprint, p.LeaseDuration.Milliseconds(), fenceGraceMs})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -277,7 +277,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 			return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
 		}
 		return idem.AcquireResult{Acquired: true, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
-			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.Lease}}, nil
+			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.LeaseDuration}}, nil
 	}
 	rec, err := parseRecord(p.ID, r)
 	if err != nil {
@@ -309,7 +309,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.Lease.Milliseconds(), fenceGraceMs})
+	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.LeaseDuration.Milliseconds(), fenceGraceMs})
 }
 
 // Release implements idem.Store.

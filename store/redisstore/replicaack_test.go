@@ -24,7 +24,7 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 	}
 	ctx := context.Background()
 	id := idem.ID{Tenant: "t", Key: rand.Text()}
-	_, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", Lease: time.Minute})
+	_, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", LeaseDuration: time.Minute})
 	if !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Acquire with ReplicaAcks 1 and no replica = %v; want ErrNotReplicated", err)
 	}
@@ -52,7 +52,7 @@ func TestReplicaAckZeroDoesNotWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "k"}, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "k"}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}

@@ -85,7 +85,7 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := idem.ID{Tenant: "t", Key: "after-flush"}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "f", Lease: time.Minute})
+			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "f", LeaseDuration: time.Minute})
 			if err != nil || !res.Acquired {
 				t.Fatalf("Acquire after SCRIPT FLUSH = %+v, %v; want acquired", res, err)
 			}

@@ -218,7 +218,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	}
 	// Failed completes and acquires during the failover are expected here;
 	// the engine's log lines about them would drown the test's output.
-	engine, err := idem.New(s, &idem.Options{Lease: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	engine, err := idem.New(s, &idem.Options{LeaseDuration: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

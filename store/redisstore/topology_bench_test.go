@@ -130,7 +130,7 @@ func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
 					return
 				}
 				id := idem.ID{Tenant: "bench", Key: base + strconv.FormatInt(i, 10)}
-				res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: time.Minute})
+				res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 				if err != nil || !res.Acquired {
 					b.Errorf("acquire: %+v, %v", res, err)
 					return

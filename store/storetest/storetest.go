@@ -78,7 +78,7 @@ func newID(t *testing.T) idem.ID {
 
 func acquire(t *testing.T, s idem.Store, id idem.ID, fp string, lease time.Duration) idem.AcquireResult {
 	t.Helper()
-	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, Lease: lease})
+	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Acquire(%v): %v", id, err)
 	}
@@ -130,7 +130,7 @@ func testAcquireOnce(t *testing.T, _ Harness, s idem.Store) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", Lease: long})
+			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long})
 		})
 	}
 	close(start)
@@ -177,7 +177,7 @@ func testAcquireExisting(t *testing.T, _ Harness, s idem.Store) {
 // engine takes such a record as its own.
 func testRepeatedAcquire(t *testing.T, _ Harness, s idem.Store) {
 	id := newID(t)
-	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", Lease: long}
+	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long}
 	first, err := s.Acquire(context.Background(), p)
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want acquired", first, err)
@@ -244,7 +244,7 @@ func testCompletedNotOverwritten(t *testing.T, _ Harness, s idem.Store) {
 	}
 	wantLost(t, "Complete by another owner", complete(s, idem.LeaseRef{ID: id, Owner: "intruder", Fence: ref.Fence + 1}, idem.Result{Body: []byte("third")}, long))
 	wantLost(t, "Release of a COMPLETED key", s.Release(context.Background(), ref))
-	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}))
+	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}))
 	rec, _ := get(t, s, id)
 	checkCompleted(t, rec, first)
 }
@@ -257,7 +257,7 @@ func testStaleOwner(t *testing.T, h Harness, s idem.Store) {
 	if fresh.Fence <= stale.Fence {
 		t.Fatalf("takeover fence %d is not above the stale fence %d", fresh.Fence, stale.Fence)
 	}
-	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, Lease: long}))
+	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, LeaseDuration: long}))
 	wantLost(t, "stale Complete", complete(s, stale, idem.Result{Body: []byte("stale")}, long))
 	wantLost(t, "stale Release", s.Release(context.Background(), stale))
 	rec, ok := get(t, s, id)
@@ -279,7 +279,7 @@ func testWrongOwnerOrFence(t *testing.T, _ Harness, s idem.Store) {
 		// redislock #71: a token equal to the key must not pass as the owner.
 		{ID: id, Owner: id.Key, Fence: ref.Fence},
 	} {
-		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, Lease: long}))
+		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, LeaseDuration: long}))
 		wantLost(t, fmt.Sprintf("Complete(%+v)", bad), complete(s, bad, idem.Result{}, long))
 		wantLost(t, fmt.Sprintf("Release(%+v)", bad), s.Release(context.Background(), bad))
 	}
@@ -347,7 +347,7 @@ func testLeaseExpires(t *testing.T, h Harness, s idem.Store) {
 func testExtend(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, Lease)
-	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}); err != nil {
+	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	h.Advance(t, 2*Lease)
@@ -367,7 +367,7 @@ func testExtendAfterExpiry(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, Lease)
 	h.Advance(t, 2*Lease)
-	wantLost(t, "Extend after expiry", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, Lease: long}))
+	wantLost(t, "Extend after expiry", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}))
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("Extend after expiry re-created the record: %+v", rec)
 	}
@@ -510,7 +510,7 @@ func testCancelled(t *testing.T, _ Harness, s idem.Store) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	id := newID(t)
-	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", Lease: long}); err == nil {
+	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: long}); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
 	if rec, ok := get(t, s, id); ok && (rec.State != idem.StateProcessing || rec.Owner != "o" || rec.Fence <= 0) {
