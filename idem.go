@@ -107,7 +107,7 @@ type CompleteParams struct {
 }
 
 // ExtendParams sets the remaining lease of the PROCESSING record held by
-// LeaseRef to Lease, counted from now by the store's clock.
+// LeaseRef to LeaseDuration, counted from now by the store's clock.
 type ExtendParams struct {
 	LeaseRef
 	LeaseDuration time.Duration
