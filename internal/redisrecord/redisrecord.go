@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/recordcodec"
 )
 
 // Key returns the Redis key of the record of id under prefix. The hash tag
@@ -22,7 +23,7 @@ func Key(prefix string, id idem.ID) string {
 
 // Record builds the record of id from the ten fields a script returns:
 // state (P or C), owner, fence, fingerprint, acquired, completed, status,
-// header (idem.AppendHeader), body, and the remaining TTL in ms. at turns
+// header (recordcodec.AppendHeader), body, and the remaining TTL in ms. at turns
 // the two timestamps into times (the Redis store counts milliseconds, the
 // layered mirror microseconds). Numbers that do not parse, a header that
 // does not decode and an unknown state are errors.
@@ -49,7 +50,7 @@ func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, erro
 	case "P":
 		rec.State = idem.StateProcessing
 	case "C":
-		h, err := idem.ParseHeader([]byte(f[7]))
+		h, err := recordcodec.ParseHeader([]byte(f[7]))
 		if err != nil {
 			return idem.Record{}, err
 		}

@@ -33,6 +33,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -123,7 +124,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 		return wrap(err)
 	}
 	err := completeScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence,
-		max(p.Retention.Milliseconds(), 1), p.Result.Status, idem.AppendHeader(nil, p.Result.Header), p.Result.Body).Err()
+		max(p.Retention.Milliseconds(), 1), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body).Err()
 	s.cacheFailed("complete", err)
 	return nil
 }
@@ -214,7 +215,7 @@ func (s *Store) mirror(ctx context.Context, rec idem.Record) {
 	state, status, completed, header, body := "P", 0, int64(0), []byte(nil), []byte(nil)
 	if rec.State == idem.StateCompleted && rec.Result != nil {
 		state, status, completed = "C", rec.Result.Status, rec.CompletedAt.UnixMicro()
-		header, body = idem.AppendHeader(nil, rec.Result.Header), rec.Result.Body
+		header, body = recordcodec.AppendHeader(nil, rec.Result.Header), rec.Result.Body
 	}
 	err := putScript.Run(ctx, s.redis, []string{s.MirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
 		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl).Err()

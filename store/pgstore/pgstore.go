@@ -44,6 +44,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -260,7 +261,7 @@ func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem
 // common case is one statement.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
-		p.Result.Status, idem.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
 	if err != nil {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}
@@ -372,7 +373,7 @@ func scanRecord(id idem.ID, rows pgx.Rows, pre ...any) (idem.Record, error) {
 		rec.State = idem.StateProcessing
 	case "C":
 		rec.State = idem.StateCompleted
-		h, err := idem.ParseHeader(header)
+		h, err := recordcodec.ParseHeader(header)
 		if err != nil {
 			return idem.Record{}, err
 		}

@@ -9,7 +9,7 @@
 //	                           the lease or retention, fence, owner,
 //	                           fingerprint, acquired ms; when C also
 //	                           completed ms, status, header
-//	                           (idem.AppendHeader) and body
+//	                           (recordcodec.AppendHeader) and body
 //
 // The encoding (struct.pack in the scripts, described in acquire.lua) is
 // read and written whole: one GET and one SET per transition, which costs
@@ -77,6 +77,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -304,7 +305,7 @@ func parseAcquired(s string) (fence, acquiredMs int64, err error) {
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	return s.transition(ctx, "complete", s.write, completeScript, s.keys(p.ID), []any{p.Owner, p.Fence,
-		p.Retention.Milliseconds(), p.Result.Status, idem.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
+		p.Retention.Milliseconds(), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
 }
 
 // Extend implements idem.Store.

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS records (
     -- deletes it.
     expires_at      timestamptz NOT NULL,
     status          integer,
-    header          bytea,      -- idem.AppendHeader encoding
+    header          bytea,      -- recordcodec.AppendHeader encoding
     body            bytea,
     PRIMARY KEY (tenant_id, idempotency_key)
 );

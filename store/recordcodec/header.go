@@ -1,4 +1,4 @@
-package idem
+package recordcodec
 
 import (
 	"encoding/binary"
@@ -8,7 +8,7 @@ import (
 )
 
 // errBadHeader is returned for stored header bytes that do not decode.
-var errBadHeader = errors.New("idem: corrupt stored header")
+var errBadHeader = errors.New("recordcodec: corrupt stored header")
 
 // AppendHeader appends a compact, deterministic binary encoding of h to b,
 // for stores that keep a Result's header as bytes: a count of names, then
