@@ -111,9 +111,6 @@ func New(store Store, opts *Options) (*Engine, error) {
 	return e, nil
 }
 
-// Store returns the store the engine runs on.
-func (e *Engine) Store() Store { return e.store }
-
 // Request names the key an attempt is for.
 type Request struct {
 	Tenant        string

@@ -99,8 +99,8 @@ func New(client redis.Scripter, authority idem.Store, opts *Options) (*Store, er
 	return &Store{redis: client, authority: authority, prefix: o.Prefix, log: o.Logger}, nil
 }
 
-// MirrorKey returns the Redis key of the mirror of id, for operators.
-func (s *Store) MirrorKey(id idem.ID) string {
+// mirrorKey returns the Redis key of the mirror of id.
+func (s *Store) mirrorKey(id idem.ID) string {
 	return redisrecord.Key(s.prefix, id)
 }
 
@@ -123,7 +123,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err := s.authority.Complete(ctx, p); err != nil {
 		return wrap(err)
 	}
-	err := completeScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence,
+	err := completeScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Owner, p.Fence,
 		max(p.Retention.Milliseconds(), 1), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body).Err()
 	s.cacheFailed("complete", err)
 	return nil
@@ -134,7 +134,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	if err := s.authority.Extend(ctx, p); err != nil {
 		return wrap(err)
 	}
-	err := extendScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Owner, p.Fence, max(p.LeaseDuration.Milliseconds(), 1)).Err()
+	err := extendScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Owner, p.Fence, max(p.LeaseDuration.Milliseconds(), 1)).Err()
 	s.cacheFailed("extend", err)
 	return nil
 }
@@ -143,7 +143,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	err := s.authority.Release(ctx, p)
 	if err == nil || errors.Is(err, idem.ErrLeaseLost) { // either way this lease is over
-		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.MirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
+		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
 	}
 	return wrap(err)
 }
@@ -176,7 +176,7 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	if err != nil {
 		return false, wrap(err)
 	}
-	if err := deleteScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}, fence, tombstoneMs).Err(); err != nil {
+	if err := deleteScript.Run(ctx, s.redis, []string{s.mirrorKey(id)}, fence, tombstoneMs).Err(); err != nil {
 		return existed, fmt.Errorf("layered: delete mirror: %w", err)
 	}
 	return existed, nil
@@ -190,7 +190,7 @@ const tombstoneMs = int64(time.Minute / time.Millisecond)
 // mirrored reads the mirror of id. A miss, or a Redis failure, reports
 // false: the caller asks the authority.
 func (s *Store) mirrored(ctx context.Context, id idem.ID) (idem.Record, bool) {
-	f, err := getScript.Run(ctx, s.redis, []string{s.MirrorKey(id)}).StringSlice()
+	f, err := getScript.Run(ctx, s.redis, []string{s.mirrorKey(id)}).StringSlice()
 	if err != nil {
 		s.cacheFailed("get", err)
 		return idem.Record{}, false
@@ -217,7 +217,7 @@ func (s *Store) mirror(ctx context.Context, rec idem.Record) {
 		state, status, completed = "C", rec.Result.Status, rec.CompletedAt.UnixMicro()
 		header, body = recordcodec.AppendHeader(nil, rec.Result.Header), rec.Result.Body
 	}
-	err := putScript.Run(ctx, s.redis, []string{s.MirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
+	err := putScript.Run(ctx, s.redis, []string{s.mirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
 		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl).Err()
 	s.cacheFailed("put", err)
 }

@@ -206,14 +206,6 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return ok, nil
 }
 
-// Len returns the number of live records, for tests and metrics.
-func (s *Store) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.expire(s.now())
-	return len(s.entries)
-}
-
 func (s *Store) processingEntry(ref idem.LeaseRef) (*entry, bool) {
 	e, ok := s.entries[ref.ID]
 	if !ok || e.rec.State != idem.StateProcessing || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {

@@ -45,10 +45,11 @@ func (p *provider) counts() (calls, charges int) {
 }
 
 // chargeOnce is the article's flow, run by the worker that holds the lease
-// with the given fence: reserve the key in a transaction, call the provider
+// with the given fence: reserve the key in a transaction on pool (the one
+// the store runs on), call the provider
 // with the key forwarded, record the outcome, commit.
-func chargeOnce(ctx context.Context, store *pgstore.Store, prov *provider, tenant, key string, fence int64) ([]byte, error) {
-	tx, err := store.Pool().Begin(ctx)
+func chargeOnce(ctx context.Context, pool *pgxpool.Pool, store *pgstore.Store, prov *provider, tenant, key string, fence int64) ([]byte, error) {
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +59,7 @@ func chargeOnce(ctx context.Context, store *pgstore.Store, prov *provider, tenan
 		// Another worker did the work and committed, but did not get to
 		// complete the idem record: its recorded outcome is the result.
 		tx.Rollback(ctx)
-		r, err := store.Reservation(ctx, store.Pool(), tenant, key)
+		r, err := store.Reservation(ctx, pool, tenant, key)
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +108,7 @@ func Example_articleFlow() {
 	pay := func(key string) {
 		req := idem.Request{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
 		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, store, prov, req.Tenant, req.Key, fence)
+			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, fence)
 		})
 		fmt.Printf("%s replayed=%v err=%v\n", out, replayed, err)
 	}

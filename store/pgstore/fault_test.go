@@ -109,7 +109,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	req := idem.Request{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
 	pay := func() ([]byte, error) {
 		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, s, prov, req.Tenant, req.Key, fence)
+			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, fence)
 		})
 		return out, err
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// UniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
-const UniqueViolation = "23505"
+// uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
+const uniqueViolation = "23505"
 
 // Reserve inserts the reservation of (tenant, key) with the lease's fence
 // into tx, the application's own transaction, before the work (the
@@ -100,7 +100,7 @@ func FencedExec(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
 // *pgconn.PgError reachable with errors.As.
 func duplicate(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == UniqueViolation {
+	if errors.As(err, &pgErr) && pgErr.Code == uniqueViolation {
 		return fmt.Errorf("%w: %w", ErrDuplicate, err)
 	}
 	return err

@@ -212,7 +212,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			}
 			doneB := make(chan result, 1)
 			go func() {
-				out, err := chargeOnce(ctx, s, prov, req.Tenant, req.Key, attB.Lease.Fence())
+				out, err := chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, attB.Lease.Fence())
 				doneB <- result{out, err}
 			}()
 			var b result

@@ -96,12 +96,6 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	return &Store{pool: pool, schema: o.Schema, q: newQueries(o.Schema)}, nil
 }
 
-// Pool returns the pool the store runs on.
-func (s *Store) Pool() *pgxpool.Pool { return s.pool }
-
-// Schema returns the schema that holds the store's tables.
-func (s *Store) Schema() string { return s.schema }
-
 // recordColumns are read by scanRecord, in this order.
 const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body,
 	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`

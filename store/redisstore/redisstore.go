@@ -255,12 +255,12 @@ func newStore(r runner, opts *Options) (*Store, error) {
 	return &Store{r: r, prefix: o.Prefix, replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}, nil
 }
 
-// RecordKey returns the Redis key of the record of id, for operators.
-func (s *Store) RecordKey(id idem.ID) string {
+// recordKey returns the Redis key of the record of id.
+func (s *Store) recordKey(id idem.ID) string {
 	return redisrecord.Key(s.prefix, id)
 }
 
-func (s *Store) keys(id idem.ID) []string { return []string{s.RecordKey(id)} }
+func (s *Store) keys(id idem.ID) []string { return []string{s.recordKey(id)} }
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -154,6 +155,7 @@ func (p *chargeCounter) count(key string) int {
 // payment runs the work of one acquired key, with or without the guardrail.
 type payment struct {
 	pg       *pgstore.Store
+	pool     *pgxpool.Pool // the pool pg runs on, for the work's own transactions
 	provider *chargeCounter
 	mu       sync.Mutex
 	commits  map[string]int // key -> transactions that committed its reservation
@@ -168,7 +170,7 @@ func (p *payment) run(ctx context.Context, id idem.ID, fence int64, guardrail bo
 	if !guardrail {
 		return p.provider.Charge(id.Key), nil
 	}
-	tx, err := p.pg.Pool().Begin(ctx)
+	tx, err := p.pool.Begin(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -179,7 +181,7 @@ func (p *payment) run(ctx context.Context, id idem.ID, fence int64, guardrail bo
 		p.mu.Lock()
 		p.refused[id.Key]++
 		p.mu.Unlock()
-		r, err := p.pg.Reservation(ctx, p.pg.Pool(), id.Tenant, id.Key)
+		r, err := p.pg.Reservation(ctx, p.pool, id.Tenant, id.Key)
 		if err != nil {
 			return "", err
 		}
@@ -231,7 +233,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	if err != nil {
 		t.Fatal(err)
 	}
-	pay := &payment{pg: pg, provider: &chargeCounter{charges: map[string][]string{}}, commits: map[string]int{}, refused: map[string]int{}}
+	pay := &payment{pg: pg, pool: pool, provider: &chargeCounter{charges: map[string][]string{}}, commits: map[string]int{}, refused: map[string]int{}}
 	// guarded tells the two halves apart by key.
 	guarded := func(id idem.ID) bool { return strings.HasPrefix(id.Key, "g-") }
 	// attempt begins an attempt at id and, if it acquires the key, runs the

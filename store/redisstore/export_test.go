@@ -1,0 +1,7 @@
+package redisstore
+
+import "github.com/idemkit/idem"
+
+// RecordKey returns the Redis key of the record of id, for the tests that
+// reach the record or its Cluster slot directly.
+func (s *Store) RecordKey(id idem.ID) string { return s.recordKey(id) }
