@@ -293,10 +293,6 @@ func orDefault(d, def time.Duration) time.Duration {
 	return d
 }
 
-// ErrLeaseClosed: Complete or Release was called on a lease that was already
-// completed, released or lost.
-var ErrLeaseClosed = errors.New("idem: lease already completed, released or lost")
-
 // Lease is the right to do the work for one key, held by one attempt.
 // Call exactly one of Complete or Release when the work ends.
 type Lease struct {

@@ -143,36 +143,53 @@ type Store interface {
 	Delete(ctx context.Context, id ID) (bool, error)
 }
 
-// Errors returned by the engine and by stores.
+// The errors of the engine and of stores. A store's own failure reaches
+// the engine's caller wrapped in ErrStore; errors.Is finds both.
 var (
-	// ErrLeaseLost: the key is no longer PROCESSING under this owner and fence
-	// (the lease expired and was taken over, or the key was deleted). Nothing
-	// was changed.
+	// ErrLeaseLost is returned when the key is no longer PROCESSING under
+	// the lease's owner and fence, because the lease expired and another
+	// attempt took the key over, or the key was deleted. Nothing was
+	// changed. It is also the cause of a Lease.Context cancelled for that
+	// reason.
 	ErrLeaseLost = errors.New("idem: lease lost")
-	// ErrLeaseExpired is the cause of a lease context cancelled because the
-	// lease deadline passed without a successful renewal.
+	// ErrLeaseExpired is returned by Lease.Check, and is the cause of a
+	// cancelled Lease.Context, when the lease's deadline passed without a
+	// successful renewal.
 	ErrLeaseExpired = errors.New("idem: lease expired before renewal")
-	// ErrNotFound: no record for the key.
+	// ErrLeaseClosed is returned by Lease.Complete and Lease.Release when
+	// the lease was already completed, released or lost.
+	ErrLeaseClosed = errors.New("idem: lease already completed, released or lost")
+	// ErrNotFound is returned by Get when the key has no record.
 	ErrNotFound = errors.New("idem: key not found")
-	// ErrInvalidKey, ErrInvalidTenant and ErrInvalidFingerprint: the input
-	// is empty (keys only), longer than 255 bytes, not UTF-8, or holds
-	// control characters.
-	ErrInvalidKey         = errors.New("idem: invalid idempotency key")
-	ErrInvalidTenant      = errors.New("idem: invalid tenant")
+	// ErrInvalidKey is returned when an idempotency key is empty, longer
+	// than MaxKeyLength bytes, not UTF-8, or holds control characters.
+	ErrInvalidKey = errors.New("idem: invalid idempotency key")
+	// ErrInvalidTenant is returned when a tenant is longer than
+	// MaxKeyLength bytes, not UTF-8, or holds control characters.
+	ErrInvalidTenant = errors.New("idem: invalid tenant")
+	// ErrInvalidFingerprint is returned when a fingerprint is longer than
+	// MaxKeyLength bytes, not UTF-8, or holds control characters.
 	ErrInvalidFingerprint = errors.New("idem: invalid fingerprint")
-	// ErrInvalidRequest: a Request's Lease or Retention is negative or
-	// under the 1ms resolution of stores.
+	// ErrInvalidRequest is returned by Begin when a Request's
+	// LeaseDuration or Retention is negative or under the 1ms resolution
+	// of stores.
 	ErrInvalidRequest = errors.New("idem: invalid request options")
-	// ErrResultTooLarge: the result body is over Options.MaxResultBytes.
+	// ErrResultTooLarge is returned by Lease.Complete when the result body
+	// is over Options.MaxResultBytes. The lease is kept, so the caller can
+	// Release it.
 	ErrResultTooLarge = errors.New("idem: result too large to store")
-	// ErrStoreFull: a bounded store has no room left that it may free.
+	// ErrStoreFull is returned by a bounded store (store/memstore) when it
+	// has no room left that it may free.
 	ErrStoreFull = errors.New("idem: store full")
-	// ErrStore wraps every failure of a store call (unreachable, timeout,
-	// protocol error). The key was not acquired: fail closed.
+	// ErrStore is returned, wrapping the store's own error, when a store
+	// call fails (unreachable, timeout, protocol error). After a Begin that
+	// failed so, the key was not acquired: fail closed.
 	ErrStore = errors.New("idem: store failed")
-	// ErrInFlight: another attempt holds the key (Do). See InFlightError.
+	// ErrInFlight is returned by Do when another attempt holds the key,
+	// as an *InFlightError that says when that attempt's lease ends.
 	ErrInFlight = errors.New("idem: request in flight")
-	// ErrMismatch: the key was used before with a different fingerprint.
+	// ErrMismatch is returned by Do when the key was used before with a
+	// different fingerprint.
 	ErrMismatch = errors.New("idem: key reused with a different request")
 )
 

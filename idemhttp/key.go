@@ -17,9 +17,12 @@ const (
 
 // Errors of KeyFromHeader.
 var (
-	// ErrNoKey: the request has no Idempotency-Key header.
+	// ErrNoKey is returned by KeyFromHeader when the request has no
+	// Idempotency-Key header.
 	ErrNoKey = errors.New("idemhttp: no Idempotency-Key header")
-	// ErrBadKey: the Idempotency-Key header is present but unusable.
+	// ErrBadKey is returned by KeyFromHeader, with the reason, when the
+	// Idempotency-Key header is present but unusable: sent more than once,
+	// or not a key of 1 to 255 printable ASCII characters.
 	ErrBadKey = errors.New("idemhttp: invalid Idempotency-Key header")
 )
 

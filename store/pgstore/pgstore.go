@@ -52,14 +52,18 @@ import (
 
 // Errors of this package.
 var (
-	// ErrConfig: New or Migrate got an option it cannot use.
+	// ErrConfig is returned by New, Migrate and Store.Reap for an option or
+	// argument they cannot use.
 	ErrConfig = errors.New("pgstore: bad configuration")
-	// ErrDuplicate: the key is already reserved by a committed (or
-	// committing) transaction: PostgreSQL's unique_violation (23505).
-	// The work must not run again; read the recorded outcome instead.
+	// ErrDuplicate is returned by Store.Reserve and FencedExec, together
+	// with PostgreSQL's unique_violation (23505), when the key is already
+	// reserved by a committed (or committing) transaction. The work must
+	// not run again; read the recorded outcome with Store.Reservation
+	// instead.
 	ErrDuplicate = errors.New("pgstore: idempotency key already reserved")
-	// ErrStaleFence: a fenced write matched no row, because a holder with
-	// a higher fence wrote it (or it was settled already, or is missing).
+	// ErrStaleFence is returned by Store.Settle and FencedExec when a
+	// fenced write matched no row, because a holder with a higher fence
+	// wrote it (or it was settled already, or is missing).
 	ErrStaleFence = errors.New("pgstore: stale fencing token")
 )
 

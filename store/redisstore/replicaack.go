@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrNotReplicated reports that a write reached the primary but fewer
-// replicas than Options.ReplicaAcks acknowledged it within
+// ErrNotReplicated is returned, wrapped, when a write reached the primary
+// but fewer replicas than Options.ReplicaAcks acknowledged it within
 // Options.ReplicaAckTimeout. The engine reports it as idem.ErrStore (a
 // retryable 503); the request's work has not started.
 var ErrNotReplicated = errors.New("redisstore: write not acknowledged by enough replicas")

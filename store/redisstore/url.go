@@ -11,7 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrBadURL reports a store URL that ParseURL cannot use.
+// ErrBadURL is returned by ParseURL, with the reason, for a store URL it
+// cannot use.
 var ErrBadURL = errors.New("redisstore: bad Redis URL")
 
 // ParseURL returns a go-redis client for a Redis store URL, for commands
