@@ -94,13 +94,13 @@ func New(store Store, opts *Options) (*Engine, error) {
 		e.lease = 30 * time.Second
 	}
 	if e.lease < time.Millisecond {
-		return nil, fmt.Errorf("idem: New: Lease %v is under the 1ms resolution of stores", e.lease)
+		return nil, fmt.Errorf("idem: New: LeaseDuration %v is under the 1ms resolution of stores", e.lease)
 	}
 	if e.retention == 0 {
 		e.retention = 24 * time.Hour
 	}
 	if e.renew >= e.lease {
-		return nil, fmt.Errorf("idem: New: RenewEvery %v must be shorter than Lease %v", e.renew, e.lease)
+		return nil, fmt.Errorf("idem: New: RenewEvery %v must be shorter than LeaseDuration %v", e.renew, e.lease)
 	}
 	if e.maxResult == 0 {
 		e.maxResult = 16 << 20

@@ -16,8 +16,9 @@
 // taken), fingerprinted, and handed on intact. Then, per (tenant, key):
 //
 //   - first request: the handler runs under a lease; its response is
-//     recorded and stored, or the key released when Options.Store says the
-//     status is retryable (by default 5xx, 408, 425, 429) or it panics;
+//     recorded and stored, or the key released when Options.StoreResult
+//     says the status is retryable (by default 5xx, 408, 425, 429) or the
+//     handler panics;
 //   - a retry after that: the stored status, body and a safe subset of
 //     headers, marked Idempotent-Replayed: true;
 //   - a retry while the first still runs: 409 with Retry-After (the seconds

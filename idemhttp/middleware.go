@@ -160,9 +160,9 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
 	switch {
 	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0:
-		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, Lease or Retention")
+		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration or Retention")
 	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
-		return nil, fmt.Errorf("idemhttp: New: Lease %v is under the 1ms resolution of stores", o.LeaseDuration)
+		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
 	case o.Tenant != nil && o.TenantHeader != "":
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
 	}

@@ -14,7 +14,7 @@ const (
 	// stored (possibly as not replayable).
 	OutcomeExecuted
 	// OutcomeReleased: the handler ran and failed in a retryable way (the
-	// Store policy said so, or it panicked); the key was released.
+	// StoreResult policy said so, or it panicked); the key was released.
 	OutcomeReleased
 	// OutcomeReplayed: the stored result was replayed; the handler did not run.
 	OutcomeReplayed
