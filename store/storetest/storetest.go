@@ -32,9 +32,9 @@ type Harness struct {
 	Advance func(t *testing.T, d time.Duration)
 }
 
-// Lease is the short lease the suite uses where it lets leases expire;
-// stores must honour TTLs at millisecond resolution.
-const Lease = 60 * time.Millisecond
+// short is the lease (or retention) the suite lets expire; stores must
+// honour TTLs at millisecond resolution.
+const short = 60 * time.Millisecond
 
 // long is a lease or retention that never ends during a test.
 const long = time.Hour
@@ -251,8 +251,8 @@ func testCompletedNotOverwritten(t *testing.T, _ Harness, s idem.Store) {
 
 func testStaleOwner(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
-	stale := mustAcquire(t, s, id, Lease)
-	h.Advance(t, 2*Lease)
+	stale := mustAcquire(t, s, id, short)
+	h.Advance(t, 2*short)
 	fresh := mustAcquire(t, s, id, long)
 	if fresh.Fence <= stale.Fence {
 		t.Fatalf("takeover fence %d is not above the stale fence %d", fresh.Fence, stale.Fence)
@@ -299,9 +299,9 @@ func testFenceIncreases(t *testing.T, h Harness, s idem.Store) {
 	if err := s.Release(ctx, ref); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	ref = mustAcquire(t, s, id, Lease) // expires
+	ref = mustAcquire(t, s, id, short) // expires
 	fences = append(fences, ref.Fence)
-	h.Advance(t, 2*Lease)
+	h.Advance(t, 2*short)
 	ref = mustAcquire(t, s, id, long) // completed, then deleted
 	fences = append(fences, ref.Fence)
 	if err := complete(s, ref, idem.Result{}, long); err != nil {
@@ -336,8 +336,8 @@ func testFenceIncreases(t *testing.T, h Harness, s idem.Store) {
 
 func testLeaseExpires(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
-	mustAcquire(t, s, id, Lease)
-	h.Advance(t, 2*Lease)
+	mustAcquire(t, s, id, short)
+	h.Advance(t, 2*short)
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("record after its lease ended = %+v; want absent", rec)
 	}
@@ -346,11 +346,11 @@ func testLeaseExpires(t *testing.T, h Harness, s idem.Store) {
 
 func testExtend(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
-	ref := mustAcquire(t, s, id, Lease)
+	ref := mustAcquire(t, s, id, short)
 	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
-	h.Advance(t, 2*Lease)
+	h.Advance(t, 2*short)
 	rec, ok := get(t, s, id)
 	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
 		t.Fatalf("extended lease after the first deadline: %+v (found %v); want still PROCESSING", rec, ok)
@@ -365,8 +365,8 @@ func testExtend(t *testing.T, h Harness, s idem.Store) {
 
 func testExtendAfterExpiry(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
-	ref := mustAcquire(t, s, id, Lease)
-	h.Advance(t, 2*Lease)
+	ref := mustAcquire(t, s, id, short)
+	h.Advance(t, 2*short)
 	wantLost(t, "Extend after expiry", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}))
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("Extend after expiry re-created the record: %+v", rec)
@@ -380,13 +380,13 @@ func testExtendAfterExpiry(t *testing.T, h Harness, s idem.Store) {
 func testResultExpires(t *testing.T, h Harness, s idem.Store) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	if err := complete(s, ref, idem.Result{Status: 200}, Lease); err != nil {
+	if err := complete(s, ref, idem.Result{Status: 200}, short); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	if _, ok := get(t, s, id); !ok {
 		t.Fatal("result gone before its retention ended")
 	}
-	h.Advance(t, 2*Lease)
+	h.Advance(t, 2*short)
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("result after its retention = %+v; want absent", rec)
 	}
