@@ -2,6 +2,10 @@
 // billing and provisioning APIs, message consumers and jobs that must not
 // run twice.
 //
+// Exactly once here means: never run again what may already have run. A
+// key is released for a retry only when the work provably did not take
+// effect; an unknown outcome is not a failure.
+//
 // # The state engine
 //
 // A key is in one of three states (see docs/state-machine.md):
@@ -17,19 +21,48 @@
 // PROCESSING under the caller's owner AND fence. A worker that stalled past
 // its lease gets ErrLeaseLost and changes nothing.
 //
-// # Use
+// # Running work once
 //
-// Engine.Begin starts an attempt and answers with exactly one Outcome:
-// Acquired (with a Lease), Replayed (with the stored Result), InFlight (with
-// the time until the other attempt's lease ends) or Mismatch (the key was
-// used for a different request). A held lease renews itself while the work
-// runs, and Lease.Context is cancelled when it can no longer be held, so
-// work can stop before its side effects. Engine.Do wraps all of it for
-// non-HTTP work.
+// Engine.Do wraps everything for work that is not an HTTP handler (a job,
+// a message consumer): it runs the function once per key, stores its
+// output, and hands the stored output to every later call with the key.
+// A function that returns an error has its key released, so a later call
+// runs it again.
+//
+// Engine.Begin is the step-by-step form. It answers with exactly one
+// Outcome: Acquired (with a Lease), Replayed (with the stored Result),
+// InFlight (with the time until the other attempt's lease ends) or
+// Mismatch (the key was used for a different request). The holder of a
+// Lease does the work and then calls Lease.Complete with the result, or
+// Lease.Release when the work did not take effect. While the work runs,
+// the lease renews itself; Lease.Context is cancelled when the lease can
+// no longer be held, and Lease.Check answers synchronously whether it is
+// still held: call it just before the side effect. Pass Lease.Fence with
+// the work's own writes (store/pgstore's guardrail, or a provider's
+// idempotency key), so that they can refuse an owner whose lease was
+// taken over.
+//
+// The HTTP middleware in package idemhttp runs Begin, Complete and Release
+// around a handler.
+//
+// The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
+// (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by
+// pkg.go.dev and `go doc -http`) run each of these on the memory store.
+//
+// # Observing
+//
+// Options.Observer is told about every store call the engine makes and
+// every renewed, lost or expired lease, for metrics and traces; the idem
+// gateway's store metrics and spans come from one.
 //
 // # Stores
 //
-// store/memstore is the embedded default; store/redisstore runs every
-// transition as one Lua script. store/storetest is the conformance suite
-// that every Store passes.
+// A Store keeps the records. store/memstore is the embedded default, for one
+// process; store/redisstore runs every transition as one Lua script on
+// Redis (single node, Sentinel or Cluster); store/pgstore keeps records in
+// PostgreSQL, which does not lose a committed write, and adds the
+// guardrail for the application's own transaction; store/layered puts a
+// Redis mirror in front of PostgreSQL. store/storetest is the conformance
+// suite that every Store passes, and store/recordcodec holds what a new
+// store needs beyond this package.
 package idem

@@ -5,14 +5,65 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
+
+// databaseURL is the PostgreSQL database of the examples:
+// IDEM_TEST_DATABASE_URL, or the local one that scripts/test.sh starts.
+func databaseURL() string {
+	if u := os.Getenv("IDEM_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+}
+
+// The engine on PostgreSQL: Migrate creates the store's tables (the
+// `idem migrate` command runs it too), New opens the store on them. A
+// record survives a restart, and a fence is never handed out twice.
+// (Without a reachable database the example stops at Migrate.)
+func ExampleNew() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, databaseURL())
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	schema := "idem_example_" + strings.ToLower(rand.Text()[:8]) // empty means "idem"
+	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		panic(err)
+	}
+	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+
+	store, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	if err != nil {
+		panic(err)
+	}
+	engine, err := idem.New(store, nil)
+	if err != nil {
+		panic(err)
+	}
+	provisioned := 0
+	provision := func(ctx context.Context, fence int64) ([]byte, error) {
+		provisioned++
+		return []byte("vm-1 running"), nil
+	}
+	req := idem.Request{Tenant: "acme", Key: "create-vm-1", Fingerprint: "POST /vms size=small"}
+	for range 2 {
+		out, replayed, err := engine.Do(ctx, req, provision)
+		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
+	}
+	fmt.Println("provisioned:", provisioned)
+	// Output:
+	// vm-1 running replayed=false err=<nil>
+	// vm-1 running replayed=true err=<nil>
+	// provisioned: 1
+}
 
 // provider is a fake payment provider that, like Stripe, answers a retried
 // idempotency key with the charge it already made. It counts the calls it
@@ -85,7 +136,7 @@ func chargeOnce(ctx context.Context, pool *pgxpool.Pool, store *pgstore.Store, p
 // PostgreSQL store: the work runs once, the retry gets the stored result.
 func Example_articleFlow() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.DatabaseURL())
+	pool, err := pgxpool.New(ctx, databaseURL())
 	if err != nil {
 		panic(err)
 	}

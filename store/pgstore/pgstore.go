@@ -1,39 +1,3 @@
-// Package pgstore is an idem.Store on PostgreSQL, and the guardrail that
-// makes the application's own transaction the last line of defence against
-// a second execution.
-//
-// # Records
-//
-// One row per key in SCHEMA.records, keyed by (tenant_id, idempotency_key).
-// Every transition is one SQL statement that checks the state, the owner
-// and the fence of the lease in its WHERE clause. Lease deadlines and
-// retention ends are computed from the database's clock_timestamp(), never
-// from the application's clock; a row past its end is absent to every
-// query, and the reaper (Store.Reap) deletes it later. No index covers a
-// column that Complete or Extend changes, so PostgreSQL can update those
-// rows in place (HOT updates); the reaper has its own column, reap_at.
-//
-// # Fences
-//
-// Fencing tokens come from a PostgreSQL sequence, taken in the statement
-// that grants the lease. A sequence never hands out a value twice, after a
-// rollback, a crash or a restart, so the fence strictly increases for every
-// key, including after release, delete and expiry, and whatever happens to
-// a Redis in front of it (store/layered). PostgreSQL does not lose a
-// committed write, which Redis's asynchronous replication can.
-//
-// # Guardrail
-//
-// Store.Reserve inserts a reservation row in the caller's transaction
-// before the provider is called; a second reservation of the key fails
-// with ErrDuplicate. Store.Settle records the outcome with a fence check,
-// and FencedExec applies the same check to the application's own tables.
-// See the package example for the whole flow.
-//
-// # Schema
-//
-// Migrate applies the migrations embedded from migrations/*.sql; New does
-// not run them.
 package pgstore
 
 import (

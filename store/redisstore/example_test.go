@@ -1,0 +1,68 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+// redisURL is the Redis server of the examples: IDEM_TEST_REDIS_URL, or
+// the local one that scripts/test.sh starts.
+func redisURL() string {
+	if u := os.Getenv("IDEM_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// removeKeys deletes the keys under prefix that an example wrote.
+func removeKeys(ctx context.Context, client redis.UniversalClient, prefix string) {
+	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		client.Del(ctx, iter.Val())
+	}
+}
+
+// The engine on Redis: every instance of a service that shares the Redis
+// server shares the keys. Two deliveries of one message run the work once.
+// (Without a reachable Redis the store fails closed: Do returns an error
+// wrapping idem.ErrStore and the work does not run.)
+func ExampleNew() {
+	ctx := context.Background()
+	client, err := redisstore.ParseURL(redisURL()) // also redis-sentinel:// and redis-cluster:// URLs
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	prefix := "idem-example:" + rand.Text()[:8] + ":" // zero means "idem:"
+	defer removeKeys(ctx, client, prefix)
+
+	store, err := redisstore.New(client, &redisstore.Options{Prefix: prefix})
+	if err != nil {
+		panic(err)
+	}
+	engine, err := idem.New(store, nil)
+	if err != nil {
+		panic(err)
+	}
+	sent := 0
+	sendInvoice := func(ctx context.Context, fence int64) ([]byte, error) {
+		sent++
+		return []byte("invoice INV-1 sent"), nil
+	}
+	msg := idem.Request{Tenant: "acme", Key: "invoice-INV-1"}
+	for range 2 {
+		out, replayed, err := engine.Do(ctx, msg, sendInvoice)
+		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
+	}
+	fmt.Println("sent:", sent)
+	// Output:
+	// invoice INV-1 sent replayed=false err=<nil>
+	// invoice INV-1 sent replayed=true err=<nil>
+	// sent: 1
+}
