@@ -19,7 +19,7 @@ import (
 type scenario struct {
 	name   string
 	vector string // how the fault is injected, for the table's legend and the docs
-	impls  []string
+	impls  []impl
 
 	oneKey        bool // a single key (the burst)
 	clientsPerKey int  // zero: 1
@@ -45,14 +45,28 @@ func (s *scenario) clientTimeout(lease time.Duration) time.Duration {
 	return lease * 6 / 10
 }
 
+// keyNames returns the keys of a run, def of them unless the scenario has one.
+func (s *scenario) keyNames(def int) []string {
+	keys := make([]string, s.keys(def))
+	for i := range keys {
+		keys[i] = "order-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// perKey is how many clients send a key's first requests.
+func (s *scenario) perKey() int {
+	return max(s.clientsPerKey, 1)
+}
+
 // spread is how long the clients' first requests are spread over; faults
 // are timed as fractions of it.
 func (lb *lab) spread() time.Duration { return time.Duration(lb.keys) * lb.lease / 2 }
 
 var (
-	allRedis  = []string{implNaive, implIdemRedis, implIdemRedisPG}
-	withKey   = []string{implNaive, implIdemRedis, implIdemRedisPG, implProviderKey}
-	withLocal = []string{implNaive, implIdemMemory, implIdemRedis, implIdemRedisPG}
+	allRedis  = []impl{naive, idemRedis, idemRedisPG}
+	withKey   = []impl{naive, idemRedis, idemRedisPG, idemRedisProviderKey}
+	withLocal = []impl{naive, idemMemory, idemRedis, idemRedisPG}
 )
 
 func scenarios() []*scenario {
@@ -66,13 +80,13 @@ func scenarios() []*scenario {
 		{
 			name:   "stall-after",
 			vector: "the worker freezes for 1.5 leases after the provider charged, before it stores the result",
-			impls:  append(withLocal, implProviderKey),
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: afterProvider, For: L * 3 / 2} },
 		},
 		{
 			name:   "release",
 			vector: "the lease holder freezes for 1.5 leases; the next owner's provider call is slow; the stalled one's call fails and it releases",
-			impls:  []string{implNaive, implNaiveDel, implIdemRedis, implIdemRedisPG},
+			impls:  []impl{naive, naiveDel, idemRedis, idemRedisPG},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
 			plan: func(L time.Duration) callPlan {
 				return func(n int) (time.Duration, bool) {
@@ -119,13 +133,13 @@ func scenarios() []*scenario {
 		{
 			name:    "pg-kill",
 			vector:  "after the charge, the worker's PostgreSQL backend is terminated (pg_terminate_backend) before COMMIT",
-			impls:   []string{implIdemRedisPG, implPGKey},
+			impls:   []impl{idemRedisPG, idemRedisPGProviderKey},
 			prepare: preparePGKill,
 		},
 		{
 			name:    "pg-lost-commit",
 			vector:  "the reply to the worker's COMMIT is lost (a TCP proxy in front of PostgreSQL cuts the connection): committed, but the worker does not know",
-			impls:   []string{implIdemRedisPG},
+			impls:   []impl{idemRedisPG},
 			prepare: preparePGLostCommit,
 		},
 		{
