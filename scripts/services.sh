@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
-# Makes sure the Redis and PostgreSQL servers that the tests talk to are up:
-# starts them when they are installed but down, and on a fresh Debian machine
-# (as root) installs them with apt-get first. A server named by
-# IDEM_TEST_REDIS_URL or IDEM_TEST_DATABASE_URL is left alone.
+# Makes sure the Redis and PostgreSQL servers that the tests talk to are up,
+# and says so in one line per step:
+# - a server that answers on its port (or one named by IDEM_TEST_REDIS_URL
+#   or IDEM_TEST_DATABASE_URL) is left alone;
+# - one that is installed but down is started: Redis on 127.0.0.1:6379
+#   without persistence, PostgreSQL's newest cluster;
+# - on a fresh Debian machine, as root, apt-get installs what is missing
+#   (gcc, redis-server, postgresql; about a minute), and the new
+#   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
+#   connect as postgres without a password.
+# Both servers are left running afterwards.
 set -euo pipefail
 
+say() { echo "services: $*"; }
 reachable() { timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 apt_updated=""
+# install PACKAGES WHY VAR: apt-get install PACKAGES, as root only.
 install() {
   if [ "$(id -u)" != 0 ]; then
-    echo "services: $1 is not installed and this is not root: install it, or set IDEM_TEST_${2}_URL" >&2
+    echo "services: $1 is not installed and this is not root: install it, or set IDEM_TEST_${3}_URL" >&2
     exit 1
   fi
-  [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }
+  if [ -z "$apt_updated" ]; then
+    say "apt-get update (the package index, once)"
+    apt-get update -qq
+    apt_updated=1
+  fi
+  say "apt-get install $1 ($2; apt-get is quiet, the installs take about a minute in all)"
   # shellcheck disable=SC2086 # $1 may name several packages
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
 }
@@ -25,34 +39,49 @@ wait_port() {
 }
 
 # go test -race needs cgo, and the breach lab compiles a small clock shim.
-command -v cc >/dev/null || install "gcc libc6-dev" CC
+command -v cc >/dev/null || install "gcc libc6-dev" "a C compiler: go test -race needs cgo" CC
 
-# redis-server also brings redis-cli, which the cluster tests use.
-if [ -z "${IDEM_TEST_REDIS_URL:-}" ] && ! reachable 6379; then
-  command -v redis-server >/dev/null || install redis-server REDIS
+if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
+  say "Redis: IDEM_TEST_REDIS_URL names it, left alone"
+elif reachable 6379; then
+  say "Redis: up on 127.0.0.1:6379"
+else
+  # redis-server also brings redis-cli, which the cluster tests use.
+  command -v redis-server >/dev/null || install redis-server "Redis, with redis-cli" REDIS
   if ! reachable 6379; then # the package may have started it already
+    say "Redis: starting redis-server on 127.0.0.1:6379 without persistence (left running)"
     mkdir -p /var/lib/redis /var/log/redis
     redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
       --dir /var/lib/redis --logfile /var/log/redis/ci.log
   fi
   wait_port 6379 Redis
+  say "Redis: up on 127.0.0.1:6379"
 fi
 
-if [ -z "${IDEM_TEST_DATABASE_URL:-}" ] && ! reachable 5432; then
+if [ -n "${IDEM_TEST_DATABASE_URL:-}" ]; then
+  say "PostgreSQL: IDEM_TEST_DATABASE_URL names it, left alone"
+elif reachable 5432; then
+  say "PostgreSQL: up on 127.0.0.1:5432"
+else
   fresh=""
   if ! command -v pg_ctlcluster >/dev/null || [ -z "$(ls /etc/postgresql 2>/dev/null)" ]; then
-    install postgresql DATABASE
+    install postgresql PostgreSQL DATABASE
     fresh=1
   fi
   version=$(ls /etc/postgresql | sort -V | tail -n 1)
   if [ -n "$fresh" ]; then
     # Tests connect as postgres over TCP without a password, as on CI machines.
     hba=/etc/postgresql/$version/main/pg_hba.conf
+    say "PostgreSQL: setting the local and loopback lines of $hba to trust"
     sed -i -E 's/^(local|host)(\s+\S+\s+\S+\s+(\S+\s+)?)(peer|md5|scram-sha-256)$/\1\2trust/' "$hba"
   fi
+  say "PostgreSQL: starting cluster $version/main on 127.0.0.1:5432 (left running)"
   pg_ctlcluster --skip-systemctl-redirect "$version" main start || true # it may run already
   [ -z "$fresh" ] || pg_ctlcluster --skip-systemctl-redirect "$version" main reload
   wait_port 5432 PostgreSQL
-  psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1 ||
+  if ! psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1; then
+    say "PostgreSQL: creating the database test"
     psql -h 127.0.0.1 -U postgres -c 'CREATE DATABASE test' >/dev/null
+  fi
+  say "PostgreSQL: up on 127.0.0.1:5432"
 fi

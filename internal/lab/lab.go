@@ -95,12 +95,12 @@ func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
 	}
 	var rows []Row
 	for _, s := range selected {
-		for _, impl := range s.impls {
-			row := Row{Scenario: s.name, Impl: impl}
+		for _, im := range s.impls {
+			row := Row{Scenario: s.name, Impl: im.name}
 			for range runs {
-				c, err := lb.runOne(ctx, s, impl)
+				c, err := lb.runOne(ctx, s, im)
 				if err != nil {
-					return rows, fmt.Errorf("lab: %s with %s: %w", s.name, impl, err)
+					return rows, fmt.Errorf("lab: %s with %s: %w", s.name, im, err)
 				}
 				row.Runs++
 				row.add(c)
@@ -170,7 +170,7 @@ results: keys whose acknowledged result was later replayed differently. stuck ke
 client got an answer for. fenced: stale owners refused (lease check, fenced finalize, ledger fence).`)
 	var unsafe []string
 	for _, r := range rows {
-		if r.Impl == implIdemRedis && (r.DoubleExec > 0 || r.LostResults > 0) {
+		if r.Impl == idemRedis.name && (r.DoubleExec > 0 || r.LostResults > 0) {
 			unsafe = append(unsafe, r.Scenario)
 		}
 	}

@@ -3,12 +3,10 @@ package lab
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,17 +16,6 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
-)
-
-// Implementations a scenario can run.
-const (
-	implNaive       = "naive"                   // SET lock NX EX, blind SET of the response
-	implNaiveDel    = "naive-del"               // the same, plus a blind DEL of the lock at the end
-	implIdemMemory  = "idem-memory"             // idem on store/memstore, shared in-process
-	implIdemRedis   = "idem-redis"              // idem on store/redisstore
-	implIdemRedisPG = "idem-redis+pg"           // idem on Redis plus the PostgreSQL ledger guardrail
-	implProviderKey = "idem-redis+provider-key" // idem-redis, and the provider deduplicates by key
-	implPGKey       = "idem-redis+pg+provider-key"
 )
 
 const workersPerRun = 3
@@ -51,55 +38,107 @@ type runSetup struct {
 	cleanup func()
 }
 
-// runOne runs one scenario with one implementation and checks it.
-func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, error) {
-	L := lb.lease
-	setup := runSetup{ep: &endpoint{}}
-	setup.ep.set(lb.redis.Addr)
-	if sc.prepare != nil {
-		var err error
-		if setup, err = sc.prepare(ctx, lb); err != nil {
-			return Counts{}, err
-		}
+// runOne runs one scenario with one implementation and checks it: the
+// scenario's servers, the workers, the clients while the fault hits, one
+// last read of every key, and the check of the history.
+func (lb *lab) runOne(ctx context.Context, sc *scenario, im impl) (Counts, error) {
+	lease := lb.lease
+	setup, err := lb.prepare(ctx, sc)
+	if err != nil {
+		return Counts{}, err
 	}
 	if setup.cleanup != nil {
 		defer setup.cleanup()
 	}
+	env, err := lb.newWorkerEnv(sc, im, setup, lease)
+	if err != nil {
+		return Counts{}, err
+	}
+	workers, err := startWorkers(im, env)
+	if err != nil {
+		return Counts{}, err
+	}
+	defer closeWorkers(workers)
+	r := &runner{env: env, workers: workers, hist: &history{}, clientTimeout: sc.clientTimeout(lease)}
+	keys := sc.keyNames(lb.keys)
+	if err := r.clientsUnderFault(ctx, keys, sc.perKey(), lb.spread(), setup.fault); err != nil {
+		return Counts{}, fmt.Errorf("lab: %s: injecting the fault: %w", sc.name, err)
+	}
+	r.finalRead(ctx, keys, len(keys)*sc.perKey())
+	return r.check(ctx, keys)
+}
+
+// prepare starts the scenario's servers; without a prepare of its own a
+// scenario runs on the shared Redis.
+func (lb *lab) prepare(ctx context.Context, sc *scenario) (runSetup, error) {
+	if sc.prepare != nil {
+		return sc.prepare(ctx, lb)
+	}
+	setup := runSetup{ep: &endpoint{}}
+	setup.ep.set(lb.redis.Addr)
+	return setup, nil
+}
+
+// newWorkerEnv builds what the workers of one run share: a fresh tenant and
+// key prefix, the provider, the scenario's pause, the ledger the
+// implementation writes to, and its Redis clients or memory store.
+func (lb *lab) newWorkerEnv(sc *scenario, im impl, setup runSetup, lease time.Duration) (*workerEnv, error) {
 	env := &workerEnv{
 		Tenant:   "run-" + strings.ToLower(rand.Text()[:10]),
 		Prefix:   "idemlab:" + rand.Text()[:10] + ":",
-		Lease:    L,
-		Provider: newProvider(strings.HasSuffix(impl, "+provider-key"), nil),
+		Lease:    lease,
+		Provider: newProvider(im.providerKey, nil),
+		Ledger:   plainLedger{lb.pg},
 		Fenced:   new(atomic.Int64),
+		NewRedis: lb.redisClients(setup.ep),
 	}
 	if sc.plan != nil {
-		env.Provider.plan = sc.plan(L)
+		env.Provider.plan = sc.plan(lease)
 	}
 	if sc.pause != nil {
-		env.Pause = sc.pause(L)
+		env.Pause = sc.pause(lease)
 	}
-	env.Ledger = plainLedger{lb.pg}
-	if strings.HasPrefix(impl, implIdemRedisPG) {
+	if im.guardrail {
 		env.Ledger = guardLedger{pg: lb.pg, pool: lb.pg.pool}
 		if setup.guard != nil {
 			env.Ledger = setup.guard
 		}
 	}
 	if setup.charged != nil {
-		var mu sync.Mutex
-		seen := map[string]bool{}
-		env.Charged = func(ctx context.Context, key string, e Effect) Effect {
-			mu.Lock()
-			first := !seen[key]
-			seen[key] = true
-			mu.Unlock()
-			if !first {
-				return e
-			}
-			return setup.charged(ctx, key, e)
-		}
+		env.Charged = firstChargeOnly(setup.charged)
 	}
-	env.NewRedis = func() *redis.Client {
+	if im.store == memoryStore {
+		m, err := memstore.New(nil)
+		if err != nil {
+			return nil, err
+		}
+		env.Memory = m
+	}
+	return env, nil
+}
+
+// firstChargeOnly calls charged for the first charge of each key only; the
+// later ones commit their effect unchanged.
+func firstChargeOnly(charged func(ctx context.Context, key string, e Effect) Effect) func(ctx context.Context, key string, e Effect) Effect {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	return func(ctx context.Context, key string, e Effect) Effect {
+		mu.Lock()
+		first := !seen[key]
+		seen[key] = true
+		mu.Unlock()
+		if !first {
+			return e
+		}
+		return charged(ctx, key, e)
+	}
+}
+
+// redisClients returns a constructor of the workers' Redis clients: short
+// timeouts, no retries of their own, and each dial to where ep points now
+// (a failover moves it).
+func (lb *lab) redisClients(ep *endpoint) func() *redis.Client {
+	return func() *redis.Client {
 		o := *lb.redis
 		o.MaxRetries = -1
 		o.PoolSize = 32
@@ -108,84 +147,89 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, e
 		o.WriteTimeout = time.Second
 		d := &net.Dialer{Timeout: time.Second}
 		o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "tcp", setup.ep.get())
+			return d.DialContext(ctx, "tcp", ep.get())
 		}
 		return redis.NewClient(&o)
 	}
-	if impl == implIdemMemory {
-		m, err := memstore.New(nil)
-		if err != nil {
-			return Counts{}, err
-		}
-		env.Memory = m
-	}
-	workers := make([]worker, workersPerRun)
-	for i := range workers {
-		w, err := newWorker(impl, i, env)
-		if err != nil {
-			return Counts{}, err
-		}
-		workers[i] = w
-		defer w.Close()
-	}
+}
 
-	keys := make([]string, sc.keys(lb.keys))
-	for i := range keys {
-		keys[i] = "order-" + strconv.Itoa(i)
+// startWorkers starts the run's workers, or none when one fails to start.
+func startWorkers(im impl, env *workerEnv) ([]worker, error) {
+	workers := make([]worker, 0, workersPerRun)
+	for i := range workersPerRun {
+		w, err := newWorker(im, i, env)
+		if err != nil {
+			closeWorkers(workers)
+			return nil, err
+		}
+		workers = append(workers, w)
 	}
-	r := &runner{env: env, workers: workers, hist: &history{}, clientTimeout: sc.clientTimeout(L)}
-	runCtx, cancel := context.WithCancel(ctx)
+	return workers, nil
+}
+
+func closeWorkers(workers []worker) {
+	for _, w := range workers {
+		w.Close()
+	}
+}
+
+// clientsUnderFault sends the first requests of every key, spread over
+// spread, while the scenario injects its fault, and waits for the clients,
+// for the fault and for every request still in flight (a request whose
+// client gave up still runs to its end).
+func (r *runner) clientsUnderFault(ctx context.Context, keys []string, perKey int, spread time.Duration, fault func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now()
-	spread := lb.spread()
 	faultErr := make(chan error, 1)
 	go func() {
-		if setup.fault == nil {
+		if fault == nil {
 			faultErr <- nil
 			return
 		}
-		faultErr <- setup.fault(runCtx)
+		faultErr <- fault(ctx)
 	}()
 	var clients sync.WaitGroup
-	budget := spread + 12*L + 2*time.Second
-	perKey := sc.clientsPerKey
-	if perKey == 0 {
-		perKey = 1
-	}
+	start := time.Now()
+	budget := spread + 12*r.env.Lease + 2*time.Second
 	for i, k := range keys {
+		at := start.Add(spread * time.Duration(i) / time.Duration(len(keys)))
 		for j := range perKey {
-			client := i*perKey + j
-			at := start.Add(spread * time.Duration(i) / time.Duration(len(keys)))
-			clients.Add(1)
-			go func() {
-				defer clients.Done()
+			clients.Go(func() {
 				time.Sleep(time.Until(at))
-				r.client(runCtx, client, k, time.Now().Add(budget))
-			}()
+				r.client(ctx, i*perKey+j, k, time.Now().Add(budget))
+			})
 		}
 	}
 	clients.Wait()
-	if err := <-faultErr; err != nil {
+	err := <-faultErr
+	if err != nil {
 		cancel()
-		r.inflight.Wait()
-		return Counts{}, fmt.Errorf("lab: %s: injecting the fault: %w", sc.name, err)
 	}
-	r.inflight.Wait() // requests whose client gave up still run to their end
-	// The final read: one more client per key, after the fault, asks again.
+	r.inflight.Wait()
+	return err
+}
+
+// finalRead sends one more client per key, after the fault, to ask again;
+// their ids start at firstID.
+func (r *runner) finalRead(ctx context.Context, keys []string, firstID int) {
+	var clients sync.WaitGroup
 	for i, k := range keys {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			r.client(runCtx, len(keys)*perKey+i, k, time.Now().Add(4*L+2*time.Second))
-		}()
+		clients.Go(func() {
+			r.client(ctx, firstID+i, k, time.Now().Add(4*r.env.Lease+2*time.Second))
+		})
 	}
 	clients.Wait()
 	r.inflight.Wait()
-	rows, err := env.Ledger.Rows(ctx, env.Tenant)
+}
+
+// check reads the run's ledger and checks the history against it and
+// against the provider's calls.
+func (r *runner) check(ctx context.Context, keys []string) (Counts, error) {
+	rows, err := r.env.Ledger.Rows(ctx, r.env.Tenant)
 	if err != nil {
 		return Counts{}, fmt.Errorf("lab: read the ledger: %w", err)
 	}
-	return check(keys, r.hist.all(), env.Provider.Calls(), rows, int(env.Fenced.Load())), nil
+	return check(keys, r.hist.all(), r.env.Provider.Calls(), rows, int(r.env.Fenced.Load())), nil
 }
 
 // runner sends the clients' requests to the workers.
@@ -233,15 +277,16 @@ func (r *runner) client(ctx context.Context, id int, key string, deadline time.T
 	}
 }
 
-func newWorker(impl string, id int, env *workerEnv) (worker, error) {
+// newWorker starts worker id of implementation im.
+func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 	g := &gate{}
-	switch impl {
-	case implNaive, implNaiveDel:
-		return &naiveWorker{id: id, env: env, rdb: env.NewRedis(), g: g, del: impl == implNaiveDel}, nil
-	case implIdemMemory:
+	switch im.store {
+	case naiveLock:
+		return &naiveWorker{id: id, env: env, rdb: env.NewRedis(), g: g, del: im.blindDel}, nil
+	case memoryStore:
 		eng, err := newEngine(gatedStore{env.Memory, g}, env.Lease)
 		return &idemWorker{id: id, env: env, eng: eng, g: g}, err
-	case implIdemRedis, implIdemRedisPG, implProviderKey, implPGKey:
+	case redisStore:
 		rdb := env.NewRedis()
 		st, err := redisstore.New(rdb, &redisstore.Options{Prefix: env.Prefix})
 		if err != nil {
@@ -255,11 +300,8 @@ func newWorker(impl string, id int, env *workerEnv) (worker, error) {
 		}
 		return &idemWorker{id: id, env: env, eng: eng, g: g, rdb: rdb}, nil
 	}
-	return nil, fmt.Errorf("%w: %q", ErrUnknownImpl, impl)
+	return nil, fmt.Errorf("lab: implementation %s has no store kind", im)
 }
-
-// ErrUnknownImpl: an implementation name the lab does not know.
-var ErrUnknownImpl = errors.New("lab: unknown implementation")
 
 func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
 	return idem.New(s, &idem.Options{LeaseDuration: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/ctxtime"
+	"github.com/idemkit/idem/internal/testinfra/faultproxy"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
@@ -18,7 +19,7 @@ import (
 type scenario struct {
 	name   string
 	vector string // how the fault is injected, for the table's legend and the docs
-	impls  []string
+	impls  []impl
 
 	oneKey        bool // a single key (the burst)
 	clientsPerKey int  // zero: 1
@@ -44,14 +45,28 @@ func (s *scenario) clientTimeout(lease time.Duration) time.Duration {
 	return lease * 6 / 10
 }
 
+// keyNames returns the keys of a run, def of them unless the scenario has one.
+func (s *scenario) keyNames(def int) []string {
+	keys := make([]string, s.keys(def))
+	for i := range keys {
+		keys[i] = "order-" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+// perKey is how many clients send a key's first requests.
+func (s *scenario) perKey() int {
+	return max(s.clientsPerKey, 1)
+}
+
 // spread is how long the clients' first requests are spread over; faults
 // are timed as fractions of it.
 func (lb *lab) spread() time.Duration { return time.Duration(lb.keys) * lb.lease / 2 }
 
 var (
-	allRedis  = []string{implNaive, implIdemRedis, implIdemRedisPG}
-	withKey   = []string{implNaive, implIdemRedis, implIdemRedisPG, implProviderKey}
-	withLocal = []string{implNaive, implIdemMemory, implIdemRedis, implIdemRedisPG}
+	allRedis  = []impl{naive, idemRedis, idemRedisPG}
+	withKey   = []impl{naive, idemRedis, idemRedisPG, idemRedisProviderKey}
+	withLocal = []impl{naive, idemMemory, idemRedis, idemRedisPG}
 )
 
 func scenarios() []*scenario {
@@ -65,13 +80,13 @@ func scenarios() []*scenario {
 		{
 			name:   "stall-after",
 			vector: "the worker freezes for 1.5 leases after the provider charged, before it stores the result",
-			impls:  append(withLocal, implProviderKey),
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: afterProvider, For: L * 3 / 2} },
 		},
 		{
 			name:   "release",
 			vector: "the lease holder freezes for 1.5 leases; the next owner's provider call is slow; the stalled one's call fails and it releases",
-			impls:  []string{implNaive, implNaiveDel, implIdemRedis, implIdemRedisPG},
+			impls:  []impl{naive, naiveDel, idemRedis, idemRedisPG},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
 			plan: func(L time.Duration) callPlan {
 				return func(n int) (time.Duration, bool) {
@@ -107,24 +122,24 @@ func scenarios() []*scenario {
 			name:    "lost-replies",
 			vector:  "a TCP proxy between workers and Redis swallows every second reply (the command ran) and cuts the connection, for a third of the run",
 			impls:   allRedis,
-			prepare: prepareProxy(replyDrop),
+			prepare: prepareProxy(faultproxy.DropEverySecond),
 		},
 		{
 			name:    "delayed-replies",
 			vector:  "the proxy delays every reply by 1.5 leases, for a third of the run",
 			impls:   allRedis,
-			prepare: prepareProxy(replyDelay),
+			prepare: prepareProxy(faultproxy.Delay),
 		},
 		{
 			name:    "pg-kill",
 			vector:  "after the charge, the worker's PostgreSQL backend is terminated (pg_terminate_backend) before COMMIT",
-			impls:   []string{implIdemRedisPG, implPGKey},
+			impls:   []impl{idemRedisPG, idemRedisPGProviderKey},
 			prepare: preparePGKill,
 		},
 		{
 			name:    "pg-lost-commit",
 			vector:  "the reply to the worker's COMMIT is lost (a TCP proxy in front of PostgreSQL cuts the connection): committed, but the worker does not know",
-			impls:   []string{implIdemRedisPG},
+			impls:   []impl{idemRedisPG},
 			prepare: preparePGLostCommit,
 		},
 		{
@@ -145,19 +160,19 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 	}
 	// The replica replicates through a proxy, so the lab can cut the link:
 	// stopping the replica would not do, the kernel would buffer the stream.
-	link, err := newProxy(primary.Addr, 0)
+	link, err := faultproxy.New(primary.Addr)
 	if err != nil {
 		primary.Kill()
 		return runSetup{}, err
 	}
-	_, linkPort, _ := net.SplitHostPort(link.addr())
+	_, linkPort, _ := net.SplitHostPort(link.Addr())
 	replica, err := lb.startRedis(ctx, nil, "--replicaof", "127.0.0.1", linkPort)
 	if err != nil {
 		primary.Kill()
-		link.close()
+		link.Close()
 		return runSetup{}, err
 	}
-	cleanup := func() { primary.Kill(); replica.Kill(); link.close() }
+	cleanup := func() { primary.Kill(); replica.Kill(); link.Close() }
 	if err := waitReplicated(ctx, replica.Addr); err != nil {
 		cleanup()
 		return runSetup{}, err
@@ -169,7 +184,7 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 		if err := ctxtime.Sleep(ctx, S/5); err != nil {
 			return err
 		}
-		link.set(linkCut) // from here on, writes acknowledged by the primary do not replicate
+		link.SetMode(faultproxy.Partition) // from here on, writes acknowledged by the primary do not replicate
 		if err := ctxtime.Sleep(ctx, S/2); err != nil {
 			return err
 		}
@@ -236,24 +251,25 @@ func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
 	return runSetup{ep: ep, fault: fault, cleanup: srv.Kill}, nil
 }
 
-func prepareProxy(f replyFault) func(ctx context.Context, lb *lab) (runSetup, error) {
+func prepareProxy(m faultproxy.Mode) func(ctx context.Context, lb *lab) (runSetup, error) {
 	return func(ctx context.Context, lb *lab) (runSetup, error) {
-		p, err := newProxy(lb.redis.Addr, lb.lease*3/2)
+		p, err := faultproxy.New(lb.redis.Addr)
 		if err != nil {
 			return runSetup{}, err
 		}
+		p.SetDelay(lb.lease * 3 / 2)
 		ep := &endpoint{}
-		ep.set(p.addr())
+		ep.set(p.Addr())
 		S := lb.spread()
 		fault := func(ctx context.Context) error {
 			if err := ctxtime.Sleep(ctx, S/5); err != nil {
 				return err
 			}
-			p.set(f)
-			defer p.set(replyPass)
+			p.SetMode(m)
+			defer p.SetMode(faultproxy.Forward)
 			return ctxtime.Sleep(ctx, S/3)
 		}
-		return runSetup{ep: ep, fault: fault, cleanup: p.close}, nil
+		return runSetup{ep: ep, fault: fault, cleanup: func() { p.Close() }}, nil
 	}
 }
 
@@ -271,22 +287,22 @@ func preparePGKill(ctx context.Context, lb *lab) (runSetup, error) {
 
 func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
 	cfg := lb.pg.pool.Config().Copy()
-	p, err := newProxy(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))), 0)
+	p, err := faultproxy.New(net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 	if err != nil {
 		return runSetup{}, err
 	}
-	host, port, _ := net.SplitHostPort(p.addr())
+	host, port, _ := net.SplitHostPort(p.Addr())
 	n, _ := strconv.Atoi(port)
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port = host, uint16(n)
 	cfg.ConnConfig.Fallbacks = nil
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		p.close()
+		p.Close()
 		return runSetup{}, err
 	}
 	setup := runSetup{ep: &endpoint{}, guard: guardLedger{pg: lb.pg, pool: pool}}
 	setup.ep.set(lb.redis.Addr)
-	setup.cleanup = func() { pool.Close(); p.close() }
+	setup.cleanup = func() { pool.Close(); p.Close() }
 	// The commit that follows the first charge of a key loses its reply:
 	// the server commits, the worker gets an error.
 	var mu sync.Mutex
@@ -298,10 +314,10 @@ func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
 		g.atCommit = func(before bool) {
 			if before {
 				mu.Lock() // one lost commit at a time
-				p.set(replyDropAll)
+				p.SetMode(faultproxy.DropAll)
 				return
 			}
-			p.set(replyPass)
+			p.SetMode(faultproxy.Forward)
 			mu.Unlock()
 		}
 		return g

@@ -2,14 +2,10 @@
 -- KEYS[1] the record
 -- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the key outlives the lease, in ms
 -- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
--- common case), else the record as get.lua does (an array).
---
--- A record is one string (see redisstore.go): struct '>c1dI4c0' is the state
--- (P, C, or X for a tombstone that only keeps the fence), the end of the
--- lease or retention in ms, and the fence; P and C go on with 'I4c0I4c0d'
--- (owner, fingerprint, acquired ms), C with 'ddI4c0I4c0' (completed ms,
--- status, header, body). The key lives ARGV[4] past the record's end, so a
--- record that ended (a logically absent key) still holds the last fence.
+-- common case), else the live record as get.lua does (an array).
+-- record.lua (the encoding, and live_record) runs in front of this file. The
+-- key lives ARGV[4] past the record's end, so a record that ended (a
+-- logically absent key) still holds the last fence.
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- The fence is the larger of the last fence plus one and the server's clock
@@ -26,18 +22,8 @@ end
 -- creates the record, or changes nothing and returns the one in the way.
 local rec = redis.call('SET', KEYS[1], record(fence), 'NX', 'GET', 'PX', ttl)
 if rec then
-  local st, ends, last, pos = struct.unpack('>c1dI4c0', rec)
-  if st ~= 'X' and ends > now_ms then
-    local owner, fp, acquired, pos2 = struct.unpack('>I4c0I4c0d', rec, pos)
-    local completed, status, header, body = '', '', '', ''
-    if st == 'C' then
-      local c, s
-      c, s, header, body = struct.unpack('>ddI4c0I4c0', rec, pos2)
-      completed, status = string.format('%.0f', c), string.format('%.0f', s)
-    end
-    return {'0', st, owner, last, fp, string.format('%.0f', acquired), completed, status, header, body,
-      string.format('%.0f', ends - now_ms)}
-  end
+  local live, last = live_record(rec, now_ms)
+  if live then return live end
   -- An ended record or a tombstone: take its place, above its fence.
   if tonumber(last) >= tonumber(fence) then fence = string.format('%.0f', tonumber(last) + 1) end
   redis.call('SET', KEYS[1], record(fence), 'PX', ttl)

@@ -1,5 +1,5 @@
 -- complete: turn the caller's PROCESSING record into COMPLETED, checked by owner and fence.
--- KEYS[1] the record (its encoding is described in acquire.lua)
+-- KEYS[1] the record (its encoding is described in record.lua)
 -- ARGV[1] owner, ARGV[2] fence, ARGV[3] retention in ms, ARGV[4] status, ARGV[5] encoded header, ARGV[6] body,
 -- ARGV[7] how long the key outlives the retention, in ms
 -- Returns 1 when stored (or already stored by this same lease: a retried call), 0 when the lease is lost.

@@ -1,6 +1,6 @@
 -- delete: end a record in any state (admin invalidation). A tombstone that
 -- keeps only the fence takes its place.
--- KEYS[1] the record (its encoding is described in acquire.lua)
+-- KEYS[1] the record (its encoding is described in record.lua)
 -- ARGV[1] how long the tombstone lives, in ms
 -- Returns 1 when there was a record, else 0.
 local rec = redis.call('GET', KEYS[1])

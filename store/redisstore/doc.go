@@ -11,7 +11,7 @@
 //	                           completed ms, status, header
 //	                           (recordcodec.AppendHeader) and body
 //
-// The encoding (struct.pack in the scripts, described in acquire.lua) is
+// The encoding (struct.pack in the scripts, described in record.lua) is
 // read and written whole: one GET and one SET per transition, which costs
 // Redis less than a hash and a separate fence counter would.
 //

@@ -1,7 +1,7 @@
 -- extend: renew the caller's PROCESSING lease, checked by owner and fence. A
 -- record past its lease is logically absent, so an expired lease can never be
 -- renewed or re-created.
--- KEYS[1] the record (its encoding is described in acquire.lua)
+-- KEYS[1] the record (its encoding is described in record.lua)
 -- ARGV[1] owner, ARGV[2] fence, ARGV[3] lease in ms, ARGV[4] how long the key outlives the lease, in ms
 -- Returns 1 when renewed, 0 when the lease is lost.
 local rec = redis.call('GET', KEYS[1])

@@ -25,7 +25,7 @@ func TestFenceOfEndedRecordBeatsClock(t *testing.T) {
 	}
 	const ahead = "9000000000000000" // µs: the year 2255
 	plant := map[string]string{
-		// The encoding of acquire.lua: a tombstone, and a PROCESSING record whose lease ended.
+		// The encoding of record.lua: a tombstone, and a PROCESSING record whose lease ended.
 		"tombstone": `redis.call('SET', KEYS[1], struct.pack('>c1dI4c0', 'X', 0, #ARGV[1], ARGV[1]), 'PX', 60000)`,
 		"ended lease": `redis.call('SET', KEYS[1], struct.pack('>c1dI4c0I4c0I4c0d', 'P', 1000, #ARGV[1], ARGV[1],
 			1, 'o', 2, 'fp', 1000), 'PX', 60000)`,

@@ -16,6 +16,10 @@ import (
 )
 
 var (
+	// recordLua decodes a record for acquire.lua and get.lua; it goes in
+	// front of each (see acquireSrc and getSrc).
+	//go:embed record.lua
+	recordLua string
 	//go:embed acquire.lua
 	acquireLua string
 	//go:embed complete.lua
@@ -28,6 +32,12 @@ var (
 	getLua string
 	//go:embed delete.lua
 	deleteLua string
+
+	// The two scripts that decode a whole record, each with the decoding
+	// in front: a script cannot load another, and EVALSHA takes the SHA
+	// of the source as sent.
+	acquireSrc = recordLua + acquireLua
+	getSrc     = recordLua + getLua
 )
 
 // script is one Lua script, run by EVALSHA with a fallback to EVAL when
@@ -39,11 +49,11 @@ type script struct {
 func newScript(src string) *script { return &script{goredis: redis.NewScript(src)} }
 
 var (
-	acquireScript  = newScript(acquireLua)
+	acquireScript  = newScript(acquireSrc)
 	completeScript = newScript(completeLua)
 	extendScript   = newScript(extendLua)
 	releaseScript  = newScript(releaseLua)
-	getScript      = newScript(getLua)
+	getScript      = newScript(getSrc)
 	deleteScript   = newScript(deleteLua)
 )
 

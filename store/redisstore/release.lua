@@ -1,7 +1,7 @@
 -- release: end the caller's PROCESSING record, checked by owner and fence. A
 -- tombstone that keeps only the fence takes its place, so the next
 -- acquisition gets a higher fence.
--- KEYS[1] the record (its encoding is described in acquire.lua)
+-- KEYS[1] the record (its encoding is described in record.lua)
 -- ARGV[1] owner, ARGV[2] fence, ARGV[3] how long the tombstone lives, in ms
 -- Returns 1 when released, 0 when the lease is lost.
 local rec = redis.call('GET', KEYS[1])

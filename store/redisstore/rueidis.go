@@ -13,11 +13,11 @@ import (
 // rueidisScripts holds the rueidis form of each script. rueidis.Lua runs
 // EVALSHA and falls back to EVAL on NOSCRIPT, like redis.Script.
 var rueidisScripts = map[*script]*rueidis.Lua{
-	acquireScript:  rueidis.NewLuaScript(acquireLua),
+	acquireScript:  rueidis.NewLuaScript(acquireSrc),
 	completeScript: rueidis.NewLuaScript(completeLua),
 	extendScript:   rueidis.NewLuaScript(extendLua),
 	releaseScript:  rueidis.NewLuaScript(releaseLua),
-	getScript:      rueidis.NewLuaScript(getLua),
+	getScript:      rueidis.NewLuaScript(getSrc),
 	deleteScript:   rueidis.NewLuaScript(deleteLua),
 }
 
