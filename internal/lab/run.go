@@ -53,7 +53,7 @@ type runSetup struct {
 
 // runOne runs one scenario with one implementation and checks it.
 func (lb *lab) runOne(ctx context.Context, sc *scenario, impl string) (Counts, error) {
-	L := lb.lease
+	L := sc.leaseOr(lb.lease)
 	setup := runSetup{ep: &endpoint{}}
 	setup.ep.set(lb.redis.Addr)
 	if sc.prepare != nil {
