@@ -34,8 +34,8 @@ func newStore(t testing.TB) *pgstore.Store {
 func TestConformance(t *testing.T) {
 	s := newStore(t) // one schema for the suite: each case uses its own keys
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) idem.Store { return s },
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }, // the database keeps real time
+		// The database keeps real time.
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) { return s, storetest.Sleep },
 	})
 }
 

@@ -82,15 +82,15 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New:     func(t *testing.T) idem.Store { return newStore(t, nil) },
-			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			New: func(t *testing.T) (idem.Store, func(time.Duration)) { return newStore(t, nil), storetest.Sleep },
 		})
 	})
 
 	t.Run("ConformanceWithReplicaAcks", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New:     func(t *testing.T) idem.Store { return newStore(t, &redisstore.Options{ReplicaAcks: 1}) },
-			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+				return newStore(t, &redisstore.Options{ReplicaAcks: 1}), storetest.Sleep
+			},
 		})
 	})
 
