@@ -140,6 +140,10 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			// A connection the client dialed but never used would hold up the
+			// gateway's graceful shutdown for 5s (net/http waits that long
+			// for a new connection's first request).
+			http.DefaultClient.CloseIdleConnections()
 			cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-g.done:
