@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -19,28 +20,25 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-// acquireCounter counts the acquires the engine makes, so a test knows when
-// every request of a burst has reached the store.
-type acquireCounter struct{ n atomic.Int64 }
+// acquireCounter counts the acquires the engine makes and closes all when
+// there were want of them, so a test knows when every request of a burst
+// has reached the store.
+type acquireCounter struct {
+	want int64
+	n    atomic.Int64
+	all  chan struct{}
+}
+
+func newAcquireCounter(want int64) *acquireCounter {
+	return &acquireCounter{want: want, all: make(chan struct{})}
+}
 
 func (c *acquireCounter) StoreCall(_ context.Context, op string, _ time.Duration, _ error) {
-	if op == "acquire" {
-		c.n.Add(1)
+	if op == "acquire" && c.n.Add(1) == c.want {
+		close(c.all)
 	}
 }
 func (c *acquireCounter) LeaseEvent(idem.ID, idem.LeaseEvent) {}
-
-// waitFor polls cond until it holds or fails the test after 10s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestBurst: 100 concurrent requests with one key run the handler once;
 // the others get 409, or the replay in wait mode.
@@ -49,13 +47,17 @@ func TestBurst(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		for _, wait := range []time.Duration{0, 10 * time.Second} {
 			t.Run("wait="+wait.String(), func(t *testing.T) {
-				var acquires acquireCounter
-				e := newEngine(t, newStore(t), &idem.Options{Observer: &acquires})
+				acquires := newAcquireCounter(n)
+				e := newEngine(t, newStore(t), &idem.Options{Observer: acquires})
 				var calls atomic.Int64
 				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					calls.Add(1)
 					// Hold the key until every request has tried to take it.
-					waitFor(t, "all acquires", func() bool { return acquires.n.Load() >= n })
+					select {
+					case <-acquires.all:
+					case <-time.After(10 * time.Second):
+						t.Errorf("%d of %d requests reached the store", acquires.n.Load(), n)
+					}
 					w.WriteHeader(http.StatusCreated)
 					io.WriteString(w, "charged once")
 				})
@@ -98,23 +100,36 @@ func TestBurst(t *testing.T) {
 	})
 }
 
-// TestWaitEndsWith409: a request that waits longer than Wait gets the 409.
+// TestWaitEndsWith409: a request that waits longer than Wait gets the 409,
+// once the Wait is over.
 func TestWaitEndsWith409(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStoreInBubble(t, func(t *testing.T, s idem.Store) {
+		const wait = 30 * time.Millisecond
 		release := make(chan struct{})
 		started := make(chan struct{})
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			close(started)
 			<-release
 		})
-		srv := serve(t, newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{Wait: 30 * time.Millisecond})(h))
-		done := make(chan response)
-		go func() { done <- call{key: "k"}.send(t, srv) }()
+		mw := newMiddleware(t, newEngine(t, s, nil), &idemhttp.Options{Wait: wait})(h)
+		first := httptest.NewRecorder()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			mw.ServeHTTP(first, call{key: "k"}.request(t, "http://example.test"))
+		}()
 		<-started
-		checkProblem(t, call{key: "k"}.send(t, srv), 409, idemhttp.CodeKeyInFlight)
+		second := httptest.NewRecorder()
+		start := time.Now()
+		mw.ServeHTTP(second, call{key: "k"}.request(t, "http://example.test"))
+		if waited := time.Since(start); waited < wait {
+			t.Errorf("the 409 came after %v; want after the %v Wait", waited, wait)
+		}
+		checkProblem(t, recorded(second), 409, idemhttp.CodeKeyInFlight)
 		close(release)
-		if r := <-done; r.status != 200 {
-			t.Errorf("first request: %d", r.status)
+		<-done
+		if first.Code != 200 {
+			t.Errorf("first request: %d", first.Code)
 		}
 	})
 }
@@ -294,9 +309,11 @@ func TestClientDisconnect(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		clientGone := make(chan context.Context, 1)
 		handlerCtxErr := make(chan error, 1)
+		entered := make(chan struct{}, 2)
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
+			entered <- struct{}{}
 			orig := <-clientGone
 			<-orig.Done() // the server noticed that the client left
 			handlerCtxErr <- r.Context().Err()
@@ -319,7 +336,7 @@ func TestClientDisconnect(t *testing.T) {
 			}
 			errc <- err
 		}()
-		waitFor(t, "the handler", func() bool { return calls.Load() == 1 })
+		<-entered
 		cancel()
 		if err := <-errc; !errors.Is(err, context.Canceled) {
 			t.Fatalf("client: %v", err)
@@ -569,26 +586,31 @@ func (s *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) err
 // the end of the handler, so a handler that ran long still has the whole
 // FinalizeTimeout to store its result (a bound counted from its start
 // would expire under a handler slower than it, and leave the key stuck).
+// It runs in a synctest bubble, whose clock stands still while nothing
+// waits: the deadline is exactly FinalizeTimeout after the handler.
 func TestSlowHandlerFinalizes(t *testing.T) {
-	mem, err := memstore.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &deadlineStore{Store: mem, completeDeadline: make(chan time.Time, 1)}
-	const handlerTime = 1100 * time.Millisecond
-	returned := make(chan time.Time, 1)
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(handlerTime)
-		io.WriteString(w, "done")
-		returned <- time.Now()
+	synctest.Test(t, func(t *testing.T) {
+		mem, err := memstore.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &deadlineStore{Store: mem, completeDeadline: make(chan time.Time, 1)}
+		const handlerTime = idem.FinalizeTimeout + time.Second
+		returned := make(chan time.Time, 1)
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(handlerTime)
+			io.WriteString(w, "done")
+			returned <- time.Now()
+		})
+		rec := httptest.NewRecorder()
+		newMiddleware(t, newEngine(t, s, nil), nil)(h).ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
+		if rec.Code != 200 {
+			t.Fatalf("status %d", rec.Code)
+		}
+		// Counted from the handler's start, the deadline would be
+		// handlerTime short of this, and already past.
+		if left := (<-s.completeDeadline).Sub(<-returned); left != idem.FinalizeTimeout {
+			t.Errorf("Complete had %v after the handler returned, want %v", left, idem.FinalizeTimeout)
+		}
 	})
-	srv := serve(t, newMiddleware(t, newEngine(t, s, nil), nil)(h))
-	if r := (call{key: "k"}).send(t, srv); r.status != 200 {
-		t.Fatalf("status %d", r.status)
-	}
-	// Counted from the handler's start, the deadline would be
-	// handlerTime short of this.
-	if left := (<-s.completeDeadline).Sub(<-returned); left < idem.FinalizeTimeout-time.Second {
-		t.Errorf("Complete had %v after the handler returned, want %v", left, idem.FinalizeTimeout)
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -24,6 +25,26 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) { f(t, newStore) })
+	}
+}
+
+// eachStoreInBubble runs f against the in-memory store inside a synctest
+// bubble, where the middleware's Wait, the engine's leases and the
+// finalize timeout run on a fake clock that moves only when every
+// goroutine of the test waits (waiting costs no real time, and no
+// scheduler delay can end a wait early), and against the real Redis in
+// real time. f calls the middleware directly, with a recorder: a server's
+// goroutines wait on the network, which is no durable block, so the
+// bubble's clock would never move.
+func eachStoreInBubble(t *testing.T, f func(t *testing.T, s idem.Store)) {
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) {
+			if name == "memory" {
+				synctest.Test(t, func(t *testing.T) { f(t, newStore(t)) })
+				return
+			}
+			f(t, newStore(t))
+		})
 	}
 }
 
@@ -156,6 +177,11 @@ func (c call) send(t testing.TB, srv *httptest.Server) response {
 		t.Fatal(err)
 	}
 	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+// recorded is what a recorder got, as a response.
+func recorded(rec *httptest.ResponseRecorder) response {
+	return response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
 func serve(t *testing.T, h http.Handler) *httptest.Server {

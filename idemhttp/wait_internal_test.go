@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -13,37 +14,50 @@ import (
 )
 
 // Waiting on keys that another process finishes leaves no wake-up
-// channel behind: a multi-instance gateway in wait mode must not grow.
+// channel behind: a multi-instance gateway in wait mode must not grow. It
+// runs in a synctest bubble: each waiter polls the store on the bubble's
+// clock, and synctest.Wait says when it is waiting.
 func TestWaitersLeaveNothingBehind(t *testing.T) {
-	store, _ := memstore.New(nil)
-	engine, _ := idem.New(store, nil)
-	m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, _ := idem.New(store, nil) // another gateway on the same store
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
-	for i := range 20 {
-		key := "held-elsewhere-" + string(rune('a'+i))
-		req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
-		req.Header.Set(HeaderKey, key)
-		att, err := other.Begin(context.Background(), idem.Request{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
-		if err != nil || att.Outcome != idem.Acquired {
-			t.Fatalf("the other process could not take %s: %v %v", key, att.Outcome, err)
+	synctest.Test(t, func(t *testing.T) {
+		store, _ := memstore.New(nil)
+		engine, _ := idem.New(store, nil)
+		m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
 		}
-		go func() {
-			time.Sleep(20 * time.Millisecond)
+		other, _ := idem.New(store, nil) // another gateway on the same store
+		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+		for i := range 20 {
+			key := "held-elsewhere-" + string(rune('a'+i))
+			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
+			req.Header.Set(HeaderKey, key)
+			att, err := other.Begin(context.Background(), idem.Request{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
+			if err != nil || att.Outcome != idem.Acquired {
+				t.Fatalf("the other process could not take %s: %v %v", key, att.Outcome, err)
+			}
+			rec := httptest.NewRecorder()
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				m.serve(handler, rec, req)
+			}()
+			synctest.Wait() // the request waits for the other process's key
+			m.mu.Lock()
+			watched := len(m.finished)
+			m.mu.Unlock()
+			if watched != 1 {
+				t.Fatalf("%d wake-up entries while one request waits; want 1", watched)
+			}
 			att.Lease.Complete(context.Background(), idem.Result{Status: http.StatusCreated})
-		}()
-		rec := httptest.NewRecorder()
-		m.serve(handler, rec, req)
-		if rec.Code != http.StatusCreated || rec.Header().Get(HeaderReplayed) != "true" {
-			t.Fatalf("waiter for %s got %d; want the other process's 201 replayed", key, rec.Code)
+			<-served
+			if rec.Code != http.StatusCreated || rec.Header().Get(HeaderReplayed) != "true" {
+				t.Fatalf("waiter for %s got %d; want the other process's 201 replayed", key, rec.Code)
+			}
 		}
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if n := len(m.finished); n != 0 {
-		t.Fatalf("%d wake-up entries left after every wait ended; want 0", n)
-	}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if n := len(m.finished); n != 0 {
+			t.Fatalf("%d wake-up entries left after every wait ended; want 0", n)
+		}
+	})
 }

@@ -42,7 +42,7 @@ type runSetup struct {
 // scenario's servers, the workers, the clients while the fault hits, one
 // last read of every key, and the check of the history.
 func (lb *lab) runOne(ctx context.Context, sc *scenario, im impl) (Counts, error) {
-	lease := lb.lease
+	lease := sc.leaseOr(lb.lease)
 	setup, err := lb.prepare(ctx, sc)
 	if err != nil {
 		return Counts{}, err

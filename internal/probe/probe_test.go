@@ -43,15 +43,24 @@ type server struct {
 	runs      int
 	running   int
 	conflicts int
-	started   *sync.Cond // signalled when a run starts or a request gets 409
+	changed   *sync.Cond // signalled when a run starts or ends, or a request gets 409
 }
 
-func newServer(t *testing.T, d defects) *httptest.Server {
+func newServer(t *testing.T, d defects) (*httptest.Server, *server) {
 	s := &server{defects: d, entries: map[string]*entry{}}
-	s.started = sync.NewCond(&s.mu)
+	s.changed = sync.NewCond(&s.mu)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return srv
+	return srv, s
+}
+
+// waitIdle waits until no run is in flight.
+func (s *server) waitIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.running > 0 {
+		s.changed.Wait()
+	}
 }
 
 func problem(w http.ResponseWriter, status int, code string) {
@@ -81,7 +90,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case ok && !e.done:
 		s.conflicts++
-		s.started.Broadcast()
+		s.changed.Broadcast()
 		s.mu.Unlock()
 		w.Header().Set("Retry-After", "1")
 		problem(w, http.StatusConflict, "in_flight")
@@ -104,7 +113,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.runs++
 	run := s.runs
 	s.running++
-	s.started.Broadcast()
+	s.changed.Broadcast()
 	if s.naiveLock {
 		// The naive server checked for the key above and stores it only
 		// after the work: the work waits for a second run to start, which
@@ -120,6 +129,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.running--
 	e.done, e.status, e.body = true, http.StatusCreated, fmt.Sprintf(`{"id":"pay_%d"}`, run)
+	s.changed.Broadcast()
 	s.mu.Unlock()
 	w.WriteHeader(e.status)
 	io.WriteString(w, e.body)
@@ -131,25 +141,30 @@ func (s *server) waitFor(done func() bool) {
 	timer := time.AfterFunc(200*time.Millisecond, func() {
 		s.mu.Lock()
 		expired = true
-		s.started.Broadcast()
+		s.changed.Broadcast()
 		s.mu.Unlock()
 	})
 	defer timer.Stop()
 	for !done() && !expired {
-		s.started.Wait()
+		s.changed.Wait()
 	}
 }
 
-func config(url string) probe.Config {
+// config is the probe's configuration for a test server. Instead of
+// Retry-After's second, a retry after a 409 waits until s has no run in
+// flight (the 409 itself ends the run): the retry then meets the stored
+// answer, however slowly the machine schedules the run's end. s is nil for
+// servers that never answer 409.
+func config(url string, s *server) probe.Config {
 	return probe.Config{
 		URL:         url,
 		Body:        []byte(`{"amount":100,"currency":"eur"}`),
 		Header:      http.Header{"Content-Type": {"application/json"}},
 		Credentials: [2]string{"Bearer tenant-a", "Bearer tenant-b"},
 		Sleep: func(ctx context.Context, d time.Duration) error {
-			// A short real pause instead of Retry-After's second: the test
-			// servers' work ends as soon as a conflict is seen.
-			time.Sleep(5 * time.Millisecond)
+			if s != nil {
+				s.waitIdle()
+			}
 			return ctx.Err()
 		},
 	}
@@ -170,8 +185,8 @@ func TestRunFindsEachDefect(t *testing.T) {
 		{"all three", defects{true, true, true}, []string{probe.CheckBurst, probe.CheckMismatch, probe.CheckTenant}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := newServer(t, tc.defects)
-			rep, err := probe.Run(context.Background(), config(srv.URL))
+			srv, s := newServer(t, tc.defects)
+			rep, err := probe.Run(context.Background(), config(srv.URL, s))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,7 +236,7 @@ func TestRunStopsAtFailingSample(t *testing.T) {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 	}))
 	defer srv.Close()
-	rep, err := probe.Run(context.Background(), config(srv.URL))
+	rep, err := probe.Run(context.Background(), config(srv.URL, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +264,7 @@ func TestRunReportsUnkeyedServer(t *testing.T) {
 		fmt.Fprintf(w, `{"id":"pay_%d"}`, id)
 	}))
 	defer srv.Close()
-	rep, err := probe.Run(context.Background(), config(srv.URL))
+	rep, err := probe.Run(context.Background(), config(srv.URL, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

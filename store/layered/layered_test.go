@@ -48,8 +48,9 @@ func TestConformance(t *testing.T) {
 	client := testenv.Redis(t)
 	pg := newPG(t)
 	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) idem.Store { return newLayered(t, client, pg, testenv.Prefix(t)) },
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			return newLayered(t, client, pg, testenv.Prefix(t)), storetest.Sleep // Redis and PostgreSQL keep real time
+		},
 	})
 }
 
@@ -114,6 +115,12 @@ func TestRedisForgetsMidRun(t *testing.T) {
 	results := make([]sync.Map, keys) // the distinct results seen per key
 	var flushed atomic.Int32
 	ctx := context.Background()
+	// The flusher removes the mirror at every sixth of the calls, counted,
+	// not timed: the flushes fall within the run and after stored results,
+	// however the scheduler interleaves the workers and the flusher.
+	const calls, flushes = workers * rounds * keys, 5
+	var made atomic.Int32
+	progress, workersDone := make(chan struct{}, flushes), make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -125,6 +132,12 @@ func TestRedisForgetsMidRun(t *testing.T) {
 						time.Sleep(time.Millisecond)
 						return fmt.Appendf(nil, "worker %d round %d fence %d", w, r, fence), nil
 					})
+					if made.Add(1)%(calls/(flushes+1)) == 0 {
+						select {
+						case progress <- struct{}{}:
+						default:
+						}
+					}
 					var inFlight *idem.InFlightError
 					if errors.As(err, &inFlight) {
 						continue
@@ -138,13 +151,20 @@ func TestRedisForgetsMidRun(t *testing.T) {
 			}
 		})
 	}
-	wg.Go(func() {
-		for range 5 {
-			time.Sleep(15 * time.Millisecond)
+	var flusher sync.WaitGroup
+	flusher.Go(func() {
+		for range flushes {
+			select {
+			case <-progress:
+			case <-workersDone:
+				return
+			}
 			flushed.Add(int32(deletePrefix(t, client, prefix)))
 		}
 	})
 	wg.Wait()
+	close(workersDone)
+	flusher.Wait()
 	if flushed.Load() == 0 {
 		t.Fatal("the test removed no Redis keys: the fault did not bite")
 	}

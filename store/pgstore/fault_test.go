@@ -230,8 +230,10 @@ func TestStoreBackendTerminatedMidStatement(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("ok")}) }()
+	// Only the server knows when the Complete waits on the lock: ask it,
+	// with a bound that a loaded machine does not reach.
 	var killed bool
-	for range 200 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		err := s.Pool().QueryRow(ctx, `SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '.records%'`, s.Schema()).Scan(&killed)
 		if err != nil {

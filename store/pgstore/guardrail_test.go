@@ -199,10 +199,14 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			}()
 			<-stalled
 			<-attA.Lease.Context().Done() // A's lease has expired by A's clock (A does not look)
-			attB, err := engine.Begin(ctx, req)
+			// B's lease is long: B must still hold it when it completes,
+			// after its work and, in StallAfterReserve, after A's.
+			reqB := req
+			reqB.LeaseDuration = time.Minute
+			attB, err := engine.Begin(ctx, reqB)
 			for i := 0; err == nil && attB.Outcome == idem.InFlight && i < 10; i++ {
 				time.Sleep(attB.RetryAfter) // the database's clock ends the lease a little later
-				attB, err = engine.Begin(ctx, req)
+				attB, err = engine.Begin(ctx, reqB)
 			}
 			if err != nil || attB.Outcome != idem.Acquired {
 				t.Fatalf("B: Begin after A's lease expired = %+v, %v; want Acquired", attB, err)

@@ -82,15 +82,16 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New:     func(t *testing.T) idem.Store { return newStore(t, nil) },
-			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			New: func(t *testing.T) (idem.Store, func(time.Duration)) { return newStore(t, nil), storetest.Sleep },
 		})
 	})
 
 	t.Run("ConformanceWithReplicaAcks", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New:     func(t *testing.T) idem.Store { return newStore(t, &redisstore.Options{ReplicaAcks: 1}) },
-			Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) },
+			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+				// A replica's ack may take long on a loaded machine; below the client's 3s read timeout.
+				return newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second}), storetest.Sleep
+			},
 		})
 	})
 
@@ -144,7 +145,9 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("ReplicaAckWaitsOnTheOwningPrimary", func(t *testing.T) {
-		s := newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: 200 * time.Millisecond})
+		// The paused replica is waited for this long; the live one must
+		// answer within it, on a loaded machine too.
+		s := newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second})
 		ctx := context.Background()
 		paused := idem.ID{Tenant: "ack", Key: rand.Text()}
 		owner, err := redistopo.SlotOwner(ctx, redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(paused)))
@@ -265,6 +268,17 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 		kindsMu.Unlock()
 	}
 	done := make(chan struct{})
+	// A round done since the last receive: traffic before and after the
+	// move is counted in rounds, not timed.
+	roundDone := make(chan struct{}, 1)
+	waitRounds := func(n int) {
+		for range n {
+			<-roundDone
+		}
+	}
+	// Errors are retried as a client retries a 503, until the slot has
+	// long finished moving on a loaded machine.
+	giveUp := time.Now().Add(time.Minute)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -282,9 +296,9 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 						owner := rand.Text()
 						var res idem.AcquireResult
 						var err error
-						for attempt := 0; ; attempt++ {
+						for {
 							res, err = s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
-							if err == nil || attempt == 200 {
+							if err == nil || time.Now().After(giveUp) {
 								break
 							}
 							noteRetry(err)
@@ -304,9 +318,9 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 							return
 						}
 						ref := idem.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence}
-						for attempt := 0; ; attempt++ {
+						for {
 							err = s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute})
-							if err == nil || errors.Is(err, idem.ErrLeaseLost) || attempt == 200 {
+							if err == nil || errors.Is(err, idem.ErrLeaseLost) || time.Now().After(giveUp) {
 								break
 							}
 							noteRetry(err)
@@ -318,12 +332,16 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 					})
 				}
 				cw.Wait()
+				select {
+				case roundDone <- struct{}{}:
+				default:
+				}
 			}
 		})
 	}
-	time.Sleep(50 * time.Millisecond) // traffic first, then the move
+	waitRounds(2*workers + 1) // traffic first, then the move
 	migErr := cl.MigrateSlot(ctx, slot, to, 8, 15*time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // and traffic after it
+	waitRounds(2*workers + 1) // and traffic after it
 	close(done)
 	wg.Wait()
 	if migErr != nil {

@@ -21,14 +21,13 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	client := testenv.Redis(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) idem.Store {
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
 			s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return s
+			return s, storetest.Sleep // Redis keeps real time
 		},
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }, // Redis keeps real time
 	})
 }
 

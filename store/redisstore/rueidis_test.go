@@ -38,14 +38,13 @@ func rueidisClient(t testing.TB) rueidis.Client {
 func TestConformanceRueidis(t *testing.T) {
 	client := rueidisClient(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) idem.Store {
+		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
 			s, err := redisstore.NewRueidis(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			return s
+			return s, storetest.Sleep // Redis keeps real time
 		},
-		Advance: func(t *testing.T, d time.Duration) { time.Sleep(d) }, // Redis keeps real time
 	})
 }
 

@@ -266,6 +266,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 		held       []idem.ID // acquisitions the store acknowledged, and paid for
 		nErr, nOK  atomic.Int64
 		seq        atomic.Int64
+		attempted  = make(chan struct{}, 1) // an acquisition ended since the last receive
 		stop       = make(chan struct{})
 		wg         sync.WaitGroup
 		workers    = 8
@@ -273,6 +274,12 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 			id := idem.ID{Tenant: "fo", Key: map[bool]string{false: "n-", true: "g-"}[seq.Add(1)%2 == 0] + rand.Text()}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
+			defer func() {
+				select {
+				case attempted <- struct{}{}:
+				default:
+				}
+			}()
 			acquired, err := attempt(ctx, id)
 			if err != nil {
 				nErr.Add(1)
@@ -301,7 +308,14 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The phases of the fault last a number of acquisitions, not a time:
+	// on a loaded machine each still sees traffic, in both halves.
+	waitAttempts := func(n int) {
+		for range n {
+			<-attempted
+		}
+	}
+	waitAttempts(20)
 	old := topo.Primary.Addr
 	if linkLoss {
 		for _, r := range topo.Replicas {
@@ -312,7 +326,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 		if err := redistopo.Client(t, topo.Primary).Do(ctx, "client", "kill", "type", "replica").Err(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		waitAttempts(20) // acquisitions the replicas do not see
 	}
 	topo.Primary.Kill()
 	if linkLoss {
