@@ -203,9 +203,13 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 		if cause := context.Cause(stalled.Lease.Context()); !errors.Is(cause, idem.ErrLeaseExpired) {
 			t.Fatalf("cause = %v; want ErrLeaseExpired", cause)
 		}
+		// The retry holds its lease for a minute: under load, a lease as
+		// short as the stalled one could end before the record is read back.
+		retryReq := req
+		retryReq.LeaseDuration = time.Minute
 		var retry idem.Attempt
-		for deadline := time.Now().Add(2 * time.Second); ; {
-			if retry = begin(t, e, req); retry.Outcome == idem.Acquired || time.Now().After(deadline) {
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if retry = begin(t, e, retryReq); retry.Outcome == idem.Acquired || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(5 * time.Millisecond) // Redis's clock may trail ours by a tick; in the bubble the first try takes the key

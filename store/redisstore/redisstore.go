@@ -228,6 +228,12 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
+	if notReplicated != nil && rec.State == idem.StateProcessing && rec.Owner == p.Owner {
+		// The caller's own earlier try (whose reply was lost) acquired the
+		// key, and the engine would take this record as its lease: it must
+		// be replicated like a fresh acquisition, or released.
+		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
+	}
 	return idem.AcquireResult{Record: rec}, nil
 }
 

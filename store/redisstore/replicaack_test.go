@@ -32,6 +32,24 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 		t.Fatalf("Get after a fail-closed acquire = %v; want ErrNotFound (record released)", err)
 	}
 
+	// The engine retries an acquire whose reply was lost as the same
+	// owner, and takes a PROCESSING record with its owner token as its
+	// lease: that record must pass the same replication check.
+	plain, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: rand.Text()}, Owner: "o2", Fingerprint: "fp", LeaseDuration: time.Minute}
+	if res, err := plain.Acquire(ctx, own); err != nil || !res.Acquired {
+		t.Fatalf("Acquire without ReplicaAcks = %+v, %v", res, err)
+	}
+	if _, err = s.Acquire(ctx, own); !errors.Is(err, redisstore.ErrNotReplicated) {
+		t.Fatalf("Acquire of the owner's own unreplicated record = %v; want ErrNotReplicated", err)
+	}
+	if _, err := s.Get(ctx, own.ID); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after the owner's retry failed closed = %v; want ErrNotFound (record released)", err)
+	}
+
 	e, err := idem.New(s, nil)
 	if err != nil {
 		t.Fatal(err)
