@@ -8,18 +8,23 @@
 //
 // # The state engine
 //
-// A key is in one of three states (see docs/state-machine.md):
+// A key is in one of four states (see docs/state-machine.md):
 //
 //   - PROCESSING: one attempt holds a lease on it, identified by a random
 //     owner token and a fencing token that strictly increases with every
 //     acquisition of the key;
 //   - COMPLETED: the result is stored and replayed to every retry;
-//   - absent: never seen, released after a retryable failure, or expired.
+//   - UNKNOWN: the work may have had its effect and no result is recorded
+//     (the work said so, or its owner's lease ended mid-work); a retry
+//     never runs it, it waits for a reconciliation or an operator;
+//   - absent: never seen, released after a failure that did not take
+//     effect, or expired.
 //
 // Every transition is one atomic, ownership-checked step in the Store:
-// Complete, Extend and Release change a record only if it is still
-// PROCESSING under the caller's owner AND fence. A worker that stalled past
-// its lease gets ErrLeaseLost and changes nothing.
+// Complete, Extend, Release and MarkUnknown change a record only if it is
+// still the caller's, under its owner AND fence. A worker that stalled past
+// its lease while another took the key gets ErrLeaseLost and changes
+// nothing.
 //
 // # Running work once
 //
@@ -27,12 +32,14 @@
 // a message consumer): it runs the function once per key, stores its
 // output, and hands the stored output to every later call with the key.
 // A function that returns an error has its key released, so a later call
-// runs it again.
+// runs it again; one whose error is wrapped with OutcomeUnknown (the effect
+// may have happened) turns its key UNKNOWN, and so does a panic.
 //
 // Engine.Begin is the step-by-step form. It answers with exactly one
 // Outcome: Acquired (with a Lease), Replayed (with the stored Result),
-// InFlight (with the time until the other attempt's lease ends) or
-// Mismatch (the key was used for a different request). The holder of a
+// InFlight (with the time until the other attempt's lease ends), Mismatch
+// (the key was used for a different request) or Unknown (an earlier
+// attempt may have had its effect; the work must not run). The holder of a
 // Lease does the work and then calls Lease.Complete with the result, or
 // Lease.Release when the work did not take effect. While the work runs,
 // the lease renews itself; Lease.Context is cancelled when the lease can
@@ -44,6 +51,18 @@
 //
 // The HTTP middleware in package idemhttp runs Begin, Complete and Release
 // around a handler.
+//
+// # Outcomes that are unknown
+//
+// Options.Takeover decides what a retry does with a key whose owner's
+// lease ended mid-work: turn it UNKNOWN (the default) or run it again
+// knowingly (Lease.Takeover names the previous fence, for the downstream to
+// check). Options.Reconcile is asked, once per key at a time across every
+// process, what became of an UNKNOWN key: completed (with the result to
+// replay), not executed (the retry runs it) or still unknown. A retry asks
+// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for;
+// Engine.Resolve is an operator's answer, and Engine.ListUnknown lists what
+// is waiting for one.
 //
 // The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
 // (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by

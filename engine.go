@@ -1,14 +1,11 @@
 package idem
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -30,7 +27,38 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer receives events for metrics. Nil means none.
 	Observer Observer
+	// Takeover decides what an attempt does with a PROCESSING record whose
+	// lease ended: its owner crashed or stalled, and may have had its
+	// effect. The zero value, TakeoverUnknown, never runs such a key again
+	// unasked.
+	Takeover TakeoverPolicy
+	// Reconcile, when set, is asked about a key whose outcome is unknown
+	// (state UNKNOWN, or an ended lease under TakeoverUnknown) when a
+	// retry meets it and in ReconcileUnknown's sweep: it answers whether
+	// the work took effect, typically by looking the request up
+	// downstream by its key or its fence (Record.Fence). One call per key
+	// runs at a time, across every process sharing the store. Nil means
+	// an UNKNOWN key stays so until Resolve or its retention ends.
+	Reconcile func(ctx context.Context, rec Record) (Resolution, error)
+	// ReconcileTimeout bounds one Reconcile call. Zero means 5s.
+	ReconcileTimeout time.Duration
 }
+
+// TakeoverPolicy is what an attempt does with a key whose previous owner's
+// lease ended before it completed or released the key.
+type TakeoverPolicy uint8
+
+const (
+	// TakeoverUnknown turns the key UNKNOWN: the retry gets the Unknown
+	// outcome, after Reconcile is asked if it is set (so: reconcile first,
+	// else record UNKNOWN).
+	TakeoverUnknown TakeoverPolicy = iota
+	// TakeoverRun acquires the key and runs the work again; Lease.Takeover
+	// says what was taken over, so the work can pass the previous fence
+	// downstream. Use it only where the downstream deduplicates, or where
+	// running twice is harmless.
+	TakeoverRun
+)
 
 // Observer is told what the engine does, for metrics and traces. Its
 // methods are called synchronously and must be fast.
@@ -40,6 +68,12 @@ type Observer interface {
 	StoreCall(ctx context.Context, op string, elapsed time.Duration, err error)
 	// LeaseEvent reports a renewal, a lost lease or an expired lease.
 	LeaseEvent(id ID, ev LeaseEvent)
+}
+
+// ReconcileObserver is an Observer that is also told the result of every
+// reconciliation: the verdict, or the error that left the key UNKNOWN.
+type ReconcileObserver interface {
+	Reconciled(id ID, v Verdict, err error)
 }
 
 // LeaseEvent is what happened to a held lease.
@@ -67,13 +101,16 @@ func (ev LeaseEvent) String() string {
 // Engine runs work at most once per idempotency key on top of a Store.
 // It is safe for concurrent use.
 type Engine struct {
-	store     Store
-	lease     time.Duration
-	retention time.Duration
-	renew     time.Duration // as configured: 0 means a third of each lease, negative none
-	maxResult int
-	log       *slog.Logger
-	obs       Observer
+	store            Store
+	lease            time.Duration
+	retention        time.Duration
+	renew            time.Duration // as configured: 0 means a third of each lease, negative none
+	maxResult        int
+	log              *slog.Logger
+	obs              Observer
+	takeover         TakeoverPolicy
+	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
+	reconcileTimeout time.Duration
 }
 
 // New returns an engine over store.
@@ -89,7 +126,14 @@ func New(store Store, opts *Options) (*Engine, error) {
 		return nil, errors.New("idem: New: negative LeaseDuration, Retention or MaxResultBytes")
 	}
 	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, renew: o.RenewEvery,
-		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer}
+		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
+		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout}
+	if o.Takeover > TakeoverRun || o.ReconcileTimeout < 0 {
+		return nil, errors.New("idem: New: unknown Takeover policy or negative ReconcileTimeout")
+	}
+	if e.reconcileTimeout == 0 {
+		e.reconcileTimeout = 5 * time.Second
+	}
 	if e.lease == 0 {
 		e.lease = 30 * time.Second
 	}
@@ -133,6 +177,12 @@ const (
 	InFlight
 	// Mismatch: the key was used with a different fingerprint.
 	Mismatch
+	// Unknown: the key is UNKNOWN: an earlier attempt may have had its
+	// effect and no result is recorded, so the work must not run again.
+	// Attempt.Record says which attempt (Fence) and why (Reason);
+	// Attempt.RetryAfter is when asking again may find it reconciled, or
+	// zero when only an operator's Resolve will.
+	Unknown
 )
 
 // String names the outcome.
@@ -146,6 +196,8 @@ func (o Outcome) String() string {
 		return "in_flight"
 	case Mismatch:
 		return "mismatch"
+	case Unknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -155,8 +207,8 @@ type Attempt struct {
 	Outcome    Outcome
 	Lease      *Lease        // Acquired
 	Result     *Result       // Replayed; read-only, see Record.Result
-	RetryAfter time.Duration // InFlight
-	Record     Record        // the record that decided a Replayed, InFlight or Mismatch outcome
+	RetryAfter time.Duration // InFlight, Unknown
+	Record     Record        // the record that decided a Replayed, InFlight, Mismatch or Unknown outcome
 }
 
 // Begin starts an attempt at req. On Acquired the lease's heartbeat runs
@@ -177,7 +229,31 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	if lease < time.Millisecond || retention < time.Millisecond {
 		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
 	}
-	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease}
+	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
+		Retention: retention, TakeOver: e.takeover == TakeoverRun}
+	att, err := e.begin(ctx, p)
+	if err != nil || att.Outcome != Unknown || e.reconcile == nil {
+		return att, err
+	}
+	// Reconcile first: the answer may be the result to replay, or that
+	// the work never ran, and then this attempt runs it.
+	rec, absent, err := e.reconcileKey(ctx, att.Record.ID, retention)
+	switch {
+	case err != nil:
+		return Attempt{}, err
+	case absent: // resolved not executed, here or by another: run it (once; no second reconciliation)
+		att, err = e.begin(ctx, p)
+		if err == nil && att.Outcome == Unknown {
+			att.RetryAfter = e.reconcileTimeout
+		}
+		return att, err
+	}
+	return e.decide(rec, req.Fingerprint), nil
+}
+
+// begin acquires the key once (and once more as the same owner after an
+// error) and decides the outcome from the store's answer.
+func (e *Engine) begin(ctx context.Context, p AcquireParams) (Attempt, error) {
 	start := time.Now() // the local deadline counts from before the store saw the request
 	res, err := e.acquire(ctx, p)
 	if err != nil && ctx.Err() == nil {
@@ -196,15 +272,26 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	// and made for this attempt, so only our own earlier try can have written it.
 	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
-		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, lease, retention)}, nil
+		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, p.LeaseDuration, p.Retention, res.Takeover)}, nil
 	}
+	return e.decide(rec, p.Fingerprint), nil
+}
+
+// decide is the outcome for an attempt that meets rec held by another.
+func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 	switch {
-	case rec.Fingerprint != req.Fingerprint:
-		return Attempt{Outcome: Mismatch, Record: rec}, nil
+	case rec.Fingerprint != fingerprint:
+		return Attempt{Outcome: Mismatch, Record: rec}
 	case rec.State == StateCompleted:
-		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}, nil
+		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}
+	case rec.State == StateUnknown:
+		var after time.Duration
+		if e.reconcile != nil {
+			after = e.reconcileTimeout
+		}
+		return Attempt{Outcome: Unknown, RetryAfter: after, Record: rec}
 	default:
-		return Attempt{Outcome: InFlight, RetryAfter: rec.TTL, Record: rec}, nil
+		return Attempt{Outcome: InFlight, RetryAfter: rec.TTL, Record: rec}
 	}
 }
 
@@ -291,283 +378,4 @@ func orDefault(d, def time.Duration) time.Duration {
 		return def
 	}
 	return d
-}
-
-// Lease is the right to do the work for one key, held by one attempt.
-// Call exactly one of Complete or Release when the work ends.
-type Lease struct {
-	e         *Engine
-	ref       LeaseRef
-	lease     time.Duration
-	retention time.Duration
-	renew     time.Duration // the heartbeat interval; negative: no renewal
-
-	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
-	cancel context.CancelCauseFunc
-
-	start    time.Time    // before the acquire was sent; carries the monotonic clock
-	deadline atomic.Int64 // the local lease deadline, in nanoseconds since start
-
-	// The heartbeat is one timer, not a goroutine: most work ends before
-	// the first renewal is due, and then the lease cost nothing but the timer.
-	hb          sync.Mutex // guards the heartbeat's state; not held during the store call
-	hbTimer     *time.Timer
-	hbStopped   bool
-	hbCallAbort context.CancelFunc // aborts the renewal in flight, if any
-
-	mu     sync.Mutex // serialises Complete and Release
-	closed bool
-}
-
-// errLeaseFinished is the cause of a lease context after Complete or Release.
-var errLeaseFinished = errors.New("idem: lease finished")
-
-func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration) *Lease {
-	ctx, cancel := context.WithCancelCause(parent)
-	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
-	if renew == 0 || renew >= lease {
-		renew = lease / 3
-	}
-	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, renew: renew, ctx: ctx, cancel: cancel, start: start}
-	l.deadline.Store(int64(lease))
-	l.hb.Lock()
-	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
-	l.hb.Unlock()
-	return l
-}
-
-// Ref returns the owner and fencing token of the lease. Pass the fence to
-// every write the work makes (see the guardrail in store/pgstore), so a
-// store can refuse writes of a stale owner.
-func (l *Lease) Ref() LeaseRef { return l.ref }
-
-// Fence returns the lease's fencing token.
-func (l *Lease) Fence() int64 { return l.ref.Fence }
-
-// Context returns the context for the work: it is cancelled when Begin's
-// context is, when the store reports the lease lost (cause ErrLeaseLost),
-// when the lease deadline passes without renewal (cause ErrLeaseExpired),
-// and after Complete or Release. Use context.Cause to tell them apart.
-func (l *Lease) Context() context.Context { return l.ctx }
-
-// Check reports whether the lease is still held, by the local clock, right
-// now: nil, or ErrLeaseExpired when the deadline has passed, or the cause
-// that ended Context. Call it just before a side effect: a worker that was
-// paused (GC, SIGSTOP, a stalled call) sees its lease is over here even
-// before the heartbeat has run to cancel Context.
-func (l *Lease) Check() error {
-	if err := l.ctx.Err(); err != nil {
-		return context.Cause(l.ctx)
-	}
-	if l.untilDeadline() <= 0 {
-		return ErrLeaseExpired
-	}
-	return nil
-}
-
-func (l *Lease) untilDeadline() time.Duration {
-	return time.Duration(l.deadline.Load()) - time.Since(l.start)
-}
-
-// nextBeat is when the heartbeat next has something to do: renew, or, when
-// renewal is off or the deadline comes first, end the lease.
-func (l *Lease) nextBeat() time.Duration {
-	left := l.untilDeadline()
-	if l.renew > 0 && l.renew < left {
-		return l.renew
-	}
-	return max(left, 0)
-}
-
-// beat runs on the heartbeat timer: it extends the lease, and cancels the
-// work's context when the lease is lost or its deadline passes. The deadline
-// is kept by the local monotonic clock, counted from before the store saw
-// the request, so it never ends later than the store's.
-func (l *Lease) beat() {
-	l.hb.Lock()
-	defer l.hb.Unlock()
-	if l.hbStopped || l.ctx.Err() != nil {
-		return
-	}
-	if l.untilDeadline() <= 0 {
-		l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-		l.e.leaseEvent(l.ref.ID, LeaseExpired)
-		l.cancel(ErrLeaseExpired)
-		return
-	}
-	callCtx, abort := context.WithDeadline(l.ctx, l.start.Add(time.Duration(l.deadline.Load())))
-	l.hbCallAbort = abort
-	sent := time.Now()
-	l.hb.Unlock() // stop may run meanwhile: it aborts the call
-	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease})
-	l.hb.Lock()
-	abort()
-	l.hbCallAbort = nil
-	l.e.observe(l.ctx, "extend", sent, err)
-	switch {
-	case l.hbStopped || l.ctx.Err() != nil:
-		return
-	case err == nil:
-		l.deadline.Store(int64(sent.Sub(l.start) + l.lease))
-		l.e.leaseEvent(l.ref.ID, LeaseRenewed)
-	case errors.Is(err, ErrLeaseLost):
-		l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-		l.e.leaseEvent(l.ref.ID, LeaseLost)
-		l.cancel(ErrLeaseLost)
-		return
-	default: // a store hiccup: try again at the next beat, until the deadline
-		l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
-	}
-	l.hbTimer.Reset(l.nextBeat())
-}
-
-// stop ends the heartbeat. A renewal in flight is aborted and its answer
-// ignored; should it still land, it cannot touch a record that was completed
-// or released since, because the owner and fence no longer match a
-// PROCESSING record.
-func (l *Lease) stop() {
-	l.hb.Lock()
-	defer l.hb.Unlock()
-	l.hbStopped = true
-	l.hbTimer.Stop()
-	if l.hbCallAbort != nil {
-		l.hbCallAbort()
-	}
-}
-
-// finalizeBackoff bounds how often Complete and Release retry a store
-// error. Retrying is safe: both are idempotent for the same owner and fence,
-// and giving up early would leave the key PROCESSING until its lease ends.
-var finalizeBackoff = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
-
-// Complete stores res as the result of the key, to be replayed to every
-// later attempt, if this lease still holds the key. It returns ErrLeaseLost
-// (and changes nothing) when another owner took the key over, and
-// ErrResultTooLarge (keeping the lease, so the caller can Release) when the
-// body is over the limit. Store errors are retried a few times.
-func (l *Lease) Complete(ctx context.Context, res Result) error {
-	if len(res.Body) > l.e.maxResult {
-		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
-	}
-	return l.finalize(ctx, "complete", func(ctx context.Context) error {
-		return l.e.store.Complete(ctx, CompleteParams{LeaseRef: l.ref, Result: res, Retention: l.retention})
-	})
-}
-
-// Release deletes the key so that a retry can run the work again, if this
-// lease still holds it. Use it after a failure that did not take effect.
-func (l *Lease) Release(ctx context.Context) error {
-	return l.finalize(ctx, "release", func(ctx context.Context) error {
-		return l.e.store.Release(ctx, l.ref)
-	})
-}
-
-func (l *Lease) finalize(ctx context.Context, op string, call func(context.Context) error) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return ErrLeaseClosed
-	}
-	l.stop()
-	var err error
-	for i, wait := range finalizeBackoff {
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w: %s: %w", ErrStore, op, errors.Join(err, ctx.Err()))
-			case <-time.After(wait):
-			}
-		}
-		start := time.Now()
-		err = call(ctx)
-		l.e.observe(ctx, op, start, err)
-		if i > 0 && op == "release" && errors.Is(err, ErrLeaseLost) {
-			// An earlier try failed without an answer and may have landed:
-			// the record is gone or not ours either way, so the release
-			// holds; counting it as a lost lease would be a false alarm.
-			err = nil
-		}
-		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
-			break
-		}
-	}
-	switch {
-	case err == nil:
-		l.closed = true
-		l.cancel(errLeaseFinished)
-		return nil
-	case errors.Is(err, ErrLeaseLost):
-		l.closed = true
-		l.cancel(ErrLeaseLost)
-		l.e.log.Warn("idem: lease lost at "+op+"; the record of the new owner was left untouched",
-			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
-		l.e.leaseEvent(l.ref.ID, LeaseLost)
-		return fmt.Errorf("%s: %w", op, ErrLeaseLost)
-	default:
-		l.e.log.Error("idem: "+op+" failed; the key stays PROCESSING until its lease ends",
-			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence, "err", err)
-		return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
-	}
-}
-
-// FinalizeTimeout bounds the Complete or Release that Do makes after the
-// work, on a context detached from the caller's: work that ran must be
-// recorded even when the caller has gone.
-const FinalizeTimeout = 10 * time.Second
-
-// Do runs fn at most once per key and returns its output; a later call with
-// the same key gets the stored output back with replayed true, without
-// running fn. fn gets the lease's context and fencing token.
-//
-// If fn returns an error the key is released, so a later call runs fn again,
-// and the error is returned. If fn panics the key is released and the panic
-// goes on. Another call in flight gives an *InFlightError (ErrInFlight); a
-// different fingerprint gives ErrMismatch. A lease lost before the output
-// was stored returns the output together with an error wrapping ErrLeaseLost:
-// the work ran, but another attempt may run it too.
-func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, fence int64) ([]byte, error)) (out []byte, replayed bool, err error) {
-	att, err := e.Begin(ctx, req)
-	if err != nil {
-		return nil, false, err
-	}
-	switch att.Outcome {
-	case Replayed:
-		// A copy: the stored body is shared (Record.Result), and the
-		// caller owns what Do returns.
-		return bytes.Clone(att.Result.Body), true, nil
-	case InFlight:
-		return nil, false, &InFlightError{RetryAfter: att.RetryAfter}
-	case Mismatch:
-		return nil, false, ErrMismatch
-	}
-	l := att.Lease
-	// finalCtx bounds the Complete or Release after the work: its timeout
-	// starts when fn returns, however long fn took.
-	finalCtx := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), FinalizeTimeout)
-	}
-	completed := false
-	defer func() {
-		if !completed { // fn failed or panicked
-			fctx, cancel := finalCtx()
-			defer cancel()
-			if rerr := l.Release(fctx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
-				e.log.Error("idem: release after failed work", "tenant", req.Tenant, "key", req.Key, "err", rerr)
-			}
-		}
-	}()
-	out, err = fn(l.Context(), l.Fence())
-	if err != nil {
-		return nil, false, err
-	}
-	completed = true
-	fctx, cancel := finalCtx()
-	defer cancel()
-	if err := l.Complete(fctx, Result{Body: out}); err != nil {
-		if errors.Is(err, ErrResultTooLarge) {
-			completed = false
-		}
-		return out, false, err
-	}
-	return out, false, nil
 }

@@ -196,7 +196,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 
 func TestStaleOwnerCannotComplete(t *testing.T) {
 	eachStore(t, func(t *testing.T, s idem.Store) {
-		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
 		req := idem.Request{Key: "stall"}
 		stalled := begin(t, e, req)
 		<-stalled.Lease.Context().Done() // the worker stalls past its lease
@@ -216,6 +216,9 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 		}
 		if retry.Outcome != idem.Acquired || retry.Lease.Fence() <= stalled.Lease.Fence() {
 			t.Fatalf("retry after expiry = %v; want Acquired with a higher fence", retry.Outcome)
+		}
+		if tk := retry.Lease.Takeover(); tk == nil || tk.Fence != stalled.Lease.Fence() {
+			t.Fatalf("Takeover = %+v; want the stalled attempt's fence %d", tk, stalled.Lease.Fence())
 		}
 		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
@@ -285,10 +288,10 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 	})
 }
 
-func TestDoReleasesOnErrorAndPanic(t *testing.T) {
+func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	req := idem.Request{Key: "flaky"}
-	boom := errors.New("provider timeout")
+	boom := errors.New("card declined before any charge")
 	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v; want the work's error", err)
 	}
@@ -301,9 +304,11 @@ func TestDoReleasesOnErrorAndPanic(t *testing.T) {
 		e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { panic("kaboom") })
 		t.Fatal("Do swallowed the panic")
 	}()
-	out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return []byte("third time"), nil })
-	if err != nil || replayed || string(out) != "third time" {
-		t.Fatalf("Do after error and panic = %q, %v, %v; want it to run again", out, replayed, err)
+	ran := false
+	_, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { ran = true; return nil, nil })
+	var ue *idem.UnknownError
+	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != idem.StateUnknown {
+		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *UnknownError, not run: the panic may have come after the effect", err, ran)
 	}
 }
 
@@ -445,10 +450,22 @@ func TestResultTooLargeKeepsLease(t *testing.T) {
 	}
 }
 
+func TestDoMarksUnknownWhenTheOutputCannotBeStored(t *testing.T) {
+	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
+	req := idem.Request{Key: "big"}
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return make([]byte, 11), nil }); !errors.Is(err, idem.ErrResultTooLarge) {
+		t.Fatalf("Do with 11 bytes of output = %v; want ErrResultTooLarge", err)
+	}
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("Do after work whose output was too large = %v; want ErrOutcomeUnknown: the work ran", err)
+	}
+}
+
 func TestStateAndOutcomeNames(t *testing.T) {
-	got := fmt.Sprint(idem.StateAbsent, idem.StateProcessing, idem.StateCompleted, idem.State(9),
-		idem.Acquired, idem.Replayed, idem.InFlight, idem.Mismatch, idem.LeaseLost)
-	want := "ABSENT PROCESSING COMPLETED State(9) acquired replayed in_flight mismatch lost"
+	got := fmt.Sprint(idem.StateAbsent, idem.StateProcessing, idem.StateCompleted, idem.StateUnknown, idem.State(9),
+		idem.Acquired, idem.Replayed, idem.InFlight, idem.Mismatch, idem.Unknown, idem.LeaseLost,
+		idem.VerdictUnknown, idem.VerdictCompleted, idem.VerdictNotExecuted)
+	want := "ABSENT PROCESSING COMPLETED UNKNOWN State(9) acquired replayed in_flight mismatch unknown lost unknown completed not_executed"
 	if got != want {
 		t.Fatalf("names = %q; want %q", got, want)
 	}
@@ -476,21 +493,25 @@ func (s *hungExtendStore) Extend(ctx context.Context, p idem.ExtendParams) error
 	return s.Store.Extend(ctx, p)
 }
 
-// TestCheckSeesExpiryBeforeTheHeartbeatRuns: with the heartbeat stuck in a
-// renewal, nothing cancels the lease's context at its deadline; Check must
-// still report the lease over by the local clock.
-func TestCheckSeesExpiryBeforeTheHeartbeatRuns(t *testing.T) {
+// TestLeaseEndsAtTheDeadlineWhileARenewalHangs: with the heartbeat stuck
+// in a renewal that ignores its context, the lease's context still ends at
+// the local deadline, not when the store call returns.
+func TestLeaseEndsAtTheDeadlineWhileARenewalHangs(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &hungExtendStore{Store: mustMem(t), called: make(chan struct{}, 1), unhang: make(chan struct{})}
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 30 * time.Millisecond, RenewEvery: 10 * time.Millisecond})
+		begun := time.Now()
 		a := begin(t, e, idem.Request{Key: "k"})
 		if err := a.Lease.Check(); err != nil {
 			t.Fatalf("Check on a fresh lease = %v", err)
 		}
 		<-s.called // the first renewal, 10ms in, hangs
-		time.Sleep(30 * time.Millisecond)
-		if err := a.Lease.Context().Err(); err != nil {
-			t.Fatalf("lease context ended (%v) though the heartbeat is stuck", context.Cause(a.Lease.Context()))
+		<-a.Lease.Context().Done()
+		if at := time.Since(begun); at != 30*time.Millisecond {
+			t.Fatalf("lease context ended %v after Begin; want at the 30ms deadline", at)
+		}
+		if cause := context.Cause(a.Lease.Context()); !errors.Is(cause, idem.ErrLeaseExpired) {
+			t.Fatalf("cause = %v; want ErrLeaseExpired", cause)
 		}
 		if err := a.Lease.Check(); !errors.Is(err, idem.ErrLeaseExpired) {
 			t.Fatalf("Check after the deadline = %v; want ErrLeaseExpired", err)

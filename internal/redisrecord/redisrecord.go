@@ -22,14 +22,16 @@ func Key(prefix string, id idem.ID) string {
 }
 
 // Record builds the record of id from the ten fields a script returns:
-// state (P or C), owner, fence, fingerprint, acquired, completed, status,
-// header (recordcodec.AppendHeader), body, and the remaining TTL in ms. at turns
+// state (P, C or U), owner, fence, fingerprint, acquired, completed (for
+// U: when it became UNKNOWN), status, header (recordcodec.AppendHeader),
+// body, and the remaining TTL in ms, optionally followed by an eleventh,
+// the reason of an UNKNOWN record. at turns
 // the two timestamps into times (the Redis store counts milliseconds, the
 // layered mirror microseconds). Numbers that do not parse, a header that
 // does not decode and an unknown state are errors.
 func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, error) {
-	if len(f) != 10 {
-		return idem.Record{}, fmt.Errorf("%d fields, want 10", len(f))
+	if len(f) != 10 && len(f) != 11 {
+		return idem.Record{}, fmt.Errorf("%d fields, want 10 or 11", len(f))
 	}
 	var errs []error
 	num := func(s string) int64 {
@@ -57,6 +59,12 @@ func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, erro
 		rec.State = idem.StateCompleted
 		rec.CompletedAt = at(completed)
 		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
+	case "U":
+		rec.State = idem.StateUnknown
+		rec.CompletedAt = at(completed)
+		if len(f) == 11 {
+			rec.Reason = f[10]
+		}
 	default:
 		return idem.Record{}, fmt.Errorf("state %q", f[0])
 	}

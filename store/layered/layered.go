@@ -28,6 +28,8 @@ var (
 	forgetLua string
 	//go:embed delete.lua
 	deleteLua string
+	//go:embed drop.lua
+	dropLua string
 
 	getScript      = redis.NewScript(getLua)
 	putScript      = redis.NewScript(putLua)
@@ -35,6 +37,7 @@ var (
 	extendScript   = redis.NewScript(extendLua)
 	forgetScript   = redis.NewScript(forgetLua)
 	deleteScript   = redis.NewScript(deleteLua)
+	dropScript     = redis.NewScript(dropLua)
 )
 
 // Options configures a Store. A nil *Options means all defaults.
@@ -126,6 +129,51 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	return wrap(err)
 }
 
+// MarkUnknown implements idem.Store. The mirror of the lease is replaced
+// by a tombstone: UNKNOWN records are never mirrored (see mirror), so
+// every retry asks the authority. If Redis misses the tombstone, the
+// mirror still answers "in flight" until the lease it copied ends, and
+// never runs or replays the key.
+func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	if err := s.authority.MarkUnknown(ctx, p); err != nil {
+		return wrap(err)
+	}
+	s.cacheFailed("mark unknown", forgetScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
+	return nil
+}
+
+// Claim implements idem.Store: claims are the authority's alone, and an
+// UNKNOWN record is never in the mirror.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	res, err := s.authority.Claim(ctx, p)
+	return res, wrap(err)
+}
+
+// Resolve implements idem.Store. Resolved not executed, the key's mirror
+// becomes a tombstone of the record's fence, so that no copy read before
+// the resolution can come back; the next acquisition's higher fence is
+// mirrored over it. Resolved completed, a mirrored PROCESSING copy of
+// that attempt is dropped, and the next read mirrors the result. Either
+// way the authority answers until then.
+func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+	if err := s.authority.Resolve(ctx, p); err != nil {
+		return wrap(err)
+	}
+	key := []string{s.mirrorKey(p.ID)}
+	if p.Result == nil {
+		s.cacheFailed("resolve", forgetScript.Run(ctx, s.redis, key, p.Fence, tombstoneMs).Err())
+	} else {
+		s.cacheFailed("resolve", dropScript.Run(ctx, s.redis, key, p.Fence).Err())
+	}
+	return nil
+}
+
+// ListUnknown implements idem.Store: the authority keeps the index.
+func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	page, err := s.authority.ListUnknown(ctx, p)
+	return page, wrap(err)
+}
+
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if rec, ok := s.mirrored(ctx, id); ok {
@@ -184,16 +232,27 @@ func (s *Store) mirrored(ctx context.Context, id idem.ID) (idem.Record, bool) {
 	return rec, true
 }
 
-// mirror copies rec, as the authority returned it, into Redis.
+// mirror copies rec, as the authority returned it, into Redis: a
+// PROCESSING record for the rest of its lease, a COMPLETED one for the
+// rest of its retention. An UNKNOWN record is not mirrored: its way out
+// (Claim, Resolve, a late Complete) is decided by the authority, and a
+// copy could outlive it.
 func (s *Store) mirror(ctx context.Context, rec idem.Record) {
 	ttl := rec.TTL.Milliseconds()
 	if ttl <= 0 || ctx.Err() != nil {
 		return
 	}
 	state, status, completed, header, body := "P", 0, int64(0), []byte(nil), []byte(nil)
-	if rec.State == idem.StateCompleted && rec.Result != nil {
+	switch rec.State {
+	case idem.StateProcessing:
+	case idem.StateCompleted:
+		if rec.Result == nil {
+			return
+		}
 		state, status, completed = "C", rec.Result.Status, rec.CompletedAt.UnixMicro()
 		header, body = recordcodec.AppendHeader(nil, rec.Result.Header), rec.Result.Body
+	default:
+		return
 	}
 	err := putScript.Run(ctx, s.redis, []string{s.mirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
 		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl).Err()
@@ -206,10 +265,11 @@ func (s *Store) cacheFailed(op string, err error) {
 	}
 }
 
-// wrap prefixes the authority's errors, keeping ErrLeaseLost and
-// ErrNotFound bare as the Store contract shows them.
+// wrap prefixes the authority's errors, keeping the sentinels of the Store
+// contract (ErrLeaseLost, ErrNotFound, ErrNotUnknown, ErrStaleFence) bare.
 func wrap(err error) error {
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) {
+	if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) ||
+		errors.Is(err, idem.ErrNotUnknown) || errors.Is(err, idem.ErrStaleFence) {
 		return err
 	}
 	return fmt.Errorf("layered: %w", err)

@@ -101,7 +101,7 @@ func BenchmarkCycle(b *testing.B) {
 	storeCycle := func(s *memstore.Store) cycle {
 		return func(ctx context.Context, i int64) error {
 			id := idem.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: 30 * time.Second})
+			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: 30 * time.Second, Retention: 24 * time.Hour})
 			if err != nil || !res.Acquired {
 				return fmt.Errorf("acquire %d: %v, %v", i, res.Acquired, err)
 			}

@@ -5,9 +5,15 @@
 // the engines of one process. Use store/redisstore or store/pgstore to share
 // keys between instances.
 //
-// Memory is bounded by Options.MaxBytes. When a new record would go over
-// the bound, expired records go first, then COMPLETED records in the order
-// their retention ends (soonest first). PROCESSING records are never
-// dropped: when only they are left, Acquire fails with idem.ErrStoreFull
-// (fail closed), and so does a Complete whose result does not fit.
+// A PROCESSING record outlives its lease by the retention, and an UNKNOWN
+// record lives for its retention: a lease that ended is not free room,
+// since its work may have run. UNKNOWN records are indexed by tenant and
+// key, so ListUnknown reads them and nothing else.
+//
+// Memory is bounded by Options.MaxBytes. The store never drops a record
+// before its life (lease and retention) ends: a dropped result would let
+// its retry run again. Expired records go first; when the live ones fill the bound,
+// Acquire of a new key fails with idem.ErrStoreFull (fail closed) while
+// replays and Get keep answering. A key already admitted always completes,
+// past the bound if need be (see Store.Complete).
 package memstore

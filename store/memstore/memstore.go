@@ -1,10 +1,14 @@
 package memstore
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,33 +21,43 @@ type Options struct {
 	// fake clock to expire leases and results without sleeping.
 	Clock func() time.Time
 	// MaxBytes bounds the memory the records take, counted as the sizes of
-	// keys, fingerprints, headers and bodies plus a fixed overhead per
-	// record. Zero means 256 MiB.
+	// keys, fingerprints, reasons, headers and bodies plus a fixed overhead
+	// per record. A store at the bound refuses new keys; see Store.Complete
+	// for why a key it admitted may still complete past it. Zero means 256 MiB.
 	MaxBytes int64
 }
 
 // recordOverhead approximates the bytes a record costs beyond its strings.
 const recordOverhead = 256
 
+// errBadCursor is returned by ListUnknown for an After it did not make.
+var errBadCursor = errors.New("memstore: invalid list cursor")
+
 // Store is an in-memory idem.Store. It is safe for concurrent use.
 type Store struct {
 	now      func() time.Time
 	maxBytes int64
 
-	mu         sync.Mutex
-	entries    map[idem.ID]*entry
-	processing expiryHeap // PROCESSING records by lease deadline
-	completed  expiryHeap // COMPLETED records by end of retention
-	bytes      int64
-	lastFence  int64
+	mu      sync.Mutex
+	entries map[idem.ID]*entry
+	byEnd   expiryHeap // every record, by the end of its life
+	// unknown indexes the UNKNOWN records by tenant and key, so that
+	// ListUnknown reads them and nothing else. A PROCESSING record whose
+	// lease ended is not in it until a call turns it UNKNOWN.
+	unknown   map[string]map[string]*entry
+	bytes     int64
+	lastFence int64
 }
 
 type entry struct {
-	rec       idem.Record // TTL unused: derived from expires
-	result    idem.Result // COMPLETED: rec.Result points here; never changed once set
-	expires   time.Time
-	size      int64
-	heapIndex int
+	rec        idem.Record // TTL unused: derived from leaseUntil and expires
+	result     idem.Result // COMPLETED: rec.Result points here; never changed once set
+	leaseUntil time.Time   // PROCESSING: when the lease ends
+	expires    time.Time   // when the record ends: PROCESSING, the lease plus the retention
+	claimOwner string      // UNKNOWN: the reconciliation claim's holder, until claimUntil
+	claimUntil time.Time
+	size       int64
+	heapIndex  int
 }
 
 // New returns an empty store.
@@ -61,7 +75,18 @@ func New(opts *Options) (*Store, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Store{now: o.Clock, maxBytes: o.MaxBytes, entries: make(map[idem.ID]*entry)}, nil
+	return &Store{now: o.Clock, maxBytes: o.MaxBytes, entries: make(map[idem.ID]*entry), unknown: make(map[string]map[string]*entry)}, nil
+}
+
+// lock takes the store's lock, drops the records whose life ended, and
+// returns the time the call works at.
+func (s *Store) lock() time.Time {
+	s.mu.Lock()
+	now := s.now()
+	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
+		s.remove(s.byEnd[0])
+	}
+	return now
 }
 
 // Acquire implements idem.Store.
@@ -69,16 +94,34 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	if err := ctx.Err(); err != nil {
 		return idem.AcquireResult{}, err
 	}
-	s.mu.Lock()
+	now := s.lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.expire(now)
-	if e, ok := s.entries[p.ID]; ok {
-		return idem.AcquireResult{Record: e.view(now)}, nil
+	var takeover *idem.Takeover
+	old, ok := s.entries[p.ID]
+	if ok {
+		if !old.abandoned(now) {
+			return idem.AcquireResult{Record: old.view(now)}, nil
+		}
+		if !p.TakeOver {
+			s.toUnknown(old, now, idem.ReasonAbandoned, now.Add(p.Retention))
+			return idem.AcquireResult{Record: old.view(now)}, nil
+		}
+		takeover = &idem.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
 	}
 	size := recordOverhead + int64(len(p.Tenant)+len(p.Key)+len(p.Owner)+len(p.Fingerprint))
-	if !s.makeRoom(size) {
+	need := size
+	if ok {
+		need -= old.size // a takeover replaces the record: only the difference is new
+	}
+	if s.bytes+need > s.maxBytes {
+		// Expired records are gone already (lock); every record left is a
+		// live lease, a lease whose outcome is unknown, or a result within
+		// its retention, and dropping one would let its retry run again.
+		// Refuse the new key.
 		return idem.AcquireResult{}, idem.ErrStoreFull
+	}
+	if ok {
+		s.remove(old)
 	}
 	// The fence counter is global, so it increases for every key; the
 	// clock floor keeps it increasing across restarts of the process.
@@ -86,46 +129,38 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	e := &entry{
 		rec: idem.Record{ID: p.ID, State: idem.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
 			Fingerprint: p.Fingerprint, AcquiredAt: now},
-		expires: now.Add(p.LeaseDuration),
-		size:    size,
+		leaseUntil: now.Add(p.LeaseDuration),
+		expires:    now.Add(p.LeaseDuration + p.Retention),
 	}
-	s.entries[p.ID] = e
-	s.bytes += size
-	heap.Push(&s.processing, e)
-	return idem.AcquireResult{Acquired: true, Record: e.view(now)}, nil
+	s.add(e, size)
+	return idem.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
 }
 
-// Complete implements idem.Store.
+// Complete implements idem.Store. It stores the result even when that takes
+// the store past MaxBytes: the work behind an admitted key has run, and a
+// result refused here would be lost, so the retry would run it again.
+// Reserving room at Acquire instead cannot work, because the size of a
+// result is not known until it exists (a reservation of the largest
+// possible result would make the bound count leases, not bytes). The
+// overshoot is bounded by the leases held when the store filled times the
+// largest result the engine lets through (idem.Options.MaxResultBytes), and
+// no new key is admitted until expiry brings the store back under the bound.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
+	now := s.lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.expire(now)
-	e, ok := s.entries[p.ID]
-	if !ok || e.rec.Owner != p.Owner || e.rec.Fence != p.Fence {
+	e, ok := s.owned(p.LeaseRef)
+	if !ok {
 		return idem.ErrLeaseLost
 	}
 	if e.rec.State == idem.StateCompleted {
 		return nil // a repeated Complete of the same lease: keep the first result
 	}
-	grow := int64(len(p.Result.Body)) + headerSize(p.Result.Header)
-	heap.Remove(&s.processing, e.heapIndex) // not evictable while making room
-	if !s.makeRoom(grow) {
-		heap.Push(&s.processing, e)
-		return idem.ErrStoreFull
-	}
-	e.rec.State = idem.StateCompleted
-	e.rec.CompletedAt = now
-	// Copies: the caller may reuse its header and body once Complete returns.
-	e.result = idem.Result{Status: p.Result.Status, Header: p.Result.Header.Clone(), Body: clone(p.Result.Body)}
-	e.rec.Result = &e.result
-	e.expires = now.Add(p.Retention)
-	e.size += grow
-	s.bytes += grow
-	heap.Push(&s.completed, e)
+	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
+	// the owner's (nobody took it over), and the owner knows the outcome.
+	s.toCompleted(e, now, p.Result, p.Retention)
 	return nil
 }
 
@@ -134,16 +169,14 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
+	now := s.lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.expire(now)
-	e, ok := s.processingEntry(p.LeaseRef)
-	if !ok {
-		return idem.ErrLeaseLost
+	e, ok := s.owned(p.LeaseRef)
+	if !ok || e.rec.State != idem.StateProcessing || e.abandoned(now) {
+		return idem.ErrLeaseLost // an ended lease is never renewed
 	}
-	e.expires = now.Add(p.LeaseDuration)
-	heap.Fix(&s.processing, e.heapIndex)
+	e.leaseUntil = now.Add(p.LeaseDuration)
+	s.setExpires(e, now.Add(p.LeaseDuration+p.Retention))
 	return nil
 }
 
@@ -152,15 +185,149 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	s.expire(s.now())
-	e, ok := s.processingEntry(p)
-	if !ok {
+	e, ok := s.owned(p)
+	if !ok || e.rec.State != idem.StateProcessing {
 		return idem.ErrLeaseLost
 	}
 	s.remove(e)
 	return nil
+}
+
+// MarkUnknown implements idem.Store.
+func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	e, ok := s.owned(p.LeaseRef)
+	switch {
+	case !ok || e.rec.State == idem.StateCompleted:
+		return idem.ErrLeaseLost
+	case e.rec.State == idem.StateUnknown:
+		return nil // a repeated MarkUnknown: keep the first reason
+	}
+	s.toUnknown(e, now, p.Reason, now.Add(p.Retention))
+	return nil
+}
+
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[p.ID]
+	if !ok {
+		return idem.ClaimResult{}, idem.ErrNotFound
+	}
+	if e.abandoned(now) {
+		s.toUnknown(e, now, idem.ReasonAbandoned, e.expires) // the record keeps its life
+	}
+	if e.rec.State != idem.StateUnknown || (e.claimOwner != "" && now.Before(e.claimUntil)) {
+		return idem.ClaimResult{Record: e.view(now)}, nil
+	}
+	e.claimOwner, e.claimUntil = p.Owner, now.Add(p.LeaseDuration)
+	return idem.ClaimResult{Claimed: true, Record: e.view(now)}, nil
+}
+
+// Resolve implements idem.Store. A PROCESSING record whose lease ended,
+// which Get reports UNKNOWN, resolves like one.
+func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[p.ID]
+	switch {
+	case !ok:
+		return idem.ErrNotFound
+	case e.rec.State != idem.StateUnknown && !e.abandoned(now):
+		return idem.ErrNotUnknown
+	case e.rec.Fence != p.Fence:
+		return idem.ErrStaleFence
+	case p.Claim != "" && (e.claimOwner != p.Claim || !now.Before(e.claimUntil)):
+		return idem.ErrLeaseLost
+	}
+	if p.Result == nil {
+		// Known not to have run: the retry may. The fence counter is the
+		// store's, so the next acquisition still gets a higher fence.
+		s.remove(e)
+		return nil
+	}
+	s.toCompleted(e, now, *p.Result, p.Retention)
+	return nil
+}
+
+// ListUnknown implements idem.Store. It reads the UNKNOWN index only: the
+// records of the tenant (or of all tenants), sorted by tenant and key, after
+// the cursor. Its cost grows with the UNKNOWN records listed, not with the
+// store.
+func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.ListPage{}, err
+	}
+	limit := p.Limit
+	switch {
+	case limit < 0:
+		return idem.ListPage{}, errors.New("memstore: negative list limit")
+	case limit == 0:
+		limit = idem.DefaultListLimit
+	case limit > idem.MaxListLimit:
+		limit = idem.MaxListLimit
+	}
+	var after idem.ID
+	if p.After != "" {
+		var ok bool
+		if after, ok = parseCursor(p.After); !ok || (!p.AllTenants && after.Tenant != p.Tenant) {
+			return idem.ListPage{}, errBadCursor
+		}
+	}
+	now := s.lock()
+	defer s.mu.Unlock()
+	var ids []idem.ID
+	for tenant, keys := range s.unknown {
+		if (!p.AllTenants && tenant != p.Tenant) || (p.After != "" && tenant < after.Tenant) {
+			continue
+		}
+		for key := range keys {
+			if id := (idem.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.SortFunc(ids, compareIDs)
+	var page idem.ListPage
+	for _, id := range ids[:min(limit, len(ids))] {
+		page.Records = append(page.Records, s.unknown[id.Tenant][id.Key].view(now))
+	}
+	if len(ids) > limit {
+		page.Next = cursor(ids[limit-1])
+	}
+	return page, nil
+}
+
+func compareIDs(a, b idem.ID) int {
+	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Key, b.Key))
+}
+
+// cursor encodes id as "len(tenant):tenant" + key, which parses back
+// whatever bytes the tenant and key hold.
+func cursor(id idem.ID) string {
+	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
+}
+
+func parseCursor(c string) (idem.ID, bool) {
+	n, rest, ok := strings.Cut(c, ":")
+	length, err := strconv.Atoi(n)
+	if !ok || err != nil || length < 0 || length > len(rest) {
+		return idem.ID{}, false
+	}
+	return idem.ID{Tenant: rest[:length], Key: rest[length:]}, true
 }
 
 // Get implements idem.Store.
@@ -168,10 +335,8 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	s.mu.Lock()
+	now := s.lock()
 	defer s.mu.Unlock()
-	now := s.now()
-	s.expire(now)
 	e, ok := s.entries[id]
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
@@ -184,9 +349,8 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
-	s.expire(s.now())
 	e, ok := s.entries[id]
 	if ok {
 		s.remove(e)
@@ -194,48 +358,98 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return ok, nil
 }
 
-func (s *Store) processingEntry(ref idem.LeaseRef) (*entry, bool) {
+// owned returns the record of ref's key if ref's owner and fence made it.
+func (s *Store) owned(ref idem.LeaseRef) (*entry, bool) {
 	e, ok := s.entries[ref.ID]
-	if !ok || e.rec.State != idem.StateProcessing || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {
+	if !ok || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {
 		return nil, false
 	}
 	return e, true
 }
 
-// expire drops every record whose lease or retention ended by now.
-func (s *Store) expire(now time.Time) {
-	for _, h := range []*expiryHeap{&s.processing, &s.completed} {
-		for h.Len() > 0 && !now.Before((*h)[0].expires) {
-			s.remove((*h)[0])
-		}
+// toUnknown turns e UNKNOWN for reason, to live until expires, and
+// indexes it.
+func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
+	e.rec.State = idem.StateUnknown
+	e.rec.Reason = reason
+	e.rec.CompletedAt = now
+	s.grow(e, int64(len(reason)))
+	s.setExpires(e, expires)
+	keys := s.unknown[e.rec.Tenant]
+	if keys == nil {
+		keys = make(map[string]*entry)
+		s.unknown[e.rec.Tenant] = keys
 	}
+	keys[e.rec.Key] = e
 }
 
-// makeRoom evicts COMPLETED records, soonest to expire first, until size
-// more bytes fit, and reports whether they do.
-func (s *Store) makeRoom(size int64) bool {
-	for s.bytes+size > s.maxBytes && s.completed.Len() > 0 {
-		s.remove(s.completed[0])
-	}
-	return s.bytes+size <= s.maxBytes
+// toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r:
+// the caller may reuse its header and body once the call returns.
+func (s *Store) toCompleted(e *entry, now time.Time, r idem.Result, retention time.Duration) {
+	s.unindex(e)
+	e.rec.State = idem.StateCompleted
+	e.rec.CompletedAt = now
+	e.claimOwner = ""
+	e.result = idem.Result{Status: r.Status, Header: r.Header.Clone(), Body: clone(r.Body)}
+	e.rec.Result = &e.result
+	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
+	s.setExpires(e, now.Add(retention))
+}
+
+func (s *Store) add(e *entry, size int64) {
+	e.size = size
+	s.bytes += size
+	s.entries[e.rec.ID] = e
+	heap.Push(&s.byEnd, e)
+}
+
+func (s *Store) grow(e *entry, n int64) {
+	e.size += n
+	s.bytes += n
+}
+
+func (s *Store) setExpires(e *entry, t time.Time) {
+	e.expires = t
+	heap.Fix(&s.byEnd, e.heapIndex)
 }
 
 func (s *Store) remove(e *entry) {
-	if e.rec.State == idem.StateProcessing {
-		heap.Remove(&s.processing, e.heapIndex)
-	} else {
-		heap.Remove(&s.completed, e.heapIndex)
-	}
+	s.unindex(e)
+	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	s.bytes -= e.size
+}
+
+func (s *Store) unindex(e *entry) {
+	if e.rec.State != idem.StateUnknown {
+		return
+	}
+	keys := s.unknown[e.rec.Tenant]
+	delete(keys, e.rec.Key)
+	if len(keys) == 0 {
+		delete(s.unknown, e.rec.Tenant)
+	}
+}
+
+// abandoned reports whether e is PROCESSING with its lease ended.
+func (e *entry) abandoned(now time.Time) bool {
+	return e.rec.State == idem.StateProcessing && !now.Before(e.leaseUntil)
 }
 
 // view returns a copy of the record that the caller may keep. Its Result
 // is the stored one, shared and read-only as idem.Record documents: the
 // store never changes a result once it is stored, so a replay costs no copy.
+// A PROCESSING record whose lease ended is reported UNKNOWN, as the next
+// Acquire would make it.
 func (e *entry) view(now time.Time) idem.Record {
 	r := e.rec
 	r.TTL = e.expires.Sub(now)
+	switch {
+	case e.abandoned(now):
+		r.State, r.Reason = idem.StateUnknown, idem.ReasonAbandoned
+	case r.State == idem.StateProcessing:
+		r.TTL = e.leaseUntil.Sub(now)
+	}
 	return r
 }
 

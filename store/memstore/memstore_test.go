@@ -51,69 +51,172 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-func TestBoundEvictsCompletedNeverProcessing(t *testing.T) {
+func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStore(t, 4096)
-	acquire := func(key string) (idem.LeaseRef, error) {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner", LeaseDuration: time.Minute})
-		if err != nil {
-			return idem.LeaseRef{}, err
-		}
-		return idem.LeaseRef{ID: res.Record.ID, Owner: "owner", Fence: res.Record.Fence}, nil
+	acquire := func(key string) (idem.AcquireResult, error) {
+		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
 	}
-	// Two completed results, the first expiring sooner, fill most of the store.
-	for i, key := range []string{"done-soon", "done-later"} {
-		ref, err := acquire(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Body: make([]byte, 1500)}, Retention: time.Duration(i+1) * time.Hour})
-		if err != nil {
-			t.Fatal(err)
-		}
-		clock.Advance(time.Second)
+	ref := func(res idem.AcquireResult) idem.LeaseRef {
+		return idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
 	}
-	var held []idem.LeaseRef
+	complete := func(res idem.AcquireResult, body int, retention time.Duration) {
+		t.Helper()
+		err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref(res), Result: idem.Result{Status: 201, Body: make([]byte, body)}, Retention: retention})
+		if err != nil {
+			t.Fatalf("Complete %v: %v", res.Record.ID, err)
+		}
+	}
+	// A result whose retention ends makes room: expired records go first.
+	res, err := acquire("short-lived")
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete(res, 3000, time.Second)
+	clock.Advance(2 * time.Second)
+
+	// Two results within their retention, then leases until the store is full.
+	for _, key := range []string{"done-1", "done-2"} {
+		res, err := acquire(key)
+		if err != nil {
+			t.Fatalf("Acquire %s with an expired record taking the room: %v", key, err)
+		}
+		complete(res, 1200, time.Hour)
+	}
+	var held []idem.AcquireResult
 	for i := 0; ; i++ {
-		ref, err := acquire("running-" + string(rune('a'+i)))
+		res, err := acquire("running-" + string(rune('a'+i)))
 		if errors.Is(err, idem.ErrStoreFull) {
 			break
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, ref)
+		held = append(held, res)
 		if i > 100 {
 			t.Fatal("a 4 KiB store never filled up")
 		}
 	}
-	if _, err := s.Get(ctx, idem.ID{Key: "done-soon"}); !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("the result expiring soonest survived eviction: %v", err)
+	if len(held) < 2 {
+		t.Fatalf("only %d leases fit; the test needs two", len(held))
 	}
-	if _, err := s.Get(ctx, idem.ID{Key: "done-later"}); !errors.Is(err, idem.ErrNotFound) {
-		t.Errorf("a completed result survived while PROCESSING records were refused: %v", err)
-	}
-	for _, ref := range held {
-		rec, err := s.Get(ctx, ref.ID)
-		if err != nil || rec.State != idem.StateProcessing {
-			t.Fatalf("PROCESSING record %v was dropped by the bound: %v", ref.ID, err)
+	// Full: every stored result still replays, every lease is still held.
+	for _, key := range []string{"done-1", "done-2"} {
+		res, err := acquire(key)
+		if err != nil || res.Acquired || res.Record.State != idem.StateCompleted || len(res.Record.Result.Body) != 1200 {
+			t.Fatalf("replay of %s from a full store: acquired=%v state=%v err=%v", key, res.Acquired, res.Record.State, err)
 		}
 	}
-	// A result that cannot fit is refused and the lease stays held.
-	err := s.Complete(ctx, idem.CompleteParams{LeaseRef: held[0], Result: idem.Result{Body: make([]byte, 8192)}, Retention: time.Hour})
-	if !errors.Is(err, idem.ErrStoreFull) {
-		t.Fatalf("oversized Complete = %v; want ErrStoreFull", err)
+	for _, h := range held {
+		if res, err := acquire(h.Record.Key); err != nil || res.Acquired || res.Record.State != idem.StateProcessing {
+			t.Fatalf("held lease %s from a full store: acquired=%v err=%v", h.Record.Key, res.Acquired, err)
+		}
 	}
-	if err := s.Release(ctx, held[0]); err != nil {
-		t.Fatalf("Release after refused Complete: %v", err)
+	// An admitted key completes even past the bound: its work has run.
+	complete(held[0], 8192, time.Hour)
+	rec, err := s.Get(ctx, held[0].Record.ID)
+	if err != nil || rec.State != idem.StateCompleted || len(rec.Result.Body) != 8192 {
+		t.Fatalf("result stored past the bound: state=%v err=%v", rec.State, err)
 	}
-	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "after-release"}, Owner: "o", LeaseDuration: time.Minute}); err != nil {
-		t.Fatalf("Acquire after a release made room: %v", err)
+	if _, err := acquire("new-while-over"); !errors.Is(err, idem.ErrStoreFull) {
+		t.Fatalf("Acquire of a new key over the bound = %v; want ErrStoreFull", err)
+	}
+	// Releasing a lease frees its room but not enough while over the bound.
+	if err := s.Release(ctx, ref(held[1])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := acquire("new-still-over"); !errors.Is(err, idem.ErrStoreFull) {
+		t.Fatalf("Acquire while still over the bound = %v; want ErrStoreFull", err)
+	}
+	// Once retention ends, the room comes back.
+	clock.Advance(time.Hour)
+	if res, err := acquire("after-retention"); err != nil || !res.Acquired {
+		t.Fatalf("Acquire after every record expired: acquired=%v err=%v", res.Acquired, err)
 	}
 }
 
 func TestNewRejectsNegativeBound(t *testing.T) {
 	if _, err := memstore.New(&memstore.Options{MaxBytes: -1}); err == nil {
 		t.Fatal("New accepted a negative MaxBytes")
+	}
+}
+
+// TestFullStoreKeepsUnknownOutcomes: a lease that ended is no free room:
+// its work may have run, so the record is kept (abandoned, then UNKNOWN)
+// for its retention, and a full store refuses new keys rather than drop
+// it. Taking over an ended lease replaces the record, so a full store
+// allows it.
+func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
+	ctx := context.Background()
+	s, clock := newStore(t, 4096)
+	acquire := func(key string, takeOver bool) (idem.AcquireResult, error) {
+		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Second, Retention: time.Hour, TakeOver: takeOver})
+	}
+	var held []string
+	for i := 0; ; i++ {
+		key := "k" + string(rune('a'+i))
+		_, err := acquire(key, false)
+		if errors.Is(err, idem.ErrStoreFull) {
+			break
+		}
+		if err != nil || i > 100 {
+			t.Fatalf("filling a 4 KiB store: %v after %d keys", err, i)
+		}
+		held = append(held, key)
+	}
+	clock.Advance(2 * time.Second) // every lease ended
+	if _, err := acquire("new", false); !errors.Is(err, idem.ErrStoreFull) {
+		t.Fatalf("Acquire of a new key in a store full of ended leases = %v; want ErrStoreFull", err)
+	}
+	res, err := acquire(held[0], false)
+	if err != nil || res.Acquired || res.Record.State != idem.StateUnknown {
+		t.Fatalf("Acquire of an ended lease = %+v, %v; want it turned UNKNOWN", res, err)
+	}
+	res, err = acquire(held[1], true)
+	if err != nil || !res.Acquired || res.Takeover == nil {
+		t.Fatalf("takeover in a full store = %+v, %v; want acquired with the previous attempt reported", res, err)
+	}
+	for _, key := range held[2:] {
+		if rec, err := s.Get(ctx, idem.ID{Key: key}); err != nil || rec.State != idem.StateUnknown {
+			t.Fatalf("ended lease %s in a full store = %+v, %v; want kept, reported UNKNOWN", key, rec, err)
+		}
+	}
+	clock.Advance(2 * time.Hour)
+	if res, err := acquire("new", false); err != nil || !res.Acquired {
+		t.Fatalf("Acquire after every retention ended = %+v, %v; want acquired", res, err)
+	}
+}
+
+func TestListUnknownRejectsBadInput(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, 0)
+	for _, id := range []idem.ID{{Tenant: "a", Key: "1"}, {Tenant: "a", Key: "2"}, {Tenant: "b", Key: "1"}} {
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
+		if err == nil {
+			err = s.MarkUnknown(ctx, idem.MarkUnknownParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}, Reason: "test", Retention: time.Hour})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := s.ListUnknown(ctx, idem.ListParams{Tenant: "a", Limit: 1})
+	if err != nil || len(page.Records) != 1 || page.Next == "" {
+		t.Fatalf("first page = %+v, %v; want one record and a next page", page, err)
+	}
+	for name, p := range map[string]idem.ListParams{
+		"negative limit":           {Tenant: "a", Limit: -1},
+		"garbage cursor":           {Tenant: "a", After: "garbage"},
+		"cursor past its length":   {Tenant: "a", After: "9:a"},
+		"another tenant's cursor":  {Tenant: "b", After: page.Next},
+		"negative length cursor":   {Tenant: "a", After: "-1:a"},
+		"cursor of all, no length": {AllTenants: true, After: ":"},
+	} {
+		if page, err := s.ListUnknown(ctx, p); err == nil {
+			t.Errorf("ListUnknown(%s) = %+v; want an error", name, page)
+		}
+	}
+	all, err := s.ListUnknown(ctx, idem.ListParams{AllTenants: true, After: page.Next})
+	if err != nil || len(all.Records) != 2 || all.Records[0].ID != (idem.ID{Tenant: "a", Key: "2"}) || all.Next != "" {
+		t.Fatalf("all tenants after a tenant's cursor = %+v, %v; want a/2 and b/1, last page", all, err)
 	}
 }

@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -137,8 +138,9 @@ func TestStaleFenceRefused(t *testing.T) {
 // workers for one key, with the first worker's lease expiring while it
 // works (renewal off, a short lease) and the first worker not noticing, as
 // a paused process would not: its flow runs on a context the lease does
-// not cancel. The database guardrail must let exactly one provider call
-// commit.
+// not cancel. B takes the key over (Options.Takeover = TakeoverRun: the
+// guardrail is what makes a second run safe) and is told A's fence. The
+// database guardrail must let exactly one provider call commit.
 func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -151,7 +153,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			s := newStore(t)
 			ctx := context.Background()
 			const lease = 150 * time.Millisecond
-			engine, err := idem.New(s, &idem.Options{LeaseDuration: lease, RenewEvery: -1})
+			engine, err := idem.New(s, &idem.Options{LeaseDuration: lease, RenewEvery: -1, Takeover: idem.TakeoverRun})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,6 +166,9 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			}
 			fenceA := attA.Lease.Fence()
 			stalled, resume := make(chan struct{}), make(chan struct{})
+			var resumeOnce sync.Once
+			resumeA := func() { resumeOnce.Do(func() { close(resume) }) }
+			t.Cleanup(resumeA) // a failing test does not leave A stalled on the pool
 			type result struct {
 				out []byte
 				err error
@@ -214,6 +219,9 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			if attB.Lease.Fence() <= fenceA {
 				t.Fatalf("B's fence %d is not above A's %d", attB.Lease.Fence(), fenceA)
 			}
+			if tk := attB.Lease.Takeover(); tk == nil || tk.Fence != fenceA {
+				t.Fatalf("B's Takeover = %+v; want A's fence %d", tk, fenceA)
+			}
 			doneB := make(chan result, 1)
 			go func() {
 				out, err := chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, attB.Lease.Fence())
@@ -222,9 +230,9 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			var b result
 			if tc.stallBeforeReserve {
 				b = <-doneB // B finishes while A is stalled
-				close(resume)
+				resumeA()
 			} else {
-				close(resume) // B is waiting in Reserve on A's transaction
+				resumeA() // B is waiting in Reserve on A's transaction
 				b = <-doneB
 			}
 			a := <-doneA

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,49 +65,114 @@ func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
 	return &Store{pool: pool, schema: o.Schema, q: newQueries(o.Schema)}, nil
 }
 
-// recordColumns are read by scanRecord, in this order.
-const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body,
-	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint`
+// recordColumns are read by scanRecord, in this order. The lease ends at
+// lease_until, or at expires_at in a row an older version wrote
+// (migrations/004_unknown.sql).
+const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body, reason,
+	coalesce(lease_until, expires_at),
+	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
+	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint,
+	taken_fence, taken_acquired_at`
+
+// leaseEnded is true for a row whose lease has ended (by the database's clock).
+const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`
+
+// unknownNow matches a live row that is UNKNOWN, or PROCESSING with its
+// lease ended (abandoned: Get reports it UNKNOWN).
+const unknownNow = `expires_at > clock_timestamp() AND (state = 'U' OR (state = 'P' AND ` + leaseEnded + `))`
 
 // queries holds the SQL of the store, with the schema spliced in.
 type queries struct {
-	acquire, complete, completedByUs, extend, release, get, del, reap string
-	reserve, settle, reservation                                      string
+	acquire, abandon, complete, completedByUs, extend, release, markUnknown string
+	claim, resolveCompleted, resolveDeleted, listTenant, listAll            string
+	get, del, reap                                                          string
+	reserve, settle, reservation                                            string
 }
 
 func newQueries(schema string) queries {
 	r := strings.NewReplacer("S.", schema+".")
 	return queries{
-		// The INSERT takes the key when it has no row or an expired one,
-		// in one atomic step. When a live row holds the key it returns
-		// nothing, and Acquire reads that row with the get query: a second
-		// round trip, but a read, next to the row lock and commit that the
-		// INSERT pays anyway, and a plain INSERT is cheaper than a CTE
-		// that also reads the row on every acquisition.
-		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, expires_at, reap_at)
+		// The INSERT takes the key when it has no row or an expired one, or
+		// ($7) takes over a row whose lease ended, in one atomic step. When
+		// a live row holds the key it returns nothing, and Acquire reads
+		// that row with the get query: a second round trip, but a read,
+		// next to the row lock and commit that the INSERT pays anyway, and
+		// a plain INSERT is cheaper than a CTE that also reads the row on
+		// every acquisition. The row lives the lease ($5) plus the
+		// retention: $6 is their sum.
+		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at,
+		lease_until, expires_at, reap_at)
 	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
-		clock_timestamp() + $5 * interval '1 microsecond')
+		clock_timestamp() + $6 * interval '1 microsecond', clock_timestamp() + $6 * interval '1 microsecond')
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
 		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
-			acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, reap_at = excluded.reap_at,
-			completed_at = NULL, status = NULL, header = NULL, body = NULL
-		WHERE r.expires_at <= clock_timestamp()
+			acquired_at = excluded.acquired_at, lease_until = excluded.lease_until, expires_at = excluded.expires_at,
+			reap_at = excluded.reap_at, completed_at = NULL, status = NULL, header = NULL, body = NULL,
+			reason = NULL, claim_owner = NULL, claim_until = NULL,
+			-- A live row is taken over; an expired one was absent.
+			taken_fence = CASE WHEN r.expires_at > clock_timestamp() THEN r.fence END,
+			taken_acquired_at = CASE WHEN r.expires_at > clock_timestamp() THEN r.acquired_at END
+		WHERE r.expires_at <= clock_timestamp() OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
 	RETURNING ` + recordColumns),
+		// An Acquire without TakeOver that found the abandoned row of fence
+		// $3 turns it UNKNOWN for the retention ($5), unless it changed.
+		abandon: r.Replace(`UPDATE S.records SET state = 'U', reason = $4, completed_at = clock_timestamp(),
+	expires_at = clock_timestamp() + $5 * interval '1 microsecond'
+WHERE tenant_id = $1 AND idempotency_key = $2 AND fence = $3 AND state = 'P' AND ` + leaseEnded + `
+	AND expires_at > clock_timestamp()
+RETURNING ` + recordColumns),
 		// One plain UPDATE: when it matches no row, Complete asks
-		// completedByUs whether a retry's first try landed.
+		// completedByUs whether a retry's first try landed. The lease's end
+		// is not checked: a late completion of a row still the caller's,
+		// PROCESSING or UNKNOWN, is the truth. reason and the claim are NULL
+		// already on a P row, so that Complete changes no indexed value.
 		complete: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
-	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8
-WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
+	reason = NULL, claim_owner = NULL, claim_until = NULL
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner = $3 AND fence = $4
 	AND expires_at > clock_timestamp()`),
 		completedByUs: r.Replace(`SELECT EXISTS (SELECT 1 FROM S.records
 	WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'C' AND owner = $3 AND fence = $4
 		AND expires_at > clock_timestamp())`),
-		extend: r.Replace(`UPDATE S.records SET expires_at = clock_timestamp() + $5 * interval '1 microsecond'
+		// Extend never revives an ended lease. $6: the lease plus the retention.
+		extend: r.Replace(`UPDATE S.records SET lease_until = clock_timestamp() + $5 * interval '1 microsecond',
+	expires_at = clock_timestamp() + $6 * interval '1 microsecond'
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
-	AND expires_at > clock_timestamp()`),
+	AND coalesce(lease_until, expires_at) > clock_timestamp()`),
 		release: r.Replace(`DELETE FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
 	AND expires_at > clock_timestamp()`),
+		// A repeated MarkUnknown keeps the first reason, time and end.
+		markUnknown: r.Replace(`UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
+	completed_at = CASE WHEN state = 'U' THEN completed_at ELSE clock_timestamp() END,
+	expires_at = CASE WHEN state = 'U' THEN expires_at ELSE clock_timestamp() + $6 * interval '1 microsecond' END
+WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner = $3 AND fence = $4
+	AND expires_at > clock_timestamp()`),
+		// Claim turns an abandoned row UNKNOWN (keeping its end) in the
+		// same step as it takes the claim.
+		claim: r.Replace(`UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
+	completed_at = coalesce(completed_at, clock_timestamp()),
+	claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
+WHERE tenant_id = $1 AND idempotency_key = $2 AND ` + unknownNow + `
+	AND (claim_until IS NULL OR claim_until <= clock_timestamp())
+RETURNING ` + recordColumns),
+		// Resolve: $3 the fence, $4 the claim's owner or '' (an operator).
+		resolveCompleted: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
+	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
+	reason = NULL, claim_owner = NULL, claim_until = NULL
+WHERE tenant_id = $1 AND idempotency_key = $2 AND fence = $3 AND ` + unknownNow + `
+	AND ($4 = '' OR (claim_owner = $4 AND claim_until > clock_timestamp()))`),
+		resolveDeleted: r.Replace(`DELETE FROM S.records
+WHERE tenant_id = $1 AND idempotency_key = $2 AND fence = $3 AND ` + unknownNow + `
+	AND ($4 = '' OR (claim_owner = $4 AND claim_until > clock_timestamp()))`),
+		// The listings walk the partial index records_unknown (keyset
+		// pagination); reason IS NOT NULL is its predicate.
+		listTenant: r.Replace(`SELECT ` + recordColumns + `, tenant_id, idempotency_key FROM S.records
+WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND tenant_id = $1 AND idempotency_key > $2
+ORDER BY idempotency_key LIMIT $3`),
+		listAll: r.Replace(`SELECT ` + recordColumns + `, tenant_id, idempotency_key FROM S.records
+WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND (tenant_id, idempotency_key) > ($1, $2)
+ORDER BY tenant_id, idempotency_key LIMIT $3`),
 		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
 		del: r.Replace(`WITH gone AS (
@@ -180,39 +246,56 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 }
 
 // acquireOnce runs the acquire statement and, when a live row blocked it,
-// reads that row. found is false when there was no such row any more.
+// reads that row; it turns an abandoned row UNKNOWN when p.TakeOver is
+// false. found is false when the row changed under it: try again.
 func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem.AcquireResult, found bool, err error) {
-	rows, err := s.pool.Query(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds())
-	if err != nil {
-		return idem.AcquireResult{}, false, err
-	}
-	defer rows.Close()
-	var rec idem.Record
-	if rows.Next() {
-		if rec, err = scanRecord(p.ID, rows); err != nil {
-			return idem.AcquireResult{}, false, err
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return idem.AcquireResult{}, false, err
-		}
-		return idem.AcquireResult{Acquired: true, Record: rec}, true, nil
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return idem.AcquireResult{}, false, err
-	}
-	rec, err = s.Get(ctx, p.ID)
+	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
+		(p.LeaseDuration + p.Retention).Microseconds(), p.TakeOver)
 	switch {
-	case errors.Is(err, idem.ErrNotFound):
-		return idem.AcquireResult{}, false, nil
 	case err != nil:
 		return idem.AcquireResult{}, false, err
+	case ok:
+		return idem.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
 	}
-	// A live PROCESSING row with our owner token is ours: owner tokens are
+	r, ok, err = s.queryRow(ctx, s.q.get, p.Tenant, p.Key)
+	switch {
+	case err != nil || !ok:
+		return idem.AcquireResult{}, false, err
+	case r.abandoned && p.TakeOver: // the lease ended after the INSERT looked: it takes over now
+		return idem.AcquireResult{}, false, nil
+	case r.abandoned:
+		// A third statement, only for a key whose owner crashed or stalled.
+		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, idem.ReasonAbandoned, p.Retention.Microseconds())
+		return idem.AcquireResult{Record: r.rec}, ok, err
+	}
+	// A PROCESSING row with our owner token is ours: owner tokens are
 	// unique per attempt, so an earlier try of this very call took it.
-	acquired := rec.State == idem.StateProcessing && rec.Owner == p.Owner
-	return idem.AcquireResult{Acquired: acquired, Record: rec}, true, nil
+	if r.rec.State == idem.StateProcessing && r.rec.Owner == p.Owner {
+		return idem.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
+	}
+	return idem.AcquireResult{Record: r.rec}, true, nil
+}
+
+// queryRow runs sql, which returns recordColumns of at most one row, and
+// scans that row; ok is false when there was none.
+func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, ok bool, err error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return row{}, false, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		r, err = scanRow(idem.ID{Tenant: args[0].(string), Key: args[1].(string)}, rows)
+		ok = err == nil
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return row{}, false, err
+	}
+	return r, ok, nil
 }
 
 // Complete implements idem.Store.
@@ -242,12 +325,18 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds())
+	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
+		(p.LeaseDuration + p.Retention).Microseconds())
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence)
+}
+
+// MarkUnknown implements idem.Store.
+func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, p.Retention.Microseconds())
 }
 
 func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {
@@ -261,24 +350,128 @@ func (s *Store) transition(ctx context.Context, op, sql string, args ...any) err
 	return nil
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	rows, err := s.pool.Query(ctx, s.q.get, id.Tenant, id.Key)
+// Claim implements idem.Store. The claim is taken in one statement; the
+// record is read again only when it could not be.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	r, ok, err := s.queryRow(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), idem.ReasonAbandoned)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+	}
+	if ok {
+		return idem.ClaimResult{Claimed: true, Record: r.rec}, nil
+	}
+	rec, err := s.Get(ctx, p.ID)
+	if err != nil {
+		return idem.ClaimResult{}, err
+	}
+	return idem.ClaimResult{Record: rec}, nil
+}
+
+// Resolve implements idem.Store. The change is one statement that checks
+// the state, the fence and the claim; when it matches no row, the record
+// is read to say why.
+func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	if p.Result != nil {
+		tag, err = s.pool.Exec(ctx, s.q.resolveCompleted, p.Tenant, p.Key, p.Fence, p.Claim, p.Retention.Microseconds(),
+			p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+	} else {
+		tag, err = s.pool.Exec(ctx, s.q.resolveDeleted, p.Tenant, p.Key, p.Fence, p.Claim)
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: resolve: %w", err)
+	}
+	if tag.RowsAffected() == 1 {
+		return nil
+	}
+	rec, err := s.Get(ctx, p.ID)
+	switch {
+	case err != nil:
+		return err
+	case rec.State != idem.StateUnknown:
+		return idem.ErrNotUnknown
+	case rec.Fence != p.Fence:
+		return idem.ErrStaleFence
+	}
+	return idem.ErrLeaseLost // the claim is another's, or it ended
+}
+
+// ListUnknown implements idem.Store. It pages through the partial index
+// of UNKNOWN rows in (tenant, key) order; Next encodes the last row's
+// tenant and key. An abandoned row is listed once an Acquire or a Claim
+// has turned it UNKNOWN.
+func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = idem.DefaultListLimit
+	}
+	limit = min(limit, idem.MaxListLimit)
+	var after idem.ID
+	if p.After != "" {
+		var err error
+		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
+			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidRequest, p.After)
+		}
+	}
+	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
+	if p.AllTenants {
+		sql, args = s.q.listAll, []any{after.Tenant, after.Key, limit + 1}
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
 	}
 	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+	var page idem.ListPage
+	for rows.Next() {
+		if len(page.Records) == limit {
+			last := page.Records[limit-1].ID
+			page.Next = cursor(last)
+			break
 		}
-		return idem.Record{}, idem.ErrNotFound
+		var id idem.ID
+		r, err := scanRow(id, rows, &id.Tenant, &id.Key)
+		if err != nil {
+			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
+		}
+		r.rec.ID = id
+		page.Records = append(page.Records, r.rec)
 	}
-	rec, err := scanRecord(id, rows)
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
+	}
+	return page, nil
+}
+
+// cursor encodes id as a ListPage.Next: the tenant's length first, so that
+// no tenant and key pair reads as another.
+func cursor(id idem.ID) string {
+	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
+}
+
+func parseCursor(c string) (idem.ID, error) {
+	n, rest, ok := strings.Cut(c, ":")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size < 0 || size > len(rest) || rest[size:] == "" {
+		return idem.ID{}, errors.New("malformed")
+	}
+	return idem.ID{Tenant: rest[:size], Key: rest[size:]}, nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	r, ok, err := s.queryRow(ctx, s.q.get, id.Tenant, id.Key)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
 	}
-	return rec, nil
+	if !ok {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return r.rec, nil
 }
 
 // Delete implements idem.Store.
@@ -313,34 +506,59 @@ func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
 	return deleted + moved, nil
 }
 
-// scanRecord reads recordColumns, after the destinations in pre.
-func scanRecord(id idem.ID, rows pgx.Rows, pre ...any) (idem.Record, error) {
+// row is one row of recordColumns.
+type row struct {
+	rec       idem.Record
+	abandoned bool           // PROCESSING with its lease ended: rec says UNKNOWN
+	takeover  *idem.Takeover // set by the acquisition that took the row over
+}
+
+// scanRow reads recordColumns, then the destinations in post.
+func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
 	var (
-		state     string
-		completed *time.Time
-		status    *int32
-		header    []byte
-		body      []byte
-		ttlMicros int64
+		state                  string
+		completed, takenAt     *time.Time
+		status                 *int32
+		takenFence             *int64
+		reason                 *string
+		header, body           []byte
+		leaseEnd               time.Time
+		leaseMicros, lifeMicro int64
 	)
 	rec := idem.Record{ID: id}
-	dest := append(pre, &state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
-		&status, &header, &body, &ttlMicros)
+	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
+		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt}, post...)
 	if err := rows.Scan(dest...); err != nil {
-		return idem.Record{}, err
+		return row{}, err
 	}
-	rec.TTL = time.Duration(ttlMicros) * time.Microsecond
+	r := row{}
+	if completed != nil {
+		rec.CompletedAt = *completed
+	}
+	if reason != nil {
+		rec.Reason = *reason
+	}
+	rec.TTL = time.Duration(lifeMicro) * time.Microsecond
 	switch state {
 	case "P":
 		rec.State = idem.StateProcessing
+		rec.TTL = time.Duration(leaseMicros) * time.Microsecond
+		if leaseMicros <= 0 {
+			// Reported as the next Acquire without TakeOver will make it.
+			r.abandoned = true
+			rec.State, rec.Reason, rec.CompletedAt = idem.StateUnknown, idem.ReasonAbandoned, leaseEnd
+			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+		}
+		if takenFence != nil && takenAt != nil {
+			r.takeover = &idem.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
+		}
+	case "U":
+		rec.State = idem.StateUnknown
 	case "C":
 		rec.State = idem.StateCompleted
 		h, err := recordcodec.ParseHeader(header)
 		if err != nil {
-			return idem.Record{}, err
-		}
-		if completed != nil {
-			rec.CompletedAt = *completed
+			return row{}, err
 		}
 		res := &idem.Result{Header: h, Body: body}
 		if status != nil {
@@ -348,9 +566,10 @@ func scanRecord(id idem.ID, rows pgx.Rows, pre ...any) (idem.Record, error) {
 		}
 		rec.Result = res
 	default:
-		return idem.Record{}, fmt.Errorf("corrupt record: state %q", state)
+		return row{}, fmt.Errorf("corrupt record: state %q", state)
 	}
-	return rec, nil
+	r.rec = rec
+	return r, nil
 }
 
 // isConnectionError reports an error of the connection rather than one the

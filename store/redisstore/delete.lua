@@ -1,14 +1,13 @@
--- delete: end a record in any state (admin invalidation). A tombstone that
--- keeps only the fence takes its place.
--- KEYS[1] the record (its encoding is described in record.lua)
+-- delete: end a record in any state (admin invalidation) and drop it from the index.
+-- A tombstone that keeps only the fence takes its place.
+-- KEYS[1] the record, KEYS[2] the index of UNKNOWN records; record.lua runs in front of this file.
 -- ARGV[1] how long the tombstone lives, in ms
 -- Returns 1 when there was a record, else 0.
 local rec = redis.call('GET', KEYS[1])
 if not rec then return 0 end
-local st, ends, fence = struct.unpack('>c1dI4c0', rec)
-if st == 'X' then return 0 end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('SET', KEYS[1], struct.pack('>c1dI4c0', 'X', 0, #fence, fence), 'PX', tonumber(ARGV[1]))
-if ends <= now_ms then return 0 end
-return 1
+local r = decode(rec)
+if r.st == 'X' then return 0 end
+redis.call('SET', KEYS[1], pack_x(r.fence), 'PX', tonumber(ARGV[1]))
+redis.call('ZREM', KEYS[2], index_member(KEYS[1]))
+if live(r, clock()) then return 1 end
+return 0

@@ -5,15 +5,35 @@
 // {len(tenant):tenant:key}, so the store works on a single node, a
 // Sentinel-managed primary and Redis Cluster alike:
 //
-//	PREFIX{5:acme:order-42}    state (P, C, or X: a tombstone), the end of
-//	                           the lease or retention, fence, owner,
-//	                           fingerprint, acquired ms; when C also
-//	                           completed ms, status, header
-//	                           (recordcodec.AppendHeader) and body
+//	PREFIX{5:acme:order-42}    state (P, C, U, or X: a tombstone), the end
+//	                           of the lease or retention, fence, owner,
+//	                           fingerprint, acquired ms; when P also the
+//	                           end of the record's life; when C completed
+//	                           ms, status, header (recordcodec.AppendHeader)
+//	                           and body; when U the ms it became UNKNOWN,
+//	                           the reason and the reconciliation claim
+//	PREFIX unknown             the index of UNKNOWN records (see below)
 //
 // The encoding (struct.pack in the scripts, described in record.lua) is
 // read and written whole: one GET and one SET per transition, which costs
 // Redis less than a hash and a separate fence counter would.
+//
+// # UNKNOWN records and their index
+//
+// A PROCESSING record outlives its lease by the retention, so that an
+// ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
+// next Acquire turns it UNKNOWN or, with TakeOver, takes it over with a
+// higher fence, in the same script. ListUnknown reads a sorted set of the
+// UNKNOWN records, members "len(tenant):tenant:key" with score 0, paged
+// with ZRANGEBYLEX by tenant; the scripts that make a record UNKNOWN add
+// it, those that complete, resolve or delete it remove it, and
+// ListUnknown drops the entries of records that expired. A script may
+// only touch keys of one Cluster slot, so on Redis Cluster there is one
+// such index per slot (PREFIX unknown{T}, T a tag of that slot): the
+// listing walks the 16384 in slot order with pipelined range reads (64
+// indexes in the first round, doubling up to 4096). A go-redis Ring
+// spreads the index over its shards: every other call works, ListUnknown
+// does not.
 //
 // It needs Redis 7.0 or later (acquire uses SET NX GET).
 //
@@ -40,8 +60,8 @@
 //
 // # Replica acknowledgement
 //
-// Options.ReplicaAcks narrows that window: after an acquire and after a
-// complete the store sends WAIT on the connection that ran the script (a
+// Options.ReplicaAcks narrows that window: after an acquire, a complete,
+// a mark unknown and a resolve the store sends WAIT on the connection that ran the script (a
 // pipeline to the primary that owns the key's slot) and fails closed, with
 // ErrNotReplicated, when fewer replicas acknowledge in time; a failed
 // acquire releases its record, so the work never starts on a lease that
@@ -64,4 +84,12 @@
 // New takes a go-redis client, NewRueidis a rueidis one; both run the same
 // scripts. Under concurrency rueidis is the faster (it pipelines the calls
 // of many goroutines on one connection): see docs/benchmarks.md.
+//
+// A client must honour context deadlines: the engine ends a lease by its
+// local clock, and a renewal stuck on a stalled server must return when
+// its context does. go-redis does not by default (it waits for its read
+// timeout, 3 s): set ContextTimeoutEnabled in redis.Options,
+// redis.FailoverOptions or redis.ClusterOptions of a client you build
+// yourself (ParseURL's clients have it). rueidis honours deadlines as it
+// is.
 package redisstore

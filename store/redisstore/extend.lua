@@ -1,19 +1,17 @@
 -- extend: renew the caller's PROCESSING lease, checked by owner and fence. A
--- record past its lease is logically absent, so an expired lease can never be
--- renewed or re-created.
--- KEYS[1] the record (its encoding is described in record.lua)
--- ARGV[1] owner, ARGV[2] fence, ARGV[3] lease in ms, ARGV[4] how long the key outlives the lease, in ms
+-- lease that ended is never renewed: its record is abandoned, and the next
+-- acquisition turns it UNKNOWN or takes it over.
+-- KEYS[1] the record; record.lua runs in front of this file.
+-- ARGV[1] owner, ARGV[2] fence, ARGV[3] lease in ms, ARGV[4] retention in ms, ARGV[5] how long the key
+-- outlives the record, in ms
 -- Returns 1 when renewed, 0 when the lease is lost.
 local rec = redis.call('GET', KEYS[1])
 if not rec then return 0 end
-local st, ends, fence, pos = struct.unpack('>c1dI4c0', rec)
-if st ~= 'P' or fence ~= ARGV[2] then return 0 end
-local owner, fp, acquired = struct.unpack('>I4c0I4c0d', rec, pos)
-if owner ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if ends <= now_ms then return 0 end
-local lease = tonumber(ARGV[3])
-redis.call('SET', KEYS[1], struct.pack('>c1dI4c0I4c0I4c0d', 'P', now_ms + lease, #fence, fence,
-  #owner, owner, #fp, fp, acquired), 'PX', lease + tonumber(ARGV[4]))
+local r = decode(rec)
+if r.st ~= 'P' or r.fence ~= ARGV[2] or r.owner ~= ARGV[1] then return 0 end
+local now_ms = clock()
+if r.lease <= now_ms then return 0 end
+local lease, retention = tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('SET', KEYS[1], pack_p(r.fence, r.owner, r.fp, r.acquired, now_ms + lease, now_ms + lease + retention),
+  'PX', lease + retention + tonumber(ARGV[5]))
 return 1

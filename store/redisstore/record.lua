@@ -1,30 +1,99 @@
--- record: the encoding of a record and its reply, shared by acquire.lua and
--- get.lua. Redis scripts cannot load one another, so redisstore.go puts this
--- file in front of each of the two when it builds them (EVALSHA runs the
+-- record: the encoding of a record and of its reply, shared by every
+-- script. Redis scripts cannot load one another, so redisstore.go puts this
+-- file in front of each script when it builds them (EVALSHA runs the
 -- whole: the SHA is that of the joined source).
 --
--- A record is one string (see redisstore.go): struct '>c1dI4c0' is the state
--- (P, C, or X for a tombstone that only keeps the fence), the end of the
--- lease or retention in ms, and the fence; P and C go on with 'I4c0I4c0d'
--- (owner, fingerprint, acquired ms), C with 'ddI4c0I4c0' (completed ms,
--- status, header, body). The key lives past the record's end, so a record
--- that ended (a logically absent key) still holds the last fence.
+-- A record is one string. Every state starts with struct '>c1dI4c0': the
+-- state, an end time in ms and the fence.
+--   X  a tombstone that only keeps the fence (end 0).
+--   P  PROCESSING; the end is the lease's end. Then 'I4c0I4c0d' (owner,
+--      fingerprint, acquired ms) and 'd', the end of the record's life
+--      (lease + retention). A record written before the life field existed
+--      ends with its lease.
+--   C  COMPLETED; the end is the retention's. Then 'I4c0I4c0d' as P and
+--      'ddI4c0I4c0' (completed ms, status, header, body).
+--   U  UNKNOWN; the end is the retention's. Then 'I4c0I4c0d' as P and
+--      'dI4c0I4c0d' (marked ms, reason, claim owner, claim end ms).
+-- A record is live until its life ends; a PROCESSING record whose lease
+-- ended but whose life did not is abandoned, reported UNKNOWN. The key
+-- lives an hour past the record's life (its Redis TTL), so a record that
+-- ended (a logically absent key) still holds the last fence.
+--
+-- The index of UNKNOWN records is a sorted set (KEYS[2] of the scripts
+-- that change it) whose members are the record key's hash tag,
+-- 'len(tenant):tenant:key', all with score 0, so ZRANGEBYLEX pages it by
+-- tenant.
 
--- live_record returns the reply of record rec when it is live at now_ms:
--- {'0', state, owner, fence, fingerprint, acquired_ms, completed_ms, status,
--- header, body, ttl_ms}. For a tombstone or an ended record it returns nil
--- and the record's fence.
-local function live_record(rec, now_ms)
-  local st, ends, fence, pos = struct.unpack('>c1dI4c0', rec)
-  if st == 'X' or ends <= now_ms then return nil, fence end
-  local owner, fp, acquired, pos2 = struct.unpack('>I4c0I4c0d', rec, pos)
-  local completed, status, header, body = '', '', '', ''
-  if st == 'C' then
-    local c, s
-    c, s, header, body = struct.unpack('>ddI4c0I4c0', rec, pos2)
-    completed, status = string.format('%.0f', c), string.format('%.0f', s)
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t
+end
+
+-- decode returns the fields of record string rec as a table.
+local function decode(rec)
+  local r, pos = {}
+  r.st, r.ends, r.fence, pos = struct.unpack('>c1dI4c0', rec)
+  r.life = r.ends
+  if r.st == 'X' then return r end
+  r.owner, r.fp, r.acquired, pos = struct.unpack('>I4c0I4c0d', rec, pos)
+  if r.st == 'P' then
+    r.lease = r.ends
+    if pos <= #rec then r.life = struct.unpack('>d', rec, pos) end
+  elseif r.st == 'C' then
+    r.completed, r.status, r.header, r.body = struct.unpack('>ddI4c0I4c0', rec, pos)
+  elseif r.st == 'U' then
+    r.completed, r.reason, r.claim, r.claim_until = struct.unpack('>dI4c0I4c0d', rec, pos)
   end
-  return {'0', st, owner, fence, fp, string.format('%.0f', acquired), completed, status, header, body,
-    string.format('%.0f', ends - now_ms)}
+  return r
+end
+
+local function live(r, now_ms) return r.st ~= 'X' and r.life > now_ms end
+local function abandoned(r, now_ms) return r.st == 'P' and r.lease <= now_ms and r.life > now_ms end
+
+local function pack_p(fence, owner, fp, acquired, lease_end, life_end)
+  return struct.pack('>c1dI4c0I4c0I4c0dd', 'P', lease_end, #fence, fence, #owner, owner, #fp, fp, acquired, life_end)
+end
+
+local function pack_c(r, life_end, completed, status, header, body)
+  return struct.pack('>c1dI4c0I4c0I4c0dddI4c0I4c0', 'C', life_end, #r.fence, r.fence, #r.owner, r.owner,
+    #r.fp, r.fp, r.acquired, completed, status, #header, header, #body, body)
+end
+
+local function pack_u(r, life_end, completed, reason, claim, claim_until)
+  return struct.pack('>c1dI4c0I4c0I4c0ddI4c0I4c0d', 'U', life_end, #r.fence, r.fence, #r.owner, r.owner,
+    #r.fp, r.fp, r.acquired, completed, #reason, reason, #claim, claim, claim_until)
+end
+
+local function pack_x(fence) return struct.pack('>c1dI4c0', 'X', 0, #fence, fence) end
+
+-- index_member is the index member of the record at key: its hash tag.
+local function index_member(key) return string.match(key, '{(.*)}$') end
+
+-- to_unknown turns r (PROCESSING, abandoned or not) UNKNOWN for reason
+-- until life_end, with no claim, writes it to key, and indexes it.
+local function to_unknown(key, index, r, now_ms, reason, life_end, grace)
+  r.st, r.life, r.completed, r.reason, r.claim, r.claim_until = 'U', life_end, now_ms, reason, '', 0
+  redis.call('SET', key, pack_u(r, life_end, now_ms, reason, '', 0), 'PX', life_end - now_ms + grace)
+  redis.call('ZADD', index, 0, index_member(key))
+end
+
+local function ms(n) return string.format('%.0f', n) end
+
+-- reply returns the reply of live record r at now_ms: {'0', state, owner,
+-- fence, fingerprint, acquired_ms, completed_ms, status, header, body,
+-- ttl_ms, reason}. An abandoned record is reported UNKNOWN, unknown since
+-- its lease ended.
+local function reply(r, now_ms)
+  if abandoned(r, now_ms) then
+    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(r.life - now_ms), 'abandoned'}
+  end
+  if r.st == 'P' then
+    return {'0', 'P', r.owner, r.fence, r.fp, ms(r.acquired), '', '', '', '', ms(r.lease - now_ms), ''}
+  end
+  if r.st == 'C' then
+    return {'0', 'C', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), ms(r.status), r.header, r.body,
+      ms(r.life - now_ms), ''}
+  end
+  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(r.life - now_ms), r.reason}
 end
 

@@ -16,8 +16,8 @@ import (
 )
 
 var (
-	// recordLua decodes a record for acquire.lua and get.lua; it goes in
-	// front of each (see acquireSrc and getSrc).
+	// recordLua is the encoding of a record, shared by every script; it
+	// goes in front of each (see withRecord).
 	//go:embed record.lua
 	recordLua string
 	//go:embed acquire.lua
@@ -28,33 +28,44 @@ var (
 	extendLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed markunknown.lua
+	markUnknownLua string
+	//go:embed claim.lua
+	claimLua string
+	//go:embed resolve.lua
+	resolveLua string
 	//go:embed get.lua
 	getLua string
 	//go:embed delete.lua
 	deleteLua string
-
-	// The two scripts that decode a whole record, each with the decoding
-	// in front: a script cannot load another, and EVALSHA takes the SHA
-	// of the source as sent.
-	acquireSrc = recordLua + acquireLua
-	getSrc     = recordLua + getLua
+	//go:embed list.lua
+	listLua string
 )
+
+// withRecord puts record.lua in front of a script: a script cannot load
+// another, and EVALSHA takes the SHA of the source as sent.
+func withRecord(src string) string { return recordLua + src }
 
 // script is one Lua script, run by EVALSHA with a fallback to EVAL when
 // the server does not know it yet (NOSCRIPT).
 type script struct {
+	src     string
 	goredis *redis.Script
 }
 
-func newScript(src string) *script { return &script{goredis: redis.NewScript(src)} }
+func newScript(src string) *script { return &script{src: src, goredis: redis.NewScript(src)} }
 
 var (
-	acquireScript  = newScript(acquireSrc)
-	completeScript = newScript(completeLua)
-	extendScript   = newScript(extendLua)
-	releaseScript  = newScript(releaseLua)
-	getScript      = newScript(getSrc)
-	deleteScript   = newScript(deleteLua)
+	acquireScript     = newScript(withRecord(acquireLua))
+	completeScript    = newScript(withRecord(completeLua))
+	extendScript      = newScript(withRecord(extendLua))
+	releaseScript     = newScript(withRecord(releaseLua))
+	markUnknownScript = newScript(withRecord(markUnknownLua))
+	claimScript       = newScript(withRecord(claimLua))
+	resolveScript     = newScript(withRecord(resolveLua))
+	getScript         = newScript(withRecord(getLua))
+	deleteScript      = newScript(withRecord(deleteLua))
+	listScript        = newScript(withRecord(listLua))
 )
 
 // reply is what a script answered, in the three shapes the scripts use:
@@ -77,13 +88,22 @@ const (
 	replyArray
 )
 
-// runner runs a script atomically and returns its reply. Each Redis client
-// library has one.
+// runner runs a script atomically and returns its reply, and reads the
+// index of UNKNOWN records. Each Redis client library has one.
 type runner interface {
 	run(ctx context.Context, s *script, keys []string, args []any) (reply, error)
+	// rangeByLex returns, for each key, up to count members of that
+	// sorted set from mins[i] to max (ZRANGEBYLEX), in one pipeline.
+	rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error)
 }
 
-type goredisRunner struct{ c redis.Scripter }
+type goredisRunner struct {
+	c redis.Scripter
+	p pipeliner // nil when the client has no pipeline
+}
+
+// pipeliner is the part of a go-redis client that rangeByLex uses.
+type pipeliner interface{ Pipeline() redis.Pipeliner }
 
 func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
 	v, err := s.goredis.Run(ctx, r.c, keys, args...).Result()
@@ -100,6 +120,25 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
 	}
 	return goredisReply(v, err)
+}
+
+func (r goredisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
+	if r.p == nil {
+		return nil, fmt.Errorf("redisstore: a %T cannot pipeline the index reads", r.c)
+	}
+	pipe := r.p.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.ZRangeByLex(ctx, k, &redis.ZRangeBy{Min: mins[i], Max: max, Count: int64(count)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make([][]string, len(keys))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
 }
 
 // goredisReply converts what go-redis parsed from a script's reply.
@@ -139,8 +178,9 @@ type Options struct {
 	// It may not hold '{' or '}', which would break the hash tag.
 	Prefix string
 	// ReplicaAcks is how many replicas must acknowledge the write of an
-	// acquire and of a complete (Redis WAIT, on the connection that ran
-	// the script) before the store reports success. Zero means no waiting.
+	// acquire, a complete, a mark unknown and a resolve (Redis WAIT, on
+	// the connection that ran the script) before the store reports
+	// success. Zero means no waiting.
 	// When too few acknowledge in time the call fails with an error
 	// wrapping ErrNotReplicated; a failed acquire releases the record it
 	// wrote. It needs a *redis.Client, a Sentinel failover client or a
@@ -156,6 +196,7 @@ type Options struct {
 type Store struct {
 	r      runner
 	prefix string
+	index  index
 
 	acks       ackRunner // nil when ReplicaAcks is zero
 	replicas   int
@@ -163,13 +204,23 @@ type Store struct {
 }
 
 // New returns a store on a go-redis client: *redis.Client, a Sentinel
-// failover client, *redis.ClusterClient, *redis.Ring or any
-// redis.UniversalClient.
+// failover client, *redis.ClusterClient or *redis.Ring (on a Ring,
+// ListUnknown fails: its index is spread over the shards). The client
+// must honour context deadlines (see the package documentation).
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
-	s, err := newStore(goredisRunner{client}, opts)
+	r := goredisRunner{c: client}
+	r.p, _ = client.(pipeliner)
+	mode := indexSingle
+	switch client.(type) {
+	case *redis.ClusterClient:
+		mode = indexPerSlot
+	case *redis.Ring:
+		mode = indexSharded
+	}
+	s, err := newStore(r, mode, opts)
 	if err != nil || s.replicas == 0 {
 		return s, err
 	}
@@ -179,7 +230,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-func newStore(r runner, opts *Options) (*Store, error) {
+func newStore(r runner, mode indexMode, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -196,7 +247,8 @@ func newStore(r runner, opts *Options) (*Store, error) {
 	if o.ReplicaAckTimeout == 0 {
 		o.ReplicaAckTimeout = defaultReplicaAckTimeout
 	}
-	return &Store{r: r, prefix: o.Prefix, replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}, nil
+	return &Store{r: r, prefix: o.Prefix, index: newIndex(o.Prefix, mode),
+		replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}, nil
 }
 
 // recordKey returns the Redis key of the record of id.
@@ -206,25 +258,45 @@ func (s *Store) recordKey(id idem.ID) string {
 
 func (s *Store) keys(id idem.ID) []string { return []string{s.recordKey(id)} }
 
+// indexedKeys returns the keys of the scripts that may change the index:
+// the record's, then its index's (in the record's Cluster slot).
+func (s *Store) indexedKeys(id idem.ID) []string {
+	k := s.recordKey(id)
+	return []string{k, s.index.keyOf(k)}
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	r, notReplicated, err := s.write(ctx, acquireScript, s.keys(p.ID),
-		[]any{p.Owner, p.Fingerprint, p.LeaseDuration.Milliseconds(), fenceGraceMs})
+	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
+		p.LeaseDuration.Milliseconds(), p.Retention.Milliseconds(), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	if r.kind == replyStr { // acquired: "fence:acquired_ms"
-		fence, at, err := parseAcquired(r.str)
+	if r.kind == replyStr { // acquired: "fence:acquired_ms[:previous_fence:previous_acquired_ms]"
+		fence, at, took, err := parseAcquired(r.str)
 		if err != nil {
 			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+		}
+		if notReplicated != nil && took != nil {
+			// Releasing would forget the attempt taken over, whose work may
+			// have run: leave the record to end with its lease, after which
+			// the next acquisition finds it abandoned again.
+			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w (takeover kept until its lease ends)", notReplicated)
 		}
 		if notReplicated != nil {
 			return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
 		}
-		return idem.AcquireResult{Acquired: true, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
+		return idem.AcquireResult{Acquired: true, Takeover: took, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
 			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.LeaseDuration}}, nil
 	}
-	rec, err := parseRecord(p.ID, r)
+	rec, _, err := parseRecord(p.ID, r)
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -237,35 +309,46 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	return idem.AcquireResult{Record: rec}, nil
 }
 
-// parseAcquired decodes acquire.lua's reply to a successful acquisition.
-func parseAcquired(s string) (fence, acquiredMs int64, err error) {
-	f, at, ok := strings.Cut(s, ":")
-	if ok {
-		fence, err = strconv.ParseInt(f, 10, 64)
+// parseAcquired decodes acquire.lua's reply to a successful acquisition:
+// "fence:acquired_ms", followed by ":previous_fence:previous_acquired_ms"
+// for a takeover.
+func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err error) {
+	f := strings.Split(s, ":")
+	var n [4]int64
+	for i := 0; err == nil && i < len(f) && i < len(n); i++ {
+		n[i], err = strconv.ParseInt(f[i], 10, 64)
 	}
-	if ok && err == nil {
-		acquiredMs, err = strconv.ParseInt(at, 10, 64)
+	if err != nil || (len(f) != 2 && len(f) != 4) {
+		return 0, 0, nil, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
 	}
-	if !ok || err != nil {
-		return 0, 0, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
+	if len(f) == 4 {
+		took = &idem.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
 	}
-	return fence, acquiredMs, nil
+	return n[0], n[1], took, nil
 }
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
-	return s.transition(ctx, "complete", s.write, completeScript, s.keys(p.ID), []any{p.Owner, p.Fence,
+	return s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
 		p.Retention.Milliseconds(), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
 }
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID), []any{p.Owner, p.Fence, p.LeaseDuration.Milliseconds(), fenceGraceMs})
+	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID),
+		[]any{p.Owner, p.Fence, p.LeaseDuration.Milliseconds(), p.Retention.Milliseconds(), fenceGraceMs})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	return s.transition(ctx, "release", s.run, releaseScript, s.keys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
+}
+
+// MarkUnknown implements idem.Store. With Options.ReplicaAcks it waits
+// for the replicas like Acquire and Complete.
+func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	return s.transition(ctx, "mark unknown", s.write, markUnknownScript, s.indexedKeys(p.ID),
+		[]any{p.Owner, p.Fence, p.Reason, p.Retention.Milliseconds(), fenceGraceMs})
 }
 
 // transition runs a script that answers 1 when the caller's lease allowed
@@ -285,6 +368,51 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 	return fmt.Errorf("redisstore: %s: bad reply %+v", op, r)
 }
 
+// Claim implements idem.Store.
+func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	r, err := s.r.run(ctx, claimScript, s.indexedKeys(p.ID), []any{p.Owner, p.LeaseDuration.Milliseconds(), fenceGraceMs})
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	if r.kind == replyArray && len(r.fields) == 0 {
+		return idem.ClaimResult{}, idem.ErrNotFound
+	}
+	rec, claimed, err := parseRecord(p.ID, r)
+	if err != nil {
+		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+	}
+	return idem.ClaimResult{Claimed: claimed, Record: rec}, nil
+}
+
+// Resolve implements idem.Store. With Options.ReplicaAcks it waits for
+// the replicas like Acquire and Complete.
+func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs}
+	if p.Result != nil {
+		args[2], args[4], args[5], args[6] = "1", p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body
+	}
+	r, notReplicated, err := s.write(ctx, resolveScript, s.indexedKeys(p.ID), args)
+	switch {
+	case err != nil:
+		return fmt.Errorf("redisstore: resolve: %w", err)
+	case r.kind != replyInt:
+		return fmt.Errorf("redisstore: resolve: bad reply %+v", r)
+	case r.num == 1 && notReplicated != nil:
+		return fmt.Errorf("redisstore: resolve: %w", notReplicated)
+	case r.num == 1:
+		return nil
+	case r.num == 0:
+		return idem.ErrNotFound
+	case r.num == -1:
+		return idem.ErrNotUnknown
+	case r.num == -2:
+		return idem.ErrStaleFence
+	case r.num == -3:
+		return idem.ErrLeaseLost
+	}
+	return fmt.Errorf("redisstore: resolve: bad reply %d", r.num)
+}
+
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
@@ -294,7 +422,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if r.kind == replyArray && len(r.fields) == 0 {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	rec, err := parseRecord(id, r)
+	rec, _, err := parseRecord(id, r)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -303,7 +431,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
-	r, err := s.r.run(ctx, deleteScript, s.keys(id), []any{fenceGraceMs})
+	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}
@@ -316,18 +444,28 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 // errCorrupt reports a record that does not decode.
 var errCorrupt = errors.New("redisstore: corrupt record")
 
-// parseRecord decodes the reply of get.lua: {'0', state, owner, fence,
-// fingerprint, acquired_ms, completed_ms, status, header, body, pttl_ms}.
-func parseRecord(id idem.ID, r reply) (idem.Record, error) {
-	f := r.fields
-	if r.kind != replyArray || len(f) != 11 || f[0] != "0" {
-		return idem.Record{}, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
+// recordFields is how many fields a record's reply has (see reply in record.lua).
+const recordFields = 12
+
+// parseRecord decodes a record's reply: {'0' (claim.lua: '1' when
+// claimed), state, owner, fence, fingerprint, acquired_ms, completed_ms,
+// status, header, body, ttl_ms, reason}.
+func parseRecord(id idem.ID, r reply) (rec idem.Record, claimed bool, err error) {
+	if r.kind != replyArray {
+		return idem.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)
+	}
+	return parseFields(id, r.fields)
+}
+
+func parseFields(id idem.ID, f []string) (idem.Record, bool, error) {
+	if len(f) != recordFields || (f[0] != "0" && f[0] != "1") {
+		return idem.Record{}, false, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
 	}
 	rec, err := redisrecord.Record(id, f[1:], time.UnixMilli)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("%w: %w", errCorrupt, err)
+		return idem.Record{}, false, fmt.Errorf("%w: %w", errCorrupt, err)
 	}
-	return rec, nil
+	return rec, f[0] == "1", nil
 }
 
 var _ idem.Store = (*Store)(nil)

@@ -12,14 +12,14 @@ import (
 
 // rueidisScripts holds the rueidis form of each script. rueidis.Lua runs
 // EVALSHA and falls back to EVAL on NOSCRIPT, like redis.Script.
-var rueidisScripts = map[*script]*rueidis.Lua{
-	acquireScript:  rueidis.NewLuaScript(acquireSrc),
-	completeScript: rueidis.NewLuaScript(completeLua),
-	extendScript:   rueidis.NewLuaScript(extendLua),
-	releaseScript:  rueidis.NewLuaScript(releaseLua),
-	getScript:      rueidis.NewLuaScript(getSrc),
-	deleteScript:   rueidis.NewLuaScript(deleteLua),
-}
+var rueidisScripts = func() map[*script]*rueidis.Lua {
+	m := map[*script]*rueidis.Lua{}
+	for _, s := range []*script{acquireScript, completeScript, extendScript, releaseScript, markUnknownScript,
+		claimScript, resolveScript, getScript, deleteScript, listScript} {
+		m[s] = rueidis.NewLuaScript(s.src)
+	}
+	return m
+}()
 
 type rueidisRunner struct{ c rueidis.Client }
 
@@ -36,6 +36,21 @@ func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args [
 		return reply{}, err
 	}
 	return rueidisReply(msg)
+}
+
+func (r rueidisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
+	cmds := make(rueidis.Commands, len(keys))
+	for i, k := range keys {
+		cmds[i] = r.c.B().Zrangebylex().Key(k).Min(mins[i]).Max(max).Limit(0, int64(count)).Build()
+	}
+	out := make([][]string, len(keys))
+	for i, res := range r.c.DoMulti(ctx, cmds...) {
+		var err error
+		if out[i], err = res.AsStrSlice(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // rueidisReply converts a parsed script reply. The strings it returns are
@@ -64,7 +79,8 @@ func rueidisReply(msg rueidis.RedisMessage) (reply, error) {
 	return reply{}, fmt.Errorf("redisstore: unexpected reply %s", msg.String())
 }
 
-// maxScriptArgs is the most arguments a script takes (complete.lua).
+// maxScriptArgs is the most arguments a transition's script takes
+// (resolve.lua); list.lua takes more, and pays an allocation for them.
 const maxScriptArgs = 8
 
 // rueidisArgs formats a script's arguments as strings, all cut from one
@@ -73,9 +89,6 @@ const maxScriptArgs = 8
 // still sit in the pipeline after run returns, while the caller already
 // reuses the bytes.
 func rueidisArgs(args []any) ([]string, error) {
-	if len(args) > maxScriptArgs {
-		return nil, fmt.Errorf("redisstore: %d script arguments, at most %d", len(args), maxScriptArgs)
-	}
 	size := 0
 	for _, a := range args {
 		switch a := a.(type) {
@@ -89,9 +102,10 @@ func rueidisArgs(args []any) ([]string, error) {
 	}
 	var b strings.Builder
 	b.Grow(size)
-	var ends [maxScriptArgs]int
+	var endsBuf [maxScriptArgs]int
+	ends := endsBuf[:0]
 	var digits [20]byte
-	for i, a := range args {
+	for _, a := range args {
 		switch a := a.(type) {
 		case string:
 			b.WriteString(a)
@@ -104,7 +118,7 @@ func rueidisArgs(args []any) ([]string, error) {
 		default:
 			return nil, fmt.Errorf("redisstore: script argument of type %T", a)
 		}
-		ends[i] = b.Len()
+		ends = append(ends, b.Len())
 	}
 	all := b.String()
 	strs := make([]string, len(args))
@@ -129,5 +143,9 @@ func NewRueidis(client rueidis.Client, opts *Options) (*Store, error) {
 		// pipelining client does not pin.
 		return nil, errors.New("redisstore: ReplicaAcks needs a go-redis client (New); rueidis pipelines commands of many callers on one connection")
 	}
-	return newStore(rueidisRunner{client}, opts)
+	mode := indexSingle
+	if client.Mode() == rueidis.ClientModeCluster {
+		mode = indexPerSlot
+	}
+	return newStore(rueidisRunner{client}, mode, opts)
 }

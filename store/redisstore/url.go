@@ -35,6 +35,10 @@ var ErrBadURL = errors.New("redisstore: bad Redis URL")
 // go-redis's URL forms (dial_timeout=3s, read_timeout=2s, pool_size=64,
 // max_retries=..., and for Sentinel db=N); an unknown option is an error.
 //
+// The client honours context deadlines (go-redis ContextTimeoutEnabled):
+// a call on a stalled server returns when its context ends, not when the
+// read timeout does, so a lease's local deadline holds.
+//
 // Errors wrap ErrBadURL and never repeat the password. The client
 // connects lazily: a reachable server is not checked here.
 func ParseURL(uri string) (redis.UniversalClient, error) {
@@ -48,18 +52,21 @@ func ParseURL(uri string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, badURL(uri, redactErr(err, uri))
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
 	case "redis-sentinel", "rediss-sentinel":
 		o, err := parseSentinel(strings.TrimSuffix(scheme, "-sentinel"), rest)
 		if err != nil {
 			return nil, badURL(uri, redactErr(err, uri))
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewFailoverClient(o), nil
 	case "redis-cluster", "rediss-cluster":
 		o, err := parseCluster(strings.TrimSuffix(scheme, "-cluster"), rest)
 		if err != nil {
 			return nil, badURL(uri, redactErr(err, uri))
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(o), nil
 	}
 	return nil, badURL(uri, fmt.Sprintf("unknown scheme %q: want redis, rediss, unix, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster", scheme))

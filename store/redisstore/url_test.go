@@ -31,10 +31,16 @@ func TestParseURL(t *testing.T) {
 		}
 		switch cc := c.(type) {
 		case *redis.Client:
+			if !cc.Options().ContextTimeoutEnabled {
+				t.Errorf("ParseURL(%q): the client ignores context deadlines", tc.uri)
+			}
 			if tc.want != "client" || cc.Options().DB != tc.db {
 				t.Errorf("ParseURL(%q) = a single-primary client on db %d; want %s on db %d", tc.uri, cc.Options().DB, tc.want, tc.db)
 			}
 		case *redis.ClusterClient:
+			if !cc.Options().ContextTimeoutEnabled {
+				t.Errorf("ParseURL(%q): the client ignores context deadlines", tc.uri)
+			}
 			if tc.want != "cluster" {
 				t.Errorf("ParseURL(%q) = a cluster client; want %s", tc.uri, tc.want)
 			}

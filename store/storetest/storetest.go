@@ -90,9 +90,9 @@ func Run(t *testing.T, h Harness) {
 		{"StaleOwnerCannotTouchTakenOverKey", testStaleOwner},
 		{"WrongOwnerOrFenceIsLost", testWrongOwnerOrFence},
 		{"FenceIncreases", testFenceIncreases},
-		{"LeaseExpires", testLeaseExpires},
+		{"RecordOutlivesLeaseThenExpires", testLeaseExpires},
 		{"ExtendKeepsLeaseAlive", testExtend},
-		{"ExtendAfterExpiryFailsAndCreatesNothing", testExtendAfterExpiry},
+		{"ExtendAfterLeaseEndFailsAndRevivesNothing", testExtendAfterExpiry},
 		{"ResultExpires", testResultExpires},
 		{"Release", testRelease},
 		{"Delete", testDelete},
@@ -101,6 +101,24 @@ func Run(t *testing.T, h Harness) {
 		{"LargeAndBinaryBodies", testBodies},
 		{"CompleteCopiesTheCallersBuffers", testCompleteCopies},
 		{"CancelledContextLeavesNoHalfRecord", testCancelled},
+
+		// The fourth state, UNKNOWN (unknown.go).
+		{"AbandonedLeaseBecomesUnknown", testAbandonedBecomesUnknown},
+		{"TakeOverReportsPreviousAttempt", testTakeOver},
+		{"LateWordOfTheOwnerAccepted", testLateOwner},
+		{"CompleteOfOwnUnknownRecord", testCompleteOwnUnknown},
+		{"StaleOwnerCannotMarkOrCompleteOthersRecord", testStaleOwnerUnknown},
+		{"MarkUnknownIsIdempotent", testMarkUnknownIdempotent},
+		{"ClaimIsExclusiveUnderContention", testClaimExclusive},
+		{"ClaimEnds", testClaimEnds},
+		{"ClaimOfAbandonedLease", testClaimAbandoned},
+		{"ResolveCompleted", testResolveCompleted},
+		{"ResolveNotExecuted", testResolveNotExecuted},
+		{"ResolveErrors", testResolveErrors},
+		{"ListUnknownPerTenantAndAll", testListUnknown},
+		{"ListUnknownPages", testListPages},
+		{"ListUnknownForgetsEndedRecords", testListForgets},
+		{"UnknownExpiresAfterRetention", testUnknownExpires},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,18 +133,35 @@ func newID(t *testing.T) idem.ID {
 	return idem.ID{Tenant: "tenant-" + rand.Text()[:6], Key: "key-" + rand.Text()[:10]}
 }
 
+// acquire acquires id for a new owner; the record outlives its lease by long.
 func acquire(t *testing.T, s idem.Store, id idem.ID, fp string, lease time.Duration) idem.AcquireResult {
 	t.Helper()
-	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, LeaseDuration: lease})
+	return acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, LeaseDuration: lease, Retention: long})
+}
+
+func acquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.AcquireResult {
+	t.Helper()
+	res, err := s.Acquire(context.Background(), p)
 	if err != nil {
-		t.Fatalf("Acquire(%v): %v", id, err)
+		t.Fatalf("Acquire(%+v): %v", p, err)
 	}
 	return res
 }
 
+// mustAcquire acquires the absent key id for a new owner, for lease; the
+// record outlives the lease by long.
 func mustAcquire(t *testing.T, s idem.Store, id idem.ID, lease time.Duration) idem.LeaseRef {
 	t.Helper()
-	res := acquire(t, s, id, "fp", lease)
+	return mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: lease, Retention: long})
+}
+
+func mustAcquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.LeaseRef {
+	t.Helper()
+	id := p.ID
+	res := acquireWith(t, s, p)
+	if res.Takeover != nil {
+		t.Fatalf("Acquire(%v) of a key without an ended lease reports a takeover %+v", id, res.Takeover)
+	}
 	if !res.Acquired {
 		t.Fatalf("Acquire(%v) = not acquired, record %+v; want acquired", id, res.Record)
 	}
@@ -169,7 +204,7 @@ func testAcquireOnce(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long})
+			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long, Retention: long})
 		})
 	}
 	close(start)
@@ -209,6 +244,13 @@ func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	if r.TTL <= 0 || r.TTL > long {
 		t.Fatalf("TTL = %v; want in (0, %v]", r.TTL, long)
 	}
+	// The TTL of a PROCESSING record is the rest of its lease, not of the
+	// record's life, which goes on for the retention.
+	id = newID(t)
+	mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: long})
+	if r, ok := get(t, s, id); !ok || r.State != idem.StateProcessing || r.TTL <= 0 || r.TTL > hold {
+		t.Fatalf("Get = %+v (found %v); want PROCESSING with TTL in (0, %v], the lease left", r, ok, hold)
+	}
 }
 
 // testRepeatedAcquire: an owner that repeats its Acquire (the reply of the
@@ -216,7 +258,7 @@ func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
 // engine takes such a record as its own.
 func testRepeatedAcquire(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	id := newID(t)
-	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long}
+	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long}
 	first, err := s.Acquire(context.Background(), p)
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want acquired", first, err)
@@ -283,7 +325,8 @@ func testCompletedNotOverwritten(t *testing.T, s idem.Store, _ func(time.Duratio
 	}
 	wantLost(t, "Complete by another owner", complete(s, idem.LeaseRef{ID: id, Owner: "intruder", Fence: ref.Fence + 1}, idem.Result{Body: []byte("third")}, long))
 	wantLost(t, "Release of a COMPLETED key", s.Release(context.Background(), ref))
-	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}))
+	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantLost(t, "MarkUnknown of a COMPLETED key", markUnknown(s, ref, "late", long))
 	rec, _ := get(t, s, id)
 	checkCompleted(t, rec, first)
 }
@@ -292,13 +335,11 @@ func testStaleOwner(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	id := newID(t)
 	stale := mustAcquire(t, s, id, short)
 	advance(2 * short)
-	fresh := mustAcquire(t, s, id, long)
-	if fresh.Fence <= stale.Fence {
-		t.Fatalf("takeover fence %d is not above the stale fence %d", fresh.Fence, stale.Fence)
-	}
-	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, LeaseDuration: long}))
+	fresh := mustTakeOver(t, s, id, stale, long)
+	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, LeaseDuration: long, Retention: long}))
 	wantLost(t, "stale Complete", complete(s, stale, idem.Result{Body: []byte("stale")}, long))
 	wantLost(t, "stale Release", s.Release(context.Background(), stale))
+	wantLost(t, "stale MarkUnknown", markUnknown(s, stale, "stale", long))
 	rec, ok := get(t, s, id)
 	if !ok || rec.State != idem.StateProcessing || rec.Owner != fresh.Owner || rec.Fence != fresh.Fence {
 		t.Fatalf("after stale calls the record is %+v (found %v); want the new owner's PROCESSING record", rec, ok)
@@ -318,15 +359,21 @@ func testWrongOwnerOrFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		// redislock #71: a token equal to the key must not pass as the owner.
 		{ID: id, Owner: id.Key, Fence: ref.Fence},
 	} {
-		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, LeaseDuration: long}))
+		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, LeaseDuration: long, Retention: long}))
 		wantLost(t, fmt.Sprintf("Complete(%+v)", bad), complete(s, bad, idem.Result{}, long))
 		wantLost(t, fmt.Sprintf("Release(%+v)", bad), s.Release(context.Background(), bad))
+		wantLost(t, fmt.Sprintf("MarkUnknown(%+v)", bad), markUnknown(s, bad, "foreign", long))
 	}
 	rec, ok := get(t, s, id)
 	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
 		t.Fatalf("record after foreign calls = %+v; want untouched", rec)
 	}
-	wantLost(t, "Complete of an absent key", complete(s, idem.LeaseRef{ID: newID(t), Owner: "x", Fence: 1}, idem.Result{}, long))
+	absent := idem.LeaseRef{ID: newID(t), Owner: "x", Fence: 1}
+	wantLost(t, "Complete of an absent key", complete(s, absent, idem.Result{}, long))
+	wantLost(t, "MarkUnknown of an absent key", markUnknown(s, absent, "x", long))
+	if _, ok := get(t, s, absent.ID); ok {
+		t.Fatal("MarkUnknown of an absent key created a record")
+	}
 }
 
 func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration)) {
@@ -338,9 +385,21 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 	if err := s.Release(ctx, ref); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	ref = mustAcquire(t, s, id, short) // expires
+	// expires: lease and retention end
+	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
+	fences = append(fences, ref.Fence)
+	advance(3 * short)
+	ref = mustAcquire(t, s, id, short) // abandoned, taken over
 	fences = append(fences, ref.Fence)
 	advance(2 * short)
+	ref = mustTakeOver(t, s, id, ref, long) // marked UNKNOWN, resolved as not executed
+	fences = append(fences, ref.Fence)
+	if err := markUnknown(s, ref, "test", long); err != nil {
+		t.Fatalf("MarkUnknown: %v", err)
+	}
+	if err := s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
 	ref = mustAcquire(t, s, id, long) // completed, then deleted
 	fences = append(fences, ref.Fence)
 	if err := complete(s, ref, idem.Result{}, long); err != nil {
@@ -353,7 +412,7 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 	fences = append(fences, ref.Fence)
 	for i := 1; i < len(fences); i++ {
 		if fences[i] <= fences[i-1] {
-			t.Fatalf("fences %v do not strictly increase (after release, expiry, delete)", fences)
+			t.Fatalf("fences %v do not strictly increase (after release, expiry, takeover, resolve, delete)", fences)
 		}
 	}
 	// Back-to-back cycles, faster than any clock tick.
@@ -373,12 +432,19 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 	}
 }
 
+// testLeaseExpires: a PROCESSING record outlives its lease by the
+// retention (an ended lease is not a free key: the owner's work may have
+// run), and then ends.
 func testLeaseExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	id := newID(t)
-	mustAcquire(t, s, id, short)
+	ref := mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: hold})
 	advance(2 * short)
+	if rec, ok := get(t, s, id); !ok || rec.State != idem.StateUnknown || rec.Owner != ref.Owner || rec.Fence != ref.Fence {
+		t.Fatalf("record after its lease ended, within its retention = %+v (found %v); want reported UNKNOWN, owner and fence kept", rec, ok)
+	}
+	advance(hold + short)
 	if rec, ok := get(t, s, id); ok {
-		t.Fatalf("record after its lease ended = %+v; want absent", rec)
+		t.Fatalf("record after its lease and retention ended = %+v; want absent", rec)
 	}
 	mustAcquire(t, s, id, long)
 }
@@ -388,8 +454,8 @@ func testLeaseExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
 // before it ends.
 func testExtend(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	id := newID(t)
-	ref := mustAcquire(t, s, id, hold)
-	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}); err != nil {
+	ref := mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: short})
+	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: short}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	advance(hold + short)
@@ -405,17 +471,32 @@ func testExtend(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	}
 }
 
+// testExtendAfterExpiry: an ended lease is never renewed (redsync #147),
+// whether its record is still kept or gone.
 func testExtendAfterExpiry(t *testing.T, s idem.Store, advance func(time.Duration)) {
-	id := newID(t)
-	ref := mustAcquire(t, s, id, short)
+	ctx := context.Background()
+	kept := newID(t)
+	ref := mustAcquire(t, s, kept, short) // the record outlives the lease by long
 	advance(2 * short)
-	wantLost(t, "Extend after expiry", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long}))
-	if rec, ok := get(t, s, id); ok {
-		t.Fatalf("Extend after expiry re-created the record: %+v", rec)
+	wantLost(t, "Extend after the lease ended", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	if rec, ok := get(t, s, kept); !ok || rec.State != idem.StateUnknown || rec.Reason != idem.ReasonAbandoned {
+		t.Fatalf("record after a refused Extend = %+v (found %v); want still abandoned (UNKNOWN, %q)", rec, ok, idem.ReasonAbandoned)
 	}
-	wantLost(t, "Complete after expiry", complete(s, ref, idem.Result{}, long))
-	if rec, ok := get(t, s, id); ok {
-		t.Fatalf("Complete after expiry created a record: %+v", rec)
+	if res := acquire(t, s, kept, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown {
+		t.Fatalf("Acquire after a refused Extend = %+v; want the abandoned record turned UNKNOWN, not a revived lease", res)
+	}
+
+	gone := newID(t)
+	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: gone, Owner: rand.Text(), LeaseDuration: short, Retention: short})
+	advance(3 * short)
+	wantLost(t, "Extend after the record ended", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	if rec, ok := get(t, s, gone); ok {
+		t.Fatalf("Extend after the record ended re-created it: %+v", rec)
+	}
+	wantLost(t, "Complete after the record ended", complete(s, ref, idem.Result{}, long))
+	wantLost(t, "MarkUnknown after the record ended", markUnknown(s, ref, "late", long))
+	if rec, ok := get(t, s, gone); ok {
+		t.Fatalf("Complete or MarkUnknown after the record ended created one: %+v", rec)
 	}
 }
 
@@ -558,7 +639,7 @@ func testCancelled(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	id := newID(t)
-	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: long}); err == nil {
+	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: long, Retention: long}); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
 	if rec, ok := get(t, s, id); ok && (rec.State != idem.StateProcessing || rec.Owner != "o" || rec.Fence <= 0) {

@@ -1,0 +1,261 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Lease is the right to do the work for one key, held by one attempt.
+// Call exactly one of Complete, Release or MarkUnknown when the work ends.
+type Lease struct {
+	e         *Engine
+	ref       LeaseRef
+	lease     time.Duration
+	retention time.Duration
+	renew     time.Duration // the heartbeat interval; negative: no renewal
+	takeover  *Takeover
+
+	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
+	cancel context.CancelCauseFunc
+
+	start    time.Time    // before the acquire was sent; carries the monotonic clock
+	deadline atomic.Int64 // the local lease deadline, in nanoseconds since start
+
+	// The heartbeat is one timer, not a goroutine: most work ends before
+	// the first renewal is due, and then the lease cost nothing but the timer.
+	hb          sync.Mutex // guards the heartbeat's state; not held during the store call
+	hbTimer     *time.Timer
+	hbStopped   bool
+	hbCallAbort context.CancelFunc // aborts the renewal in flight, if any; nil when none is
+
+	mu     sync.Mutex // serialises Complete and Release
+	closed bool
+}
+
+// errLeaseFinished is the cause of a lease context after Complete or Release.
+var errLeaseFinished = errors.New("idem: lease finished")
+
+func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration, takeover *Takeover) *Lease {
+	ctx, cancel := context.WithCancelCause(parent)
+	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
+	if renew == 0 || renew >= lease {
+		renew = lease / 3
+	}
+	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
+	l.deadline.Store(int64(lease))
+	l.hb.Lock()
+	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
+	l.hb.Unlock()
+	return l
+}
+
+// Ref returns the owner and fencing token of the lease. Pass the fence to
+// every write the work makes (see the guardrail in store/pgstore), so a
+// store can refuse writes of a stale owner.
+func (l *Lease) Ref() LeaseRef { return l.ref }
+
+// Fence returns the lease's fencing token.
+func (l *Lease) Fence() int64 { return l.ref.Fence }
+
+// Takeover says which attempt this lease took the key over from, when the
+// key was PROCESSING under a lease that had ended (Options.Takeover is
+// TakeoverRun); nil otherwise. That attempt's work may have had its effect:
+// pass its fence downstream so the work can be looked up there.
+func (l *Lease) Takeover() *Takeover { return l.takeover }
+
+// Context returns the context for the work: it is cancelled when Begin's
+// context is, when the store reports the lease lost (cause ErrLeaseLost),
+// when the lease deadline passes without renewal (cause ErrLeaseExpired),
+// and after Complete or Release. Use context.Cause to tell them apart.
+func (l *Lease) Context() context.Context { return l.ctx }
+
+// Check reports whether the lease is still held, by the local clock, right
+// now: nil, or ErrLeaseExpired when the deadline has passed, or the cause
+// that ended Context. Call it just before a side effect: a worker that was
+// paused (GC, SIGSTOP, a stalled call) sees its lease is over here even
+// before the heartbeat has run to cancel Context.
+func (l *Lease) Check() error {
+	if err := l.ctx.Err(); err != nil {
+		return context.Cause(l.ctx)
+	}
+	if l.untilDeadline() <= 0 {
+		return ErrLeaseExpired
+	}
+	return nil
+}
+
+func (l *Lease) untilDeadline() time.Duration {
+	return time.Duration(l.deadline.Load()) - time.Since(l.start)
+}
+
+// nextBeat is when the heartbeat next has something to do: renew, or, when
+// renewal is off or the deadline comes first, end the lease.
+func (l *Lease) nextBeat() time.Duration {
+	left := l.untilDeadline()
+	if l.renew > 0 && l.renew < left {
+		return l.renew
+	}
+	return max(left, 0)
+}
+
+// beat runs on the heartbeat timer: it extends the lease, and cancels the
+// work's context when the lease is lost or its deadline passes. The deadline
+// is kept by the local monotonic clock, counted from before the store saw
+// the request, so it never ends later than the store's.
+func (l *Lease) beat() {
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	if l.hbStopped || l.ctx.Err() != nil {
+		return
+	}
+	left := l.untilDeadline()
+	if left <= 0 {
+		l.e.log.Warn("idem: lease expired before renewal", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseExpired)
+		l.cancel(ErrLeaseExpired) // also aborts a renewal still in flight
+		return
+	}
+	if l.hbCallAbort != nil { // the deadline timer fired early: a renewal is still in flight
+		l.hbTimer.Reset(left)
+		return
+	}
+	callCtx, abort := context.WithDeadline(l.ctx, l.start.Add(time.Duration(l.deadline.Load())))
+	l.hbCallAbort = abort
+	// The lease ends at the local deadline even if the store call ignores
+	// its context and hangs (a store whose client does not honour
+	// deadlines, a server that stopped answering): the timer is armed for
+	// the deadline while the call is out, and ends the lease when it fires.
+	l.hbTimer.Reset(left)
+	sent := time.Now()
+	l.hb.Unlock() // stop may run meanwhile: it aborts the call
+	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease, Retention: l.retention})
+	l.hb.Lock()
+	abort()
+	l.hbCallAbort = nil
+	l.e.observe(l.ctx, "extend", sent, err)
+	switch {
+	case l.hbStopped || l.ctx.Err() != nil:
+		return
+	case err == nil:
+		l.deadline.Store(int64(sent.Sub(l.start) + l.lease))
+		l.e.leaseEvent(l.ref.ID, LeaseRenewed)
+	case errors.Is(err, ErrLeaseLost):
+		l.e.log.Warn("idem: lease lost during work", "tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseLost)
+		l.cancel(ErrLeaseLost)
+		return
+	default: // a store hiccup: try again at the next beat, until the deadline
+		l.e.log.Warn("idem: lease renewal failed", "tenant", l.ref.Tenant, "key", l.ref.Key, "err", err)
+	}
+	l.hbTimer.Reset(l.nextBeat())
+}
+
+// stop ends the heartbeat. A renewal in flight is aborted and its answer
+// ignored; should it still land, it cannot touch a record that was completed
+// or released since, because the owner and fence no longer match a
+// PROCESSING record.
+func (l *Lease) stop() {
+	l.hb.Lock()
+	defer l.hb.Unlock()
+	l.hbStopped = true
+	l.hbTimer.Stop()
+	if l.hbCallAbort != nil {
+		l.hbCallAbort()
+	}
+}
+
+// finalizeBackoff bounds how often Complete and Release retry a store
+// error. Retrying is safe: both are idempotent for the same owner and fence,
+// and giving up early would leave the key PROCESSING until its lease ends.
+var finalizeBackoff = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
+
+// Complete stores res as the result of the key, to be replayed to every
+// later attempt, if this lease still holds the key. It returns ErrLeaseLost
+// (and changes nothing) when another owner took the key over, and
+// ErrResultTooLarge (keeping the lease, so the caller can Release) when the
+// body is over the limit. Store errors are retried a few times.
+func (l *Lease) Complete(ctx context.Context, res Result) error {
+	if len(res.Body) > l.e.maxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
+	}
+	return l.finalize(ctx, "complete", func(ctx context.Context) error {
+		return l.e.store.Complete(ctx, CompleteParams{LeaseRef: l.ref, Result: res, Retention: l.retention})
+	})
+}
+
+// Release deletes the key so that a retry can run the work again, if this
+// lease still holds it. Use it only after a failure that provably did not
+// take effect; when the effect may have happened, use MarkUnknown.
+func (l *Lease) Release(ctx context.Context) error {
+	return l.finalize(ctx, "release", func(ctx context.Context) error {
+		return l.e.store.Release(ctx, l.ref)
+	})
+}
+
+// MarkUnknown records that the work's outcome is unknown: it may have had
+// its effect (a request was sent and no answer came back, a timeout, a
+// crash of something downstream), and no result is known. The key turns
+// UNKNOWN, if this lease still holds it, and no retry runs the work again
+// until Reconcile or Engine.Resolve says what happened. reason is kept in
+// Record.Reason (cut to MaxReasonLength bytes); it must not hold secrets.
+func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
+	if len(reason) > MaxReasonLength {
+		reason = strings.ToValidUTF8(reason[:MaxReasonLength], "")
+	}
+	return l.finalize(ctx, "mark_unknown", func(ctx context.Context) error {
+		return l.e.store.MarkUnknown(ctx, MarkUnknownParams{LeaseRef: l.ref, Reason: reason, Retention: l.retention})
+	})
+}
+
+func (l *Lease) finalize(ctx context.Context, op string, call func(context.Context) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrLeaseClosed
+	}
+	l.stop()
+	var err error
+	for i, wait := range finalizeBackoff {
+		if wait > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%w: %s: %w", ErrStore, op, errors.Join(err, ctx.Err()))
+			case <-time.After(wait):
+			}
+		}
+		start := time.Now()
+		err = call(ctx)
+		l.e.observe(ctx, op, start, err)
+		if i > 0 && op == "release" && errors.Is(err, ErrLeaseLost) {
+			// An earlier try failed without an answer and may have landed:
+			// the record is gone or not ours either way, so the release
+			// holds; counting it as a lost lease would be a false alarm.
+			err = nil
+		}
+		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+			break
+		}
+	}
+	switch {
+	case err == nil:
+		l.closed = true
+		l.cancel(errLeaseFinished)
+		return nil
+	case errors.Is(err, ErrLeaseLost):
+		l.closed = true
+		l.cancel(ErrLeaseLost)
+		l.e.log.Warn("idem: lease lost at "+op+"; the record of the new owner was left untouched",
+			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
+		l.e.leaseEvent(l.ref.ID, LeaseLost)
+		return fmt.Errorf("%s: %w", op, ErrLeaseLost)
+	default:
+		l.e.log.Error("idem: "+op+" failed; the key stays PROCESSING until its lease ends",
+			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence, "err", err)
+		return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
+	}
+}

@@ -1,0 +1,224 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Verdict is what a reconciliation found out about a key whose outcome was
+// unknown.
+type Verdict uint8
+
+const (
+	// VerdictUnknown: still not known; the key stays UNKNOWN.
+	VerdictUnknown Verdict = iota
+	// VerdictCompleted: the work took effect; Resolution.Result is recorded
+	// and replayed to every retry.
+	VerdictCompleted
+	// VerdictNotExecuted: the work provably did not take effect; the key
+	// is released and the next attempt runs it.
+	VerdictNotExecuted
+)
+
+// String names the verdict.
+func (v Verdict) String() string {
+	switch v {
+	case VerdictUnknown:
+		return "unknown"
+	case VerdictCompleted:
+		return "completed"
+	case VerdictNotExecuted:
+		return "not_executed"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// Resolution is the answer of Options.Reconcile.
+type Resolution struct {
+	Verdict Verdict
+	Result  Result // VerdictCompleted: the result to record and replay
+}
+
+// claimMargin is how much longer a reconciliation claim lasts than the
+// Reconcile call it covers, so the claim outlives the call's timeout and
+// the Resolve after it.
+const claimMargin = 2 * time.Second
+
+// reconcileKey asks Options.Reconcile about the UNKNOWN key id, under a
+// claim that keeps every other process from asking at the same time, and
+// records the answer. It returns the record as it is afterwards, or absent
+// when the key was resolved not executed (here or by someone else).
+func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
+	claim := ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
+	start := time.Now()
+	cr, err := e.store.Claim(ctx, claim)
+	e.observe(ctx, "claim", start, err)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Record{}, true, nil
+	case err != nil:
+		return Record{}, false, fmt.Errorf("%w: claim: %w", ErrStore, err)
+	case !cr.Claimed: // completed, resolved, or another process is reconciling it now
+		return cr.Record, false, nil
+	}
+	rec = cr.Record
+	rctx, cancel := context.WithTimeout(ctx, e.reconcileTimeout)
+	res, err := e.reconcile(rctx, rec)
+	cancel()
+	if err == nil && res.Verdict > VerdictNotExecuted {
+		err = fmt.Errorf("idem: Reconcile answered %v", res.Verdict)
+	}
+	if err == nil && res.Verdict == VerdictCompleted && len(res.Result.Body) > e.maxResult {
+		err = fmt.Errorf("%w: the reconciled result has %d bytes, the limit is %d", ErrResultTooLarge, len(res.Result.Body), e.maxResult)
+	}
+	if err != nil || res.Verdict == VerdictUnknown {
+		if err != nil {
+			e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", rec.Fence, "err", err)
+		}
+		e.reconciled(id, VerdictUnknown, err)
+		return rec, false, nil // the claim runs out; the next retry or sweep asks again
+	}
+	p := ResolveParams{ID: id, Fence: rec.Fence, Claim: claim.Owner, Retention: retention}
+	if res.Verdict == VerdictCompleted {
+		p.Result = &res.Result
+	}
+	if err := e.resolve(ctx, p); err != nil {
+		e.reconciled(id, VerdictUnknown, err)
+		if errors.Is(err, ErrNotUnknown) || errors.Is(err, ErrLeaseLost) {
+			// The owner completed it late, or our claim ran out and another
+			// reconciled it: the store has the truth.
+			rec, err := e.Get(ctx, id)
+			if errors.Is(err, ErrNotFound) {
+				return Record{}, true, nil
+			}
+			return rec, false, err
+		}
+		return Record{}, false, err
+	}
+	e.reconciled(id, res.Verdict, nil)
+	if res.Verdict == VerdictNotExecuted {
+		return Record{}, true, nil
+	}
+	rec.State, rec.Result, rec.TTL = StateCompleted, p.Result, retention
+	return rec, false, nil
+}
+
+func (e *Engine) resolve(ctx context.Context, p ResolveParams) error {
+	start := time.Now()
+	err := e.store.Resolve(ctx, p)
+	e.observe(ctx, "resolve", start, err)
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotUnknown) &&
+		!errors.Is(err, ErrStaleFence) && !errors.Is(err, ErrLeaseLost) {
+		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
+	}
+	return err
+}
+
+func (e *Engine) reconciled(id ID, v Verdict, err error) {
+	if o, ok := e.obs.(ReconcileObserver); ok {
+		o.Reconciled(id, v, err)
+	}
+}
+
+// Resolve ends an UNKNOWN key by an operator's word: with res, the work
+// took effect and res is recorded and replayed (for the engine's
+// retention); with a nil res, the work did not take effect and the key is
+// released, so the next attempt runs it. fence must be the UNKNOWN
+// record's (Record.Fence), so that a resolution meant for one attempt
+// never lands on another. It returns ErrNotFound, ErrNotUnknown or
+// ErrStaleFence, changing nothing, when the key is absent, not UNKNOWN, or
+// has another fence.
+func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) error {
+	if err := validate(id); err != nil {
+		return err
+	}
+	if res != nil && len(res.Body) > e.maxResult {
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), e.maxResult)
+	}
+	err := e.resolve(ctx, ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention})
+	if err == nil {
+		v := VerdictNotExecuted
+		if res != nil {
+			v = VerdictCompleted
+		}
+		e.reconciled(id, v, nil)
+	}
+	return err
+}
+
+// ListUnknown returns one page of UNKNOWN keys, of p.Tenant or of all
+// tenants (p.AllTenants), in a stable order; pass the page's Next as the
+// next call's After. Stores keep an index of UNKNOWN keys, so a page costs
+// no scan of the store. A lease that ended with its key still PROCESSING
+// is listed once a retry or a Get met it and made it UNKNOWN.
+func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
+	if p.Limit < 0 || p.Limit > MaxListLimit {
+		return ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, MaxListLimit)
+	}
+	if !p.AllTenants {
+		if err := ValidateTenant(p.Tenant); err != nil {
+			return ListPage{}, err
+		}
+	}
+	if p.Limit == 0 {
+		p.Limit = DefaultListLimit
+	}
+	start := time.Now()
+	page, err := e.store.ListUnknown(ctx, p)
+	e.observe(ctx, "list_unknown", start, err)
+	if err != nil {
+		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, err)
+	}
+	return page, nil
+}
+
+// ReconcileStats counts what one ReconcileUnknown sweep did.
+type ReconcileStats struct {
+	Unknown     int // keys that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
+	Completed   int // keys recorded as completed
+	NotExecuted int // keys released
+	Skipped     int // keys another process was reconciling, or that changed meanwhile
+}
+
+// ReconcileUnknown asks Options.Reconcile about every UNKNOWN key, of all
+// tenants, one at a time, and records each answer: run it from a
+// background loop so that keys no retry comes back for are resolved too.
+// It stops at the first store error, or when ctx ends.
+func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
+	var st ReconcileStats
+	if e.reconcile == nil {
+		return st, errors.New("idem: ReconcileUnknown: Options.Reconcile is not set")
+	}
+	p := ListParams{AllTenants: true, Limit: DefaultListLimit}
+	for {
+		page, err := e.ListUnknown(ctx, p)
+		if err != nil {
+			return st, err
+		}
+		for _, listed := range page.Records {
+			if err := ctx.Err(); err != nil {
+				return st, err
+			}
+			rec, absent, err := e.reconcileKey(ctx, listed.ID, e.retention)
+			switch {
+			case err != nil:
+				return st, err
+			case absent:
+				st.NotExecuted++
+			case rec.State == StateCompleted && rec.Fence == listed.Fence:
+				st.Completed++
+			case rec.State == StateUnknown && rec.Fence == listed.Fence:
+				st.Unknown++
+			default:
+				st.Skipped++
+			}
+		}
+		if page.Next == "" {
+			return st, nil
+		}
+		p.After = page.Next
+	}
+}

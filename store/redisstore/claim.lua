@@ -1,0 +1,20 @@
+-- claim: take the reconciliation claim on an UNKNOWN record when nobody holds it or
+-- the holder's claim ended. An abandoned record is turned UNKNOWN first, keeping
+-- its life.
+-- KEYS[1] the record, KEYS[2] the index of UNKNOWN records; record.lua runs in front of this file.
+-- ARGV[1] claim owner, ARGV[2] claim lease in ms, ARGV[3] how long the key outlives the record, in ms
+-- Returns {} when the key is absent, else the record as get.lua does, its first
+-- field '1' when claimed and '0' when not.
+local rec = redis.call('GET', KEYS[1])
+if not rec then return {} end
+local r = decode(rec)
+local now_ms = clock()
+if not live(r, now_ms) then return {} end
+if abandoned(r, now_ms) then
+  to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', r.life, tonumber(ARGV[3]))
+end
+if r.st ~= 'U' or (r.claim ~= '' and r.claim_until > now_ms) then return reply(r, now_ms) end
+redis.call('SET', KEYS[1], pack_u(r, r.life, r.completed, r.reason, ARGV[1], now_ms + tonumber(ARGV[2])), 'KEEPTTL')
+local out = reply(r, now_ms)
+out[1] = '1'
+return out

@@ -1,0 +1,19 @@
+-- markunknown: turn the caller's PROCESSING record (its lease ended or not) UNKNOWN,
+-- checked by owner and fence, and index it. The caller's UNKNOWN record stays as it
+-- is (a retried call, or an abandoned record: the first reason is kept).
+-- KEYS[1] the record, KEYS[2] the index of UNKNOWN records; record.lua runs in front of this file.
+-- ARGV[1] owner, ARGV[2] fence, ARGV[3] reason, ARGV[4] retention in ms, ARGV[5] how long the key
+-- outlives the record, in ms
+-- Returns 1 when the record is UNKNOWN, 0 when the lease is lost.
+local rec = redis.call('GET', KEYS[1])
+if not rec then return 0 end
+local r = decode(rec)
+if (r.st ~= 'P' and r.st ~= 'U') or r.fence ~= ARGV[2] or r.owner ~= ARGV[1] then return 0 end
+local now_ms = clock()
+if not live(r, now_ms) then return 0 end
+if r.st == 'U' then
+  redis.call('ZADD', KEYS[2], 0, index_member(KEYS[1]))
+  return 1
+end
+to_unknown(KEYS[1], KEYS[2], r, now_ms, ARGV[3], now_ms + tonumber(ARGV[4]), tonumber(ARGV[5]))
+return 1

@@ -1,0 +1,279 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// waitOut lets a short lease end: it waits until a retry no longer finds
+// the key in flight. In the bubble one sleep does it; on Redis the
+// server's clock may trail ours by a tick.
+func waitOut(t *testing.T, e *idem.Engine, req idem.Request, l *idem.Lease) idem.Attempt {
+	t.Helper()
+	<-l.Context().Done()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		a := begin(t, e, req)
+		if a.Outcome != idem.InFlight || time.Now().After(deadline) {
+			return a
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
+		req := idem.Request{Key: "crashed", Fingerprint: "fp"}
+		stalled := begin(t, e, req) // the worker charges the card, then stalls past its lease
+		retry := waitOut(t, e, req, stalled.Lease)
+		if retry.Outcome != idem.Unknown || retry.Record.State != idem.StateUnknown ||
+			retry.Record.Reason != idem.ReasonAbandoned || retry.Record.Fence != stalled.Lease.Fence() {
+			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned, with the stalled fence %d", retry.Outcome, retry.Record, stalled.Lease.Fence())
+		}
+		if again := begin(t, e, req); again.Outcome != idem.Unknown {
+			t.Fatalf("second retry = %v; want Unknown: a retry never runs it", again.Outcome)
+		}
+		// The stalled worker wakes up and knows what happened: its late
+		// completion of its own record is the truth, and is replayed.
+		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("charged")}); err != nil {
+			t.Fatalf("late Complete of the owner's own UNKNOWN record = %v; want accepted", err)
+		}
+		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
+			t.Fatalf("after the late completion = %v %+v; want the replay", r.Outcome, r.Result)
+		}
+	})
+}
+
+func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
+		req := idem.Request{Key: "late"}
+		a := begin(t, e, req)
+		<-a.Lease.Context().Done() // nobody comes for the key meanwhile
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("done")}); err != nil {
+			t.Fatalf("Complete after the lease ended, record untouched = %v; want accepted", err)
+		}
+		if r := begin(t, e, req); r.Outcome != idem.Replayed {
+			t.Fatalf("retry = %v; want Replayed", r.Outcome)
+		}
+	})
+}
+
+func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, nil)
+		req := idem.Request{Tenant: "shop", Key: "order-1"}
+		cut := errors.New("connection reset after the request was written")
+		_, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) {
+			return nil, idem.OutcomeUnknown(cut)
+		})
+		if !errors.Is(err, cut) || !errors.Is(err, idem.ErrOutcomeUnknown) {
+			t.Fatalf("Do = %v; want the work's error, marked unknown", err)
+		}
+		var runs atomic.Int32
+		for range 3 {
+			_, _, err = e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { runs.Add(1); return nil, nil })
+			var ue *idem.UnknownError
+			if !errors.As(err, &ue) || ue.Record.Reason == "" || ue.Record.TTL <= 0 {
+				t.Fatalf("retry = %v; want an *UnknownError with a reason and the retention left", err)
+			}
+		}
+		if runs.Load() != 0 {
+			t.Fatalf("the work ran %d times after its outcome was unknown; want 0", runs.Load())
+		}
+	})
+}
+
+func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
+		req := idem.Request{Key: "stale-mark", LeaseDuration: 50 * time.Millisecond}
+		stalled := begin(t, e, req)
+		retryReq := req
+		retryReq.LeaseDuration = time.Minute
+		retry := waitOut(t, e, retryReq, stalled.Lease)
+		if retry.Outcome != idem.Acquired {
+			t.Fatalf("retry under TakeoverRun = %v; want Acquired", retry.Outcome)
+		}
+		if err := stalled.Lease.MarkUnknown(context.Background(), "late"); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("stale MarkUnknown = %v; want ErrLeaseLost", err)
+		}
+		rec, err := e.Get(context.Background(), req.ID())
+		if err != nil || rec.State != idem.StateProcessing || rec.Owner != retry.Lease.Ref().Owner {
+			t.Fatalf("record = %+v, %v; want the new owner's PROCESSING record untouched", rec, err)
+		}
+		retry.Lease.Release(context.Background())
+	})
+}
+
+// markUnknown leaves req's key UNKNOWN and returns its record.
+func markUnknown(t *testing.T, e *idem.Engine, req idem.Request) idem.Record {
+	t.Helper()
+	a := begin(t, e, req)
+	if a.Outcome != idem.Acquired {
+		t.Fatalf("Begin(%+v) = %v; want Acquired", req, a.Outcome)
+	}
+	if err := a.Lease.MarkUnknown(context.Background(), "upstream timed out"); err != nil {
+		t.Fatalf("MarkUnknown: %v", err)
+	}
+	rec, err := e.Get(context.Background(), req.ID())
+	if err != nil || rec.State != idem.StateUnknown || rec.Reason != "upstream timed out" {
+		t.Fatalf("record after MarkUnknown = %+v, %v", rec, err)
+	}
+	return rec
+}
+
+func TestReconcileOnRetry(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		verdicts := map[string]idem.Resolution{
+			"charged":      {Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("charge ch_1")}},
+			"never-sent":   {Verdict: idem.VerdictNotExecuted},
+			"provider-503": {Verdict: idem.VerdictUnknown},
+		}
+		var asked sync.Map
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			asked.Store(rec.Key, rec.Fence)
+			return verdicts[rec.Key], nil
+		}})
+		for key := range verdicts {
+			markUnknown(t, e, idem.Request{Key: key})
+		}
+		if r := begin(t, e, idem.Request{Key: "charged"}); r.Outcome != idem.Replayed || r.Result.Status != 201 || string(r.Result.Body) != "charge ch_1" {
+			t.Fatalf("retry of a key reconciled completed = %v %+v; want the reconciled result replayed", r.Outcome, r.Result)
+		}
+		if r := begin(t, e, idem.Request{Key: "charged"}); r.Outcome != idem.Replayed {
+			t.Fatalf("second retry = %v; want Replayed from the store", r.Outcome)
+		}
+		r := begin(t, e, idem.Request{Key: "never-sent"})
+		if fence, _ := asked.Load("never-sent"); r.Outcome != idem.Acquired || r.Lease.Fence() <= fence.(int64) {
+			t.Fatalf("retry of a key reconciled not executed = %v; want Acquired with a higher fence", r.Outcome)
+		}
+		r.Lease.Release(context.Background())
+		if r := begin(t, e, idem.Request{Key: "provider-503"}); r.Outcome != idem.Unknown || r.RetryAfter <= 0 {
+			t.Fatalf("retry of a key still unknown = %v (retry after %v); want Unknown with a time to ask again", r.Outcome, r.RetryAfter)
+		}
+	})
+}
+
+func TestReconcileFailureLeavesTheKeyUnknown(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{ReconcileTimeout: 50 * time.Millisecond,
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+				if rec.Key == "hangs" {
+					<-ctx.Done() // an endpoint that never answers
+					return idem.Resolution{Verdict: idem.VerdictNotExecuted}, ctx.Err()
+				}
+				return idem.Resolution{Verdict: idem.Verdict(7)}, nil // garbage
+			}})
+		for _, key := range []string{"hangs", "garbage"} {
+			markUnknown(t, e, idem.Request{Key: key})
+			if r := begin(t, e, idem.Request{Key: key}); r.Outcome != idem.Unknown {
+				t.Fatalf("%s: retry = %v; want Unknown, never released", key, r.Outcome)
+			}
+		}
+	})
+}
+
+func TestReconcileRunsOncePerKeyAtATime(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		var calls atomic.Int32
+		entered, answer := make(chan struct{}), make(chan struct{})
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			if calls.Add(1) == 1 {
+				close(entered)
+			}
+			<-answer
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("found")}}, nil
+		}})
+		req := idem.Request{Key: "popular"}
+		markUnknown(t, e, req)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if r := begin(t, e, req); r.Outcome != idem.Replayed {
+				t.Errorf("the reconciling retry = %v; want Replayed", r.Outcome)
+			}
+		})
+		<-entered
+		for range 10 { // retries while the first reconciles: told to come back
+			if r := begin(t, e, req); r.Outcome != idem.Unknown {
+				t.Errorf("retry during the reconciliation = %v; want Unknown", r.Outcome)
+			}
+		}
+		close(answer)
+		wg.Wait()
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("Reconcile called %d times; want once", n)
+		}
+	})
+}
+
+func TestResolveByAnOperator(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, nil)
+		ctx := context.Background()
+		rec := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k1"})
+		if err := e.Resolve(ctx, rec.ID, rec.Fence+1, nil); !errors.Is(err, idem.ErrStaleFence) {
+			t.Fatalf("Resolve with another fence = %v; want ErrStaleFence", err)
+		}
+		if err := e.Resolve(ctx, idem.ID{Tenant: "ops", Key: "absent"}, 1, nil); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Resolve of an absent key = %v; want ErrNotFound", err)
+		}
+		res := &idem.Result{Status: 200, Body: []byte("refund r_1")}
+		if err := e.Resolve(ctx, rec.ID, rec.Fence, res); err != nil {
+			t.Fatalf("Resolve completed: %v", err)
+		}
+		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); !errors.Is(err, idem.ErrNotUnknown) {
+			t.Fatalf("Resolve of a COMPLETED key = %v; want ErrNotUnknown", err)
+		}
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k1"}); r.Outcome != idem.Replayed || string(r.Result.Body) != "refund r_1" {
+			t.Fatalf("retry after the resolution = %v; want the operator's result replayed", r.Outcome)
+		}
+		rec = markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k2"})
+		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); err != nil {
+			t.Fatalf("Resolve not executed: %v", err)
+		}
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k2"}); r.Outcome != idem.Acquired || r.Lease.Fence() <= rec.Fence {
+			t.Fatalf("retry after resolve-not-executed = %v; want Acquired with a higher fence", r.Outcome)
+		} else {
+			r.Lease.Release(ctx)
+		}
+	})
+}
+
+func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			switch rec.Key {
+			case "done":
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("ok")}}, nil
+			case "never":
+				return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
+			}
+			return idem.Resolution{}, errors.New("provider lookup failed")
+		}})
+		a, b := "tenant-a", "tenant-b" // every test has a store of its own (Redis: its own prefix)
+		markUnknown(t, e, idem.Request{Tenant: a, Key: "done"})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "never"})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "lookup-fails"})
+		st, err := e.ReconcileUnknown(context.Background())
+		if want := (idem.ReconcileStats{Completed: 1, NotExecuted: 1, Unknown: 1}); err != nil || st != want {
+			t.Fatalf("sweep = %+v, %v; want %+v", st, err, want)
+		}
+		page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: b})
+		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "lookup-fails" || page.Next != "" {
+			t.Fatalf("tenant b's UNKNOWN keys after the sweep = %+v, %v; want only lookup-fails", page, err)
+		}
+		if page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: a}); err != nil || len(page.Records) != 0 {
+			t.Fatalf("tenant a's UNKNOWN keys after the sweep = %+v, %v; want none", page, err)
+		}
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
+			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
+		}
+	})
+}
