@@ -1,13 +1,16 @@
 package idemclient
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	mathrand "math/rand/v2"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/internal/ctxtime"
@@ -66,7 +69,12 @@ type RetryOptions struct {
 // for in-memory bodies. Cancelling the request's context stops the retries
 // at once. When the attempts or the wait budget run out, the last response
 // is returned as it is, or the last error; every response it discards is
-// drained and closed.
+// drained and closed. When the last response says that the request's
+// outcome is unknown (a problem response with code outcome_unknown,
+// upstream_no_response or upstream_timeout: it may have taken effect, and
+// the server will not run it again), RoundTrip returns an
+// *OutcomeUnknownError instead: the request did not fail, and its result
+// may still come, to a later retry with the same key.
 type Retrying struct {
 	base        http.RoundTripper
 	maxAttempts int
@@ -130,7 +138,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
 		if !retryable(resp, err) || attempt >= r.maxAttempts {
-			return resp, err
+			return last(out, resp, err, attempt)
 		}
 		if ctx.Err() != nil {
 			discard(resp)
@@ -138,7 +146,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		wait := r.wait(attempt, resp)
 		if waited+wait > r.maxWait {
-			return resp, err
+			return last(out, resp, err, attempt)
 		}
 		body, bodyErr := nextBody(req)
 		if bodyErr != nil {
@@ -233,4 +241,70 @@ func discard(resp *http.Response) {
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, discardLimit))
 	resp.Body.Close()
+}
+
+// ErrOutcomeUnknown is matched (errors.Is) by an *OutcomeUnknownError.
+var ErrOutcomeUnknown = errors.New("idemclient: outcome unknown")
+
+// OutcomeUnknownError is returned by Retrying when its retries ended on an
+// answer saying that the request's outcome is unknown: it may have taken
+// effect, no result is known yet, and the server will not run it again.
+// It did not fail: retry later with the same Key to get its result once
+// the server has reconciled it, or ask its operator; do not send it again
+// under a new key unless running it twice is acceptable.
+type OutcomeUnknownError struct {
+	Method, URL string
+	Key         string // the Idempotency-Key the request was sent with
+	Status      int    // the last answer's status
+	Code        string // the last answer's problem code
+	Attempts    int
+}
+
+// Error says that the outcome is unknown, never that the request failed.
+func (e *OutcomeUnknownError) Error() string {
+	return fmt.Sprintf("idemclient: %s %s: outcome unknown after %d attempts (%d %s): the request may have taken effect; retry later with Idempotency-Key %q for its result",
+		e.Method, e.URL, e.Attempts, e.Status, e.Code, e.Key)
+}
+
+// Is reports ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// problemLimit bounds how much of a problem response is read for its code.
+const problemLimit = 16 << 10
+
+// unknownCode returns the problem code of a response that says the
+// request's outcome is unknown, or "". The body stays readable.
+func unknownCode(resp *http.Response) string {
+	if resp == nil || resp.StatusCode < 500 || resp.Body == nil ||
+		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, problemLimit))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	var p struct {
+		Code string `json:"code"`
+	}
+	if json.Unmarshal(b, &p) != nil {
+		return ""
+	}
+	switch p.Code {
+	case "outcome_unknown", "upstream_no_response", "upstream_timeout":
+		return p.Code
+	}
+	return ""
+}
+
+// last returns the outcome of the last attempt: as it is, or, when the
+// answer says the outcome is unknown, an *OutcomeUnknownError.
+func last(out *http.Request, resp *http.Response, err error, attempts int) (*http.Response, error) {
+	code := unknownCode(resp)
+	if code == "" {
+		return resp, err
+	}
+	discard(resp)
+	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: out.Header.Get(HeaderKey),
+		Status: resp.StatusCode, Code: code, Attempts: attempts}
 }

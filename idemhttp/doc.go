@@ -15,10 +15,16 @@
 // body is read once, up to Options.MaxBody (413 beyond, before any key is
 // taken), fingerprinted, and handed on intact. Then, per (tenant, key):
 //
-//   - first request: the handler runs under a lease; its response is
-//     recorded and stored, or the key released when Options.StoreResult
-//     says the status is retryable (by default 5xx, 408, 425, 429) or the
-//     handler panics;
+//   - first request: the handler runs under a lease (checked right before
+//     it starts: a lease that already ended answers 503 lease_lost and
+//     releases the key); its response is stored, or the key released, or
+//     marked UNKNOWN, as Options.StatusPolicy says for the status (by
+//     default: 408, 425, 429 and 503 release, 502 and 504 are unknown,
+//     the rest is stored) unless the handler declared otherwise with
+//     SetDisposition; a panic makes the key UNKNOWN;
+//   - a retry of an UNKNOWN key: 503 outcome_unknown with Retry-After; the
+//     handler never runs again until the outcome is reconciled or
+//     resolved;
 //   - a retry after that: the stored status, body and a safe subset of
 //     headers, marked Idempotent-Replayed: true;
 //   - a retry while the first still runs: 409 with Retry-After (the seconds

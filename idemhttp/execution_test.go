@@ -236,71 +236,52 @@ func TestWritePaths(t *testing.T) {
 	})
 }
 
-// TestPanic: a panicking handler releases the key, then the panic goes on.
+// TestPanic: a panicking handler may have taken effect before it
+// panicked: the key turns UNKNOWN, the retry gets 503 outcome_unknown with
+// Retry-After and never runs the handler again; the panic goes on.
 func TestPanic(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
-		var calls atomic.Int64
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if calls.Add(1) == 1 {
-				panic("boom")
+	for _, tt := range []struct {
+		name  string
+		panic any
+		write bool
+	}{{"before answering", "boom", false}, {"after answering", http.ErrAbortHandler, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := memstore.New(nil)
+			if err != nil {
+				t.Fatal(err)
 			}
-			w.WriteHeader(http.StatusCreated)
-		})
-		var outs outcomes
-		mw := newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{OnOutcome: outs.record})(h)
-		serveOnce := func() (rec *httptest.ResponseRecorder, recovered any) {
-			defer func() { recovered = recover() }()
-			rec = httptest.NewRecorder()
-			mw.ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
-			return rec, nil
-		}
-		if _, p := serveOnce(); p != "boom" {
-			t.Fatalf("recovered %v, want the handler's panic", p)
-		}
-		if rec, p := serveOnce(); p != nil || rec.Code != 201 || rec.Header().Get(idemhttp.HeaderReplayed) != "" {
-			t.Fatalf("after the panic: %v, %d", p, rec.Code)
-		}
-		if rec, _ := serveOnce(); rec.Header().Get(idemhttp.HeaderReplayed) != "true" {
-			t.Fatal("the second run was not stored")
-		}
-		if calls.Load() != 2 || outs.count(idemhttp.OutcomeReleased) != 1 || outs.count(idemhttp.OutcomeExecuted) != 1 {
-			t.Errorf("%d calls, outcomes %v", calls.Load(), outs.list)
-		}
-	})
-}
-
-// TestPanicAfterAnswering: a handler that panics after it started a
-// response that would be stored (httputil.ReverseProxy does, with
-// http.ErrAbortHandler, when the upstream breaks off its body) may have taken
-// effect: the key is kept as not replayable and never runs again.
-func TestPanicAfterAnswering(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
-		var calls atomic.Int64
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			calls.Add(1)
-			w.WriteHeader(http.StatusCreated)
-			io.WriteString(w, "half a bo")
-			panic(http.ErrAbortHandler)
-		})
-		var outs outcomes
-		mw := newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{OnOutcome: outs.record})(h)
-		func() {
-			defer func() {
-				if p := recover(); p != http.ErrAbortHandler {
-					t.Fatalf("recovered %v, want the handler's panic", p)
+			var calls atomic.Int64
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				calls.Add(1)
+				if tt.write {
+					w.WriteHeader(http.StatusCreated)
+					io.WriteString(w, "half a bo")
 				}
+				panic(tt.panic)
+			})
+			var outs outcomes
+			mw := newMiddleware(t, newEngine(t, s, nil), &idemhttp.Options{OnOutcome: outs.record})(h)
+			func() {
+				defer func() {
+					if p := recover(); p != tt.panic {
+						t.Fatalf("recovered %v, want the handler's panic", p)
+					}
+				}()
+				mw.ServeHTTP(httptest.NewRecorder(), call{key: "k"}.request(t, "http://example.test"))
 			}()
-			mw.ServeHTTP(httptest.NewRecorder(), call{key: "k"}.request(t, "http://example.test"))
-		}()
-		rec := httptest.NewRecorder()
-		mw.ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
-		if calls.Load() != 1 || rec.Code != http.StatusUnprocessableEntity || !strings.Contains(rec.Body.String(), "not_replayable") {
-			t.Fatalf("retry after a panic mid-answer: %d calls, %d %s; want 1 call and a not_replayable problem", calls.Load(), rec.Code, rec.Body)
-		}
-		if outs.count(idemhttp.OutcomeNotReplayable) < 1 {
-			t.Errorf("outcomes %v; want not_replayable", outs.list)
-		}
-	})
+			rec := httptest.NewRecorder()
+			mw.ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
+			if calls.Load() != 1 || rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), idemhttp.CodeOutcomeUnknown) {
+				t.Fatalf("retry after a panic: %d calls, %d %s; want 1 call and a 503 outcome_unknown", calls.Load(), rec.Code, rec.Body)
+			}
+			if ra := rec.Header().Get("Retry-After"); ra != "60" {
+				t.Errorf("Retry-After %q; want 60 (DefaultUnknownRetryAfter: no reconciliation configured)", ra)
+			}
+			if outs.count(idemhttp.OutcomeMarkedUnknown) != 1 || outs.count(idemhttp.OutcomeUnknown) != 1 {
+				t.Errorf("outcomes %v; want marked_unknown then unknown", outs.list)
+			}
+		})
+	}
 }
 
 // TestClientDisconnect: the handler goes on after its client left, and the
@@ -502,19 +483,19 @@ func TestNotReplayable(t *testing.T) {
 	})
 }
 
-// TestStreamedRetryableStatusReleases: a streamed response with a 5xx
-// status still releases the key.
+// TestStreamedRetryableStatusReleases: a streamed response with a status
+// the policy releases on still releases the key.
 func TestStreamedRetryableStatusReleases(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
-			w.WriteHeader(http.StatusBadGateway)
+			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte(strings.Repeat("x", 2048)))
 		})
 		srv := serve(t, newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{MaxResponseBuffer: 1024})(h))
 		call{key: "k"}.send(t, srv)
-		if r := (call{key: "k"}).send(t, srv); r.status != 502 || calls.Load() != 2 {
+		if r := (call{key: "k"}).send(t, srv); r.status != 503 || calls.Load() != 2 {
 			t.Errorf("retry got %d after %d calls", r.status, calls.Load())
 		}
 	})

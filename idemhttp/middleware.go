@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -29,7 +28,8 @@ type Options struct {
 	// means the hex SHA-256 of the request's Authorization header values,
 	// so one client's credentials can never replay another client's
 	// response, and "" (one shared scope) for requests without that
-	// header. Put the middleware after your authentication.
+	// header. Put the middleware after your authentication. A Tenant
+	// that returns ErrTenantMissing answers 400 (code tenant_missing).
 	Tenant func(r *http.Request) (string, error)
 	// TenantHeader, when set, takes the tenant from this request header
 	// instead, which must then be set exactly once by something you trust
@@ -62,11 +62,21 @@ type Options struct {
 	// Proxy-Authenticate and hop-by-hop headers are refused. Nil means
 	// none.
 	ReplayHeaders []string
-	// StoreResult decides from the final status whether a result is stored and
-	// replayed (true) or the key released so that a retry runs the handler
-	// again (false). Nil means store everything except 5xx, 408, 425 and
-	// 429 (see DefaultStoreResult).
+	// StatusPolicy decides from the final status what becomes of the key:
+	// the response stored and replayed, the key released so that a retry
+	// runs the handler again, or the key marked UNKNOWN. A handler's
+	// SetDisposition overrides it for its request. Nil means
+	// DefaultStatusPolicy.
+	StatusPolicy func(status int) Disposition
+	// StoreResult is the storing policy of earlier versions: true stores
+	// the result, false releases the key (DefaultStoreResult releases on
+	// every 5xx, 408, 425 and 429). Set StatusPolicy or StoreResult, not
+	// both; nil means StatusPolicy decides.
 	StoreResult func(status int) bool
+	// UnknownRetryAfter is the Retry-After of the 503 outcome_unknown
+	// answered for an UNKNOWN key when the engine gives none (it has no
+	// Reconcile). Zero means DefaultUnknownRetryAfter.
+	UnknownRetryAfter time.Duration
 	// LeaseDuration and Retention override the engine's for these routes. Zero
 	// means the engine's.
 	LeaseDuration time.Duration
@@ -80,10 +90,12 @@ type Options struct {
 	OnOutcome func(r *http.Request, o Outcome)
 }
 
-// DefaultStoreResult is the default storing policy: results with a status that
-// invites the client to retry (5xx, 408 Request Timeout, 425 Too Early, 429
-// Too Many Requests) are not stored, so the retry runs the handler again;
-// every other result is stored and replayed.
+// DefaultStoreResult is the storing policy of earlier versions, for
+// Options.StoreResult: results with a status that invites the client to
+// retry (5xx, 408 Request Timeout, 425 Too Early, 429 Too Many Requests)
+// are not stored, so the retry runs the handler again; every other result
+// is stored and replayed. A 500 or 504 that came after a side effect then
+// runs it twice: DefaultStatusPolicy is the safer default.
 func DefaultStoreResult(status int) bool {
 	switch {
 	case status >= 500, status == http.StatusRequestTimeout, status == http.StatusTooEarly,
@@ -134,11 +146,13 @@ type middleware struct {
 	wait          time.Duration
 	failOpen      bool
 	replayHeaders []string // canonical names
-	store         func(int) bool
+	policy        func(int) Disposition
+	unknownAfter  time.Duration
 	lease         time.Duration
 	retention     time.Duration
 	log           *slog.Logger
 	onOutcome     func(*http.Request, Outcome)
+	fullLog       logEvery // the store_full warning
 
 	// finished wakes requests waiting (Options.Wait) for a key that a
 	// request of this middleware holds, as soon as it is finalized; waiters
@@ -156,11 +170,14 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		o = *opts
 	}
 	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
-		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, store: o.StoreResult,
-		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
+		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
+		unknownAfter: o.UnknownRetryAfter,
+		lease:        o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
 	switch {
-	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0:
-		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration or Retention")
+	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0, o.UnknownRetryAfter < 0:
+		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration, Retention or UnknownRetryAfter")
+	case o.StatusPolicy != nil && o.StoreResult != nil:
+		return nil, errors.New("idemhttp: New: set StatusPolicy or StoreResult, not both")
 	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
 		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
 	case o.Tenant != nil && o.TenantHeader != "":
@@ -192,8 +209,14 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if m.maxBuffer == 0 {
 		m.maxBuffer = 1 << 20
 	}
-	if m.store == nil {
-		m.store = DefaultStoreResult
+	if o.StoreResult != nil {
+		m.policy = storeResultPolicy(o.StoreResult)
+	}
+	if m.policy == nil {
+		m.policy = DefaultStatusPolicy
+	}
+	if m.unknownAfter == 0 {
+		m.unknownAfter = DefaultUnknownRetryAfter
 	}
 	if m.log == nil {
 		m.log = slog.Default()
@@ -269,16 +292,21 @@ func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
 }
 
 // leaseContext is the context a protected handler runs under: the lease's,
-// carrying the lease for LeaseFromContext. It is context.WithValue without
-// an allocation of its own (it lives in the request's capture).
+// carrying the lease for LeaseFromContext and the request's override for
+// SetDisposition. It is context.WithValue without an allocation of its own
+// (it lives in the request's exchange).
 type leaseContext struct {
 	context.Context
-	lease *idem.Lease
+	lease    *idem.Lease
+	override *override
 }
 
 func (c *leaseContext) Value(key any) any {
-	if key == (leaseKey{}) {
+	switch key {
+	case leaseKey{}:
 		return c.lease
+	case dispositionKey{}:
+		return c.override
 	}
 	return c.Context.Value(key)
 }
@@ -316,6 +344,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	tenant, err := m.tenant(r)
 	if err == nil {
 		err = idem.ValidateTenant(tenant)
+	}
+	if errors.Is(err, ErrTenantMissing) {
+		m.reject(w, r, http.StatusBadRequest, CodeTenantMissing, err.Error())
+		return
 	}
 	if err != nil {
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
@@ -359,6 +391,8 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	case idem.Mismatch:
 		WriteProblem(w, http.StatusUnprocessableEntity, CodeKeyMismatch, "this key was used for a request with a different method, path, query, content type or body")
 		m.report(r, OutcomeMismatch)
+	case idem.Unknown:
+		m.answerUnknown(w, r, att)
 	}
 }
 
@@ -385,14 +419,7 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	if r.ContentLength > m.maxBody {
 		return tooLarge()
 	}
-	var body []byte
-	var err error
-	if r.ContentLength > 0 { // net/http stops the body at its announced length
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, m.maxBody))
-	}
+	body, err := readAll(http.MaxBytesReader(w, r.Body, m.maxBody), r.ContentLength)
 	if _, over := errors.AsType[*http.MaxBytesError](err); over {
 		return tooLarge()
 	}
@@ -426,6 +453,8 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 		m.log.Error("idemhttp: the Fingerprint function returned an unusable fingerprint", "err", err)
 		WriteProblem(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
 		m.report(r, OutcomeStoreError)
+	case errors.Is(err, idem.ErrStoreFull):
+		m.storeFull(w, r, err)
 	case m.failOpen:
 		m.log.Warn("idemhttp: store failed; running the handler unprotected (FailOpen)", "method", r.Method, "path", r.URL.Path, "err", err)
 		next.ServeHTTP(w, r)
@@ -540,6 +569,13 @@ func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
 // detached is r's context without its cancellation.
 func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
 	id := l.Ref().ID
+	if err := l.Check(); err != nil {
+		// The lease ended before the handler could start (the acquire was
+		// slow, or this process was paused): nothing ran, so the key is
+		// released, and the handler never runs outside its lease.
+		m.leaseEnded(detached, w, r, l, err)
+		return
+	}
 	x := &exchange{capture: capture{ResponseWriter: w, m: m, replayBuffer: replayBuffers.Get().(*replayBuffer)}}
 	c := &x.capture
 	finished := false
@@ -547,27 +583,21 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		if finished {
 			return
 		}
-		// The handler panicked (or called runtime.Goexit); the panic goes on.
-		// Before it answered, nothing left the building: release, so a retry
-		// runs it. After it started a response that would be stored (a
-		// reverse proxy aborting a broken upstream body does this), the work
-		// may have taken effect: record it as not replayable, never run it again.
+		// The handler panicked (or called runtime.Goexit); the panic goes
+		// on. It may have come after a side effect (a reverse proxy aborts
+		// a broken upstream body so): the key turns UNKNOWN, never runs again.
 		ctx := x.finalizeContext(detached)
 		defer ctx.cancel()
-		if (c.status != 0 || c.hijacked) && m.store(c.status) {
-			m.finalizeErr(r, l.Complete(ctx, notReplayable(c.status, "the handler failed after it started answering")), OutcomeNotReplayable)
-		} else {
-			m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
-		}
+		m.finalizeErr(r, l.MarkUnknown(ctx, "the handler panicked"), OutcomeMarkedUnknown)
 		c.release()
 		m.wakeWaiters(id)
 	}()
-	x.handlerCtx = leaseContext{Context: l.Context(), lease: l}
+	x.handlerCtx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
 	ctx := x.finalizeContext(detached)
 	defer ctx.cancel()
-	m.finalize(ctx, r, l, c)
+	m.finalize(ctx, r, l, c, &x.override)
 	c.release()
 	m.wakeWaiters(id)
 }
@@ -578,6 +608,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 type exchange struct {
 	capture    capture
 	handlerCtx leaseContext // the handler's context
+	override   override     // what the handler declared with SetDisposition
 	final      finalizeContext
 }
 
@@ -590,14 +621,22 @@ func (x *exchange) finalizeContext(detached context.Context) *finalizeContext {
 	return &x.final
 }
 
-// finalize stores the captured response or releases the key, exactly once.
-func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture) {
+// finalize stores the captured response, releases the key or marks it
+// UNKNOWN, exactly once: as the handler declared (SetDisposition), else
+// as the status policy says.
+func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *override) {
 	status := c.finalStatus()
+	d, reason := o.get()
+	if d == 0 {
+		d, reason = m.policy(status), "status "+strconv.Itoa(status)
+	}
 	switch {
+	case d == DispositionUnknown:
+		m.finalizeErr(r, l.MarkUnknown(ctx, reason), OutcomeMarkedUnknown)
+	case d == DispositionRelease:
+		m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
 	case c.hijacked:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(0, "the connection was hijacked")), OutcomeExecuted)
-	case !m.store(status):
-		m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
 	case c.overflow:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
 	default:

@@ -34,10 +34,22 @@ const (
 	// OutcomeFailedOpen: the store failed and FailOpen ran the handler
 	// without protection.
 	OutcomeFailedOpen
-	// OutcomeLeaseLost: the handler ran but its lease was lost (expired
-	// and taken over, or the key deleted); its result was not stored and
-	// the other owner's record was left untouched.
+	// OutcomeLeaseLost: the lease ended before the handler could start
+	// (503 lease_lost, the key released: nothing ran), or the handler ran
+	// but its lease was lost (expired and taken over, or the key deleted):
+	// its result was not stored and the other owner's record was left
+	// untouched.
 	OutcomeLeaseLost
+	// OutcomeUnknown: the key is UNKNOWN (an earlier attempt may have
+	// taken effect): 503 outcome_unknown, the handler did not run.
+	OutcomeUnknown
+	// OutcomeMarkedUnknown: the handler ran and its outcome is unknown (it
+	// panicked, declared so with SetDisposition, or the StatusPolicy said
+	// so): the key was marked UNKNOWN.
+	OutcomeMarkedUnknown
+	// OutcomeStoreFull: a bounded store had no room for a new key: 503,
+	// the handler did not run.
+	OutcomeStoreFull
 )
 
 var outcomeNames = [...]string{
@@ -52,6 +64,9 @@ var outcomeNames = [...]string{
 	OutcomeStoreError:    "store_error",
 	OutcomeFailedOpen:    "failed_open",
 	OutcomeLeaseLost:     "lease_lost",
+	OutcomeUnknown:       "unknown",
+	OutcomeMarkedUnknown: "marked_unknown",
+	OutcomeStoreFull:     "store_full",
 }
 
 // String returns the outcome's metric label, e.g. "replayed".

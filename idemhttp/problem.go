@@ -15,26 +15,34 @@ const (
 	CodeKeyRequired      = "key_required"      // 400: RequireKey and no Idempotency-Key header
 	CodeKeyInvalid       = "key_invalid"       // 400: empty, too long, bad characters, or sent twice
 	CodeTenantInvalid    = "tenant_invalid"    // 400: the tenant could not be derived from the request
+	CodeTenantMissing    = "tenant_missing"    // 400: the request carries none of the credentials keys are scoped by
 	CodeBodyUnreadable   = "body_unreadable"   // 400: reading the request body failed
 	CodeBodyTooLarge     = "body_too_large"    // 413: the body is over Options.MaxBody
 	CodeKeyInFlight      = "key_in_flight"     // 409: another request with the key is running; see Retry-After
 	CodeKeyMismatch      = "key_mismatch"      // 422: the key was used for a different request
 	CodeNotReplayable    = "not_replayable"    // 422: the key's request ran, but its response cannot be replayed
 	CodeStoreUnavailable = "store_unavailable" // 503: the idempotency store failed; the handler did not run
+	CodeStoreFull        = "store_full"        // 503: a bounded store has no room for a new key; the handler did not run
 	CodeInternal         = "internal"          // 500: a misconfiguration, e.g. a Fingerprint function returning bad output
+	CodeOutcomeUnknown   = "outcome_unknown"   // 503: an earlier request with the key may have taken effect, its result is unknown; see Retry-After
+	CodeLeaseLost        = "lease_lost"        // 503: the lease ended before the handler ran (it did not run), or while it ran
 )
 
 var problemTitles = map[string]string{
 	CodeKeyRequired:      "Idempotency-Key header required",
 	CodeKeyInvalid:       "Invalid Idempotency-Key header",
 	CodeTenantInvalid:    "Invalid tenant",
+	CodeTenantMissing:    "Tenant credentials required",
 	CodeBodyUnreadable:   "Request body could not be read",
 	CodeBodyTooLarge:     "Request body too large",
 	CodeKeyInFlight:      "A request with this Idempotency-Key is in progress",
 	CodeKeyMismatch:      "Idempotency-Key reused with a different request",
 	CodeNotReplayable:    "The response of this Idempotency-Key cannot be replayed",
 	CodeStoreUnavailable: "Idempotency store unavailable",
+	CodeStoreFull:        "Idempotency store full",
 	CodeInternal:         "Internal error",
+	CodeOutcomeUnknown:   "The outcome of the request with this Idempotency-Key is unknown",
+	CodeLeaseLost:        "The idempotency lease ended",
 }
 
 // Problem is the body of a problem response (RFC 9457) with the extension

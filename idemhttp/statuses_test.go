@@ -93,12 +93,33 @@ func TestStatuses(t *testing.T) {
 			{call: call{key: "k1", body: "0123456789", chunked: true}, status: 201, body: "call 1:"},
 			{call: call{key: "k1", body: "0123456789"}, status: 201, body: "call 1:", replayed: true},
 		}, calls: 1},
-		{name: "5xx releases the key", statuses: []int{500, 503, 201}, steps: []step{
-			{call: call{key: "k1"}, status: 500, body: "call 1:"},
-			{call: call{key: "k1"}, status: 503, body: "call 2:"},
-			{call: call{key: "k1"}, status: 201, body: "call 3:"},
-			{call: call{key: "k1"}, status: 201, body: "call 3:", replayed: true},
-		}, calls: 3},
+		{name: "503 releases the key, 500 is stored", statuses: []int{503, 500, 201}, steps: []step{
+			{call: call{key: "k1"}, status: 503, body: "call 1:"},
+			{call: call{key: "k1"}, status: 500, body: "call 2:"},
+			{call: call{key: "k1"}, status: 500, body: "call 2:", replayed: true},
+		}, calls: 2},
+		{name: "502 and 504 make the key UNKNOWN", statuses: []int{502, 201}, steps: []step{
+			{call: call{key: "k1"}, status: 502, body: "call 1:"},
+			{call: call{key: "k1"}, status: 503, code: idemhttp.CodeOutcomeUnknown},
+			{call: call{key: "k2"}, status: 201, body: "call 2:"},
+		}, calls: 2},
+		{name: "the seed's policy: release on 5xx", statuses: []int{500, 502, 201},
+			opts: idemhttp.Options{StoreResult: idemhttp.DefaultStoreResult}, steps: []step{
+				{call: call{key: "k1"}, status: 500, body: "call 1:"},
+				{call: call{key: "k1"}, status: 502, body: "call 2:"},
+				{call: call{key: "k1"}, status: 201, body: "call 3:"},
+				{call: call{key: "k1"}, status: 201, body: "call 3:", replayed: true},
+			}, calls: 3},
+		{name: "a status policy of one's own", statuses: []int{201, 200},
+			opts: idemhttp.Options{StatusPolicy: func(s int) idemhttp.Disposition {
+				if s == 201 {
+					return idemhttp.DispositionUnknown
+				}
+				return idemhttp.DispositionStore
+			}}, steps: []step{
+				{call: call{key: "k1"}, status: 201, body: "call 1:"},
+				{call: call{key: "k1"}, status: 503, code: idemhttp.CodeOutcomeUnknown},
+			}, calls: 1},
 		{name: "408, 425 and 429 release the key", statuses: []int{408, 425, 429, 200}, steps: []step{
 			{call: call{key: "k1"}, status: 408},
 			{call: call{key: "k1"}, status: 425},

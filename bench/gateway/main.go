@@ -126,6 +126,7 @@ func load(base string, replay bool, concurrency int, d time.Duration) result {
 		req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(`{"amount":4200,"currency":"eur"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer bench-client") // the gateway refuses anonymous clients
 		start := time.Now()
 		resp, err := client.Do(req)
 		if err != nil {

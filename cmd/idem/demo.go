@@ -109,6 +109,7 @@ func fire(ctx context.Context, base string, keys, burst, retries int) tally {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/charges", strings.NewReader(`{"amount":4200,"currency":"eur"}`))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer demo-client") // keys are scoped per client; the gateway refuses anonymous ones
 		resp, err := client.Do(req)
 		mu.Lock()
 		defer mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/probe"
 )
 
@@ -46,7 +47,7 @@ func runProbe(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	})
 	switch {
 	case errors.Is(err, probe.ErrRemoteTarget):
-		return fmt.Errorf("%w: %s is not on loopback; pass --i-own-this-target if you own it (the probe executes the sample request several times)", errUsage, fs.Arg(0))
+		return fmt.Errorf("%w: %s is not on loopback; pass --i-own-this-target if you own it (the probe executes the sample request several times)", errUsage, gateway.RedactURL(fs.Arg(0)))
 	case err != nil:
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/gateway"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -26,18 +27,33 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
 	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
-	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); default: a hash of the Authorization credentials")
+	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
+	tenantFrom := fs.String("tenant-from", "authorization", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing")
+	allowAnonymous := fs.Bool("allow-anonymous", false, "let requests without any --tenant-from credentials share one tenant (default: 400 tenant_missing)")
 	maxBody := byteSize(1 << 20)
 	fs.Var(&maxBody, "max-body", "largest request body (bytes, or with KiB/MiB/GiB); larger gets 413")
+	maxResponse := byteSize(1 << 20)
+	fs.Var(&maxResponse, "max-response", "largest response kept for replay (bytes, or with KiB/MiB/GiB); a larger one reaches the client once and its retries get 422 not_replayable")
+	memoryLimit := byteSize(256 << 20)
+	fs.Var(&memoryLimit, "memory-limit", "bound of the memory store (bytes, or with KiB/MiB/GiB); when stored results fill it, new keys get 503 store_full")
+	readTimeout := fs.Duration("read-timeout", gateway.DefaultReadTimeout, "longest time to read a whole request, body included")
+	idleTimeout := fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	maxConns := fs.Int("max-conns", gateway.DefaultMaxConns(), "most client connections open at once (default: the open-file limit less 1024); more wait to be accepted")
 	wait := fs.Duration("wait", 0, "wait up to this long for an in-flight request with the same key and replay it, instead of 409")
 	failOpen := fs.Bool("fail-open", false, "when the store is down, pass requests through without idempotency (default: 503)")
-	upstreamTimeout := fs.Duration("upstream-timeout", 30*time.Second, "answer 504 and release the key when the upstream takes longer")
+	upstreamTimeout := fs.Duration("upstream-timeout", 30*time.Second, "answer 504 when the upstream takes longer; the request was sent, so the key turns UNKNOWN")
+	takeover := fs.String("takeover", "unknown", "a key whose previous attempt's lease ended (crash, stall): unknown (reconcile it, else UNKNOWN) or run (send it again with Idempotency-Previous-Fence)")
+	reconcileURL := fs.String("reconcile-url", "", "the upstream's lookup of a request by key, a URL template with {key} (and {tenant}, {fence}): see docs/reconcile.md")
+	reconcileToken := fs.String("reconcile-token", "", "bearer token sent to --reconcile-url")
+	reconcileTimeout := fs.Duration("reconcile-timeout", 5*time.Second, "bound of one --reconcile-url lookup; past it the key stays UNKNOWN")
+	reconcileEvery := fs.Duration("reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
 	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
-	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires")
+	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
+	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
 	logFormat := fs.String("log-format", "text", "text or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	otlp := fs.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM")
+	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -50,9 +66,24 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	up, err := url.Parse(*upstream)
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, *upstream)
+		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
 	}
-	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, logger)
+	var policy idem.TakeoverPolicy
+	switch *takeover {
+	case "unknown":
+	case "run":
+		policy = idem.TakeoverRun
+	default:
+		return fmt.Errorf("%w: --takeover %q: want unknown or run", errUsage, *takeover)
+	}
+	if *reconcileEvery > 0 && *reconcileURL == "" {
+		return fmt.Errorf("%w: --reconcile-every needs --reconcile-url", errUsage)
+	}
+	storeOpts := &gateway.StoreOptions{Logger: logger}
+	if flagSet(fs, "memory-limit") {
+		storeOpts.MemoryLimit = int64(memoryLimit)
+	}
+	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, storeOpts)
 	if err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}
@@ -61,7 +92,13 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		Listen: *listen, Upstream: up, Store: store, Lease: *lease, Retention: *retention,
 		Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
 		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
-		ShutdownTimeout: *shutdownTimeout, Logger: logger,
+		ShutdownTimeout: *shutdownTimeout, Logger: logger, Takeover: policy, ReconcileURL: *reconcileURL,
+		ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
+		AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
+		ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
+	}
+	if *tenantHeader == "" || flagSet(fs, "tenant-from") {
+		cfg.TenantFrom = splitSources(*tenantFrom)
 	}
 	if *otlp != "" {
 		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(*otlp), otlptracehttp.WithInsecure())
@@ -74,7 +111,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	g, err := gateway.New(cfg)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return g.Run(ctx, nil)
 }
@@ -123,4 +160,24 @@ func (b *byteSize) Set(s string) error {
 	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// flagSet reports whether the flag was given, on the command line or by
+// its environment variable.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// splitSources splits a --tenant-from list, keeping the case of header and
+// cookie names (cookie names are case-sensitive).
+func splitSources(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

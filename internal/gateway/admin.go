@@ -57,6 +57,7 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	registerUnknownAPI(keys, e)
 	mux.Handle("/v1/", requireToken(token, keys))
 	return mux
 }
@@ -110,6 +111,7 @@ type RecordView struct {
 	AcquiredAt  time.Time   `json:"acquired_at"`
 	CompletedAt *time.Time  `json:"completed_at,omitempty"`
 	TTLMillis   int64       `json:"ttl_ms"`
+	Reason      string      `json:"reason,omitempty"` // UNKNOWN: why
 	Status      int         `json:"status,omitempty"`
 	Header      http.Header `json:"header,omitempty"`
 	BodyBytes   int         `json:"body_bytes,omitempty"`
@@ -118,10 +120,12 @@ type RecordView struct {
 // ViewRecord returns the admin view of a record.
 func ViewRecord(rec idem.Record) RecordView {
 	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
-		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds()}
-	if rec.Result != nil {
+		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
+	if !rec.CompletedAt.IsZero() { // COMPLETED: when completed; UNKNOWN: when marked
 		t := rec.CompletedAt.UTC()
 		v.CompletedAt = &t
+	}
+	if rec.Result != nil {
 		v.Status, v.Header, v.BodyBytes = rec.Result.Status, rec.Result.Header, len(rec.Result.Body)
 	}
 	return v

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -27,9 +26,9 @@ import (
 // The codes of the gateway's own problem responses (docs/problems.md), next
 // to idemhttp's.
 const (
-	CodeUpstreamUnreachable = "upstream_unreachable" // 502: the upstream could not be reached; the key was released
-	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the upstream did not answer in time; the key was released
-	CodeLeaseLost           = "lease_lost"           // 503: the lease ended while the upstream call ran
+	CodeUpstreamUnreachable = "upstream_unreachable" // 502: the upstream could not be reached, nothing was sent; the key was released
+	CodeUpstreamTimeout     = "upstream_timeout"     // 504: the request was sent and not answered in time; the key is UNKNOWN
+	CodeLeaseLost           = idemhttp.CodeLeaseLost // 503: the lease ended before the request was sent (released) or while it ran (UNKNOWN)
 	CodeKeyNotFound         = "key_not_found"        // 404 (admin API): no record for the tenant and key
 	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
 )
@@ -48,17 +47,36 @@ type Config struct {
 	Retention       time.Duration // zero: 24h
 	Methods         []string      // nil: POST and PATCH
 	RequireKey      bool
-	TenantHeader    string        // empty: the tenant is a hash of the Authorization header
+	TenantHeader    string        // an alias of TenantFrom "header:NAME"; setting both is an error
+	TenantFrom      []string      // nil: authorization; see TenantSourcesHelp
+	AllowAnonymous  bool          // requests without tenant credentials share one tenant instead of 400 tenant_missing
 	MaxBody         int64         // zero: idemhttp's default
+	MaxResponse     int           // the replay buffer; zero: idemhttp's default (1 MiB)
 	Wait            time.Duration // zero: answer 409 at once
 	FailOpen        bool
 	UpstreamTimeout time.Duration // zero: 30s
 	Admin           string        // the admin API's address; empty: no admin API
-	AdminToken      string        // empty: the key API is open to whoever reaches Admin
+	AdminToken      string        // empty: the key API is open to whoever reaches Admin (loopback only, see AdminInsecure)
+	AdminInsecure   bool          // allow Admin on a non-loopback address without AdminToken
+	ReadTimeout     time.Duration // zero: DefaultReadTimeout
+	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
+	MaxConns        int           // zero: DefaultMaxConns()
 	ShutdownTimeout time.Duration // zero: 30s
-	Logger          *slog.Logger  // nil: slog.Default()
-	Tracer          trace.Tracer  // nil: no traces
-	Transport       http.RoundTripper
+	// Takeover is what a request does with a key whose previous attempt's
+	// lease ended (the gateway crashed or stalled): idem.TakeoverUnknown
+	// (the zero value: reconcile, else UNKNOWN) or idem.TakeoverRun (send
+	// it again, with Idempotency-Previous-Fence).
+	Takeover idem.TakeoverPolicy
+	// ReconcileURL, when set, is the upstream's lookup of a request by its
+	// key (docs/reconcile.md): a URL template with {key}, and optionally
+	// {tenant} and {fence}. Empty: UNKNOWN keys stay so until resolved.
+	ReconcileURL     string
+	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
+	ReconcileTimeout time.Duration // zero: 5s
+	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
+	Logger           *slog.Logger  // nil: slog.Default()
+	Tracer           trace.Tracer  // nil: no traces
+	Transport        http.RoundTripper
 }
 
 // Gateway is a configured `idem serve`, ready to run.
@@ -68,6 +86,13 @@ type Gateway struct {
 	registry *prometheus.Registry
 	proxy    http.Handler
 	admin    http.Handler
+
+	// stopping ends, with cause errShutdown, the upstream calls still
+	// running when the shutdown timeout ends; inflight counts the proxied
+	// requests not yet finalized.
+	stopping context.Context
+	stop     context.CancelCauseFunc
+	inflight sync.WaitGroup
 }
 
 // New checks cfg and builds the gateway.
@@ -90,31 +115,50 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
+	tenant, err := cfg.hardenDefaults()
+	if err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer)
-	engine, err := idem.New(cfg.Store, &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: tel})
+	obs := newUnknownTelemetry(reg, tel)
+	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
+		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
+	if cfg.ReconcileURL != "" {
+		rc, err := newReconciler(cfg)
+		if err != nil {
+			return nil, err
+		}
+		opts.Reconcile = rc.reconcile
+	} else if cfg.ReconcileEvery > 0 {
+		return nil, errors.New("gateway: --reconcile-every needs --reconcile-url")
+	}
+	engine, err := idem.New(cfg.Store, opts)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	obs.countUnknown(engine)
 	mw, err := idemhttp.New(engine, &idemhttp.Options{
-		Methods:      cfg.Methods,
-		RequireKey:   cfg.RequireKey,
-		TenantHeader: cfg.TenantHeader,
-		MaxBody:      cfg.MaxBody,
-		Wait:         cfg.Wait,
-		FailOpen:     cfg.FailOpen,
-		Logger:       cfg.Logger,
+		Methods:    cfg.Methods,
+		RequireKey: cfg.RequireKey,
+		MaxBody:    cfg.MaxBody,
+		Wait:       cfg.Wait,
+		FailOpen:   cfg.FailOpen,
+		Logger:     cfg.Logger,
 		OnOutcome: func(r *http.Request, o idemhttp.Outcome) {
 			tel.outcome(o)
 			logOutcome(cfg.Logger, r, o)
 		},
+		Tenant:            tenant,
+		MaxResponseBuffer: cfg.MaxResponse,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
-	g.proxy = g.traced(mw(g.reverseProxy(tel)))
+	g.stopping, g.stop = context.WithCancelCause(context.Background())
+	g.proxy = g.tracked(g.traced(mw(g.reverseProxy(tel))))
 	g.admin = adminHandler(engine, reg, cfg.AdminToken)
 	return g, nil
 }
@@ -144,22 +188,19 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 	if transport == nil {
 		transport = NewUpstreamTransport()
 	}
+	transport = neverResend{transport}
 	upstream := g.cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
-			// The fence comes from the lease only: a client cannot forge one.
-			pr.Out.Header.Del(FenceHeader)
-			if l, ok := idemhttp.LeaseFromContext(pr.In.Context()); ok {
-				pr.Out.Header.Set(FenceHeader, strconv.FormatInt(l.Fence(), 10))
-			}
+			rewriteIdempotencyHeaders(pr.In, pr.Out)
 		},
 		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
 			defer span.End()
 			start := time.Now()
-			resp, err := transport.RoundTrip(r.WithContext(ctx))
+			resp, err := forward(transport, r.WithContext(ctx))
 			tel.upstreamSeconds.Observe(time.Since(start).Seconds())
 			if err != nil {
 				span.RecordError(err)
@@ -171,7 +212,10 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 	}
 	timeout := g.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeoutCause(r.Context(), timeout, errUpstreamTimeout)
+		ctx, stop := context.WithCancelCause(r.Context())
+		defer stop(nil)
+		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
+		ctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, upstreamCallKey{}, new(upstreamCall)), timeout, errUpstreamTimeout)
 		defer cancel()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
@@ -198,25 +242,6 @@ func (CopyBuffers) Put(b []byte) {
 	}
 }
 
-// upstreamError answers a failed upstream call. Both answers are 5xx, so the
-// middleware releases the key and the client may retry; the upstream got the
-// Idempotency-Key and the fence, so it can deduplicate a call that did land.
-func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	cause := context.Cause(r.Context())
-	var netErr net.Error
-	switch {
-	case errors.Is(cause, idem.ErrLeaseLost) || errors.Is(cause, idem.ErrLeaseExpired):
-		g.cfg.Logger.Warn("idem: upstream call cut: lease lost", "err", cause)
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease was lost while the upstream call ran; retry with the same key")
-	case errors.Is(cause, errUpstreamTimeout) || (errors.As(err, &netErr) && netErr.Timeout()):
-		idemhttp.WriteProblem(w, http.StatusGatewayTimeout, CodeUpstreamTimeout,
-			fmt.Sprintf("the upstream did not answer within %v", g.cfg.UpstreamTimeout))
-	default:
-		g.cfg.Logger.Warn("idem: upstream unreachable", "err", err)
-		idemhttp.WriteProblem(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached")
-	}
-}
-
 // NewUpstreamTransport returns the transport to the upstream: Go's default,
 // with a pool sized for a proxy. The default keeps 2 idle connections per
 // host, so under concurrent load every other request would dial anew.
@@ -233,7 +258,8 @@ func NewUpstreamTransport() *http.Transport {
 func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
 	level := slog.LevelInfo
 	switch o {
-	case idemhttp.OutcomePassed, idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict:
+	case idemhttp.OutcomePassed, idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict,
+		idemhttp.OutcomeStoreFull: // idemhttp warns, once a second
 		level = slog.LevelDebug
 	case idemhttp.OutcomeStoreError, idemhttp.OutcomeLeaseLost, idemhttp.OutcomeFailedOpen:
 		level = slog.LevelWarn
@@ -255,11 +281,12 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // finalize their keys, and returns nil. ready, if not nil, is called with
 // the bound addresses once both listen.
 func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) error {
-	ln, err := net.Listen("tcp", g.cfg.Listen)
+	tcp, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
-	servers := []*http.Server{{Handler: g.proxy, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)}}
+	ln := newConnLimiter(tcp, g.cfg.MaxConns)
+	servers := []*http.Server{g.publicServer(ln)}
 	listeners := []net.Listener{ln}
 	var adminAddr net.Addr
 	if g.cfg.Admin != "" {
@@ -269,16 +296,26 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		adminAddr = aln.Addr()
-		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second})
+		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout})
 		listeners = append(listeners, aln)
 	}
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() { errs <- srv.Serve(listeners[i]) }()
 	}
-	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.String(), "admin", fmt.Sprint(adminAddr))
+	if adminAddr != nil {
+		warnAdmin(g.cfg, adminAddr)
+	}
+	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.Redacted(), "admin", fmt.Sprint(adminAddr),
+		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
 	if ready != nil {
 		ready(ln.Addr(), adminAddr)
+	}
+	if g.cfg.ReconcileEvery > 0 {
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() { defer close(swept); g.sweep(sweepCtx) }()
+		defer func() { stopSweep(); <-swept }()
 	}
 	var serveErr error
 	select {
@@ -291,6 +328,12 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	var shutdownErr error
 	for _, srv := range servers {
 		shutdownErr = errors.Join(shutdownErr, srv.Shutdown(shutdownCtx))
+	}
+	if shutdownErr != nil {
+		g.abandonInFlight()
+		for _, srv := range servers {
+			srv.Close()
+		}
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return errors.Join(serveErr, shutdownErr)

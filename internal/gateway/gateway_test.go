@@ -37,6 +37,7 @@ func TestTracesCoverAcquireUpstreamAndFinalize(t *testing.T) {
 	defer srv.Close()
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "traced")
+	req.Header.Set("Authorization", "Bearer traced")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

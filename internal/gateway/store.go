@@ -20,19 +20,39 @@ const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:po
 	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix://, ` +
 	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
 
+// StoreOptions configures OpenStore. A nil *StoreOptions means defaults.
+type StoreOptions struct {
+	// Logger receives the PostgreSQL reaper's warnings. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// MemoryLimit is the memory store's bound (memstore.Options.MaxBytes):
+	// when its live records fill it, new keys get 503 store_full. Zero
+	// means memstore's default, 256 MiB. Setting it for another store is
+	// an error.
+	MemoryLimit int64
+}
+
 // OpenStore opens the store a --store URI names. The returned close
-// function releases its connections. log receives the PostgreSQL reaper's
-// warnings; nil means slog.Default().
-func OpenStore(ctx context.Context, uri string, log *slog.Logger) (idem.Store, func() error, error) {
+// function releases its connections.
+func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (idem.Store, func() error, error) {
+	var o StoreOptions
+	if opts != nil {
+		o = *opts
+	}
+	log := o.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	memory := uri == "" || uri == "memory"
+	if o.MemoryLimit != 0 && !memory {
+		return nil, nil, fmt.Errorf("%w: --memory-limit bounds the memory store only, not %s", ErrStoreURI, scheme(uri))
 	}
 	if redisURI, pgURI, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
 		return openLayered(ctx, redisURI, "postgres"+pgURI, log)
 	}
 	switch {
-	case uri == "" || uri == "memory":
-		s, err := memstore.New(nil)
+	case memory:
+		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit})
 		return s, func() error { return nil }, err
 	case isRedisURI(uri):
 		client, err := redisstore.ParseURL(uri)

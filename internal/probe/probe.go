@@ -196,6 +196,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 func newProber(cfg Config) (*prober, error) {
 	u, err := url.Parse(cfg.URL)
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		err = ue.Err // without the URL, which may hold a password
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: URL: %w", ErrInvalidConfig, err)
 	}
@@ -208,7 +211,7 @@ func newProber(cfg Config) (*prober, error) {
 	if cfg.Burst < 0 || cfg.Timeout < 0 || cfg.RequestTimeout < 0 {
 		return nil, fmt.Errorf("%w: Burst, Timeout and RequestTimeout must not be negative", ErrInvalidConfig)
 	}
-	p := &prober{cfg: cfg, target: u.String()}
+	p := &prober{cfg: cfg, target: u.Redacted()} // the report never shows a password
 	if p.cfg.Method == "" {
 		p.cfg.Method = http.MethodPost
 	}

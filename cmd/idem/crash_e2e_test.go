@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+)
+
+// longE2E turns on the long variants of the fault tests (more requests).
+var longE2E = os.Getenv("IDEM_LONG_E2E") != ""
+
+// tryPost is post for a request that may get no answer (its gateway dies
+// or stalls): the error is returned, not reported.
+func tryPost(base, key, body string) (answer, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b), resp.Header}, nil
+}
+
+// waitState polls the admin API until the key's record is in state, a
+// condition in another process (there is nothing to wait on but polling).
+func waitState(t *testing.T, g *gatewayProc, key, state string) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for {
+		code, body := adminCall(t, g, "GET", "/v1/keys/-/"+key, "", "")
+		var rec struct{ State string }
+		if code == 200 && json.Unmarshal([]byte(body), &rec) == nil && rec.State == state {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("key %s never reached %s: %d %s", key, state, code, body)
+		}
+	}
+}
+
+// TestGatewaySIGKILLMidRequest: the gateway is SIGKILLed while requests
+// are at the upstream (which executes them all the same); a new gateway
+// on the same Redis store gets the retries after the lease ended. With a
+// reconcile URL each retry gets the upstream's real response replayed (0
+// double executions); under --takeover run the upstream sees
+// Idempotency-Previous-Fence, the killed attempt's fence; by default the
+// key is UNKNOWN and nothing runs again.
+func TestGatewaySIGKILLMidRequest(t *testing.T) {
+	testenv.Redis(t)
+	n := 10
+	if longE2E {
+		n = 50
+	}
+	for _, mode := range []string{"reconcile", "takeover-run", "default"} {
+		t.Run(mode, func(t *testing.T) {
+			l := newLedger(t, "tok")
+			l.seen = make(chan string, n)
+			args := []string{"--upstream", l.URL, "--store", testenv.RedisURL(), "--lease", "1s"}
+			switch mode {
+			case "reconcile":
+				args = append(args, "--reconcile-url", l.URL+"/lookup/{key}", "--reconcile-token", "tok")
+			case "takeover-run":
+				args = append(args, "--takeover", "run")
+			}
+			run := rand.Text()[:8]
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("kill-%s-%d", run, i)
+				l.slow[keys[i]] = 500 * time.Millisecond
+			}
+			a := startGateway(t, args...)
+			var wg sync.WaitGroup
+			for _, key := range keys {
+				wg.Go(func() { tryPost("http://"+a.addr, key, `{"amount":5}`) })
+			}
+			for range keys {
+				<-l.seen
+			}
+			a.cmd.Process.Kill()
+			<-a.done
+			wg.Wait()
+			for _, key := range keys {
+				l.waitFinished(t, key)
+			}
+			b := startGateway(t, args...)
+			for _, key := range keys {
+				waitState(t, b, key, "UNKNOWN") // the lease ended: the record reads UNKNOWN (abandoned)
+			}
+			replayed, unknown, prevFence := 0, 0, 0
+			for _, key := range keys {
+				got := post(t, "http://"+b.addr, key, `{"amount":5}`)
+				switch mode {
+				case "reconcile":
+					if got.status != 201 || !got.replayed || got.body != l.result(key) {
+						t.Errorf("%s: %d %q replayed=%v; want the upstream's real response %q replayed", key, got.status, got.body, got.replayed, l.result(key))
+					}
+					replayed++
+				case "takeover-run":
+					l.mu.Lock()
+					prev, fences := l.prev[key], l.fences[key]
+					l.mu.Unlock()
+					if got.status != 201 || len(prev) != 1 || len(fences) != 2 || prev[0] != fences[0] || fences[1] <= fences[0] {
+						t.Errorf("%s: %d; previous fences %q, fences %q; want the killed attempt's fence as Idempotency-Previous-Fence", key, got.status, prev, fences)
+					}
+					prevFence++
+				default:
+					if got.status != 503 || !strings.Contains(got.body, "outcome_unknown") {
+						t.Errorf("%s: %d %s; want 503 outcome_unknown", key, got.status, got.body)
+					}
+					unknown++
+				}
+			}
+			doubled, extra := l.doubles()
+			if mode != "takeover-run" && doubled != 0 {
+				t.Errorf("%d keys executed twice; want 0", doubled)
+			}
+			t.Logf("%s: %d requests in flight at SIGKILL: %d extra executions, %d replayed the real response, %d forwarded with Idempotency-Previous-Fence, %d UNKNOWN",
+				mode, n, extra, replayed, prevFence, unknown)
+		})
+	}
+}
+
+// TestRedisStalledPastTheLease: the store (a redis-server of this test's
+// own) is SIGSTOPped while requests are at the upstream, longer than the
+// lease, and more requests come during the stall. The requests in flight
+// are cut within 100 ms of their local lease deadline, none is forwarded
+// after its lease ended, and nothing runs twice.
+func TestRedisStalledPastTheLease(t *testing.T) {
+	ctx := context.Background()
+	srv, err := redisproc.Start(ctx, redisproc.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Skipf("no redis-server to start: %v", err)
+	}
+	defer srv.Kill()
+	const lease = 2 * time.Second
+	n := 5
+	if longE2E {
+		n = 40
+	}
+	l := newLedger(t, "")
+	l.seen = make(chan string, 2*n)
+	g := startGateway(t, "--upstream", l.URL, "--store", "redis://"+srv.Addr+"/0", "--lease", lease.String())
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	send := func(key string) {
+		mu.Lock()
+		sent[key] = time.Now()
+		mu.Unlock()
+		tryPost("http://"+g.addr, key, `{}`)
+	}
+	for i := range n {
+		l.slow[fmt.Sprintf("inflight-%d", i)] = 2 * lease // longer than the lease: cut by it
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { send(fmt.Sprintf("inflight-%d", i)) })
+	}
+	for range n {
+		<-l.seen
+	}
+	if err := srv.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n { // their acquire waits for the stalled store
+		wg.Go(func() { send(fmt.Sprintf("late-%d", i)) })
+	}
+	time.Sleep(lease + time.Second) // the fault: the store stalls past the lease
+	if err := srv.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	var worst time.Duration
+	late := 0
+	l.mu.Lock()
+	for key, at := range sent {
+		if arrived, ok := l.arrived[key]; ok && arrived.After(at.Add(lease)) {
+			late++
+			t.Errorf("%s reached the upstream %v after its send, past the %v lease", key, arrived.Sub(at), lease)
+		}
+		if !strings.HasPrefix(key, "inflight") {
+			continue
+		}
+		cut, ok := l.cut[key]
+		if !ok {
+			t.Errorf("%s: the upstream call was not cut by the lease", key)
+			continue
+		}
+		// The local deadline counts from before the acquire, which is
+		// after the send: cut - (send + lease) bounds cut - deadline.
+		over := cut.Sub(at.Add(lease))
+		worst = max(worst, over)
+		if over > 100*time.Millisecond {
+			t.Errorf("%s: cut %v after send+lease; want within 100ms of the local deadline", key, over)
+		}
+	}
+	l.mu.Unlock()
+	for key := range sent {
+		l.waitFinishedIfStarted(t, key)
+		post(t, "http://"+g.addr, key, `{}`)
+	}
+	doubled, extra := l.doubles()
+	if doubled != 0 {
+		t.Errorf("%d keys executed twice (%d extra); want 0", doubled, extra)
+	}
+	t.Logf("Redis SIGSTOPped %v with %d requests in flight (lease %v) and %d more sent: cut at most %v after send+lease; %d forwarded after their lease; %d extra executions",
+		lease+time.Second, n, lease, n, worst.Round(time.Millisecond), late, extra)
+}
+
+// waitFinishedIfStarted waits for the key's execution, if it ever reached
+// the ledger.
+func (l *ledger) waitFinishedIfStarted(t *testing.T, key string) {
+	l.mu.Lock()
+	_, started := l.finished[key]
+	l.mu.Unlock()
+	if started {
+		l.waitFinished(t, key)
+	}
+}
+
+// TestKeysCommandUnknown: idem keys list --unknown finds a key the
+// gateway left UNKNOWN on a shared store, and idem keys resolve settles
+// it (a stale fence is refused, changing nothing); the gateway then
+// replays the operator's response.
+func TestKeysCommandUnknown(t *testing.T) {
+	testenv.Redis(t)
+	l := newLedger(t, "")
+	key := "cli-" + rand.Text()[:8]
+	l.drop[key] = true
+	g := startGateway(t, "--upstream", l.URL, "--store", testenv.RedisURL(), "--tenant-header", "X-Tenant-ID")
+	tenant := "tenant-" + rand.Text()[:8]
+	post(t, "http://"+g.addr, key, `{}`, "X-Tenant-ID", tenant)
+	keys := func(args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "--store", testenv.RedisURL()}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := keys("list", "--unknown", "--tenant", tenant)
+	var rec struct {
+		Key, State string
+		Fence      int64
+	}
+	if err != nil || json.Unmarshal([]byte(out), &rec) != nil || rec.Key != key || rec.State != "UNKNOWN" {
+		t.Fatalf("idem keys list --unknown: %v\n%s", err, out)
+	}
+	if out, err := keys("resolve", "--fence", fmt.Sprint(rec.Fence+1), "--not-executed", tenant, key); err == nil || !strings.Contains(out, "fence") {
+		t.Fatalf("resolve with a stale fence: %v %s; want an error", err, out)
+	}
+	if out, err := keys("resolve", "--fence", fmt.Sprint(rec.Fence), "--status", "201", "--header", "Content-Type: text/plain", "--body", "settled", tenant, key); err != nil {
+		t.Fatalf("idem keys resolve: %v\n%s", err, out)
+	}
+	if a := post(t, "http://"+g.addr, key, `{}`, "X-Tenant-ID", tenant); a.status != 201 || !a.replayed || a.body != "settled" || l.executions(key) != 1 {
+		t.Fatalf("after idem keys resolve: %d %q replayed=%v, %d executions", a.status, a.body, a.replayed, l.executions(key))
+	}
+}

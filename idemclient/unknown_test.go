@@ -1,0 +1,93 @@
+package idemclient_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemclient"
+)
+
+const unknownProblem = `{"type":"https://github.com/idemkit/idem/blob/main/docs/problems.md#outcome_unknown","status":503,"code":"outcome_unknown"}`
+
+// unknownThen answers outcome_unknown (Retry-After 2) to the first n
+// requests, then 201 "charged".
+func unknownThen(t *testing.T, n int32) (*recorder, *atomic.Int32) {
+	var calls atomic.Int32
+	return newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= n {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, unknownProblem)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	}), &calls
+}
+
+// TestOutcomeUnknownRetriedThenTyped: an outcome_unknown answer is retried
+// with the same key, after its Retry-After; when the attempts run out on
+// it, the error says the outcome is unknown (ErrOutcomeUnknown), with the
+// key to come back with, and is not a response that reads as a failure.
+func TestOutcomeUnknownRetriedThenTyped(t *testing.T) {
+	srv, calls := unknownThen(t, 100)
+	c, s := newRetrying(t, transport(t), idemclient.RetryOptions{MaxAttempts: 3})
+	resp, err := post(t, c, context.Background(), srv.URL, `{}`)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	var ue *idemclient.OutcomeUnknownError
+	if !errors.As(err, &ue) || !errors.Is(err, idemclient.ErrOutcomeUnknown) {
+		t.Fatalf("err %v; want an *OutcomeUnknownError", err)
+	}
+	keys := srv.seen()
+	if calls.Load() != 3 || ue.Attempts != 3 || ue.Status != 503 || ue.Code != "outcome_unknown" || ue.Key == "" || ue.Key != keys[0] || keys[2] != keys[0] {
+		t.Fatalf("%d calls, error %+v, keys %q; want 3 attempts with one key", calls.Load(), ue, keys)
+	}
+	if w := s.recorded(); len(w) != 2 || w[0] != 2*time.Second {
+		t.Errorf("waits %v; want the Retry-After of 2s twice", w)
+	}
+	if strings.Contains(err.Error(), "fail") {
+		t.Errorf("error %q speaks of failure", err)
+	}
+}
+
+// TestOutcomeUnknownResolvedByRetry: when a retry finds the result, it is
+// returned as any response.
+func TestOutcomeUnknownResolvedByRetry(t *testing.T) {
+	srv, _ := unknownThen(t, 2)
+	c, _ := newRetrying(t, transport(t), idemclient.RetryOptions{})
+	resp, err := post(t, c, context.Background(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != 201 || body != "charged" {
+		t.Fatalf("%d %q; want the 201", resp.StatusCode, body)
+	}
+}
+
+// TestOtherProblemsReturnedAsTheyAre: a 503 problem with another code
+// is returned, body intact, when the attempts run out.
+func TestOtherProblemsReturnedAsTheyAre(t *testing.T) {
+	body := `{"code":"store_unavailable"}`
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, body)
+	})
+	c, _ := newRetrying(t, transport(t), idemclient.RetryOptions{MaxAttempts: 2})
+	resp, err := post(t, c, context.Background(), srv.URL, `{}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, resp); resp.StatusCode != 503 || got != body {
+		t.Fatalf("%d %q; want the problem as it was", resp.StatusCode, got)
+	}
+}

@@ -1,0 +1,152 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Disposition is what the middleware does with a key once its handler has
+// answered: store the response and replay it, release the key so a retry
+// runs the handler again, or mark the key UNKNOWN so that nothing runs it
+// again until the outcome is reconciled (idem.Options.Reconcile) or an
+// operator resolves it (idem.Engine.Resolve).
+type Disposition uint8
+
+const (
+	// DispositionStore records the response; every retry gets it replayed.
+	DispositionStore Disposition = iota + 1
+	// DispositionRelease deletes the key: the work provably did not take
+	// effect, and a retry runs the handler again.
+	DispositionRelease
+	// DispositionUnknown turns the key UNKNOWN: the work may have taken
+	// effect and its result is not known. A retry gets 503 outcome_unknown
+	// (after a reconciliation, if one is configured), never a second run.
+	DispositionUnknown
+)
+
+// String names the disposition.
+func (d Disposition) String() string {
+	switch d {
+	case DispositionStore:
+		return "store"
+	case DispositionRelease:
+		return "release"
+	case DispositionUnknown:
+		return "unknown"
+	}
+	return "Disposition(" + strconv.Itoa(int(d)) + ")"
+}
+
+// DefaultStatusPolicy is the default Options.StatusPolicy. The principle:
+// release a key only when the status says the request was not processed,
+// and never replay as final an answer that says nothing about the work.
+//
+//   - 408 Request Timeout, 425 Too Early, 429 Too Many Requests and 503
+//     Service Unavailable: the server declares it did not process the
+//     request (RFC 9110 §15.5.9, RFC 8470, RFC 6585, RFC 9110 §15.6.4):
+//     release, the retry runs.
+//   - 502 Bad Gateway and 504 Gateway Timeout: a proxy inside the handler's
+//     call chain lost the answer of what it called, which may have acted:
+//     UNKNOWN.
+//   - Everything else, 500 included, is stored and replayed: the handler
+//     ran to an answer; a 500 may come after a side effect, and running it
+//     again to see is what idempotency keys exist to avoid (Stripe stores
+//     500s too). A client wanting a fresh try uses a new key.
+func DefaultStatusPolicy(status int) Disposition {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return DispositionRelease
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		return DispositionUnknown
+	}
+	return DispositionStore
+}
+
+// DefaultUnknownRetryAfter is the Retry-After of a 503 outcome_unknown when
+// the engine gives no time of its own (no reconciliation is configured, so
+// only an operator's resolution can change the answer).
+const DefaultUnknownRetryAfter = 60 * time.Second
+
+// SetDisposition overrides, for the request whose handler runs on ctx, what
+// the middleware does with the key after the handler returns, whatever the
+// status: a handler that knows better than its status declares it here,
+// e.g. DispositionUnknown after a downstream call that was sent and not
+// answered. reason is kept with an UNKNOWN key (idem.Record.Reason) and
+// must not hold secrets. The last call wins. It reports false, doing
+// nothing, when ctx is not the context of a protected handler.
+//
+// A panic in the handler always makes the key UNKNOWN.
+func SetDisposition(ctx context.Context, d Disposition, reason string) bool {
+	o, ok := ctx.Value(dispositionKey{}).(*override)
+	if !ok || d < DispositionStore || d > DispositionUnknown {
+		return false
+	}
+	o.mu.Lock()
+	o.d, o.reason = d, reason
+	o.mu.Unlock()
+	return true
+}
+
+type dispositionKey struct{}
+
+// override is what SetDisposition declared for one request; d is zero
+// when nothing was.
+type override struct {
+	mu     sync.Mutex
+	d      Disposition
+	reason string
+}
+
+func (o *override) get() (Disposition, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.d, o.reason
+}
+
+// storeResultPolicy turns the StoreResult function of earlier versions
+// into a status policy.
+func storeResultPolicy(store func(int) bool) func(int) Disposition {
+	return func(status int) Disposition {
+		if store(status) {
+			return DispositionStore
+		}
+		return DispositionRelease
+	}
+}
+
+// answerUnknown answers a request whose key is UNKNOWN: 503, so that
+// retrying clients come back (a reconciliation or an operator may settle
+// it), with Retry-After, and a code that says the outcome is unknown, not
+// failed: the work may have taken effect, and it will not run again.
+func (m *middleware) answerUnknown(w http.ResponseWriter, r *http.Request, att idem.Attempt) {
+	after := att.RetryAfter
+	if after <= 0 {
+		after = m.unknownAfter
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
+	detail := "an earlier request with this key may have taken effect, and its result is not known (" +
+		att.Record.Reason + "); it will not run again until its outcome is reconciled or resolved"
+	WriteProblem(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)
+	m.report(r, OutcomeUnknown)
+}
+
+// leaseEnded answers a request whose lease ended before its handler could
+// start, and releases the key: nothing ran.
+func (m *middleware) leaseEnded(detached context.Context, w http.ResponseWriter, r *http.Request, l *idem.Lease, cause error) {
+	ctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout)
+	defer cancel()
+	if err := l.Release(ctx); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		m.log.Error("idemhttp: releasing a key whose lease ended before the handler ran", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	m.wakeWaiters(l.Ref().ID)
+	w.Header().Set("Retry-After", "1")
+	WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost,
+		"the idempotency lease ended before the request could run ("+cause.Error()+"); it did not run: retry with the same key")
+	m.report(r, OutcomeLeaseLost)
+}

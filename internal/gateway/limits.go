@@ -1,0 +1,245 @@
+package gateway
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// The defaults of the public listener's limits (docs/deployment.md,
+// "Running it on the internet").
+const (
+	// DefaultReadTimeout bounds reading a whole request, body included: the
+	// default --max-body of 1 MiB needs 35 KiB/s, which a mobile client
+	// has, and a client dribbling its body holds a connection 30s at most.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultIdleTimeout closes a keep-alive connection idle this long. It
+	// is above the idle timeouts of common client pools (Go's 90s, load
+	// balancers' 60s), so the client closes first and never sends a
+	// request on a connection the gateway is closing.
+	DefaultIdleTimeout = 120 * time.Second
+	// headerTimeout bounds reading the request line and headers.
+	headerTimeout = 10 * time.Second
+	// answerTime is what the write deadline allows for sending the answer
+	// after the longest upstream call and wait.
+	answerTime = 30 * time.Second
+	// fdReserve is the part of the open-file limit kept from client
+	// connections, for the upstream pool (up to 1,024 idle connections),
+	// the store, the admin API and the process's own files.
+	fdReserve = 1024
+)
+
+// DefaultMaxConns is the default bound on concurrent client connections:
+// the open-file limit less fdReserve, so a flood of connections waits in
+// the kernel's accept queue instead of making accept fail with "too many
+// open files" and starving the upstream and store connections. Go raises
+// the soft limit to the hard one at start; where there is no limit to
+// read the bound is 10,000.
+func DefaultMaxConns() int {
+	n, ok := openFileLimit()
+	if !ok {
+		return 10_000
+	}
+	return max(64, int(min(n, 1<<20))-fdReserve)
+}
+
+// writeTimeout is the write deadline of a request, counted by net/http
+// from the end of its headers: reading the body, the wait for another
+// attempt with the key, the upstream call and sending the answer.
+func (c *Config) writeTimeout() time.Duration {
+	return c.ReadTimeout + c.Wait + c.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+}
+
+// publicServer is the proxy's server with the limits of the Config.
+func (g *Gateway) publicServer(limit *connLimiter) *http.Server {
+	return &http.Server{
+		Handler:           closeAfterChunked(g.proxy),
+		ReadHeaderTimeout: min(headerTimeout, g.cfg.ReadTimeout),
+		ReadTimeout:       g.cfg.ReadTimeout,
+		WriteTimeout:      g.cfg.writeTimeout(),
+		IdleTimeout:       g.cfg.IdleTimeout,
+		ConnState:         limit.track,
+		ErrorLog:          slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// closeAfterChunked closes the connection after a request framed by
+// Transfer-Encoding. RFC 9112 §6.3 says a server MUST close the connection
+// after a request that carried both Transfer-Encoding and Content-Length (a
+// sign of request smuggling), but net/http removes the Content-Length
+// before a handler sees the request, so the two cannot be told apart: the
+// gateway closes after every chunked request. API clients send a length,
+// and a chunked upload costs one new connection.
+func closeAfterChunked(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// connLimiter bounds the connections a listener has open. At the bound,
+// Accept closes an idle keep-alive connection to make room (its client
+// reconnects, as after an idle timeout) and otherwise waits for one to
+// close; the connections waiting to be accepted queue in the kernel.
+type connLimiter struct {
+	net.Listener
+	slots chan struct{} // one token per open connection
+	done  chan struct{} // closed by Close: Accept stops waiting
+
+	mu        sync.Mutex
+	idle      map[net.Conn]bool // keep-alive connections between requests; guarded by mu
+	closeOnce sync.Once
+}
+
+func newConnLimiter(ln net.Listener, n int) *connLimiter {
+	return &connLimiter{Listener: ln, slots: make(chan struct{}, n), done: make(chan struct{}), idle: map[net.Conn]bool{}}
+}
+
+func (l *connLimiter) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		l.closeIdle()
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// closeIdle closes one idle keep-alive connection, if there is one.
+func (l *connLimiter) closeIdle() {
+	l.mu.Lock()
+	var victim net.Conn
+	for c := range l.idle {
+		victim = c
+		delete(l.idle, c)
+		break
+	}
+	l.mu.Unlock()
+	if victim != nil {
+		victim.Close()
+	}
+}
+
+// track is the server's ConnState hook: it keeps the set of idle
+// connections that closeIdle may close.
+func (l *connLimiter) track(c net.Conn, s http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s == http.StateIdle {
+		l.idle[c] = true
+	} else {
+		delete(l.idle, c)
+	}
+}
+
+func (l *connLimiter) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitedConn gives its slot back once, however often it is closed.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// checkAdmin refuses an admin API that anyone on the network could use: the
+// key API reads stored responses and deletes keys, so without a token it
+// listens on a loopback address only, unless insecure says otherwise.
+func checkAdmin(cfg Config) error {
+	if cfg.Admin == "" || cfg.AdminToken != "" || cfg.AdminInsecure || isLoopback(cfg.Admin) {
+		return nil
+	}
+	return errors.New("gateway: --admin " + cfg.Admin + " is reachable from the network and --admin-token is empty, " +
+		"so anyone could read stored responses and delete keys: set --admin-token (or IDEM_ADMIN_TOKEN), " +
+		"listen on 127.0.0.1, or pass --admin-insecure")
+}
+
+// warnAdmin logs, at start, that the key API has no token.
+func warnAdmin(cfg Config, addr net.Addr) {
+	switch {
+	case cfg.Admin == "" || cfg.AdminToken != "":
+	case isLoopback(cfg.Admin):
+		cfg.Logger.Warn("idem: the admin key API has no --admin-token: every process on this host can read stored responses and delete keys",
+			"admin", addr.String())
+	default:
+		cfg.Logger.Error("idem: INSECURE: the admin key API listens on a network address without --admin-token (--admin-insecure): "+
+			"anyone who reaches it can read stored responses and delete keys", "admin", addr.String())
+	}
+}
+
+// isLoopback reports whether addr (host:port) names a loopback address
+// only. An empty host, 0.0.0.0, [::] and names other than localhost are
+// not: they may be reachable from elsewhere.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// defaultMaxResult is the engine's own bound on a stored result body
+// (idem.Options.MaxResultBytes); --max-response raises it when larger.
+const defaultMaxResult = 16 << 20
+
+// hardenDefaults fills in the limits' defaults, checks the admin API's
+// exposure and returns the middleware's tenant function.
+func (c *Config) hardenDefaults() (func(*http.Request) (string, error), error) {
+	if c.ReadTimeout < 0 || c.IdleTimeout < 0 || c.MaxConns < 0 || c.MaxResponse < 0 {
+		return nil, errors.New("gateway: negative --read-timeout, --idle-timeout, --max-conns or --max-response")
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = DefaultReadTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns()
+	}
+	if err := checkAdmin(*c); err != nil {
+		return nil, err
+	}
+	specs := c.TenantFrom
+	switch {
+	case c.TenantHeader != "" && specs != nil:
+		return nil, errors.New("gateway: set --tenant-from or --tenant-header, not both")
+	case c.TenantHeader != "":
+		specs = []string{"header:" + c.TenantHeader}
+	case specs == nil:
+		specs = []string{"authorization"}
+	}
+	sources, err := parseTenantSources(specs)
+	if err != nil {
+		return nil, err
+	}
+	return tenantFunc(sources, c.AllowAnonymous), nil
+}

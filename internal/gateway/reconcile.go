@@ -1,0 +1,164 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// OriginalStatusHeader carries, on a reconcile lookup's 200, the status of
+// the upstream's original response to the request (docs/reconcile.md).
+const OriginalStatusHeader = "Idempotency-Original-Status"
+
+// DefaultTenantHeader names the tenant on a reconcile lookup when the
+// gateway has no --tenant-header.
+const DefaultTenantHeader = "Idempotency-Tenant"
+
+// maxReconciledBody bounds the body of a lookup's answer, which becomes
+// the replayed response: idemhttp's default replay buffer.
+const maxReconciledBody = 1 << 20
+
+// reconciledHeaders are the headers of a lookup's answer kept for replay:
+// idemhttp's default replay headers (the others would not be replayed).
+var reconciledHeaders = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
+
+// reconciler asks the upstream, by a GET on a URL made from a template,
+// whether a request whose outcome is unknown took effect.
+type reconciler struct {
+	template     string
+	token        string
+	tenantHeader string
+	client       *http.Client
+}
+
+func newReconciler(cfg Config) (*reconciler, error) {
+	if !strings.Contains(cfg.ReconcileURL, "{key}") {
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", cfg.ReconcileURL)
+	}
+	u, err := url.Parse(expandTemplate(cfg.ReconcileURL, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", cfg.ReconcileURL)
+	}
+	transport := cfg.Transport
+	if transport == nil {
+		transport = NewUpstreamTransport()
+	}
+	rc := &reconciler{template: cfg.ReconcileURL, token: cfg.ReconcileToken, tenantHeader: cfg.TenantHeader,
+		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse // a redirect is no answer of the lookup
+		}}}
+	if rc.tenantHeader == "" {
+		rc.tenantHeader = DefaultTenantHeader
+	}
+	return rc, nil
+}
+
+// expandTemplate fills {key}, {tenant} and {fence} in, each escaped so
+// that it stays one path segment or one query value.
+func expandTemplate(template string, rec idem.Record) string {
+	return strings.NewReplacer("{key}", escapeAll(rec.Key), "{tenant}", escapeAll(rec.Tenant),
+		"{fence}", strconv.FormatInt(rec.Fence, 10)).Replace(template)
+}
+
+// escapeAll percent-encodes every byte but RFC 3986's unreserved ones,
+// which is right in a path segment and in a query value alike.
+func escapeAll(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
+}
+
+// reconcile is idem.Options.Reconcile: 200 with the original status and
+// the key echoed → completed with that response; 404 with the key echoed
+// → not executed; anything else (another status, no echo, a bad status
+// header, a body too large, a network error, ctx's end) → an error, and
+// the key stays UNKNOWN. The echo keeps a 404 of a wrong URL or a 200 of
+// a page that is not the lookup from being taken for an answer.
+func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
+	if err != nil {
+		return idem.Resolution{}, err
+	}
+	req.Header.Set(idemhttp.HeaderKey, rec.Key)
+	req.Header.Set(FenceHeader, strconv.FormatInt(rec.Fence, 10))
+	if rec.Tenant != "" {
+		req.Header.Set(rc.tenantHeader, rec.Tenant)
+	}
+	if rc.token != "" {
+		req.Header.Set("Authorization", "Bearer "+rc.token)
+	}
+	resp, err := rc.client.Do(req)
+	if err != nil {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", err)
+	}
+	defer resp.Body.Close()
+	if got := resp.Header.Get(idemhttp.HeaderKey); got != rec.Key {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered %d without echoing the key in %s", resp.StatusCode, idemhttp.HeaderKey)
+	}
+	switch resp.StatusCode {
+	case http.StatusNotFound:
+		return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
+	case http.StatusOK:
+	default:
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered %d", resp.StatusCode)
+	}
+	status, err := strconv.Atoi(resp.Header.Get(OriginalStatusHeader))
+	if err != nil || status < 200 || status > 599 {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 without a valid %s (200..599)", OriginalStatusHeader)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReconciledBody+1))
+	switch {
+	case err != nil:
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup: reading the body: %w", err)
+	case len(body) > maxReconciledBody:
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup: the body is over %d bytes", maxReconciledBody)
+	}
+	res := idem.Result{Status: status, Body: body}
+	for _, name := range reconciledHeaders {
+		if vs, ok := resp.Header[name]; ok {
+			if res.Header == nil {
+				res.Header = http.Header{}
+			}
+			res.Header[name] = vs
+		}
+	}
+	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, nil
+}
+
+// sweep reconciles every UNKNOWN key each ReconcileEvery, so that keys no
+// client comes back for are settled too, until ctx ends.
+func (g *Gateway) sweep(ctx context.Context) {
+	t := time.NewTicker(g.cfg.ReconcileEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st, err := g.engine.ReconcileUnknown(ctx)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			g.cfg.Logger.Warn("idem: reconcile sweep stopped", "err", err)
+		}
+		if st != (idem.ReconcileStats{}) {
+			g.cfg.Logger.Info("idem: reconcile sweep", "completed", st.Completed, "not_executed", st.NotExecuted,
+				"unknown", st.Unknown, "skipped", st.Skipped)
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// The codes of the admin API's answers about UNKNOWN keys.
+const (
+	CodeListInvalid    = "list_invalid"    // 400: GET /v1/keys without state=unknown, or a bad limit
+	CodeResolveInvalid = "resolve_invalid" // 400: a resolution that is not valid JSON of the documented form
+	CodeKeyNotUnknown  = "key_not_unknown" // 409: a resolution for a key that is not UNKNOWN; nothing changed
+	CodeStaleFence     = "stale_fence"     // 409: a resolution whose fence is not the UNKNOWN record's; nothing changed
+)
+
+// maxResolveBody bounds a resolution's JSON: a result of the engine's
+// largest (16 MiB) in base64, and some.
+const maxResolveBody = 24 << 20
+
+// KeyPage is the answer of GET /v1/keys?state=unknown.
+type KeyPage struct {
+	Keys []RecordView `json:"keys"`
+	Next string       `json:"next,omitempty"` // pass as ?after= for the next page; empty on the last
+}
+
+// Resolution is the body of POST /v1/keys/{tenant}/{key}/resolve: an
+// operator's word on an UNKNOWN key.
+type Resolution struct {
+	Fence int64 `json:"fence"` // the UNKNOWN record's fence (GET the key first)
+	// Outcome is "completed" (the request took effect: Status, Header and
+	// Body are recorded and replayed) or "not_executed" (it did not: the
+	// key is released and the next request runs it).
+	Outcome    string      `json:"outcome"`
+	Status     int         `json:"status,omitempty"`
+	Header     http.Header `json:"header,omitempty"`
+	Body       *string     `json:"body,omitempty"`        // the body as text
+	BodyBase64 *string     `json:"body_base64,omitempty"` // or as base64, for bytes that are not text
+}
+
+// registerUnknownAPI adds the listing and the resolution of UNKNOWN keys
+// to the admin key API.
+func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine) {
+	keys.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("state") != "unknown" {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, "only UNKNOWN keys are listed: add state=unknown")
+			return
+		}
+		p := idem.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant")}
+		if !p.AllTenants {
+			p.Tenant = q.Get("tenant")
+			if p.Tenant == EmptyTenant {
+				p.Tenant = ""
+			}
+		}
+		if v := q.Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > idem.MaxListLimit {
+				idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, fmt.Sprintf("limit must be a number from 1 to %d", idem.MaxListLimit))
+				return
+			}
+			p.Limit = n
+		}
+		page, err := e.ListUnknown(r.Context(), p)
+		if err != nil {
+			keyError(w, err)
+			return
+		}
+		out := KeyPage{Keys: make([]RecordView, 0, len(page.Records)), Next: page.Next}
+		for _, rec := range page.Records {
+			out.Keys = append(out.Keys, ViewRecord(rec))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(out)
+	})
+	keys.HandleFunc("POST /v1/keys/{tenant}/{key}/resolve", func(w http.ResponseWriter, r *http.Request) {
+		var res Resolution
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxResolveBody))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&res); err != nil {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, "the resolution is not valid JSON of the documented form: "+err.Error())
+			return
+		}
+		result, err := res.Result()
+		if err != nil {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
+			return
+		}
+		if err := e.Resolve(r.Context(), pathID(r), res.Fence, result); err != nil {
+			resolveError(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// Result checks the resolution and returns the result to record: nil for
+// not_executed.
+func (res Resolution) Result() (*idem.Result, error) {
+	if res.Fence < 1 {
+		return nil, errors.New("fence must be the UNKNOWN record's fence, a positive number")
+	}
+	switch res.Outcome {
+	case "not_executed":
+		if res.Status != 0 || res.Header != nil || res.Body != nil || res.BodyBase64 != nil {
+			return nil, errors.New("a not_executed resolution has no status, header or body")
+		}
+		return nil, nil
+	case "completed":
+	default:
+		return nil, fmt.Errorf("outcome %q: want completed or not_executed", res.Outcome)
+	}
+	if res.Status < 200 || res.Status > 599 {
+		return nil, fmt.Errorf("status %d: want 200..599", res.Status)
+	}
+	for name, vs := range res.Header {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("header name %q is not a valid token", name)
+		}
+		for _, v := range vs {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return nil, fmt.Errorf("header %q has a control character in its value", name)
+			}
+		}
+	}
+	out := &idem.Result{Status: res.Status, Header: http.Header{}}
+	for name, vs := range res.Header {
+		out.Header[http.CanonicalHeaderKey(name)] = vs
+	}
+	switch {
+	case res.Body != nil && res.BodyBase64 != nil:
+		return nil, errors.New("give body or body_base64, not both")
+	case res.Body != nil:
+		out.Body = []byte(*res.Body)
+	case res.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*res.BodyBase64)
+		if err != nil {
+			return nil, fmt.Errorf("body_base64: %w", err)
+		}
+		out.Body = b
+	}
+	return out, nil
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func resolveError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, idem.ErrNotUnknown):
+		idemhttp.WriteProblem(w, http.StatusConflict, CodeKeyNotUnknown, "the key is not UNKNOWN; nothing was changed")
+	case errors.Is(err, idem.ErrStaleFence):
+		idemhttp.WriteProblem(w, http.StatusConflict, CodeStaleFence, "the fence is not the UNKNOWN record's (another attempt's?); nothing was changed")
+	case errors.Is(err, idem.ErrResultTooLarge):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
+	default:
+		keyError(w, err)
+	}
+}

@@ -1,0 +1,36 @@
+package gateway
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// tracked counts the request until it is finalized (the key completed,
+// released or marked UNKNOWN), so that a shutdown can wait for that.
+func (g *Gateway) tracked(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.inflight.Add(1)
+		defer g.inflight.Done()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// abandonInFlight runs when the shutdown timeout ended with requests
+// still in flight: it cuts their upstream calls (cause errShutdown), so
+// that each key is marked UNKNOWN when its request may have reached the
+// upstream, or released when it had not, rather than left PROCESSING
+// until its lease ends; and it waits, at most idem.FinalizeTimeout, for
+// those marks to be stored.
+func (g *Gateway) abandonInFlight() {
+	g.cfg.Logger.Warn("idem: shutdown timeout: cutting the upstream calls still in flight; their keys turn UNKNOWN")
+	g.stop(errShutdown)
+	done := make(chan struct{})
+	go func() { g.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(idem.FinalizeTimeout):
+		g.cfg.Logger.Error("idem: requests still not finalized after the shutdown; their keys turn UNKNOWN when their leases end")
+	}
+}
