@@ -65,7 +65,14 @@ func newSite(t *testing.T) site {
 	if err != nil {
 		unavailable(t, "NATS at "+natsURL(), err)
 	}
+	js, err := jetstream.New(nc)
+	if err == nil {
+		_, err = js.AccountInfo(ctx)
+	}
 	nc.Close()
+	if err != nil {
+		unavailable(t, "JetStream at "+natsURL()+" (start nats-server with -js)", err)
+	}
 	opt, err := redis.ParseURL(redisURL())
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ const (
 type tally struct {
 	mu         sync.Mutex
 	deliveries []Delivery
-	acked      map[uint64]bool // stream sequences whose ack the server confirmed
+	acked      map[uint64]bool          // stream sequences whose ack the server confirmed
 	inflight   map[string]chan struct{} // closed when a delivery of the key met it in flight
 	closed     map[string]bool
 	fromLedger int // keys whose unknown outcome Reconcile settled from the ledger
