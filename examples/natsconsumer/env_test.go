@@ -119,6 +119,11 @@ type consumerConfig struct {
 	lease                   time.Duration
 	retryDelay              time.Duration
 	orderKey                bool // key by OrderKey instead of MessageKey
+	// unguarded: idem on Redis alone, the baseline. The charge is made
+	// without the guardrail's reservation, and a key whose owner's lease
+	// ended is run again (TakeoverRun), as a consumer that must not leave
+	// messages unacknowledged would do without a ledger to ask.
+	unguarded bool
 }
 
 // running is one consumer with its own connections to every server, as a
@@ -164,7 +169,12 @@ func startConsumer(ctx context.Context, c consumerConfig, tweak func(*Config, *L
 	if err != nil {
 		return nil, err
 	}
-	engine, err := idem.New(store, &idem.Options{LeaseDuration: c.lease, Reconcile: r.ledger.Reconcile})
+	opts := &idem.Options{LeaseDuration: c.lease, Reconcile: r.ledger.Reconcile}
+	if c.unguarded {
+		r.ledger.unguarded = true
+		opts = &idem.Options{LeaseDuration: c.lease, Takeover: idem.TakeoverRun}
+	}
+	engine, err := idem.New(store, opts)
 	if err != nil {
 		return nil, err
 	}
