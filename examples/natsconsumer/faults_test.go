@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -355,14 +356,20 @@ func runFaults(t *testing.T, ctx context.Context, s site, nc *nats.Conn, impl st
 	})
 
 	run("two-consumers-one-durable", func(t *testing.T, f *fault) row {
-		a := f.start(f.holdUntilRedelivered)
-		defer a.close()
-		b := f.start(f.holdUntilRedelivered)
-		defer b.close()
+		var handled [2]atomic.Int32 // deliveries each consumer handled
+		for i := range handled {
+			c := f.start(func(c *Config, l *Ledger) {
+				f.holdUntilRedelivered(c, l)
+				c.OnDelivery = func(d Delivery) { handled[i].Add(1); f.tally.add(d) }
+			})
+			defer c.close()
+		}
 		for i, k := range f.keys {
 			f.publish(i, k)
 		}
 		r := f.finish("two-consumers-one-durable", f.keys)
+		// Which consumer JetStream picks is its choice: reported, not asserted.
+		t.Logf("deliveries handled: consumer A %d, consumer B %d", handled[0].Load(), handled[1].Load())
 		if r.inflight < len(f.keys) {
 			t.Errorf("%d deliveries refused in flight; want at least one per message (%d)", r.inflight, len(f.keys))
 		}

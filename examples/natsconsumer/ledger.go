@@ -127,6 +127,9 @@ func (l *Ledger) Reconcile(ctx context.Context, rec idem.Record) (idem.Resolutio
 	case err != nil:
 		return idem.Resolution{}, err
 	}
+	if r.SettledAt.IsZero() { // Charge commits a reservation only settled: written by someone else
+		return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
+	}
 	if l.onReconcile != nil {
 		l.onReconcile(rec.Key, true)
 	}
