@@ -280,20 +280,36 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 		p := recover() // nil for runtime.Goexit, which goes on
 		s.log.Error("idemgrpc: the handler panicked; the key is marked UNKNOWN", "method", info.FullMethod,
 			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		s.finalizeErr(info.FullMethod, s.markUnknown(detached, l, "the handler panicked"))
+		fctx := x.finalizeContext(detached)
+		defer fctx.cancel()
+		s.finalizeErr(info.FullMethod, l.MarkUnknown(fctx, "the handler panicked"))
 		resp, err = nil, unknownStatus(codes.Internal, "the handler panicked", l.Fence(), 0)
 	}()
 	resp, err = handler(&x.ctx, req)
 	finished = true
 	elapsed := time.Since(start)
-	return s.finalize(detached, info.FullMethod, l, &x.override, resp, err, elapsed)
+	fctx := x.finalizeContext(detached)
+	defer fctx.cancel()
+	return s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
 }
 
 // call is what a protected call needs beyond the request, in one
-// allocation. It is not pooled: the handler may keep its context.
+// allocation. It is not pooled: the handler may keep its context, and the
+// store the finalize context.
 type call struct {
 	ctx      leaseContext
 	override override
+	final    finalizeContext
+}
+
+// finalizeContext bounds the Complete, Release or MarkUnknown after the
+// handler. It starts when the handler has returned, so that a slow
+// handler leaves its finalize the whole FinalizeTimeout, and it does not
+// end with the caller: the result is recorded even when the caller has
+// gone.
+func (x *call) finalizeContext(detached context.Context) *finalizeContext {
+	x.final.Context, x.final.deadline = detached, time.Now().Add(idem.FinalizeTimeout)
+	return &x.final
 }
 
 // finalize stores the handler's answer, releases the key or marks it
@@ -301,7 +317,7 @@ type call struct {
 // idem.ErrOutcomeUnknown), else as the status policy says, and returns
 // what the caller gets: the handler's own answer, except that an
 // outcome-unknown error is answered as a retry would be.
-func (s *server) finalize(detached context.Context, method string, l *idem.Lease, o *override, resp any, herr error, elapsed time.Duration) (any, error) {
+func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o *override, resp any, herr error, elapsed time.Duration) (any, error) {
 	st, _ := status.FromError(herr) // a non-status error is UNKNOWN, as grpc-go answers it
 	d, reason := o.get()
 	if d == 0 {
@@ -316,19 +332,15 @@ func (s *server) finalize(detached context.Context, method string, l *idem.Lease
 	}
 	switch d {
 	case DispositionUnknown:
-		s.finalizeErr(method, s.markUnknown(detached, l, reason))
+		s.finalizeErr(method, l.MarkUnknown(fctx, reason))
 		return resp, herr
 	case DispositionRelease:
-		fctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout)
-		defer cancel()
 		s.finalizeErr(method, l.Release(fctx))
 		return resp, herr
 	}
 	b := resultBuffers.Get().(*resultBuffer)
 	defer putBuffer(b)
 	res, err := encodeResult(b, resp, st)
-	fctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout)
-	defer cancel()
 	switch {
 	case err != nil:
 		s.log.Error("idemgrpc: the handler's answer cannot be stored; the key is marked UNKNOWN", "method", method, "err", err)
@@ -344,12 +356,6 @@ func (s *server) finalize(detached context.Context, method string, l *idem.Lease
 	}
 	s.finalizeErr(method, err)
 	return resp, herr
-}
-
-func (s *server) markUnknown(detached context.Context, l *idem.Lease, reason string) error {
-	fctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout)
-	defer cancel()
-	return l.MarkUnknown(fctx, reason)
 }
 
 func (s *server) finalizeErr(method string, err error) {
