@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -152,11 +153,28 @@ func testContext(t testing.TB) context.Context {
 type faultStore struct {
 	idem.Store
 	failAcquires atomic.Int64
+
+	mu   sync.Mutex
+	keys []string // guarded by mu: the key of every Acquire
+
+	acquired chan struct{} // when set, told of every Acquire
 }
 
 var errInjected = errors.New("injected: connection refused")
 
+func (s *faultStore) acquires() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
 func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	s.mu.Lock()
+	s.keys = append(s.keys, p.Key)
+	s.mu.Unlock()
+	if s.acquired != nil {
+		defer func() { s.acquired <- struct{}{} }()
+	}
 	if s.failAcquires.Add(-1) >= 0 {
 		return idem.AcquireResult{}, errInjected
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -165,7 +166,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	detached := context.WithoutCancel(ctx)
 	att, err := s.e.Begin(detached, idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention})
 	if err != nil {
-		return nil, s.beginFailed(info.FullMethod, err)
+		return nil, s.beginFailed(ctx, info.FullMethod, err)
 	}
 	switch att.Outcome {
 	case idem.Acquired:
@@ -175,6 +176,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return decodeResult(att.Result)
 	case idem.InFlight:
 		after := s.durations.estimate(info.FullMethod, att.RetryAfter)
+		pushback(ctx, after)
 		return nil, newStatus(codes.Aborted, ReasonKeyInFlight,
 			"idem: a call with this idempotency key is in progress; retry after the RetryInfo delay", after, nil).Err()
 	case idem.Mismatch:
@@ -239,7 +241,17 @@ func (s *server) tenantOf(ctx context.Context) (string, error) {
 	return tenant, nil
 }
 
-func (s *server) beginFailed(method string, err error) error {
+// pushbackTrailer is the trailer in which a gRPC service config retry
+// policy reads how long to wait before its next attempt.
+const pushbackTrailer = "grpc-retry-pushback-ms"
+
+// pushback tells a service config retry policy to wait d before it
+// retries, as RetryInfo tells other clients.
+func pushback(ctx context.Context, d time.Duration) {
+	grpc.SetTrailer(ctx, metadata.Pairs(pushbackTrailer, strconv.FormatInt(d.Milliseconds(), 10)))
+}
+
+func (s *server) beginFailed(ctx context.Context, method string, err error) error {
 	switch {
 	case errors.Is(err, idem.ErrInvalidKey):
 		return errStatus(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
@@ -247,10 +259,12 @@ func (s *server) beginFailed(method string, err error) error {
 		return errStatus(codes.InvalidArgument, ReasonTenantInvalid, err.Error())
 	case errors.Is(err, idem.ErrStoreFull):
 		s.log.Warn("idemgrpc: store full; answering RESOURCE_EXHAUSTED", "method", method, "err", err)
+		pushback(ctx, time.Second)
 		return newStatus(codes.ResourceExhausted, ReasonStoreFull,
 			"idem: the idempotency store is full; the call was not processed", time.Second, nil).Err()
 	}
 	s.log.Error("idemgrpc: store failed; answering UNAVAILABLE", "method", method, "err", err)
+	pushback(ctx, time.Second)
 	return newStatus(codes.Unavailable, ReasonStoreUnavailable,
 		"idem: the idempotency store is unavailable; the call was not processed", time.Second, nil).Err()
 }
@@ -266,6 +280,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 		if rerr := l.Release(fctx); rerr != nil && !errors.Is(rerr, idem.ErrLeaseLost) {
 			s.log.Error("idemgrpc: releasing a key whose lease ended before the handler ran", "method", info.FullMethod, "err", rerr)
 		}
+		pushback(ctx, time.Second)
 		return nil, newStatus(codes.Unavailable, ReasonLeaseLost,
 			"idem: the idempotency lease ended before the call could run ("+cerr.Error()+"); it did not run: retry with the same key", time.Second, nil).Err()
 	}

@@ -446,3 +446,103 @@ func TestLeaseInHandler(t *testing.T) {
 		t.Fatalf("fences %d then %d, want increasing", f1, f2)
 	}
 }
+
+// TestServiceConfigRetry: a gRPC service config retry policy resends the
+// call's metadata, so its retries carry the key the client interceptor
+// attached; the server's pushback trailer paces them.
+func TestServiceConfigRetry(t *testing.T) {
+	ctx := testContext(t)
+	st := &faultStore{Store: memStore(t)}
+	st.failAcquires.Store(2) // the first attempt finds the store down
+	svc := &service{}
+	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const config = `{"methodConfig": [{"name": [{"service": "idemtest.Payments"}], "retryPolicy": {
+		"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.1s", "backoffMultiplier": 2,
+		"retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]}}]}`
+	conn := serve(t, newEngine(t, st, nil), nil, svc, grpc.WithUnaryInterceptor(ci), grpc.WithDefaultServiceConfig(config))
+	out := new(wrapperspb.StringValue)
+	if err := conn.Invoke(ctx, chargeMethod, wrapperspb.String("9"), out); err != nil || out.GetValue() != "paid 9" {
+		t.Fatalf("got %q, %v", out.GetValue(), err)
+	}
+	st.mu.Lock()
+	keys := st.keys
+	st.mu.Unlock()
+	if len(keys) != 3 || keys[0] == "" || keys[1] != keys[0] || keys[2] != keys[0] {
+		t.Fatalf("acquires with keys %q, want 3 with one key", keys)
+	}
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
+
+// TestClientUnknownBounded: an outcome-unknown answer with a RetryInfo is
+// retried only up to MaxAttempts, then returned as an
+// *OutcomeUnknownError; without RetryInfo it is not retried at all.
+func TestClientUnknownBounded(t *testing.T) {
+	for _, tc := range []struct {
+		after        time.Duration
+		wantAcquires int
+	}{{after: 10 * time.Millisecond, wantAcquires: 1 + 3}, {after: 0, wantAcquires: 1 + 1}} {
+		t.Run(tc.after.String(), func(t *testing.T) {
+			ctx := testContext(t)
+			st := &faultStore{Store: memStore(t)}
+			svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
+			}}
+			ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn := serve(t, newEngine(t, st, nil), &idemgrpc.Options{AllowAnonymous: true, UnknownRetryAfter: tc.after}, svc, grpc.WithUnaryInterceptor(ci))
+			charge(ctx, conn, "k", "1") // marks the key UNKNOWN
+			_, _, err = charge(ctx, conn, "k", "1")
+			var unknown *idemgrpc.OutcomeUnknownError
+			if !errors.As(err, &unknown) || unknown.Status.Code() != codes.Unknown {
+				t.Fatalf("got %v, want an *OutcomeUnknownError", err)
+			}
+			if n := st.acquires(); n != tc.wantAcquires {
+				t.Fatalf("%d acquires, want %d", n, tc.wantAcquires)
+			}
+			if c := svc.calls.Load(); c != 1 {
+				t.Fatalf("handler ran %d times, want 1", c)
+			}
+		})
+	}
+}
+
+// TestPerAttemptTimeout: one logical call whose first attempt is cut off
+// by PerAttemptTimeout while the handler runs; the retry, with the same
+// key, finds it in flight, waits the RetryInfo and gets the replay.
+func TestPerAttemptTimeout(t *testing.T) {
+	ctx := testContext(t)
+	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 16)}
+	release := make(chan struct{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		<-release
+		return pay(ctx, in)
+	}}
+	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 30, PerAttemptTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, newEngine(t, st, nil), nil, svc, grpc.WithUnaryInterceptor(ci))
+	go func() {
+		<-st.acquired // the first attempt runs the handler
+		<-st.acquired // the second found it in flight
+		close(release)
+	}()
+	out := new(wrapperspb.StringValue)
+	var trailer metadata.MD
+	if err := conn.Invoke(ctx, chargeMethod, wrapperspb.String("4"), out, grpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if out.GetValue() != "paid 4" || !idemgrpc.Replayed(trailer) {
+		t.Fatalf("got %q replayed=%v", out.GetValue(), idemgrpc.Replayed(trailer))
+	}
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
