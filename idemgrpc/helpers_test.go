@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -52,8 +54,24 @@ var paymentsDesc = grpc.ServiceDesc{
 			return h(ctx, in)
 		}
 		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: chargeMethod}, h)
+	}}, {MethodName: "Order", Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := new(structpb.Struct)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		s := srv.(*service)
+		h := func(ctx context.Context, req any) (any, error) {
+			s.calls.Add(1)
+			out := proto.Clone(req.(*structpb.Struct)).(*structpb.Struct)
+			out.Fields["status"] = structpb.NewStringValue("ordered")
+			return out, nil
+		}
+		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: orderMethod}, h)
 	}}},
 }
+
+// orderMethod echoes a google.protobuf.Struct (a map) with "status" set.
+const orderMethod = "/idemtest.Payments/Order"
 
 // pay is the default work: it answers "paid <value>".
 func pay(_ context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {

@@ -46,7 +46,9 @@ func fingerprint(method string, msg proto.Message) (string, error) {
 	}
 	rb.b = b
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	var digits [2 * sha256.Size]byte
+	hex.Encode(digits[:], sum[:])
+	return string(digits[:]), nil
 }
 
 func putBuffer(rb *resultBuffer) {

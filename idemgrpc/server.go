@@ -91,8 +91,8 @@ func NewServerInterceptor(e *idem.Engine, o *Options) (grpc.UnaryServerIntercept
 		return nil, errors.New("idemgrpc: NewServerInterceptor: set Tenant, or AllowAnonymous for a service without tenants")
 	case opt.UnknownRetryAfter < 0, opt.LeaseDuration < 0, opt.Retention < 0:
 		return nil, errors.New("idemgrpc: NewServerInterceptor: negative UnknownRetryAfter, LeaseDuration or Retention")
-	case opt.LeaseDuration > 0 && opt.LeaseDuration < time.Millisecond:
-		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: LeaseDuration %v is under the 1ms resolution of stores", opt.LeaseDuration)
+	case (opt.LeaseDuration > 0 && opt.LeaseDuration < time.Millisecond) || (opt.Retention > 0 && opt.Retention < time.Millisecond):
+		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: LeaseDuration %v or Retention %v is under the 1ms resolution of stores", opt.LeaseDuration, opt.Retention)
 	}
 	s := &server{e: e, require: opt.RequireKey, keyField: protoreflect.Name(opt.KeyField), tenant: opt.Tenant,
 		anonymous: opt.AllowAnonymous, policy: opt.StatusPolicy, unknownAfter: opt.UnknownRetryAfter,

@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -544,5 +546,60 @@ func TestPerAttemptTimeout(t *testing.T) {
 	}
 	if c := svc.calls.Load(); c != 1 {
 		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
+
+// TestDeterministicFingerprint: a request with a map, built in another
+// order each time, fingerprints the same (protobuf's deterministic
+// encoding sorts map entries), so the retries replay rather than mismatch,
+// and the replayed Struct decodes whole.
+func TestDeterministicFingerprint(t *testing.T) {
+	ctx := metadata.AppendToOutgoingContext(testContext(t), idemgrpc.MetadataKey, "order-1")
+	svc := &service{}
+	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+	var first *structpb.Struct
+	for i := range 5 {
+		in := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for j := range 32 { // Go randomises map iteration: the encoding order differs
+			k := (j*7 + i*5) % 32
+			in.Fields["item"+strconv.Itoa(k)] = structpb.NewNumberValue(float64(k))
+		}
+		out := new(structpb.Struct)
+		var trailer metadata.MD
+		if err := conn.Invoke(ctx, orderMethod, in, out, grpc.Trailer(&trailer)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if i == 0 {
+			first = out
+		} else if !idemgrpc.Replayed(trailer) || !proto.Equal(out, first) {
+			t.Fatalf("call %d: replayed=%v, %v", i, idemgrpc.Replayed(trailer), out)
+		}
+	}
+	if c := svc.calls.Load(); c != 1 || first.Fields["status"].GetStringValue() != "ordered" || len(first.Fields) != 33 {
+		t.Fatalf("handler ran %d times; answer %v", c, first)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	e := newEngine(t, memStore(t), nil)
+	for _, o := range []*idemgrpc.Options{
+		nil,
+		{AllowAnonymous: true, LeaseDuration: -1},
+		{AllowAnonymous: true, LeaseDuration: time.Microsecond},
+		{AllowAnonymous: true, Retention: time.Microsecond},
+		{AllowAnonymous: true, UnknownRetryAfter: -time.Second},
+		{AllowAnonymous: true, KeyField: "request-id"},
+	} {
+		if _, err := idemgrpc.NewServerInterceptor(e, o); err == nil {
+			t.Errorf("NewServerInterceptor accepted %+v", o)
+		}
+	}
+	if _, err := idemgrpc.NewServerInterceptor(nil, &idemgrpc.Options{AllowAnonymous: true}); err == nil {
+		t.Error("NewServerInterceptor accepted a nil engine")
+	}
+	for _, o := range []*idemgrpc.ClientOptions{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {PerAttemptTimeout: -1}} {
+		if _, err := idemgrpc.NewClientInterceptor(o); err == nil {
+			t.Errorf("NewClientInterceptor accepted %+v", o)
+		}
 	}
 }
