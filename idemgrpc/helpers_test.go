@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -67,7 +72,51 @@ var paymentsDesc = grpc.ServiceDesc{
 			return out, nil
 		}
 		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: orderMethod}, h)
+	}}, {MethodName: "Refund", Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		in := dynamicpb.NewMessage(refundRequest)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		s := srv.(*service)
+		h := func(ctx context.Context, req any) (any, error) {
+			s.calls.Add(1)
+			m := req.(*dynamicpb.Message)
+			return wrapperspb.String(fmt.Sprintf("refunded %d", m.Get(refundRequest.Fields().ByName("amount")).Int())), nil
+		}
+		return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: refundMethod}, h)
 	}}},
+}
+
+// refundMethod takes an AIP-155 request, idemtest.RefundRequest {string
+// request_id = 1; int64 amount = 2;}, a message built at run time (no
+// generated code), and answers a StringValue.
+const refundMethod = "/idemtest.Payments/Refund"
+
+var refundRequest = func() protoreflect.MessageDescriptor {
+	fd, err := protodesc.NewFile(&descriptorpb.FileDescriptorProto{
+		Name: proto.String("idemtest/refund.proto"), Package: proto.String("idemtest"), Syntax: proto.String("proto3"),
+		MessageType: []*descriptorpb.DescriptorProto{{
+			Name: proto.String("RefundRequest"),
+			Field: []*descriptorpb.FieldDescriptorProto{
+				{Name: proto.String("request_id"), JsonName: proto.String("requestId"), Number: proto.Int32(1),
+					Type: descriptorpb.FieldDescriptorProto_TYPE_STRING.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()},
+				{Name: proto.String("amount"), JsonName: proto.String("amount"), Number: proto.Int32(2),
+					Type: descriptorpb.FieldDescriptorProto_TYPE_INT64.Enum(), Label: descriptorpb.FieldDescriptorProto_LABEL_OPTIONAL.Enum()},
+			},
+		}},
+	}, nil)
+	if err != nil {
+		panic(err)
+	}
+	return fd.Messages().Get(0)
+}()
+
+// newRefund builds a RefundRequest.
+func newRefund(requestID string, amount int64) *dynamicpb.Message {
+	m := dynamicpb.NewMessage(refundRequest)
+	m.Set(refundRequest.Fields().ByName("request_id"), protoreflect.ValueOfString(requestID))
+	m.Set(refundRequest.Fields().ByName("amount"), protoreflect.ValueOfInt64(amount))
+	return m
 }
 
 // orderMethod echoes a google.protobuf.Struct (a map) with "status" set.

@@ -603,3 +603,34 @@ func TestOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestID: AIP-155. With KeyField "request_id", a request's own
+// request_id is its key: a retry of the same request replays, another
+// request_id runs, and another request under a used request_id is a
+// mismatch. Requests without a request_id pass through.
+func TestRequestID(t *testing.T) {
+	ctx := testContext(t)
+	svc := &service{}
+	conn := serve(t, newEngine(t, memStore(t), nil), &idemgrpc.Options{AllowAnonymous: true, KeyField: "request_id"}, svc)
+	refund := func(id string, amount int64) (string, bool, error) {
+		out := new(wrapperspb.StringValue)
+		var trailer metadata.MD
+		err := conn.Invoke(ctx, refundMethod, newRefund(id, amount), out, grpc.Trailer(&trailer))
+		return out.GetValue(), idemgrpc.Replayed(trailer), err
+	}
+	const id = "8f7c1c2e-5a43-4d0e-9a51-1b2f0c3d4e5f"
+	for i := range 3 {
+		got, replayed, err := refund(id, 250)
+		if err != nil || got != "refunded 250" || replayed != (i > 0) {
+			t.Fatalf("call %d: %q replayed=%v err=%v", i, got, replayed, err)
+		}
+	}
+	_, _, err := refund(id, 999)
+	wantStatus(t, err, codes.FailedPrecondition, idemgrpc.ReasonKeyMismatch)
+	if _, replayed, err := refund("", 250); err != nil || replayed {
+		t.Fatalf("no request_id: replayed=%v err=%v", replayed, err)
+	}
+	if c := svc.calls.Load(); c != 2 {
+		t.Fatalf("handler ran %d times, want 2", c)
+	}
+}
