@@ -333,7 +333,10 @@ func (x *call) finalizeContext(detached context.Context) *finalizeContext {
 // what the caller gets: the handler's own answer, except that an
 // outcome-unknown error is answered as a retry would be.
 func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o *override, resp any, herr error, elapsed time.Duration) (any, error) {
-	st, _ := status.FromError(herr) // a non-status error is UNKNOWN, as grpc-go answers it
+	st, ok := status.FromError(herr)
+	if !ok { // as grpc-go answers it: a context error is CANCELLED or DEADLINE_EXCEEDED, any other UNKNOWN
+		st = status.FromContextError(herr)
+	}
 	d, reason := o.get()
 	if d == 0 {
 		if errors.Is(herr, idem.ErrOutcomeUnknown) {

@@ -3,6 +3,7 @@ package idemgrpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,6 +98,7 @@ func TestStatusPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		code      codes.Code
 		disp      idemgrpc.Disposition // set by the handler, when not zero
+		plain     error                // returned by the handler instead of a status, when set
 		wantCalls int64
 		wantCode  codes.Code
 		reason    string
@@ -108,9 +110,12 @@ func TestStatusPolicy(t *testing.T) {
 		{code: codes.Unknown, wantCalls: 1, wantCode: codes.Unknown},
 		{code: codes.DeadlineExceeded, wantCalls: 1, wantCode: codes.Unknown, reason: idemgrpc.ReasonOutcomeUnknown},
 		{code: codes.Internal, disp: idemgrpc.DispositionRelease, wantCalls: 2, wantCode: codes.OK},
+		// Plain errors are judged as grpc-go answers them.
+		{code: codes.DeadlineExceeded, plain: context.DeadlineExceeded, wantCalls: 1, wantCode: codes.Unknown, reason: idemgrpc.ReasonOutcomeUnknown},
+		{code: codes.Unknown, plain: errors.New("card declined"), wantCalls: 1, wantCode: codes.Unknown},
 		{code: codes.OK, disp: idemgrpc.DispositionUnknown, wantCalls: 1, wantCode: codes.Unknown, reason: idemgrpc.ReasonOutcomeUnknown},
 	} {
-		t.Run(tc.code.String()+"/"+tc.disp.String(), func(t *testing.T) {
+		t.Run(tc.code.String()+"/"+tc.disp.String()+"/"+fmt.Sprint(tc.plain), func(t *testing.T) {
 			ctx := testContext(t)
 			svc := &service{}
 			svc.handle = func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -122,6 +127,9 @@ func TestStatusPolicy(t *testing.T) {
 				}
 				if tc.code == codes.OK {
 					return pay(ctx, in)
+				}
+				if tc.plain != nil {
+					return nil, tc.plain
 				}
 				return nil, status.Error(tc.code, "first try fails")
 			}
