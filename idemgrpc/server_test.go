@@ -12,9 +12,11 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/internal/testinfra/faultproxy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -640,5 +642,57 @@ func TestRequestID(t *testing.T) {
 	}
 	if c := svc.calls.Load(); c != 2 {
 		t.Fatalf("handler ran %d times, want 2", c)
+	}
+}
+
+// TestConnectionCut: the connection is cut while the handler runs, after
+// the request reached the server (the client cannot know whether it
+// took effect). The client interceptor retries with the same key on a new
+// connection, finds the call in flight, waits its RetryInfo and gets the
+// replay; the handler ran once, to completion.
+func TestConnectionCut(t *testing.T) {
+	ctx := testContext(t)
+	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 64)}
+	started, release := make(chan struct{}), make(chan struct{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		close(started)
+		<-release
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return pay(ctx, in)
+	}}
+	direct := serve(t, newEngine(t, st, nil), nil, svc)
+	proxy, err := faultproxy.New(direct.Target())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(proxy.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(ci))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		<-started
+		proxy.CutAll() // the request is in, its answer will never come back on this connection
+		<-st.acquired  // the first attempt's
+		<-st.acquired  // a retry's, which found the call in flight or could not connect yet
+		close(release)
+	}()
+	out := new(wrapperspb.StringValue)
+	var trailer metadata.MD
+	if err := conn.Invoke(ctx, chargeMethod, wrapperspb.String("8"), out, grpc.Trailer(&trailer)); err != nil {
+		t.Fatal(err)
+	}
+	if out.GetValue() != "paid 8" || !idemgrpc.Replayed(trailer) {
+		t.Fatalf("got %q replayed=%v", out.GetValue(), idemgrpc.Replayed(trailer))
+	}
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
 	}
 }
