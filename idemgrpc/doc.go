@@ -72,7 +72,10 @@
 // run the handler again, and is answered UNKNOWN with the ErrorInfo
 // reason OUTCOME_UNKNOWN (its metadata holds the fence of the attempt and
 // the reason), and a RetryInfo only when a retry may find it settled (a
-// reconciliation is configured, or Options.UnknownRetryAfter).
+// reconciliation is configured, or Options.UnknownRetryAfter). A
+// Reconcile or an operator's Resolve that finds the work done records the
+// answer in the interceptor's form with EncodeResult, and retries get it
+// replayed.
 //
 // Why UNKNOWN: the answer must say that the work may or may not have
 // happened, and must not invite blind retries. ABORTED and UNAVAILABLE are

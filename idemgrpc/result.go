@@ -151,3 +151,20 @@ func (d *durations) estimate(method string, leaseLeft time.Duration) time.Durati
 	d.mu.RUnlock()
 	return max(minRetryDelay, min(avg, leaseLeft))
 }
+
+// EncodeResult returns the stored form of an answer, resp or the status
+// of err (an error that is no status is UNKNOWN), for an
+// idem.Options.Reconcile or an operator's idem.Engine.Resolve that settles
+// an UNKNOWN key of a gRPC method: the key's retries then get that answer
+// replayed, as if the handler had given it.
+func EncodeResult(resp proto.Message, err error) (idem.Result, error) {
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	res, eerr := encodeResult(&resultBuffer{}, resp, st)
+	if eerr != nil {
+		return idem.Result{}, fmt.Errorf("idemgrpc: EncodeResult: %w", eerr)
+	}
+	return res, nil
+}

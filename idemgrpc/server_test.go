@@ -696,3 +696,30 @@ func TestConnectionCut(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", c)
 	}
 }
+
+// TestReconcile: a key left UNKNOWN is settled by the engine's Reconcile
+// with an answer encoded by EncodeResult; the retry gets it replayed and
+// the handler does not run again.
+func TestReconcile(t *testing.T) {
+	ctx := testContext(t)
+	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
+	}}
+	e := newEngine(t, memStore(t), &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+		res, err := idemgrpc.EncodeResult(wrapperspb.String("paid 6 (found at the provider)"), nil)
+		return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, err
+	}})
+	conn := serve(t, e, nil, svc)
+	_, _, err := charge(ctx, conn, "k", "6")
+	wantStatus(t, err, codes.Unknown, idemgrpc.ReasonOutcomeUnknown)
+	got, replayed, err := charge(ctx, conn, "k", "6")
+	if err != nil || got != "paid 6 (found at the provider)" || !replayed {
+		t.Fatalf("after reconciliation: %q replayed=%v err=%v", got, replayed, err)
+	}
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+	if _, err := idemgrpc.EncodeResult(nil, nil); err == nil {
+		t.Fatal("EncodeResult accepted no message and no error")
+	}
+}
