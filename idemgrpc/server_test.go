@@ -723,3 +723,18 @@ func TestReconcile(t *testing.T) {
 		t.Fatal("EncodeResult accepted no message and no error")
 	}
 }
+
+// TestMethods: only the methods named in Options.Methods are protected.
+func TestMethods(t *testing.T) {
+	ctx := testContext(t)
+	svc := &service{}
+	conn := serve(t, newEngine(t, memStore(t), nil), &idemgrpc.Options{AllowAnonymous: true, Methods: []string{orderMethod}}, svc)
+	for range 2 {
+		if _, replayed, err := charge(ctx, conn, "k", "1"); err != nil || replayed {
+			t.Fatalf("unprotected method: replayed=%v err=%v", replayed, err)
+		}
+	}
+	if c := svc.calls.Load(); c != 2 {
+		t.Fatalf("handler ran %d times, want 2", c)
+	}
+}
