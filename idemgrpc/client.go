@@ -201,8 +201,11 @@ func (c *client) retryable(ctx context.Context, err error, attempt int) (time.Du
 		}
 	}
 	if !hasInfo {
-		// Full jitter over [d/2, d): retries of many callers spread out.
+		// Jitter over [d/2, d]: the retries of many callers spread out.
 		d := c.opt.BaseDelay << min(attempt-1, 16)
+		if d <= 0 || d > c.opt.MaxDelay { // past the cap, or overflowed
+			d = c.opt.MaxDelay
+		}
 		delay = d/2 + mrand.N(d/2+1)
 	}
 	return min(delay, c.opt.MaxDelay), true
