@@ -90,6 +90,9 @@ func decodeResult(res *idem.Result) (any, error) {
 		if err := proto.Unmarshal(res.Body, &sp); err != nil {
 			return nil, notReplayable(err)
 		}
+		if sp.GetCode() != int32(res.Status) { // a status record holds its code twice: they agree
+			return nil, notReplayable(fmt.Errorf("status %d recorded as %d", sp.GetCode(), res.Status))
+		}
 		return nil, status.FromProto(&sp).Err()
 	}
 	name, body, ok := bytes.Cut(res.Body, []byte{'\n'})
