@@ -72,12 +72,16 @@ func TestReplay(t *testing.T) {
 // TestStoredError: a handler's error status, with its details, is stored
 // and replayed as it was.
 func TestStoredError(t *testing.T) {
+	eachStore(t, testStoredError)
+}
+
+func testStoredError(t *testing.T, st idem.Store) {
 	ctx := testContext(t)
 	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		s, _ := status.New(codes.Internal, "ledger write failed").WithDetails(&errdetails.ErrorInfo{Reason: "LEDGER", Domain: "example.com"})
 		return nil, s.Err()
 	}}
-	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+	conn := serve(t, newEngine(t, st, nil), nil, svc)
 	_, replayed, err := charge(ctx, conn, "k", "1")
 	first := wantStatus(t, err, codes.Internal, "")
 	if replayed {
@@ -280,6 +284,10 @@ func TestStoreDown(t *testing.T) {
 // it and gets UNKNOWN, which the client interceptor returns as an
 // *OutcomeUnknownError without retrying.
 func TestPanic(t *testing.T) {
+	eachStore(t, testPanic)
+}
+
+func testPanic(t *testing.T, st idem.Store) {
 	ctx := testContext(t)
 	svc := &service{}
 	svc.handle = func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -292,7 +300,7 @@ func TestPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc, grpc.WithUnaryInterceptor(ci))
+	conn := serve(t, newEngine(t, st, nil), nil, svc, grpc.WithUnaryInterceptor(ci))
 	_, _, err = charge(ctx, conn, "k", "boom")
 	var unknown *idemgrpc.OutcomeUnknownError
 	if !errors.As(err, &unknown) || !errors.Is(err, idem.ErrOutcomeUnknown) || unknown.Key != "k" {
