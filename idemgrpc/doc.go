@@ -52,7 +52,10 @@
 //   - a retry while the first still runs: ABORTED, the code gRPC's
 //     guidance gives for "retry the whole transaction", with a RetryInfo
 //     whose delay is the method's recent average duration, within 1s and
-//     the rest of the lease (not the whole lease);
+//     the rest of the lease (not the whole lease), and the same delay in
+//     the trailer grpc-retry-pushback-ms, which a service config retry
+//     policy reads (the store-down and lease-ended answers below carry
+//     both too);
 //   - the same key with a different method or message: FAILED_PRECONDITION;
 //   - the store unreachable: UNAVAILABLE with a RetryInfo, and the handler
 //     does not run (fail closed); a full bounded store: RESOURCE_EXHAUSTED;
