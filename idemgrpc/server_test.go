@@ -746,3 +746,28 @@ func TestMethods(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 2", c)
 	}
 }
+
+// TestLeaseEnds: the handler's context is the lease's: when the lease
+// ends (here: no renewal), the handler learns why, and what it answers
+// then (its context's error) leaves the key UNKNOWN, never run again.
+func TestLeaseEnds(t *testing.T) {
+	ctx := testContext(t)
+	causes := make(chan error, 1)
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil, ctx.Err()
+	}}
+	e := newEngine(t, memStore(t), &idem.Options{LeaseDuration: 200 * time.Millisecond, RenewEvery: -1, Logger: quiet})
+	conn := serve(t, e, nil, svc)
+	_, _, err := charge(ctx, conn, "k", "1")
+	wantStatus(t, err, codes.Canceled, "")
+	if cause := <-causes; !errors.Is(cause, idem.ErrLeaseExpired) {
+		t.Fatalf("handler's context ended by %v, want idem.ErrLeaseExpired", cause)
+	}
+	_, _, err = charge(ctx, conn, "k", "1")
+	wantStatus(t, err, codes.Unknown, idemgrpc.ReasonOutcomeUnknown)
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
