@@ -211,12 +211,22 @@ func TestBurst(t *testing.T) {
 // interceptor retries ABORTED after the server's RetryInfo.
 func TestBurstClient(t *testing.T) {
 	ctx := testContext(t)
-	svc := &service{}
+	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 256)}
+	release := make(chan struct{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		<-release
+		return pay(ctx, in)
+	}}
+	go func() {
+		<-st.acquired // the call that runs
+		<-st.acquired // another, answered ABORTED: it will wait the RetryInfo
+		close(release)
+	}()
 	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc, grpc.WithUnaryInterceptor(ci))
+	conn := serve(t, newEngine(t, st, nil), nil, svc, grpc.WithUnaryInterceptor(ci))
 	var wg sync.WaitGroup
 	for range 100 {
 		wg.Go(func() {
@@ -229,6 +239,9 @@ func TestBurstClient(t *testing.T) {
 	wg.Wait()
 	if c := svc.calls.Load(); c != 1 {
 		t.Fatalf("handler ran %d times, want 1", c)
+	}
+	if n := st.acquires(); n < 101 {
+		t.Fatalf("%d acquires for 100 calls: none was retried", n)
 	}
 }
 
