@@ -224,7 +224,7 @@ type faultStore struct {
 	mu   sync.Mutex
 	keys []string // guarded by mu: the key of every Acquire
 
-	acquired chan struct{} // when set, told of every Acquire
+	acquired chan struct{} // when set, told of every Acquire while its buffer has room
 }
 
 var errInjected = errors.New("injected: connection refused")
@@ -240,7 +240,12 @@ func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Ac
 	s.keys = append(s.keys, p.Key)
 	s.mu.Unlock()
 	if s.acquired != nil {
-		defer func() { s.acquired <- struct{}{} }()
+		defer func() {
+			select {
+			case s.acquired <- struct{}{}:
+			default: // nobody counts that far: never block a call
+			}
+		}()
 	}
 	if s.failAcquires.Add(-1) >= 0 {
 		return idem.AcquireResult{}, errInjected
