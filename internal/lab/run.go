@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -87,11 +88,13 @@ func (lb *lab) newWorkerEnv(sc *scenario, im impl, setup runSetup, lease time.Du
 		Tenant:   "run-" + strings.ToLower(rand.Text()[:10]),
 		Prefix:   "idemlab:" + rand.Text()[:10] + ":",
 		Lease:    lease,
-		Provider: newProvider(im.providerKey, nil),
-		Ledger:   plainLedger{lb.pg},
+		Provider:  newProvider(im.providerKey, nil),
+		Reconcile: im.reconcile,
+		Ledger:    plainLedger{lb.pg},
 		Fenced:   new(atomic.Int64),
 		NewRedis: lb.redisClients(setup.ep),
 	}
+	env.Pay = env.Provider
 	if sc.plan != nil {
 		env.Provider.plan = sc.plan(lease)
 	}
@@ -145,6 +148,7 @@ func (lb *lab) redisClients(ep *endpoint) func() *redis.Client {
 		o.DialTimeout = time.Second
 		o.ReadTimeout = 2 * time.Second
 		o.WriteTimeout = time.Second
+		o.ContextTimeoutEnabled = true // a call ends at its context's deadline, as idem's own clients do
 		d := &net.Dialer{Timeout: time.Second}
 		o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "tcp", ep.get())
@@ -265,11 +269,20 @@ func (r *runner) client(ctx context.Context, id int, key string, deadline time.T
 		select {
 		case rep := <-done:
 			t.Stop()
-			if rep.err == nil {
+			var unknown *unknownAnswer
+			switch {
+			case rep.err == nil:
 				r.hist.add(Op{Type: OpOK, Client: id, Key: key, Worker: wid, Result: rep.result})
 				return
+			case errors.As(rep.err, &unknown):
+				// The work may have run: Jepsen's info, as the worker said.
+				r.hist.add(Op{Type: OpInfo, Client: id, Key: key, Worker: wid, Result: rep.err.Error(), Told: true})
+				if !unknown.Retry {
+					return // it stays UNKNOWN until an operator resolves it
+				}
+			default:
+				r.hist.add(Op{Type: OpFail, Client: id, Key: key, Worker: wid, Result: rep.err.Error()})
 			}
-			r.hist.add(Op{Type: OpFail, Client: id, Key: key, Worker: wid, Result: rep.err.Error()})
 		case <-t.C:
 			r.hist.add(Op{Type: OpInfo, Client: id, Key: key, Worker: wid, Result: "client timeout"})
 		}
@@ -284,7 +297,7 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 	case naiveLock:
 		return &naiveWorker{id: id, env: env, rdb: env.NewRedis(), g: g, del: im.blindDel}, nil
 	case memoryStore:
-		eng, err := newEngine(gatedStore{env.Memory, g}, env.Lease)
+		eng, err := newEngine(gatedStore{env.Memory, g}, env)
 		return &idemWorker{id: id, env: env, eng: eng, g: g}, err
 	case redisStore:
 		rdb := env.NewRedis()
@@ -293,7 +306,7 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 			rdb.Close()
 			return nil, err
 		}
-		eng, err := newEngine(gatedStore{st, g}, env.Lease)
+		eng, err := newEngine(gatedStore{st, g}, env)
 		if err != nil {
 			rdb.Close()
 			return nil, err
@@ -303,6 +316,17 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 	return nil, fmt.Errorf("lab: implementation %s has no store kind", im)
 }
 
-func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
-	return idem.New(s, &idem.Options{LeaseDuration: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+// reconcileTimeout bounds one lookup at the provider; the engine's claim
+// on the key lasts 2 s longer, so a lookup that answered "still running"
+// is asked again that much later.
+const reconcileTimeout = 2 * time.Second
+
+// newEngine returns a worker's engine: the run's lease, and with
+// env.Reconcile a lookup at the provider for keys whose outcome is unknown.
+func newEngine(s idem.Store, env *workerEnv) (*idem.Engine, error) {
+	o := &idem.Options{LeaseDuration: env.Lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	if env.Reconcile {
+		o.Reconcile, o.ReconcileTimeout = reconcileWith(env.Pay), reconcileTimeout
+	}
+	return idem.New(s, o)
 }

@@ -209,7 +209,7 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 			return err
 		}
 		primary.Kill()
-		c := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		defer c.Close()
 		if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 			return fmt.Errorf("promote the replica: %w", err)
