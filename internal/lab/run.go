@@ -85,14 +85,14 @@ func (lb *lab) prepare(ctx context.Context, sc *scenario) (runSetup, error) {
 // implementation writes to, and its Redis clients or memory store.
 func (lb *lab) newWorkerEnv(sc *scenario, im impl, setup runSetup, lease time.Duration) (*workerEnv, error) {
 	env := &workerEnv{
-		Tenant:   "run-" + strings.ToLower(rand.Text()[:10]),
-		Prefix:   "idemlab:" + rand.Text()[:10] + ":",
-		Lease:    lease,
+		Tenant:    "run-" + strings.ToLower(rand.Text()[:10]),
+		Prefix:    "idemlab:" + rand.Text()[:10] + ":",
+		Lease:     lease,
 		Provider:  newProvider(im.providerKey, nil),
 		Reconcile: im.reconcile,
 		Ledger:    plainLedger{lb.pg},
-		Fenced:   new(atomic.Int64),
-		NewRedis: lb.redisClients(setup.ep),
+		Fenced:    new(atomic.Int64),
+		NewRedis:  lb.redisClients(setup.ep),
 	}
 	env.Pay = env.Provider
 	if sc.plan != nil {
