@@ -143,7 +143,7 @@ func newLab(ctx context.Context, cfg Config) (*lab, error) {
 		pg.close()
 		return nil, err
 	}
-	lb := &lab{redis: ropts, pg: pg, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
+	lb := &lab{redis: ropts, pg: pg, pgURL: cfg.PostgresURL, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
 	if cfg.Long {
 		lb.lease, lb.keys = 500*time.Millisecond, 24
 	}

@@ -12,7 +12,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	MaybeRunWorker() // worker-kill runs its workers as processes of this test binary
+	goleak.VerifyTestMain(m)
+}
 
 var (
 	table = flag.Bool("lab.table", false, "run TestTable: every scenario, and print the table")
@@ -173,6 +176,56 @@ func TestBurst(t *testing.T) {
 	noDoubleExec(t, rows, implIdemRedis)
 	noDoubleExec(t, rows, implIdemMemory)
 	guarded(t, rows)
+}
+
+// unknownOutcomes asserts what the vectors of unknown outcomes must show:
+// idem never runs an unknown outcome again (0 double executions), on Redis
+// alone it keeps such keys UNKNOWN, and with the provider's lookup it
+// learns every outcome.
+func unknownOutcomes(t *testing.T, rows map[string]Row) {
+	t.Helper()
+	noDoubleExec(t, rows, implIdemRedis)
+	noDoubleExec(t, rows, implIdemRedisPG)
+	noDoubleExec(t, rows, implReconcile)
+	guarded(t, rows)
+	if r := row(t, rows, implReconcile); r.Stuck != 0 {
+		t.Errorf("%s: %d stuck keys; want 0", implReconcile, r.Stuck)
+	}
+}
+
+func TestProviderCut(t *testing.T) {
+	rows := runScenario(t, "provider-cut")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the cut did not bite", implIdemRedis)
+	}
+	if r := row(t, rows, implReconcile); r.Unknown != 0 {
+		t.Errorf("%s: %d keys left UNKNOWN; the provider's lookup knows every charge", implReconcile, r.Unknown)
+	}
+}
+
+func TestProviderSlow(t *testing.T) {
+	rows := runScenario(t, "provider-slow")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the timeout did not bite", implIdemRedis)
+	}
+}
+
+func TestWorkerKill(t *testing.T) {
+	rows := runScenario(t, "worker-kill")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the kill did not bite", implIdemRedis)
+	}
+}
+
+func TestStoreStop(t *testing.T) {
+	rows := runScenario(t, "store-stop")
+	unknownOutcomes(t, rows)
 }
 
 func TestUnknownScenario(t *testing.T) {

@@ -124,6 +124,8 @@ type workerEnv struct {
 	// Reconcile makes the idem workers ask Pay about keys whose outcome is
 	// unknown (Options.Reconcile).
 	Reconcile bool
+	payURL     string        // the provider's server, when reached over HTTP (for worker processes)
+	payTimeout time.Duration // the caller's timeout of one charge over HTTP; zero: none
 	Ledger    Ledger
 	Pause     *pausePlan
 	NewRedis  func() *redis.Client // a new client of the run's Redis, as the worker's own
