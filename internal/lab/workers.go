@@ -123,14 +123,14 @@ type workerEnv struct {
 	Pay      payments  // the provider as the workers reach it: Provider itself, or over HTTP
 	// Reconcile makes the idem workers ask Pay about keys whose outcome is
 	// unknown (Options.Reconcile).
-	Reconcile bool
+	Reconcile  bool
 	payURL     string        // the provider's server, when reached over HTTP (for worker processes)
 	payTimeout time.Duration // the caller's timeout of one charge over HTTP; zero: none
-	Ledger    Ledger
-	Pause     *pausePlan
-	NewRedis  func() *redis.Client // a new client of the run's Redis, as the worker's own
-	Memory    idem.Store           // the shared in-process store, for idem-memory
-	Fenced    *atomic.Int64        // stale owners refused
+	Ledger     Ledger
+	Pause      *pausePlan
+	NewRedis   func() *redis.Client // a new client of the run's Redis, as the worker's own
+	Memory     idem.Store           // the shared in-process store, for idem-memory
+	Fenced     *atomic.Int64        // stale owners refused
 	// Charged, when not nil, is called after the provider charged and
 	// before the effect is committed: the pg scenarios inject faults here.
 	// It returns the effect to commit, possibly wrapped.
