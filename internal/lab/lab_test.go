@@ -96,6 +96,7 @@ func TestStallBefore(t *testing.T) {
 	breaches(t, rows, implNaive)
 	noDoubleExec(t, rows, implIdemRedis)
 	noDoubleExec(t, rows, implIdemMemory)
+	noDoubleExec(t, rows, implReconcile)
 	guarded(t, rows)
 }
 
@@ -103,6 +104,11 @@ func TestStallAfter(t *testing.T) {
 	rows := runScenario(t, "stall-after")
 	breaches(t, rows, implNaive)
 	guarded(t, rows)
+	// The stalled owner's lease ended after its charge: idem keeps the key
+	// UNKNOWN instead of running it again, and the lookup finds the charge.
+	noDoubleExec(t, rows, implIdemRedis)
+	noDoubleExec(t, rows, implIdemMemory)
+	noDoubleExec(t, rows, implReconcile)
 	// The provider's own key stops the second charge, though the
 	// application's unguarded ledger still records it twice.
 	if r := rows[implProviderKey]; r.DoubleExec != 0 || r.LostResults != 0 {
@@ -194,6 +200,7 @@ func unknownOutcomes(t *testing.T, rows map[string]Row) {
 }
 
 func TestProviderCut(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
 	rows := runScenario(t, "provider-cut")
 	breaches(t, rows, implNaive)
 	unknownOutcomes(t, rows)
@@ -206,6 +213,7 @@ func TestProviderCut(t *testing.T) {
 }
 
 func TestProviderSlow(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
 	rows := runScenario(t, "provider-slow")
 	breaches(t, rows, implNaive)
 	unknownOutcomes(t, rows)
@@ -215,6 +223,7 @@ func TestProviderSlow(t *testing.T) {
 }
 
 func TestWorkerKill(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
 	rows := runScenario(t, "worker-kill")
 	breaches(t, rows, implNaive)
 	unknownOutcomes(t, rows)
@@ -224,6 +233,7 @@ func TestWorkerKill(t *testing.T) {
 }
 
 func TestStoreStop(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
 	rows := runScenario(t, "store-stop")
 	unknownOutcomes(t, rows)
 }

@@ -115,13 +115,13 @@ func scenarios() []*scenario {
 		{
 			name:   "stall-before",
 			vector: "the worker holding the lease freezes for 1.5 leases (code, store calls and heartbeat) before the provider call",
-			impls:  withLocal,
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisReconcile},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
 		},
 		{
 			name:   "stall-after",
 			vector: "the worker freezes for 1.5 leases after the provider charged, before it stores the result",
-			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey},
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey, idemRedisReconcile},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: afterProvider, For: L * 3 / 2} },
 		},
 		{
