@@ -156,10 +156,12 @@ func TestDelayedReplies(t *testing.T) {
 func TestPGKill(t *testing.T) {
 	rows := runScenario(t, "pg-kill")
 	guarded(t, rows)
-	// The charge is outside the database transaction: a retry charges
-	// again, and only the provider's own key stops it.
-	if r := rows[implIdemRedisPG]; r.DoubleExec == 0 {
-		t.Errorf("%s: no double charge: the terminated backend did not bite", implIdemRedisPG)
+	// The charge is outside the database transaction, which died: the
+	// worker keeps the key UNKNOWN instead of releasing it for a retry to
+	// charge again.
+	noDoubleExec(t, rows, implIdemRedisPG)
+	if r := rows[implIdemRedisPG]; r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the terminated backend did not bite", implIdemRedisPG)
 	}
 	if r := rows[implPGKey]; r.DoubleExec != 0 || r.DoubleEffects != 0 || r.LostResults != 0 {
 		t.Errorf("%s: %d double executions, %d double effects, %d lost results; want 0", implPGKey, r.DoubleExec, r.DoubleEffects, r.LostResults)

@@ -296,8 +296,15 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	}
 	// The charge happened: record it even if the lease is gone meanwhile.
 	if err := eff.Commit(final, charge); err != nil {
-		l.Release(final)
-		return "", fmt.Errorf("%w: ledger commit after the charge: %w", errUnavailable, err)
+		// The COMMIT may have landed (its reply was lost) or not (the
+		// backend died): the ledger says which. Either way the charge was
+		// made, so the key is never released for a retry to charge again.
+		if ch, ok := w.env.Ledger.Committed(final, w.env.Tenant, key, l.Fence()); !ok || ch != charge {
+			if err := l.MarkUnknown(final, "ledger commit failed after the charge"); errors.Is(err, idem.ErrLeaseLost) {
+				w.env.Fenced.Add(1)
+			}
+			return "", &unknownAnswer{Retry: w.env.Reconcile, Reason: "ledger commit failed after the charge: " + err.Error()}
+		}
 	}
 	err = l.Complete(final, idem.Result{Body: []byte(charge)})
 	switch {
