@@ -207,7 +207,13 @@ func (l *Lease) Release(ctx context.Context) error {
 // UNKNOWN, if this lease still holds it, and no retry runs the work again
 // until Reconcile or Engine.Resolve says what happened. reason is kept in
 // Record.Reason (cut to MaxReasonLength bytes); it must not hold secrets.
+// ReasonAbandoned is the store's own and is stored as "owner: abandoned":
+// an owner's record with that reason could be released, and an owner that
+// said "unknown" has said the effect may have happened.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
+	if reason == ReasonAbandoned {
+		reason = "owner: " + ReasonAbandoned
+	}
 	if len(reason) > MaxReasonLength {
 		reason = strings.ToValidUTF8(reason[:MaxReasonLength], "")
 	}

@@ -341,3 +341,24 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		}
 	})
 }
+
+// An owner cannot give its own UNKNOWN record the store's reason
+// "abandoned", which would let a Release delete a record whose owner said
+// the effect may have happened.
+func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, nil)
+		req := idem.Request{Key: "owner-says-abandoned", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		if err := a.Lease.MarkUnknown(context.Background(), idem.ReasonAbandoned); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Get(context.Background(), req.ID())
+		if err != nil || rec.State != idem.StateUnknown || rec.Reason != "owner: abandoned" {
+			t.Fatalf("record = %+v, %v; want UNKNOWN with reason %q", rec, err, "owner: abandoned")
+		}
+		if err := s.Release(context.Background(), idem.LeaseRef{ID: req.ID(), Owner: rec.Owner, Fence: rec.Fence}); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Release of a record its owner marked UNKNOWN = %v; want ErrLeaseLost", err)
+		}
+	})
+}
