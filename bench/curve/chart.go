@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // row is one implementation at one point of a sweep.
@@ -173,6 +174,9 @@ func renderAll(dir string) error {
 			return err
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, "curve.md"), sweepTables(rows), 0o644); err != nil {
+		return err
+	}
 	f, err = os.Open(filepath.Join(dir, "memory.csv"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // no fill, no memory figures
@@ -271,6 +275,61 @@ func count(n int64) string {
 		return strconv.FormatFloat(f/1e3, 'f', -1, 64) + "k"
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// sweepTables is curve.md: for each sweep, a table of cycles/s and the
+// ratio to the naive lock, one row per implementation, one column per
+// point.
+func sweepTables(rows []row) []byte {
+	var b bytes.Buffer
+	for _, sweep := range []string{"concurrency", "keys"} {
+		var impls []string
+		var cols []int64 // goroutines or stored records
+		cells := map[string]map[int64]row{}
+		at := 0
+		for _, r := range rows {
+			if r.sweep != sweep {
+				continue
+			}
+			col := int64(r.concurrency)
+			if sweep == "keys" {
+				col, at = r.stored, r.concurrency
+			}
+			if cells[r.impl] == nil {
+				impls = append(impls, r.impl)
+				cells[r.impl] = map[int64]row{}
+			}
+			if !slices.Contains(cols, col) {
+				cols = append(cols, col)
+			}
+			cells[r.impl][col] = r
+		}
+		if len(impls) == 0 {
+			continue
+		}
+		slices.Sort(cols)
+		if sweep == "concurrency" {
+			b.WriteString("cycles/s (ratio to the naive lock) by concurrent goroutines\n\n| implementation |")
+		} else {
+			fmt.Fprintf(&b, "\ncycles/s (ratio to the naive lock) by stored records, at %d goroutines\n\n| implementation |", at)
+		}
+		for _, c := range cols {
+			b.WriteString(" " + count(c) + " |")
+		}
+		b.WriteString("\n|---|" + strings.Repeat("---:|", len(cols)) + "\n")
+		for _, im := range impls {
+			b.WriteString("| " + im + " |")
+			for _, c := range cols {
+				if r, ok := cells[im][c]; ok {
+					fmt.Fprintf(&b, " %s (%.2f×) |", count(int64(math.Round(r.perSecond()/100)*100)), r.xNaive)
+				} else {
+					b.WriteString(" |")
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.Bytes()
 }
 
 // memoryTable is memory.md: bytes per stored record of each backend, from

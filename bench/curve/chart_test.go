@@ -103,6 +103,21 @@ func TestRenderAll(t *testing.T) {
 		}
 	}
 
+	sweep, err := os.ReadFile(filepath.Join(dir, "curve.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| implementation | 1 | 2 | 4 |\n", // sorted by concurrency
+		"| idem-memory | 200k (10.00×) | 250k (8.33×) | 300k (7.50×) |\n",
+		"by stored records, at 64 goroutines\n\n| implementation | 0 | 1M |\n",
+		"| naive | 25k (1.00×) | 24k (1.00×) |\n",
+	} {
+		if !strings.Contains(string(sweep), want) {
+			t.Errorf("curve.md =\n%s\nlacks %q", sweep, want)
+		}
+	}
+
 	table, err := os.ReadFile(filepath.Join(dir, "memory.md"))
 	if err != nil {
 		t.Fatal(err)

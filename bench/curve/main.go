@@ -15,7 +15,8 @@
 // the end (one database per backend); PostgreSQL is a schema of its own,
 // dropped at the end.
 //
-// It writes, under -out: curve.csv (every point), memory.csv and
+// It writes, under -out: curve.csv (every point) and curve.md (its
+// tables of cycles/s and ratios), memory.csv and
 // memory.md (bytes per stored record), concurrency.svg (cycles/s against
 // concurrency, with no stored records) and keys.svg (cycles/s against
 // stored records, at -at goroutines). -render redraws the charts and the
