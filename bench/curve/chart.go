@@ -379,9 +379,16 @@ const (
 	left, right, top, below = 80, 200, 40, 60
 )
 
-// palette colours the lines in order; the first (the naive lock) is
-// drawn dashed.
-var palette = []string{"#222222", "#7f7f7f", "#2ca02c", "#d62728", "#1f77b4", "#9467bd", "#ff7f0e", "#8c564b"}
+// colours pairs each naive lock with idem on the same client: red for
+// go-redis, blue for rueidis. The naive locks are drawn dashed.
+var colours = map[string]string{
+	"naive": "#d62728", "idem-redis-goredis": "#d62728",
+	"naive-rueidis": "#1f77b4", "idem-redis-rueidis": "#1f77b4",
+	"redislock": "#7f7f7f", "idem-memory": "#2ca02c", "idem-postgres": "#9467bd",
+}
+
+// palette colours the lines colours does not name, in order.
+var palette = []string{"#222222", "#ff7f0e", "#8c564b", "#e377c2", "#bcbd22", "#17becf"}
 
 // svg draws the chart. Points with y <= 0 are left out (no log).
 func (c chart) svg() []byte {
@@ -447,9 +454,12 @@ func (c chart) svg() []byte {
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", left+pw/2, height-16, esc(c.xLabel))
 	fmt.Fprintf(&b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", top+ph/2, esc(c.yLabel))
 	for i, l := range c.lines {
-		colour := palette[i%len(palette)]
+		colour, ok := colours[l.name]
+		if !ok {
+			colour = palette[i%len(palette)]
+		}
 		dash := ""
-		if i == 0 {
+		if strings.HasPrefix(l.name, "naive") {
 			dash = ` stroke-dasharray="6 4"`
 		}
 		var pts bytes.Buffer

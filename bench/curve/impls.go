@@ -79,18 +79,25 @@ const keyPrefix = "curve:"
 // redisSetup holds the clients on the private Redis server.
 type redisSetup struct {
 	naive, redislock, idem *redis.Client
-	rueidis                rueidis.Client
+	rueidis                rueidis.Client // on dbIdem
+	rueidisNaive           rueidis.Client // on dbNaive
 }
 
 func newRedis(addr string, poolSize int) (*redisSetup, error) {
 	client := func(db int) *redis.Client {
 		return redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: poolSize, MinIdleConns: 0})
 	}
+	// Default options otherwise: auto-pipelining, as the store benchmarks.
 	rd, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, SelectDB: dbIdem, DisableCache: true})
 	if err != nil {
 		return nil, fmt.Errorf("rueidis: %w", err)
 	}
-	return &redisSetup{naive: client(dbNaive), redislock: client(dbRedislock), idem: client(dbIdem), rueidis: rd}, nil
+	rn, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, SelectDB: dbNaive, DisableCache: true})
+	if err != nil {
+		rd.Close()
+		return nil, fmt.Errorf("rueidis: %w", err)
+	}
+	return &redisSetup{naive: client(dbNaive), redislock: client(dbRedislock), idem: client(dbIdem), rueidis: rd, rueidisNaive: rn}, nil
 }
 
 func (r *redisSetup) close() {
@@ -98,6 +105,7 @@ func (r *redisSetup) close() {
 	r.redislock.Close()
 	r.idem.Close()
 	r.rueidis.Close()
+	r.rueidisNaive.Close()
 }
 
 // usedMemory is Redis's INFO memory used_memory: the whole server's, so a
@@ -137,6 +145,30 @@ func naiveImpl(r *redisSetup) impl {
 		},
 		clean: func(ctx context.Context, tag string, n int64) error {
 			return unlink(ctx, c, n, func(i int64) []string {
+				return []string{naiveKey(tag, i), "response:" + naiveKey(tag, i)}
+			})
+		},
+	}
+}
+
+// naiveRueidisImpl is the naive pattern on rueidis, for comparing idem's
+// rueidis store with the same client. Its records are the naive ones.
+func naiveRueidisImpl(r *redisSetup) impl {
+	c := r.rueidisNaive
+	return impl{
+		name: "naive-rueidis", backend: "redis-naive",
+		cycle: func(tag string) cycle {
+			return func(ctx context.Context, i int64) error {
+				key := naiveKey(tag, i)
+				err := c.Do(ctx, c.B().Set().Key(key).Value("LOCKED").Nx().Ex(lockTTL).Build()).Error()
+				if err != nil { // rueidis.Nil: the key was held
+					return fmt.Errorf("naive lock %s: %w", key, err)
+				}
+				return c.Do(ctx, c.B().Set().Key("response:"+key).Value(rueidis.BinaryString(body)).Ex(retention).Build()).Error()
+			}
+		},
+		clean: func(ctx context.Context, tag string, n int64) error {
+			return unlink(ctx, r.naive, n, func(i int64) []string {
 				return []string{naiveKey(tag, i), "response:" + naiveKey(tag, i)}
 			})
 		},

@@ -1,9 +1,10 @@
 // Command curve draws idem's cost curve: cycles per second of one request
 // that does the work (acquire, then store the response) as concurrency
 // and the number of stored records grow, for the naive Redis lock of the
-// article (SET NX EX + SET), a bsm/redislock-style lock (SET NX PX, SET,
-// compare-and-delete release) and idem's engine on the memory store, the
-// Redis store (go-redis and rueidis) and the PostgreSQL store.
+// article (SET NX EX + SET, on go-redis and on rueidis), a
+// bsm/redislock-style lock (SET NX PX, SET, compare-and-delete release)
+// and idem's engine on the memory store, the Redis store (go-redis and
+// rueidis) and the PostgreSQL store.
 //
 //	go run ./bench/curve -out docs/curve
 //
@@ -149,7 +150,7 @@ func run(ctx context.Context, c config) (err error) {
 	if err != nil {
 		return err
 	}
-	impls := []impl{naiveImpl(r), redislockImpl(r), mem}
+	impls := []impl{naiveImpl(r), naiveRueidisImpl(r), redislockImpl(r), mem}
 	impls = append(impls, redisIdem...)
 	backends := []backend{
 		responseBackend("redis-naive", r.naive, r), responseBackend("redis-redislock", r.redislock, r),
