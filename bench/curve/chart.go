@@ -333,10 +333,10 @@ func sweepTables(rows []row) []byte {
 }
 
 // memoryTable is memory.md: bytes per stored record of each backend, from
-// its largest fill.
+// its largest fill: what the backend grew by over the records it added.
 func memoryTable(mems []memRow) []byte {
 	var b bytes.Buffer
-	b.WriteString("| backend | records in the fill | bytes per record | measured by |\n|---|---:|---:|---|\n")
+	b.WriteString("| backend | stored records | bytes per record | measured by |\n|---|---:|---:|---|\n")
 	var order []string
 	last := map[string]memRow{}
 	for _, m := range mems {
@@ -349,7 +349,7 @@ func memoryTable(mems []memRow) []byte {
 	}
 	for _, name := range order {
 		m := last[name]
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s |\n", name, count(m.added), float64(m.bytes)/float64(m.added), m.measuredBy)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s |\n", name, count(m.records), float64(m.bytes)/float64(m.added), m.measuredBy)
 	}
 	return b.Bytes()
 }

@@ -123,7 +123,7 @@ func TestRenderAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The largest fill of each backend, in the order they first appear.
-	want := "| redis-idem | 990k | 400 | Redis INFO used_memory |\n| memory | 1M | 850 | Go heap in use after GC |\n"
+	want := "| redis-idem | 1M | 400 | Redis INFO used_memory |\n| memory | 1M | 850 | Go heap in use after GC |\n"
 	if !strings.HasSuffix(string(table), want) {
 		t.Errorf("memory.md =\n%s\nwant it to end with\n%s", table, want)
 	}
