@@ -180,7 +180,7 @@ func run(ctx context.Context, c config) (err error) {
 	write := func() error { return writeRows(filepath.Join(c.out, "curve.csv"), rows) }
 	tags := 0
 	point := func(sweep string, conc int, stored int64) error {
-		res, err := measurePoint(ctx, impls, conc, c.duration, &tags)
+		res, err := measurePoint(ctx, impls, backends, stored, conc, c.duration, &tags)
 		if err != nil {
 			return fmt.Errorf("%s sweep, %d goroutines, %d stored: %w", sweep, conc, stored, err)
 		}
@@ -200,20 +200,29 @@ func run(ctx context.Context, c config) (err error) {
 			return nil
 		}
 		for _, b := range backends {
+			from := stored
+			if b.drop != nil {
+				from = 0 // transient: filled from scratch, then dropped
+			}
 			before, err := b.size(ctx)
 			if err != nil {
 				return fmt.Errorf("%s size: %w", b.name, err)
 			}
 			start := time.Now()
-			if err := b.fill(ctx, stored, to); err != nil {
+			if err := b.fill(ctx, from, to); err != nil {
 				return fmt.Errorf("%s fill: %w", b.name, err)
 			}
 			after, err := b.size(ctx)
 			if err != nil {
 				return fmt.Errorf("%s size: %w", b.name, err)
 			}
-			mems = append(mems, memRow{backend: b.name, records: to, added: to - stored, bytes: after - before, measuredBy: b.measuredBy})
-			log.Printf("filled %s to %d records in %v: %.0f bytes per record added", b.name, to, time.Since(start).Round(time.Millisecond), float64(after-before)/float64(to-stored))
+			mems = append(mems, memRow{backend: b.name, records: to, added: to - from, bytes: after - before, measuredBy: b.measuredBy})
+			log.Printf("filled %s to %d records in %v: %.0f bytes per record added", b.name, to, time.Since(start).Round(time.Millisecond), float64(after-before)/float64(to-from))
+			if b.drop != nil {
+				if err := b.drop(ctx, to); err != nil {
+					return fmt.Errorf("%s drop: %w", b.name, err)
+				}
+			}
 		}
 		stored = to
 		return writeMemory(filepath.Join(c.out, "memory.csv"), mems)
@@ -240,9 +249,11 @@ func run(ctx context.Context, c config) (err error) {
 
 // measurePoint runs every implementation at conc goroutines for d, in two
 // halves: in order, then in reverse order, so that neither end of the list
-// always runs on a warmer or a more loaded machine. It returns one row per
-// implementation with its ratio to the first (the naive lock).
-func measurePoint(ctx context.Context, impls []impl, conc int, d time.Duration, tags *int) ([]row, error) {
+// always runs on a warmer or a more loaded machine. An implementation on a
+// transient backend has its stored records filled before each run and
+// dropped after. It returns one row per implementation with its ratio to
+// the first (the naive lock).
+func measurePoint(ctx context.Context, impls []impl, backends []backend, stored int64, conc int, d time.Duration, tags *int) ([]row, error) {
 	rows := make([]row, len(impls))
 	for half := range 2 {
 		for k := range impls {
@@ -251,6 +262,12 @@ func measurePoint(ctx context.Context, impls []impl, conc int, d time.Duration, 
 				j = len(impls) - 1 - k
 			}
 			im := impls[j]
+			i := slices.IndexFunc(backends, func(b backend) bool { return b.name == im.backend && b.drop != nil })
+			if i >= 0 {
+				if err := backends[i].fill(ctx, 0, stored); err != nil {
+					return nil, fmt.Errorf("%s: fill: %w", im.name, err)
+				}
+			}
 			*tags++
 			tag := "r" + strconv.Itoa(*tags)
 			n, elapsed, err := measure(ctx, im.cycle(tag), conc, d/2)
@@ -259,6 +276,11 @@ func measurePoint(ctx context.Context, impls []impl, conc int, d time.Duration, 
 			}
 			if err := im.clean(ctx, tag, n); err != nil {
 				return nil, fmt.Errorf("%s: clean: %w", im.name, err)
+			}
+			if i >= 0 {
+				if err := backends[i].drop(ctx, stored); err != nil {
+					return nil, fmt.Errorf("%s: drop: %w", im.name, err)
+				}
 			}
 			rows[j].impl, rows[j].concurrency = im.name, conc
 			rows[j].cycles += n
