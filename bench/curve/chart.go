@@ -427,7 +427,8 @@ func (c chart) svg() []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
 	fmt.Fprintf(&b, `<text x="%d" y="24" font-size="15" font-weight="bold">%s</text>`+"\n", left, esc(c.title))
-	// y grid at 1, 2 and 5 of every decade; labels at 1 and 5.
+	// y grid at 1, 2 and 5 of every decade; labels at 1 and 5, and at 2
+	// when the axis spans two decades or less.
 	for d := lo; d <= hi; d++ {
 		for _, m := range []float64{1, 2, 5} {
 			v := m * math.Pow(10, d)
@@ -440,7 +441,7 @@ func (c chart) svg() []byte {
 				stroke = "#c8c8c8"
 			}
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", left, y, left+pw, y, stroke)
-			if m != 2 {
+			if m != 2 || hi-lo <= 2 {
 				fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", left-6, y+4, count(int64(v)))
 			}
 		}
