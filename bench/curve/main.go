@@ -93,8 +93,8 @@ func main() {
 	if !slices.IsSorted(c.keys) {
 		log.Fatalf("-keys: %v is not ascending", c.keys)
 	}
-	if c.at < 1 || c.duration <= 0 {
-		log.Fatal("-at and -duration must be positive")
+	if c.at < 1 || c.duration <= 0 || slices.Contains(c.concurrency, 0) {
+		log.Fatal("-at, -duration and every -concurrency must be positive")
 	}
 	if only != "" {
 		c.only = strings.Split(only, ",")
@@ -170,6 +170,11 @@ func run(ctx context.Context, c config) (err error) {
 		backends = append(backends, pgBackend)
 	}
 	if c.only != nil {
+		for _, name := range c.only {
+			if !slices.ContainsFunc(impls, func(i impl) bool { return i.name == name }) {
+				return fmt.Errorf("-only: no implementation %q here (PostgreSQL's needs -postgres)", name)
+			}
+		}
 		impls = slices.DeleteFunc(impls, func(i impl) bool { return i.name != "naive" && !slices.Contains(c.only, i.name) })
 		backends = slices.DeleteFunc(backends, func(b backend) bool {
 			return !slices.ContainsFunc(impls, func(i impl) bool { return i.backend == b.name })
