@@ -8,8 +8,8 @@
 //
 //	go run ./bench/curve -out docs/curve
 //
-// Every point runs each implementation for -duration, split in two
-// halves run in opposite orders, and reports its cycles per second and
+// Every point runs each implementation for -duration, split in -rounds
+// rounds whose order alternates, and reports its cycles per second and
 // the ratio to the naive lock at the same point. A point starts from the
 // same stored records: what its runs wrote is deleted after each run.
 // Redis is a redis-server the command starts on a free port and stops at
@@ -48,6 +48,7 @@ import (
 type config struct {
 	out         string
 	duration    time.Duration
+	rounds      int
 	concurrency []int
 	keys        []int64
 	at          int
@@ -61,6 +62,7 @@ func main() {
 	var tenMillion, render bool
 	flag.StringVar(&c.out, "out", "docs/curve", "directory of the CSV files and charts")
 	flag.DurationVar(&c.duration, "duration", 2*time.Second, "time per implementation per point")
+	flag.IntVar(&c.rounds, "rounds", 4, "rounds each point's time is split in, the implementations' order reversed every other round")
 	flag.StringVar(&conc, "concurrency", "1,2,4,8,16,32,64,128,256", "goroutines of the concurrency sweep")
 	flag.StringVar(&keys, "keys", "0,10000,100000,1000000", "stored records of the keys sweep, ascending")
 	flag.BoolVar(&tenMillion, "10m", false, "add 10,000,000 stored records to the keys sweep: about 8 GB of Redis memory, a 9 GB Go heap and 3.5 GB of PostgreSQL with every implementation (narrow with -only)")
@@ -93,8 +95,8 @@ func main() {
 	if !slices.IsSorted(c.keys) {
 		log.Fatalf("-keys: %v is not ascending", c.keys)
 	}
-	if c.at < 1 || c.duration <= 0 || slices.Contains(c.concurrency, 0) {
-		log.Fatal("-at, -duration and every -concurrency must be positive")
+	if c.at < 1 || c.duration <= 0 || c.rounds < 1 || slices.Contains(c.concurrency, 0) {
+		log.Fatal("-at, -duration, -rounds and every -concurrency must be positive")
 	}
 	if only != "" {
 		c.only = strings.Split(only, ",")
@@ -185,7 +187,7 @@ func run(ctx context.Context, c config) (err error) {
 	write := func() error { return writeRows(filepath.Join(c.out, "curve.csv"), rows) }
 	tags := 0
 	point := func(sweep string, conc int, stored int64) error {
-		res, err := measurePoint(ctx, impls, backends, stored, conc, c.duration, &tags)
+		res, err := measurePoint(ctx, impls, backends, stored, conc, c.duration, c.rounds, &tags)
 		if err != nil {
 			return fmt.Errorf("%s sweep, %d goroutines, %d stored: %w", sweep, conc, stored, err)
 		}
@@ -252,18 +254,19 @@ func run(ctx context.Context, c config) (err error) {
 	return renderAll(c.out)
 }
 
-// measurePoint runs every implementation at conc goroutines for d, in two
-// halves: in order, then in reverse order, so that neither end of the list
-// always runs on a warmer or a more loaded machine. An implementation on a
+// measurePoint runs every implementation at conc goroutines for d, in
+// rounds of d/rounds each: in order, then in reverse order, and so on, so
+// that neither end of the list always runs on a warmer machine, and a
+// change in the machine's load falls on every implementation alike. An implementation on a
 // transient backend has its stored records filled before each run and
 // dropped after. It returns one row per implementation with its ratio to
 // the first (the naive lock).
-func measurePoint(ctx context.Context, impls []impl, backends []backend, stored int64, conc int, d time.Duration, tags *int) ([]row, error) {
+func measurePoint(ctx context.Context, impls []impl, backends []backend, stored int64, conc int, d time.Duration, rounds int, tags *int) ([]row, error) {
 	rows := make([]row, len(impls))
-	for half := range 2 {
+	for round := range rounds {
 		for k := range impls {
 			j := k
-			if half == 1 {
+			if round%2 == 1 {
 				j = len(impls) - 1 - k
 			}
 			im := impls[j]
@@ -275,7 +278,7 @@ func measurePoint(ctx context.Context, impls []impl, backends []backend, stored 
 			}
 			*tags++
 			tag := "r" + strconv.Itoa(*tags)
-			n, elapsed, err := measure(ctx, im.cycle(tag), conc, d/2)
+			n, elapsed, err := measure(ctx, im.cycle(tag), conc, d/time.Duration(rounds))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", im.name, err)
 			}
