@@ -132,7 +132,7 @@ func (m *middleware) answerUnknown(w http.ResponseWriter, r *http.Request, att i
 	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
 	detail := "an earlier request with this key may have taken effect, and its result is not known (" +
 		att.Record.Reason + "); it will not run again until its outcome is reconciled or resolved"
-	WriteProblem(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)
+	m.writeError(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)
 	m.report(r, OutcomeUnknown)
 }
 
@@ -146,7 +146,7 @@ func (m *middleware) leaseEnded(detached context.Context, w http.ResponseWriter,
 	}
 	m.wakeWaiters(l.Ref().ID)
 	w.Header().Set("Retry-After", "1")
-	WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost,
+	m.writeError(w, http.StatusServiceUnavailable, CodeLeaseLost,
 		"the idempotency lease ended before the request could run ("+cause.Error()+"); it did not run: retry with the same key")
 	m.report(r, OutcomeLeaseLost)
 }

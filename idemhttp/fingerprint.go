@@ -9,6 +9,7 @@ import (
 	"hash"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -25,6 +26,17 @@ import (
 // fingerprint. Strings and numbers are kept as written ("\u0041" and "A",
 // 1.0 and 1 differ): no two different payloads are ever taken for the same.
 // A body that is not valid JSON is hashed as its bytes, never rejected.
+//
+// A form body (application/x-www-form-urlencoded) is hashed as its decoded
+// name and value pairs, so that neither the order of distinct names nor
+// the choice among equivalent encodings ("a b", "a+b", "a%20b"; "%2f" and
+// "%2F"; "A" and "%41") changes the fingerprint. The order of the values
+// of one name is kept (a[]=1&a[]=2 and a[]=2&a[]=1 differ), and so is the
+// order of every name under one unindexed array (items[][x] and
+// items[][y], which parsers group into objects by their order). "a" and
+// "a=" differ; empty pairs ("&&") are ignored. A body with a bad escape
+// is hashed as its bytes. docs/problems.md says what counts as the same
+// request.
 func Fingerprint(r *http.Request, body []byte) string {
 	f := fingerprinters.Get().(*fingerprinter)
 	defer f.release()
@@ -34,7 +46,16 @@ func Fingerprint(r *http.Request, body []byte) string {
 	b = appendField(b, r.URL.EscapedPath())
 	b = appendField(b, r.URL.RawQuery)
 	b = appendField(b, ct)
-	if isJSON(ct) && json.Valid(body) {
+	form, isCanonicalForm := []byte(nil), false
+	if isForm(ct) {
+		form, isCanonicalForm = appendCanonicalForm(nil, body)
+	}
+	if isCanonicalForm {
+		b = append(b, 'f')
+		b = binary.BigEndian.AppendUint64(b, uint64(len(form)))
+		b = append(b, form...)
+		f.h.Write(b)
+	} else if isJSON(ct) && json.Valid(body) {
 		// The canonical body goes after its tag and a length placeholder,
 		// in the same buffer, so the whole input is hashed in one call.
 		b = append(b, 'j')
@@ -113,6 +134,55 @@ func canonicalContentType(ct string) string {
 func isJSON(ct string) bool {
 	mt, _, _ := strings.Cut(ct, ";")
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func isForm(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	return mt == "application/x-www-form-urlencoded"
+}
+
+// formPair is one decoded name=value of a form body; group is the name up
+// to its first "[]", which decides its place in the canonical order.
+type formPair struct {
+	group, name, value string
+	eq                 bool // the pair had a '='
+}
+
+// appendCanonicalForm appends the canonical form of a urlencoded body to
+// dst: its pairs decoded, stably sorted by group, each written with its
+// length in front. It reports false when a pair does not decode.
+func appendCanonicalForm(dst, body []byte) ([]byte, bool) {
+	var pairs []formPair
+	for p := range strings.SplitSeq(string(body), "&") {
+		if p == "" {
+			continue
+		}
+		rawName, rawValue, eq := strings.Cut(p, "=")
+		name, err := url.QueryUnescape(rawName)
+		if err != nil {
+			return dst, false
+		}
+		value, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return dst, false
+		}
+		group := name
+		if i := strings.Index(name, "[]"); i >= 0 {
+			group = name[:i+2]
+		}
+		pairs = append(pairs, formPair{group: group, name: name, value: value, eq: eq})
+	}
+	slices.SortStableFunc(pairs, func(a, b formPair) int { return strings.Compare(a.group, b.group) })
+	for _, p := range pairs {
+		dst = appendField(dst, p.name)
+		dst = appendField(dst, p.value)
+		if p.eq {
+			dst = append(dst, '=')
+		} else {
+			dst = append(dst, '-')
+		}
+	}
+	return dst, true
 }
 
 // canonical appends the canonical form of the JSON document src, which

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -176,4 +179,89 @@ func TestFingerprintKeyOrder(t *testing.T) {
 	if idemhttp.Fingerprint(r, []byte(`{"b":1,"a":2}`)) == idemhttp.Fingerprint(r, []byte(`{"a":2,"b":1}`)) {
 		t.Error("a text/plain body was canonicalised as JSON")
 	}
+}
+
+// FuzzFormFingerprint holds form bodies to the rules JSON bodies follow:
+// the pairs of any body that decodes, written again with the groups of
+// distinct names in reverse order and every byte percent-encoded, keep
+// the fingerprint (like members of an object in another order and other
+// escapes); swapping two different values of one name, or changing a
+// value, does not (like the elements of an array, or a string). No body
+// panics.
+func FuzzFormFingerprint(f *testing.F) {
+	for _, seed := range []string{"amount=100&currency=usd", "a[]=1&a[]=2&b=x+y", "items[][x]=1&items[][y]=2", "a&a=&&=b",
+		"%zz=1", "a=%41%2f%2F", "card[number]=4242&card[exp]=12"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		r := httptest.NewRequest("POST", "/pay", nil)
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		fp := idemhttp.Fingerprint(r, []byte(body))
+		if idem.ValidateFingerprint(fp) != nil || idemhttp.Fingerprint(r, []byte(body)) != fp {
+			t.Fatal("fingerprint invalid or not deterministic")
+		}
+		type pair struct {
+			name, value string
+			eq          bool
+		}
+		var groups [][]pair // in order of first appearance; pairs of a group in body order
+		index := map[string]int{}
+		for _, p := range strings.Split(body, "&") {
+			if p == "" {
+				continue
+			}
+			rn, rv, eq := strings.Cut(p, "=")
+			n, err1 := url.QueryUnescape(rn)
+			v, err2 := url.QueryUnescape(rv)
+			if err1 != nil || err2 != nil {
+				return // hashed as bytes
+			}
+			g := n
+			if i := strings.Index(n, "[]"); i >= 0 {
+				g = n[:i+2]
+			}
+			if _, ok := index[g]; !ok {
+				index[g] = len(groups)
+				groups = append(groups, nil)
+			}
+			groups[index[g]] = append(groups[index[g]], pair{n, v, eq})
+		}
+		encode := func(groups [][]pair) string {
+			var b strings.Builder
+			for i := len(groups) - 1; i >= 0; i-- {
+				for _, p := range groups[i] {
+					b.WriteString("&")
+					for _, c := range []byte(p.name) {
+						fmt.Fprintf(&b, "%%%02X", c)
+					}
+					if p.eq {
+						b.WriteString("=" + url.QueryEscape(p.value))
+					}
+				}
+			}
+			return b.String()
+		}
+		if again := encode(groups); idemhttp.Fingerprint(r, []byte(again)) != fp {
+			t.Fatalf("%q written as %q changed the fingerprint", body, again)
+		}
+		for gi, g := range groups {
+			for i := 1; i < len(g); i++ {
+				if g[0].name == g[i].name && (g[0].value != g[i].value || g[0].eq != g[i].eq) {
+					swapped := slices.Clone(groups)
+					swapped[gi] = slices.Clone(g)
+					swapped[gi][0], swapped[gi][i] = g[i], g[0]
+					if idemhttp.Fingerprint(r, []byte(encode(swapped))) == fp {
+						t.Fatalf("%q: swapping the values of %q kept the fingerprint", body, g[0].name)
+					}
+				}
+			}
+			changed := slices.Clone(groups)
+			changed[gi] = slices.Clone(g)
+			changed[gi][0].value += "x"
+			changed[gi][0].eq = true
+			if idemhttp.Fingerprint(r, []byte(encode(changed))) == fp {
+				t.Fatalf("%q: changing the value of %q kept the fingerprint", body, g[0].name)
+			}
+		}
+	})
 }

@@ -59,7 +59,7 @@ func (m *middleware) storeFull(w http.ResponseWriter, r *http.Request, err error
 			"method", r.Method, "path", r.URL.Path, "refused_since_last_line", n, "err", err)
 	}
 	w.Header().Set("Retry-After", "30")
-	WriteProblem(w, http.StatusServiceUnavailable, CodeStoreFull,
+	m.writeError(w, http.StatusServiceUnavailable, CodeStoreFull,
 		"the idempotency store is full; the request was not processed")
 	m.report(r, OutcomeStoreFull)
 }

@@ -84,6 +84,12 @@ type Options struct {
 	// Logger receives a line for every store failure and fail-open. Nil
 	// means slog.Default().
 	Logger *slog.Logger
+	// ErrorFormat is the shape of the error answers: problem+json (the
+	// zero value) or Stripe's error object (ErrorFormatStripe).
+	ErrorFormat ErrorFormat
+	// MismatchStatus is the status of a key_mismatch answer. Zero means
+	// the format's: 422 for problem, 400 for stripe.
+	MismatchStatus int
 	// OnOutcome, when set, is called once per request with what the
 	// middleware did, for metrics. It runs on the request's goroutine
 	// and must be fast.
@@ -153,6 +159,9 @@ type middleware struct {
 	log           *slog.Logger
 	onOutcome     func(*http.Request, Outcome)
 	fullLog       logEvery // the store_full warning
+	format        ErrorFormat
+	mismatch      int         // the status of key_mismatch
+	durations     *routeTimes // recent execution times, for Retry-After
 
 	// finished wakes requests waiting (Options.Wait) for a key that a
 	// request of this middleware holds, as soon as it is finalized; waiters
@@ -171,8 +180,8 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	}
 	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
 		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
-		unknownAfter: o.UnknownRetryAfter,
-		lease:        o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
+		unknownAfter: o.UnknownRetryAfter, format: o.ErrorFormat, mismatch: o.MismatchStatus, durations: newRouteTimes(),
+		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
 	switch {
 	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0, o.UnknownRetryAfter < 0:
 		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration, Retention or UnknownRetryAfter")
@@ -180,8 +189,15 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		return nil, errors.New("idemhttp: New: set StatusPolicy or StoreResult, not both")
 	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
 		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
+	case o.ErrorFormat > ErrorFormatStripe:
+		return nil, fmt.Errorf("idemhttp: New: unknown %v", o.ErrorFormat)
+	case o.MismatchStatus != 0 && (o.MismatchStatus < 400 || o.MismatchStatus > 499):
+		return nil, fmt.Errorf("idemhttp: New: MismatchStatus %d is not a 4xx status", o.MismatchStatus)
 	case o.Tenant != nil && o.TenantHeader != "":
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
+	}
+	if m.mismatch == 0 {
+		m.mismatch = m.format.MismatchStatus()
 	}
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
@@ -317,8 +333,13 @@ func (m *middleware) report(r *http.Request, o Outcome) {
 	}
 }
 
+// writeError answers with code in the configured format.
+func (m *middleware) writeError(w http.ResponseWriter, status int, code, detail string) {
+	m.format.WriteError(w, status, code, detail)
+}
+
 func (m *middleware) reject(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
-	WriteProblem(w, status, code, detail)
+	m.writeError(w, status, code, detail)
 	m.report(r, OutcomeRejected)
 }
 
@@ -377,19 +398,19 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.execute(ctx, next, w, r, att.Lease)
 	case idem.Replayed:
 		if reason := att.Result.Header.Get(notReplayableHeader); reason != "" {
-			WriteProblem(w, http.StatusUnprocessableEntity, CodeNotReplayable,
+			m.writeError(w, http.StatusUnprocessableEntity, CodeNotReplayable,
 				"the request with this key was processed, but its response ("+reason+") cannot be replayed; it will not run again")
 			m.report(r, OutcomeNotReplayable)
 			return
 		}
-		m.replay(w, att.Result)
+		m.replay(w, r, att.Result)
 		m.report(r, OutcomeReplayed)
 	case idem.InFlight:
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(att.RetryAfter)))
-		WriteProblem(w, http.StatusConflict, CodeKeyInFlight, "a request with this key is being processed; retry after its lease ends")
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(m.inFlightRetryAfter(r, att))))
+		m.writeError(w, http.StatusConflict, CodeKeyInFlight, "a request with this key is being processed; retry after Retry-After")
 		m.report(r, OutcomeConflict)
 	case idem.Mismatch:
-		WriteProblem(w, http.StatusUnprocessableEntity, CodeKeyMismatch, "this key was used for a request with a different method, path, query, content type or body")
+		m.writeError(w, m.mismatch, CodeKeyMismatch, "this key was used for a request with a different method, path, query, content type or body")
 		m.report(r, OutcomeMismatch)
 	case idem.Unknown:
 		m.answerUnknown(w, r, att)
@@ -451,7 +472,7 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidFingerprint):
 		m.log.Error("idemhttp: the Fingerprint function returned an unusable fingerprint", "err", err)
-		WriteProblem(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
+		m.writeError(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
 		m.report(r, OutcomeStoreError)
 	case errors.Is(err, idem.ErrStoreFull):
 		m.storeFull(w, r, err)
@@ -462,7 +483,7 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 	default:
 		m.log.Error("idemhttp: store failed; answering 503", "method", r.Method, "path", r.URL.Path, "err", err)
 		w.Header().Set("Retry-After", "1")
-		WriteProblem(w, http.StatusServiceUnavailable, CodeStoreUnavailable, "the idempotency store is unavailable; the request was not processed")
+		m.writeError(w, http.StatusServiceUnavailable, CodeStoreUnavailable, "the idempotency store is unavailable; the request was not processed")
 		m.report(r, OutcomeStoreError)
 	}
 }
@@ -552,14 +573,16 @@ func (m *middleware) wakeWaiters(id idem.ID) {
 	}
 }
 
-// replay answers with a stored result, marked Idempotent-Replayed.
-func (m *middleware) replay(w http.ResponseWriter, res *idem.Result) {
+// replay answers with a stored result, marked Idempotent-Replayed, and
+// echoes the request's Idempotency-Key (Stripe's SDKs read it back).
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Result) {
 	h := w.Header()
 	for _, name := range m.replayHeaders {
 		if vs, ok := res.Header[name]; ok {
 			h[name] = slices.Clone(vs) // the stored result is shared and read-only
 		}
 	}
+	h[HeaderKey] = slices.Clone(r.Header[HeaderKey]) // validated: exactly one value
 	h.Set(HeaderReplayed, "true")
 	w.WriteHeader(res.Status)
 	w.Write(res.Body)
@@ -593,8 +616,10 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		m.wakeWaiters(id)
 	}()
 	x.handlerCtx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
+	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
+	m.durations.add(routeOf(r), time.Since(start))
 	ctx := x.finalizeContext(detached)
 	defer ctx.cancel()
 	m.finalize(ctx, r, l, c, &x.override)
