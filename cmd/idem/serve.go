@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -50,6 +51,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
 	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
+	errorFormat := fs.String("error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
+	mismatchStatus := fs.Int("mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
+	replayHeaders := fs.String("replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
 	logFormat := fs.String("log-format", "text", "text or json")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	otlp := fs.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
@@ -79,6 +83,13 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *reconcileEvery > 0 && *reconcileURL == "" {
 		return fmt.Errorf("%w: --reconcile-every needs --reconcile-url", errUsage)
 	}
+	format, err := idemhttp.ParseErrorFormat(*errorFormat)
+	if err != nil {
+		return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
+	}
+	if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
+		return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
+	}
 	storeOpts := &gateway.StoreOptions{Logger: logger}
 	if flagSet(fs, "memory-limit") {
 		storeOpts.MemoryLimit = int64(memoryLimit)
@@ -96,6 +107,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
 		AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 		ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
+		ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),
+	}
+	if cfg.ReplayHeaders == nil {
+		cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
 	}
 	if *tenantHeader == "" || flagSet(fs, "tenant-from") {
 		cfg.TenantFrom = splitSources(*tenantFrom)

@@ -74,10 +74,28 @@ type Config struct {
 	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
 	ReconcileTimeout time.Duration // zero: 5s
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
-	Logger           *slog.Logger  // nil: slog.Default()
-	Tracer           trace.Tracer  // nil: no traces
-	Transport        http.RoundTripper
+	// ErrorFormat is the shape of error answers to proxied requests
+	// (problem+json, or Stripe's error object); the admin API always
+	// answers problem+json.
+	ErrorFormat idemhttp.ErrorFormat
+	// MismatchStatus is the status of key_mismatch; zero: the format's
+	// (422 problem, 400 stripe).
+	MismatchStatus int
+	// ReplayHeaders are the upstream response headers a replay carries on
+	// top of idemhttp's own; nil: DefaultReplayHeaders. Set-Cookie,
+	// Authorization and hop-by-hop headers are refused.
+	ReplayHeaders []string
+	Logger        *slog.Logger // nil: slog.Default()
+	Tracer        trace.Tracer // nil: no traces
+	Transport     http.RoundTripper
 }
+
+// DefaultReplayHeaders are the upstream response headers a replay carries
+// by default, besides Content-Type, Location, Content-Language,
+// Content-Disposition and ETag: the request ids that client SDKs and logs
+// read back (Stripe's SDKs read Request-Id) and the API version.
+var DefaultReplayHeaders = []string{"Request-Id", "X-Request-Id", "X-Correlation-Id", "Stripe-Version",
+	"Idempotency-Key", "Original-Request"}
 
 // Gateway is a configured `idem serve`, ready to run.
 type Gateway struct {
@@ -139,6 +157,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	obs.countUnknown(engine)
+	replayHeaders := cfg.ReplayHeaders
+	if replayHeaders == nil {
+		replayHeaders = DefaultReplayHeaders
+	}
 	mw, err := idemhttp.New(engine, &idemhttp.Options{
 		Methods:    cfg.Methods,
 		RequireKey: cfg.RequireKey,
@@ -152,6 +174,9 @@ func New(cfg Config) (*Gateway, error) {
 		},
 		Tenant:            tenant,
 		MaxResponseBuffer: cfg.MaxResponse,
+		ErrorFormat:       cfg.ErrorFormat,
+		MismatchStatus:    cfg.MismatchStatus,
+		ReplayHeaders:     replayHeaders,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

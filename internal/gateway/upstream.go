@@ -127,12 +127,12 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		if leaseEnded {
 			g.cfg.Logger.Warn("idem: not forwarded: the lease ended first", "err", err)
 			w.Header().Set("Retry-After", "1")
-			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost,
+			g.cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost,
 				"the idempotency lease ended before the request was forwarded; it was not sent: retry with the same key")
 			return
 		}
 		g.cfg.Logger.Warn("idem: upstream unreachable; nothing was sent", "err", err)
-		idemhttp.WriteProblem(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached; the request was not sent: retry with the same key")
+		g.cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached; the request was not sent: retry with the same key")
 		return
 	}
 	reason := "the request was sent upstream and no complete response came back: " + err.Error()
@@ -149,10 +149,10 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	const after = "; the request may have taken effect, and the key is UNKNOWN: a retry with it gets the result once it is reconciled, never a second execution"
 	switch {
 	case leaseEnded:
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease ended while the upstream call ran"+after)
+		g.cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease ended while the upstream call ran"+after)
 	case timedOut:
-		idemhttp.WriteProblem(w, http.StatusGatewayTimeout, CodeUpstreamTimeout, reason+after)
+		g.cfg.ErrorFormat.WriteError(w, http.StatusGatewayTimeout, CodeUpstreamTimeout, reason+after)
 	default:
-		idemhttp.WriteProblem(w, http.StatusBadGateway, CodeUpstreamNoResponse, "no complete response came back from the upstream"+after)
+		g.cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamNoResponse, "no complete response came back from the upstream"+after)
 	}
 }
