@@ -5,9 +5,13 @@
 // burst executes once, a different payload under a used key is refused, a
 // missing or over-long key is refused, a retry after a forced client
 // disconnect converges, and the same key under two credentials never
-// replays across them. It is the engine of the `idem probe` command.
+// replays across them; and what client SDKs rely on: a replay carries the
+// original request id and echoes the key, a 409's Retry-After is about
+// the time the request takes (not the whole lease), and a form body with
+// its parameters in another order replays. It is the engine of the `idem
+// probe` command.
 //
-// A run sends at most Burst+36 requests (Burst is capped at 64), each
+// A run sends at most Burst+38 requests (Burst is capped at 64), each
 // bounded by RequestTimeout, the whole run by Timeout. It never follows a
 // redirect and refuses a target off loopback unless AllowRemote is set.
 package probe
@@ -166,6 +170,10 @@ const (
 	CheckLongKey    = "over-long-key"
 	CheckDisconnect = "disconnect-retry"
 	CheckTenant     = "tenant-isolation"
+	// Issue 14: what clients such as Stripe's SDKs rely on.
+	CheckReplayHeaders = "replay-headers"
+	CheckRetryAfter    = "retry-after"
+	CheckFormOrder     = "form-body-order"
 )
 
 const (
