@@ -19,6 +19,9 @@ func TestFingerprintStable(t *testing.T) {
 		{"POST", "/pay", "text/plain", `{"b":1,"a":2}`, "6b1e2d7e3c78f967f3afe1e96d276998e71dfff64333f087377ec159be31b002"},
 		{"POST", "/pay", "", ``, "3c44df382a055a4700cf1da90dc6f51265aebe42ad0cd24308ccc425a2f812e9"},
 		{"PUT", "/x", "application/json", `[3, 2, {"y":1e5,"x":-0.5}]`, "ebe7d49d7ced68f538b2a2a0e56405e06d7b050c5a8635717ba2347a75ac2400"},
+		// Form bodies are hashed decoded since issue 14 (earlier versions hashed their bytes).
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "amount=100&currency=usd&tags[]=b&tags[]=a", "131bd225190d0e76028c19857690c2166a3cca2a41482d8b337b2cd1831d5af5"},
+		{"POST", "/v1/charges", "application/x-www-form-urlencoded", "tags%5B%5D=b&currency=usd&tags%5b%5d=a&amount=%3100", "131bd225190d0e76028c19857690c2166a3cca2a41482d8b337b2cd1831d5af5"},
 	} {
 		r := httptest.NewRequest(c.method, c.target, nil)
 		if c.contentType != "" {
