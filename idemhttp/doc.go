@@ -27,9 +27,10 @@
 //     resolved;
 //   - a retry after that: the stored status, body and a safe subset of
 //     headers, marked Idempotent-Replayed: true;
-//   - a retry while the first still runs: 409 with Retry-After (the seconds
-//     until its lease ends), or, with Options.Wait, a wait for the result;
-//   - the same key with a different fingerprint: 422;
+//   - a retry while the first still runs: 409 with Retry-After (about the
+//     time the route's recent executions took, at most the lease left), or,
+//     with Options.Wait, a wait for the result;
+//   - the same key with a different fingerprint: 422 (Options.MismatchStatus);
 //   - an invalid key (empty, over 255 characters, not printable ASCII, sent
 //     twice): 400;
 //   - the store unreachable: 503, the handler does not run (fail closed),
@@ -37,7 +38,9 @@
 //
 // Every error is an application/problem+json body (RFC 9457) with a stable
 // `code` member (the Code constants) and Cache-Control: no-store; see
-// WriteProblem.
+// WriteProblem. Options.ErrorFormat = ErrorFormatStripe writes Stripe's
+// error object instead, with the statuses Stripe's SDKs act on (a key in
+// flight is then 429 lock_timeout, a mismatch 400); see WriteStripeError.
 //
 // # Tenants
 //

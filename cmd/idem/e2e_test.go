@@ -472,6 +472,9 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "mongodb://x"}, "bad store URI"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://:pw@127.0.0.1:notaport"}, "--store"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		out, err := exec.Command(binary, c.args...).CombinedOutput()
