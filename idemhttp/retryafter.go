@@ -23,8 +23,12 @@ const (
 // probably be done instead of when its lease ends.
 type routeTimes struct {
 	mu     sync.Mutex
-	routes map[string]*durationRing // guarded by mu
+	routes map[route]*durationRing // guarded by mu
 }
+
+// route is a method and a path: a struct, so that naming a request's
+// route allocates nothing.
+type route struct{ method, path string }
 
 // durationRing holds the last routeSamples durations of one route.
 type durationRing struct {
@@ -32,15 +36,15 @@ type durationRing struct {
 	n int // durations added in all
 }
 
-func newRouteTimes() *routeTimes { return &routeTimes{routes: make(map[string]*durationRing)} }
+func newRouteTimes() *routeTimes { return &routeTimes{routes: make(map[route]*durationRing)} }
 
-func routeOf(r *http.Request) string { return r.Method + " " + r.URL.Path }
+func routeOf(r *http.Request) route { return route{r.Method, r.URL.Path} }
 
-// add records that an execution of route took d.
-func (t *routeTimes) add(route string, d time.Duration) {
+// add records that an execution of rt took d.
+func (t *routeTimes) add(rt route, d time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	ring, ok := t.routes[route]
+	ring, ok := t.routes[rt]
 	if !ok {
 		if len(t.routes) >= maxRoutes {
 			for r := range t.routes { // drop any one: the map stays bounded
@@ -49,17 +53,17 @@ func (t *routeTimes) add(route string, d time.Duration) {
 			}
 		}
 		ring = new(durationRing)
-		t.routes[route] = ring
+		t.routes[rt] = ring
 	}
 	ring.d[ring.n%routeSamples] = d
 	ring.n++
 }
 
-// p90 returns the 90th percentile of the recent durations of route, false
+// p90 returns the 90th percentile of the recent durations of rt, false
 // when it has none.
-func (t *routeTimes) p90(route string) (time.Duration, bool) {
+func (t *routeTimes) p90(rt route) (time.Duration, bool) {
 	t.mu.Lock()
-	ring, ok := t.routes[route]
+	ring, ok := t.routes[rt]
 	var d []time.Duration
 	if ok {
 		d = slices.Clone(ring.d[:min(ring.n, routeSamples)])
