@@ -200,5 +200,28 @@ func TestRetryAfterFromRecentDurations(t *testing.T) {
 		if got := inFlight("hot"); got != "2" {
 			t.Errorf("Retry-After after 2s executions %q, want 2", got)
 		}
+
+		// --wait: the answer when the wait ends is estimated the same way.
+		waiting := newMiddleware(t, e, &idemhttp.Options{Wait: 500 * time.Millisecond})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(2 * time.Second)
+			w.WriteHeader(http.StatusCreated)
+		}))
+		send := func(key string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
+			req.Header.Set(idemhttp.HeaderKey, key)
+			rec := httptest.NewRecorder()
+			waiting.ServeHTTP(rec, req)
+			return rec
+		}
+		send("wait-warm-1")
+		send("wait-warm-2")
+		go send("wait-hot")
+		time.Sleep(500 * time.Millisecond)
+		rec := send("wait-hot") // waits 500ms, 1s into the 2s run
+		if rec.Code != http.StatusConflict || rec.Header().Get("Retry-After") != "1" {
+			t.Errorf("after the wait: %d with Retry-After %q, want 409 with 1", rec.Code, rec.Header().Get("Retry-After"))
+		}
+		synctest.Wait()
+		time.Sleep(2 * time.Second)
 	})
 }
