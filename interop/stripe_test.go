@@ -343,7 +343,7 @@ func retryAfter(t *testing.T, base string, p *planner, apiKey string) {
 	if resp.StatusCode != 429 || err != nil || after < 1 || after > 3 {
 		t.Fatalf("in flight: %d with Retry-After %q; want 429 with 1..3 (the refunds take 2s, the lease 30s)", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
-	t.Logf("Retry-After for a refund in flight that usually takes 2s: %ds", after)
+	t.Logf("%s: Retry-After for a refund in flight that usually takes 2s: %ds (lease 30s)", t.Name(), after)
 }
 
 // burstSize is goroutines x calls: INTEROP_BURST, or the 50x20 of issue
@@ -427,7 +427,7 @@ func burst(t *testing.T, base string, up *fakeStripe, p *planner, apiKey string)
 			t.Errorf("%s: unexpected error %s", r.key, kind)
 		}
 	}
-	t.Logf("burst %dx%d: %v; charges %d", goroutines, calls, kinds, len(up.chargesOf(apiKey)))
+	t.Logf("%s: burst %dx%d: %v; charges %d", t.Name(), goroutines, calls, kinds, len(up.chargesOf(apiKey)))
 	if kinds["ok"] == 0 {
 		t.Error("no call succeeded")
 	}
