@@ -190,6 +190,15 @@ type Options struct {
 	// ReplicaAckTimeout bounds the wait for ReplicaAcks. Zero means 500ms.
 	// It must be below the client's read timeout.
 	ReplicaAckTimeout time.Duration
+	// NearCache serves the replays of COMPLETED records from process
+	// memory, kept correct by Redis's server-assisted client-side caching
+	// (RESP3 CLIENT TRACKING): a replay costs no round trip after the
+	// first, and a delete or a resolve through any client reaches the
+	// cache as an invalidation. It needs a rueidis client (NewRueidis)
+	// with client-side caching enabled (rueidis's default; its memory is
+	// bounded by rueidis.ClientOption.CacheSizeEachConn). False (the zero
+	// value) means off. docs/state-machine.md has what it guarantees.
+	NearCache bool
 }
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
@@ -201,6 +210,8 @@ type Store struct {
 	acks       ackRunner // nil when ReplicaAcks is zero
 	replicas   int
 	ackTimeout time.Duration
+
+	near *nearCache // nil when Options.NearCache is off
 }
 
 // New returns a store on a go-redis client: *redis.Client, a Sentinel
@@ -210,6 +221,9 @@ type Store struct {
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
+	}
+	if opts != nil && opts.NearCache {
+		return nil, errors.New("redisstore: NearCache needs a rueidis client (NewRueidis): go-redis has no client-side caching")
 	}
 	r := goredisRunner{c: client}
 	r.p, _ = client.(pipeliner)
@@ -274,6 +288,13 @@ func boolArg(b bool) string {
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	if s.near != nil {
+		// A COMPLETED record is the answer to every acquire until it ends
+		// or is deleted: acquire.lua would return it unchanged.
+		if rec, ok := s.near.completed(ctx, p.ID, s.recordKey(p.ID)); ok {
+			return idem.AcquireResult{Record: rec}, nil
+		}
+	}
 	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		p.LeaseDuration.Milliseconds(), p.Retention.Milliseconds(), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
@@ -306,6 +327,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// be replicated like a fresh acquisition, or released.
 		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
+	s.sawRecord(rec)
 	return idem.AcquireResult{Record: rec}, nil
 }
 
@@ -329,8 +351,12 @@ func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err 
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
-	return s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
+	err := s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
 		p.Retention.Milliseconds(), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
+	if err == nil && s.near != nil {
+		s.near.saw(s.recordKey(p.ID), p.Fence)
+	}
+	return err
 }
 
 // Extend implements idem.Store.
@@ -391,7 +417,13 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	if p.Result != nil {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body
 	}
+	if s.near != nil {
+		s.near.forget(s.recordKey(p.ID))
+	}
 	r, notReplicated, err := s.write(ctx, resolveScript, s.indexedKeys(p.ID), args)
+	if s.near != nil {
+		s.near.forget(s.recordKey(p.ID)) // see Delete
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: resolve: %w", err)
@@ -415,6 +447,11 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if s.near != nil {
+		if rec, ok := s.near.completed(ctx, id, s.recordKey(id)); ok {
+			return rec, nil
+		}
+	}
 	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
@@ -426,12 +463,39 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
+	s.sawRecord(rec)
 	return rec, nil
+}
+
+// sawRecord tells the near cache, when on, of a COMPLETED record a script
+// returned.
+func (s *Store) sawRecord(rec idem.Record) {
+	if s.near != nil && rec.State == idem.StateCompleted {
+		s.near.saw(s.recordKey(rec.ID), rec.Fence)
+	}
+}
+
+// NearCacheStats returns what the near cache did (Options.NearCache); all
+// zero when it is off.
+func (s *Store) NearCacheStats() NearCacheStats {
+	if s.near == nil {
+		return NearCacheStats{}
+	}
+	return s.near.stats()
 }
 
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+	if s.near != nil {
+		s.near.forget(s.recordKey(id))
+	}
 	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
+	if s.near != nil {
+		// Again after the script: an acquire that ran meanwhile may have
+		// seen the record, and this process's cached copy is dropped only
+		// when the invalidation, which follows the reply, is read.
+		s.near.forget(s.recordKey(id))
+	}
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
 	}

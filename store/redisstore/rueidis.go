@@ -147,5 +147,9 @@ func NewRueidis(client rueidis.Client, opts *Options) (*Store, error) {
 	if client.Mode() == rueidis.ClientModeCluster {
 		mode = indexPerSlot
 	}
-	return newStore(rueidisRunner{client}, mode, opts)
+	s, err := newStore(rueidisRunner{client}, mode, opts)
+	if err == nil && opts != nil && opts.NearCache {
+		s.near = newNearCache(client)
+	}
+	return s, err
 }
