@@ -100,9 +100,11 @@ func nearCacheOptions(uri string) (rest string, near bool, cacheBytes int, err e
 // the go-redis options ParseURL's parsers make (so both clients read a URL
 // alike).
 func rueidisOption(uri string) (rueidis.ClientOption, error) {
-	if _, err := ParseURL(uri); err != nil { // the checks and errors of ParseURL
+	c, err := ParseURL(uri) // the checks and errors of ParseURL
+	if err != nil {
 		return rueidis.ClientOption{}, err
 	}
+	c.Close() // it connects lazily: nothing was dialled
 	scheme, rest, _ := strings.Cut(uri, "://")
 	var opt rueidis.ClientOption
 	var dialTimeout time.Duration
