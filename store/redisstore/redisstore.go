@@ -475,13 +475,13 @@ func (s *Store) sawRecord(rec idem.Record) {
 	}
 }
 
-// NearCacheStats returns what the near cache did (Options.NearCache); all
-// zero when it is off.
-func (s *Store) NearCacheStats() NearCacheStats {
+// NearCacheStats returns what the near cache did (Options.NearCache), and
+// false when it is off.
+func (s *Store) NearCacheStats() (NearCacheStats, bool) {
 	if s.near == nil {
-		return NearCacheStats{}
+		return NearCacheStats{}, false
 	}
-	return s.near.stats()
+	return s.near.stats(), true
 }
 
 // Delete implements idem.Store.
