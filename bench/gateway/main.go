@@ -5,6 +5,9 @@
 // Markdown table of req/s, p50 and p99, and ratios against the bare proxy.
 //
 //	go run ./bench/gateway -duration 5s -concurrency 32 -redis redis://127.0.0.1:6379/0
+//
+// With -near-cache (the default) the Redis rows are run twice: as given,
+// and with ?near_cache=on.
 package main
 
 import (
@@ -34,6 +37,7 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "load per configuration")
 	concurrency := flag.Int("concurrency", 32, "concurrent clients")
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
+	nearCache := flag.Bool("near-cache", true, "add redis rows with ?near_cache=on (replays from process memory)")
 	flag.Parse()
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,11 +70,21 @@ func main() {
 	stores := []string{"memory"}
 	if *redisURI != "" {
 		stores = append(stores, *redisURI)
+		if *nearCache {
+			sep := "?"
+			if strings.Contains(*redisURI, "?") {
+				sep = "&"
+			}
+			stores = append(stores, *redisURI+sep+"near_cache=on")
+		}
 	}
 	for _, uri := range stores {
 		addr, stop := startGateway(uri, upURL)
 		defer stop()
 		name := "idem, " + strings.SplitN(uri, ":", 2)[0] + " store"
+		if strings.Contains(uri, "near_cache=on") {
+			name += " (near cache)"
+		}
 		targets = append(targets, target{name + ", unique keys", "http://" + addr, false}, target{name + ", replays", "http://" + addr, true})
 	}
 
