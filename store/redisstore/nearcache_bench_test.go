@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -23,7 +24,7 @@ import (
 // and behind the middleware on Redis, at 2 and 64 concurrent clients, with
 // replays (one key) and with unique keys (every request runs the handler),
 // on the three ways to reach Redis: go-redis, rueidis, and rueidis with
-// the near cache. Batches to the bare handler (untimed) and to the
+// the near cache, and on the memory store (the ceiling: no network). Batches to the bare handler (untimed) and to the
 // protected one (timed) alternate, and x-bare is the protected one's
 // requests per second as a fraction of the bare handler's in the same run
 // (1.0 = no cost).
@@ -38,6 +39,13 @@ func BenchmarkNearCache(b *testing.B) {
 		name string
 		new  func(b *testing.B) idem.Store
 	}{
+		{"memory", func(b *testing.B) idem.Store { // the ceiling: no network at all
+			s, err := memstore.New(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
 		{"go-redis", func(b *testing.B) idem.Store {
 			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
 			if err != nil {
