@@ -208,8 +208,8 @@ type Options struct {
 	// value) means off. docs/state-machine.md has what it guarantees.
 	NearCache bool
 	// Functions runs the scripts as a Redis 7 function library (FCALL)
-	// instead of EVALSHA, which measured 4-14% faster per acquire+complete
-	// cycle (docs/benchmarks.md). The store loads the library, named
+	// instead of EVALSHA, which measured 2-21% (median 9%) faster per
+	// acquire+complete cycle (docs/benchmarks.md). The store loads the library, named
 	// idem_ and a hash of its code, on every node the first time a call
 	// finds it missing; it stays in Redis (functions are data: replicated,
 	// persisted, kept by FLUSHALL) until FUNCTION DELETE. The client's
