@@ -8,3 +8,6 @@ func (s *Store) RecordKey(id idem.ID) string { return s.recordKey(id) }
 
 // FunctionLibrary is the name of the function library of Options.Functions.
 var FunctionLibrary = libraryFunctions.lib
+
+// ParseAcquired decodes acquire.lua's reply to an acquisition.
+var ParseAcquired = parseAcquired

@@ -3,10 +3,13 @@ package redisstore
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -229,6 +232,27 @@ type Store struct {
 	ackTimeout time.Duration
 
 	near *nearCache // nil when Options.NearCache is off
+
+	leaseMs, retentionMs msArg // the last lease and retention, as script arguments
+}
+
+// msArg turns a duration into a script argument (its milliseconds in an
+// interface), keeping the last one made: the engine passes the same lease
+// and retention on every call, and boxing an int64 allocates.
+type msArg struct{ last atomic.Pointer[boxedMs] }
+
+type boxedMs struct {
+	d   time.Duration
+	arg any
+}
+
+func (m *msArg) arg(d time.Duration) any {
+	if b := m.last.Load(); b != nil && b.d == d {
+		return b.arg
+	}
+	b := &boxedMs{d: d, arg: d.Milliseconds()}
+	m.last.Store(b)
+	return b.arg
 }
 
 // New returns a store on a go-redis client: *redis.Client, a Sentinel
@@ -316,7 +340,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		}
 	}
 	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
-		p.LeaseDuration.Milliseconds(), p.Retention.Milliseconds(), fenceGraceMs, boolArg(p.TakeOver)})
+		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -355,15 +379,20 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 // "fence:acquired_ms", followed by ":previous_fence:previous_acquired_ms"
 // for a takeover.
 func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err error) {
-	f := strings.Split(s, ":")
 	var n [4]int64
-	for i := 0; err == nil && i < len(f) && i < len(n); i++ {
-		n[i], err = strconv.ParseInt(f[i], 10, 64)
+	fields, rest := 0, s
+	for ; err == nil && fields < len(n); fields++ {
+		f, more, found := strings.Cut(rest, ":")
+		n[fields], err = strconv.ParseInt(f, 10, 64)
+		if rest = more; !found {
+			fields++
+			break
+		}
 	}
-	if err != nil || (len(f) != 2 && len(f) != 4) {
+	if err != nil || rest != "" && fields == len(n) || (fields != 2 && fields != 4) {
 		return 0, 0, nil, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
 	}
-	if len(f) == 4 {
+	if fields == 4 {
 		took = &idem.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
 	}
 	return n[0], n[1], took, nil
@@ -372,7 +401,7 @@ func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	err := s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
-		p.Retention.Milliseconds(), p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body, fenceGraceMs})
+		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs})
 	if err == nil && s.near != nil {
 		s.near.saw(s.recordKey(p.ID), p.Fence)
 	}
@@ -382,7 +411,7 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID),
-		[]any{p.Owner, p.Fence, p.LeaseDuration.Milliseconds(), p.Retention.Milliseconds(), fenceGraceMs})
+		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
 }
 
 // Release implements idem.Store.
@@ -435,7 +464,7 @@ func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult
 func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs}
 	if p.Result != nil {
-		args[2], args[4], args[5], args[6] = "1", p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), p.Result.Body
+		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
 	}
 	if s.near != nil {
 		s.near.forget(s.recordKey(p.ID))
@@ -553,3 +582,19 @@ func parseFields(id idem.ID, f []string) (idem.Record, bool, error) {
 }
 
 var _ idem.Store = (*Store)(nil)
+
+// encodeHeader is recordcodec.AppendHeader into a buffer allocated once,
+// at a size that holds it.
+func encodeHeader(h http.Header) []byte {
+	if len(h) == 0 {
+		return nil
+	}
+	n := binary.MaxVarintLen64
+	for name, vs := range h {
+		n += len(name) + 2*binary.MaxVarintLen64
+		for _, v := range vs {
+			n += len(v) + binary.MaxVarintLen64
+		}
+	}
+	return recordcodec.AppendHeader(make([]byte, 0, n), h)
+}
