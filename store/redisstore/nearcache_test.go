@@ -352,3 +352,43 @@ func hitsOf(s *redisstore.Store) uint64 {
 	st, _ := s.NearCacheStats()
 	return st.Hits
 }
+
+// TestNearCacheFlushedWhenConnectionLost: the server dies and comes back
+// empty (no persistence: the record is lost, as a failover to a replica
+// that missed it would lose it). The client's cache is emptied when it
+// sees the connection end, and the next request after the server is back
+// executes instead of replaying the lost record.
+func TestNearCacheFlushedWhenConnectionLost(t *testing.T) {
+	srv, _ := privateRedis(t)
+	flushed := make(chan struct{}, 16)
+	c := cachingClient(t, srv.Addr, func(keys []rueidis.RedisMessage) {
+		if keys == nil { // the whole cache dropped: its connection ended
+			select {
+			case flushed <- struct{}{}:
+			default:
+			}
+		}
+	})
+	s, err := redisstore.NewRueidis(c, &redisstore.Options{Prefix: "flush:", NearCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := idem.ID{Tenant: "t", Key: "lost"}
+	completeKey(t, s, id, nearResult)
+	replay(t, s, id)
+	if a := replay(t, s, id); a.Acquired || hitsOf(s) == 0 {
+		t.Fatalf("replay = %+v, %d hits; want a cache hit", a, hitsOf(s))
+	}
+	srv.Kill()
+	select {
+	case <-flushed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client did not drop its cache within 30s of the server's death")
+	}
+	if err := srv.Restart(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if a := replay(t, s, id); !a.Acquired {
+		t.Fatalf("request after the server came back empty = %+v; want it executed", a)
+	}
+}
