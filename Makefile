@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway lab soak demo test-topology
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -19,6 +19,10 @@ bench: ## the Go benchmarks, with ratios against the naive lock and the bare han
 bench-gateway: ## the gateway on loopback against the upstream and a bare Go proxy (docs/benchmarks.md)
 	scripts/services.sh
 	go run ./bench/gateway
+
+curve: ## the cost curve: cycles/s by concurrency and stored records, CSV and SVG charts in docs/curve (docs/cost-curve.md)
+	scripts/services.sh
+	go run ./bench/curve -out docs/curve
 
 lab: ## the breach lab, one short run of every scenario, printed as a table
 	scripts/services.sh

@@ -231,7 +231,10 @@ const (
 // Complete, Extend, Release and MarkUnknown check, in the same atomic step
 // as the change, that the key is PROCESSING with the given owner and fence
 // (for Complete and MarkUnknown, UNKNOWN with them is accepted too: the
-// owner outlived its lease and knows more than the record); otherwise they
+// owner outlived its lease and knows more than the record; for Release,
+// UNKNOWN with Reason ReasonAbandoned and no live reconciliation claim:
+// only its lease's end made it UNKNOWN, and the owner knows its work did
+// not run); otherwise they
 // change nothing and return ErrLeaseLost. The check is on owner and fence,
 // not on the lease's end: a record still the caller's, that nobody took
 // over, accepts its owner's late word. Extend never re-creates an ended
@@ -248,7 +251,9 @@ type Store interface {
 	Complete(ctx context.Context, p CompleteParams) error
 	// Extend renews the caller's lease; it never re-creates an ended record.
 	Extend(ctx context.Context, p ExtendParams) error
-	// Release deletes the caller's PROCESSING record, so a retry can run.
+	// Release deletes the caller's PROCESSING record, or its UNKNOWN one
+	// whose reason is ReasonAbandoned while no reconciliation claim holds
+	// it, so a retry can run.
 	Release(ctx context.Context, p LeaseRef) error
 	// MarkUnknown turns the caller's PROCESSING record UNKNOWN.
 	MarkUnknown(ctx context.Context, p MarkUnknownParams) error

@@ -190,7 +190,11 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 
 // Release deletes the key so that a retry can run the work again, if this
 // lease still holds it. Use it only after a failure that provably did not
-// take effect; when the effect may have happened, use MarkUnknown.
+// take effect; when the effect may have happened, use MarkUnknown. After
+// the lease ended, Release still deletes the record while it is this
+// lease's own and untouched, or UNKNOWN only because a retry found the
+// lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
+// it returns ErrLeaseLost and changes nothing.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.finalize(ctx, "release", func(ctx context.Context) error {
 		return l.e.store.Release(ctx, l.ref)
@@ -203,7 +207,13 @@ func (l *Lease) Release(ctx context.Context) error {
 // UNKNOWN, if this lease still holds it, and no retry runs the work again
 // until Reconcile or Engine.Resolve says what happened. reason is kept in
 // Record.Reason (cut to MaxReasonLength bytes); it must not hold secrets.
+// ReasonAbandoned is the store's own and is stored as "owner: abandoned":
+// an owner's record with that reason could be released, and an owner that
+// said "unknown" has said the effect may have happened.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
+	if reason == ReasonAbandoned {
+		reason = "owner: " + ReasonAbandoned
+	}
 	if len(reason) > MaxReasonLength {
 		reason = strings.ToValidUTF8(reason[:MaxReasonLength], "")
 	}
@@ -249,7 +259,10 @@ func (l *Lease) finalize(ctx context.Context, op string, call func(context.Conte
 	case errors.Is(err, ErrLeaseLost):
 		l.closed = true
 		l.cancel(ErrLeaseLost)
-		l.e.log.Warn("idem: lease lost at "+op+"; the record of the new owner was left untouched",
+		// The store changed nothing; the key is not this lease's to change
+		// any more: taken over, resolved, deleted, expired, or UNKNOWN in a
+		// way its owner may not undo (marked so, or claimed by a reconciler).
+		l.e.log.Warn("idem: lease lost at "+op+"; the key is no longer this lease's and the store changed nothing",
 			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
 		l.e.leaseEvent(l.ref.ID, LeaseLost)
 		return fmt.Errorf("%s: %w", op, ErrLeaseLost)

@@ -1,8 +1,11 @@
 package idem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,6 +49,67 @@ func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
 			t.Fatalf("after the late completion = %v %+v; want the replay", r.Outcome, r.Result)
+		}
+	})
+}
+
+// An owner whose lease ended and whose record a retry turned UNKNOWN
+// (abandoned) knows its work did not run: its Release frees the key, and
+// the next attempt runs.
+func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		var logs bytes.Buffer
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		req := idem.Request{Key: "stalled-before-work", Fingerprint: "fp"}
+		stalled := begin(t, e, req) // the worker stalls before its side effect
+		if retry := waitOut(t, e, req, stalled.Lease); retry.Outcome != idem.Unknown || retry.Record.Reason != idem.ReasonAbandoned {
+			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
+		}
+		if err := stalled.Lease.Check(); err == nil {
+			t.Fatal("Check after the lease ended = nil; want an error")
+		}
+		if err := stalled.Lease.Release(context.Background()); err != nil {
+			t.Fatalf("Release of the owner's own abandoned record = %v; want nil", err)
+		}
+		if strings.Contains(logs.String(), "lost") {
+			t.Fatalf("log after an accepted Release: %s; want no lost lease", logs.String())
+		}
+		next := begin(t, e, req)
+		if next.Outcome != idem.Acquired || next.Lease.Fence() <= stalled.Lease.Fence() {
+			t.Fatalf("attempt after the release = %v; want Acquired with a fence above %d", next.Outcome, stalled.Lease.Fence())
+		}
+		if err := next.Lease.Complete(context.Background(), idem.Result{Body: []byte("ran once")}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Do releases the key when the work fails after its lease ended and a
+// retry turned the record UNKNOWN (abandoned): the work says it did not
+// take effect, so the next call runs it.
+func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
+		req := idem.Request{Key: "failed-late", Fingerprint: "fp"}
+		var retry idem.Attempt
+		_, _, err := e.Do(context.Background(), req, func(ctx context.Context, _ int64) ([]byte, error) {
+			<-ctx.Done() // the lease ends before the work reaches its side effect
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if retry = begin(t, e, req); retry.Outcome != idem.InFlight || time.Now().After(deadline) {
+					break
+				}
+			}
+			return nil, context.Cause(ctx)
+		})
+		if !errors.Is(err, idem.ErrLeaseExpired) {
+			t.Fatalf("Do = %v; want the work's error, ErrLeaseExpired", err)
+		}
+		if retry.Outcome != idem.Unknown || retry.Record.Reason != idem.ReasonAbandoned {
+			t.Fatalf("retry while the work ran late = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
+		}
+		out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return []byte("ran"), nil })
+		if err != nil || replayed || string(out) != "ran" {
+			t.Fatalf("Do after the release = %q, %v, %v; want the work run", out, replayed, err)
 		}
 	})
 }
@@ -274,6 +338,27 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		}
 		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
 			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
+		}
+	})
+}
+
+// An owner cannot give its own UNKNOWN record the store's reason
+// "abandoned", which would let a Release delete a record whose owner said
+// the effect may have happened.
+func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, nil)
+		req := idem.Request{Key: "owner-says-abandoned", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		if err := a.Lease.MarkUnknown(context.Background(), idem.ReasonAbandoned); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Get(context.Background(), req.ID())
+		if err != nil || rec.State != idem.StateUnknown || rec.Reason != "owner: abandoned" {
+			t.Fatalf("record = %+v, %v; want UNKNOWN with reason %q", rec, err, "owner: abandoned")
+		}
+		if err := s.Release(context.Background(), idem.LeaseRef{ID: req.ID(), Owner: rec.Owner, Fence: rec.Fence}); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("Release of a record its owner marked UNKNOWN = %v; want ErrLeaseLost", err)
 		}
 	})
 }

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Makes sure the Redis and PostgreSQL servers that the tests talk to are up,
+# Makes sure the Redis, PostgreSQL and NATS servers that the tests talk to are up,
 # and says so in one line per step:
 # - a server that answers on its port (or one named by IDEM_TEST_REDIS_URL
 #   or IDEM_TEST_DATABASE_URL) is left alone;
 # - one that is installed but down is started: Redis on 127.0.0.1:6379
 #   without persistence, PostgreSQL's newest cluster;
 # - on a fresh Debian machine, as root, apt-get installs what is missing
-#   (gcc, redis-server, postgresql; about a minute), and the new
+#   (gcc, redis-server, postgresql, nats-server; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
-# Both servers are left running afterwards.
+# - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
+#   unless IDEM_TEST_NATS_URL names one.
+# The servers are left running afterwards.
 set -euo pipefail
 
 say() { echo "services: $*"; }
@@ -84,4 +86,29 @@ else
     psql -h 127.0.0.1 -U postgres -c 'CREATE DATABASE test' >/dev/null
   fi
   say "PostgreSQL: up on 127.0.0.1:5432"
+fi
+
+if [ -n "${IDEM_TEST_NATS_URL:-}" ]; then
+  say "NATS: IDEM_TEST_NATS_URL names it, left alone"
+elif reachable 4222; then
+  say "NATS: up on 127.0.0.1:4222"
+else
+  if [ ! -x /usr/sbin/nats-server ]; then
+    install nats-server "NATS with JetStream, for examples/natsconsumer" NATS
+    # Under systemd the package starts its own service, without JetStream.
+    if reachable 4222 && command -v systemctl >/dev/null; then
+      say "NATS: stopping the package's service (no JetStream) to start it with -js"
+      systemctl stop nats-server || true
+    fi
+  fi
+  if ! reachable 4222; then
+    say "NATS: starting nats-server -js on 127.0.0.1:4222 (left running)"
+    mkdir -p /var/lib/nats-server /var/log
+    # The pidfile is the daemon's own: another nats-server (on another port) is not it.
+    start-stop-daemon --start --oknodo --background --make-pidfile --pidfile /run/idem-nats-server.pid \
+      --exec /usr/sbin/nats-server -- \
+      -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  fi
+  wait_port 4222 NATS
+  say "NATS: up on 127.0.0.1:4222"
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command of idem: starts (or installs) Redis and PostgreSQL when
+# The test command of idem: starts (or installs) Redis, PostgreSQL and NATS when
 # they are not reachable (scripts/services.sh), then vets and runs every
 # test with the race detector against the real servers. It prints one line
 # per phase, and go test's line per package as each one finishes.
@@ -17,4 +17,6 @@ go vet ./...
 packages=$(go list ./... | wc -l)
 phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest, cmd/idem, internal/lab and store/redisstore, about a minute each)"
 go test -race -count=1 -timeout 15m ./... "$@"
+phase "examples/natsconsumer, its own module: go vet, then its fault test on NATS JetStream (about 20 s)"
+(cd examples/natsconsumer && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 phase "every test passed"

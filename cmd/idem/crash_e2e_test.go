@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -21,30 +19,15 @@ import (
 // longE2E turns on the long variants of the fault tests (more requests).
 var longE2E = os.Getenv("IDEM_LONG_E2E") != ""
 
-// tryPost is post for a request that may get no answer (its gateway dies
-// or stalls): the error is returned, not reported.
-func tryPost(base, key, body string) (answer, error) {
-	req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return answer{}, err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b), resp.Header}, nil
-}
-
 // waitState polls the admin API until the key's record is in state, a
 // condition in another process (there is nothing to wait on but polling).
-func waitState(t *testing.T, g *gatewayProc, key, state string) {
+func waitState(t *testing.T, g *gatewayProc, tenant, key, state string) {
 	t.Helper()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(20 * time.Second)
 	for {
-		code, body := adminCall(t, g, "GET", "/v1/keys/-/"+key, "", "")
+		code, body := adminCall(t, g, "GET", "/v1/keys/"+tenant+"/"+key, "", "")
 		var rec struct{ State string }
 		if code == 200 && json.Unmarshal([]byte(body), &rec) == nil && rec.State == state {
 			return
@@ -74,7 +57,7 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			l := newLedger(t, "tok")
 			l.seen = make(chan string, n)
-			args := []string{"--upstream", l.URL, "--store", testenv.RedisURL(), "--lease", "1s"}
+			args := []string{"--upstream", l.URL, "--store", testenv.RedisURL(), "--lease", "1s", "--tenant-header", "X-Tenant-ID"}
 			switch mode {
 			case "reconcile":
 				args = append(args, "--reconcile-url", l.URL+"/lookup/{key}", "--reconcile-token", "tok")
@@ -82,6 +65,7 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 				args = append(args, "--takeover", "run")
 			}
 			run := rand.Text()[:8]
+			tenant := "kill-" + run
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = fmt.Sprintf("kill-%s-%d", run, i)
@@ -90,11 +74,9 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 			a := startGateway(t, args...)
 			var wg sync.WaitGroup
 			for _, key := range keys {
-				wg.Go(func() { tryPost("http://"+a.addr, key, `{"amount":5}`) })
+				wg.Go(func() { tryPost("http://"+a.addr, key, `{"amount":5}`, "X-Tenant-ID", tenant) })
 			}
-			for range keys {
-				<-l.seen
-			}
+			l.waitSeen(t, n)
 			a.cmd.Process.Kill()
 			<-a.done
 			wg.Wait()
@@ -103,11 +85,11 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 			}
 			b := startGateway(t, args...)
 			for _, key := range keys {
-				waitState(t, b, key, "UNKNOWN") // the lease ended: the record reads UNKNOWN (abandoned)
+				waitState(t, b, tenant, key, "UNKNOWN") // the lease ended: the record reads UNKNOWN (abandoned)
 			}
 			replayed, unknown, prevFence := 0, 0, 0
 			for _, key := range keys {
-				got := post(t, "http://"+b.addr, key, `{"amount":5}`)
+				got := post(t, "http://"+b.addr, key, `{"amount":5}`, "X-Tenant-ID", tenant)
 				switch mode {
 				case "reconcile":
 					if got.status != 201 || !got.replayed || got.body != l.result(key) {
@@ -174,9 +156,7 @@ func TestRedisStalledPastTheLease(t *testing.T) {
 	for i := range n {
 		wg.Go(func() { send(fmt.Sprintf("inflight-%d", i)) })
 	}
-	for range n {
-		<-l.seen
-	}
+	l.waitSeen(t, n)
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +203,20 @@ func TestRedisStalledPastTheLease(t *testing.T) {
 	}
 	t.Logf("Redis SIGSTOPped %v with %d requests in flight (lease %v) and %d more sent: cut at most %v after send+lease; %d forwarded after their lease; %d extra executions",
 		lease+time.Second, n, lease, n, worst.Round(time.Millisecond), late, extra)
+}
+
+// waitSeen waits until n executions have started at the ledger; a
+// request that never reaches it fails the test instead of hanging it.
+func (l *ledger) waitSeen(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for i := range n {
+		select {
+		case <-l.seen:
+		case <-deadline:
+			t.Fatalf("%d of %d requests reached the upstream", i, n)
+		}
+	}
 }
 
 // waitFinishedIfStarted waits for the key's execution, if it ever reached

@@ -182,6 +182,17 @@ type answer struct {
 
 func post(t *testing.T, base, key, body string, hdr ...string) answer {
 	t.Helper()
+	a, err := tryPost(base, key, body, hdr...)
+	if err != nil {
+		t.Errorf("POST %s: %v", base, err)
+	}
+	return a
+}
+
+// tryPost is post for a request that may get no answer (its gateway dies
+// or stalls): the error is returned, not reported. hdr holds header
+// name/value pairs; an empty value removes the header.
+func tryPost(base, key, body string, hdr ...string) (answer, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
@@ -197,12 +208,11 @@ func post(t *testing.T, base, key, body string, hdr ...string) answer {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Errorf("POST %s: %v", base, err)
-		return answer{}
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b), resp.Header}
+	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b), resp.Header}, nil
 }
 
 // storeURIs are the stores the end-to-end tests run on.

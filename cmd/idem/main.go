@@ -26,6 +26,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/idemkit/idem/internal/lab"
 )
 
 // command is one subcommand of idem.
@@ -48,6 +50,7 @@ var commands = map[string]command{
 var errUsage = errors.New("usage")
 
 func main() {
+	lab.MaybeRunWorker() // a worker process of `idem lab` runs and exits here
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))

@@ -60,7 +60,6 @@ func TestManySlowAndIdleConnections(t *testing.T) {
 	base := measure("baseline", 200)
 	rssBefore := rss(t, g)
 
-	var helpers []*exec.Cmd
 	var ready sync.WaitGroup
 	var established atomic.Int64
 	for _, role := range []string{"slow", "idle"} {
@@ -73,7 +72,6 @@ func TestManySlowAndIdleConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { stdin.Close(); cmd.Wait() })
-		helpers = append(helpers, cmd)
 		ready.Add(1)
 		go func() {
 			sc := bufio.NewScanner(out)

@@ -480,9 +480,7 @@ func TestShutdownMarksInFlightUnknown(t *testing.T) {
 		l.mu.Unlock()
 		wg.Go(func() { post(t, "http://"+g.addr, key, `{}`) })
 	}
-	for range 5 {
-		<-l.seen
-	}
+	l.waitSeen(t, 5)
 	start := time.Now()
 	err := g.stop(t) // an error: the shutdown timeout cut requests
 	stopped := time.Since(start)

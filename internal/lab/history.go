@@ -27,7 +27,11 @@ type Op struct {
 	Key    string
 	Worker int
 	Result string // OpOK: the charge id; OpFail, OpInfo: the error
-	At     time.Time
+	// Told is set on an OpInfo that a worker answered: it said the
+	// outcome is unknown (the key is UNKNOWN) instead of running the work
+	// again. Without it, an OpInfo is a client that timed out.
+	Told bool
+	At   time.Time
 }
 
 // history is the ordered record of every operation in a run.
@@ -52,16 +56,18 @@ func (h *history) all() []Op {
 // Counts is what the checker found in one run (or the sum of several).
 type Counts struct {
 	Requests      int // invocations
-	Unknown       int // info: outcome unknown to the client
+	Timeouts      int // info: the client timed out, the outcome is unknown to it
+	Unknown       int // keys no client got a result for, and a worker answered that the outcome is unknown
 	DoubleExec    int // keys the provider executed more than once
 	DoubleEffects int // keys with more than one committed ledger row
 	LostResults   int // keys whose acknowledged result was later replayed differently
-	Stuck         int // keys no client got an answer for
+	Stuck         int // keys no client got an answer for, not even that the outcome is unknown
 	Fenced        int // stale owners refused (lease check, store finalize, ledger fence)
 }
 
 func (c *Counts) add(o Counts) {
 	c.Requests += o.Requests
+	c.Timeouts += o.Timeouts
 	c.Unknown += o.Unknown
 	c.DoubleExec += o.DoubleExec
 	c.DoubleEffects += o.DoubleEffects
@@ -75,12 +81,17 @@ func check(keys []string, ops []Op, calls []call, rows map[string]int, fenced in
 	var c Counts
 	first := map[string]string{}
 	lost := map[string]bool{}
+	told := map[string]bool{}
 	for _, op := range ops {
 		switch op.Type {
 		case OpInvoke:
 			c.Requests++
 		case OpInfo:
-			c.Unknown++
+			if op.Told {
+				told[op.Key] = true
+			} else {
+				c.Timeouts++
+			}
 		case OpOK:
 			r, seen := first[op.Key]
 			if !seen {
@@ -107,7 +118,11 @@ func check(keys []string, ops []Op, calls []call, rows map[string]int, fenced in
 			c.LostResults++
 		}
 		if _, ok := first[k]; !ok {
-			c.Stuck++
+			if told[k] {
+				c.Unknown++
+			} else {
+				c.Stuck++
+			}
 		}
 	}
 	c.Fenced = fenced

@@ -9,6 +9,7 @@ const (
 	implIdemRedisPG = "idem-redis+pg"
 	implProviderKey = "idem-redis+provider-key"
 	implPGKey       = "idem-redis+pg+provider-key"
+	implReconcile   = "idem-redis+reconcile"
 )
 
 // storeKind is where an implementation's workers keep the keys.
@@ -28,6 +29,7 @@ type impl struct {
 	blindDel    bool // naiveLock only: DEL the lock at the end without checking that it is still ours
 	guardrail   bool // the worker writes the key's row in PostgreSQL before the charge (store/pgstore's reservations)
 	providerKey bool // the provider deduplicates by the idempotency key
+	reconcile   bool // idem asks the provider about keys whose outcome is unknown (Options.Reconcile, a lookup by key)
 }
 
 // String returns the name of the implementation.
@@ -41,4 +43,16 @@ var (
 	idemRedisPG            = impl{name: implIdemRedisPG, store: redisStore, guardrail: true}
 	idemRedisProviderKey   = impl{name: implProviderKey, store: redisStore, providerKey: true}
 	idemRedisPGProviderKey = impl{name: implPGKey, store: redisStore, guardrail: true, providerKey: true}
+	idemRedisReconcile     = impl{name: implReconcile, store: redisStore, reconcile: true}
 )
+
+// implByName returns the implementation named name (a worker process is
+// told its implementation by name).
+func implByName(name string) (impl, bool) {
+	for _, im := range []impl{naive, naiveDel, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey, idemRedisPGProviderKey, idemRedisReconcile} {
+		if im.name == name {
+			return im, true
+		}
+	}
+	return impl{}, false
+}

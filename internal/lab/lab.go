@@ -125,6 +125,7 @@ func newLab(ctx context.Context, cfg Config) (*lab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab: Redis URL: %w", err)
 	}
+	ropts.ContextTimeoutEnabled = true
 	c := redis.NewClient(ropts)
 	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	err = c.Ping(pingCtx).Err()
@@ -142,7 +143,7 @@ func newLab(ctx context.Context, cfg Config) (*lab, error) {
 		pg.close()
 		return nil, err
 	}
-	lb := &lab{redis: ropts, pg: pg, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
+	lb := &lab{redis: ropts, pg: pg, pgURL: cfg.PostgresURL, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
 	if cfg.Long {
 		lb.lease, lb.keys = 500*time.Millisecond, 24
 	}
@@ -157,17 +158,19 @@ func (lb *lab) close() {
 // PrintTable writes rows as an aligned table, with a legend.
 func PrintTable(w io.Writer, rows []Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\timplementation\truns\trequests\tunknown\tdouble exec\tdouble effects\tlost results\tstuck keys\tfenced\t")
+	fmt.Fprintln(tw, "scenario\timplementation\truns\trequests\ttimeouts\tdouble exec\tdouble effects\tlost results\tunknown\tstuck keys\tfenced\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Scenario, r.Impl, r.Runs, r.Requests, r.Unknown,
-			r.DoubleExec, r.DoubleEffects, r.LostResults, r.Stuck, r.Fenced)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", r.Scenario, r.Impl, r.Runs, r.Requests, r.Timeouts,
+			r.DoubleExec, r.DoubleEffects, r.LostResults, r.Unknown, r.Stuck, r.Fenced)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, `
-unknown: requests whose client timed out (outcome unknown). double exec: keys the provider
-charged more than once. double effects: keys with more than one committed ledger row. lost
-results: keys whose acknowledged result was later replayed differently. stuck keys: keys no
-client got an answer for. fenced: stale owners refused (lease check, fenced finalize, ledger fence).`)
+timeouts: requests whose client timed out (outcome unknown to it). double exec: keys the
+provider charged more than once. double effects: keys with more than one committed ledger row.
+lost results: keys whose acknowledged result was later replayed differently. unknown: keys
+no client got a result for because idem kept them UNKNOWN (it may have run; it never runs
+again unasked). stuck keys: keys no client got any answer for. fenced: stale owners refused
+(lease check, fenced finalize, ledger fence).`)
 	var unsafe []string
 	for _, r := range rows {
 		if r.Impl == idemRedis.name && (r.DoubleExec > 0 || r.LostResults > 0) {

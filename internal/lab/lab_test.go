@@ -12,7 +12,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	MaybeRunWorker() // worker-kill runs its workers as processes of this test binary
+	goleak.VerifyTestMain(m)
+}
 
 var (
 	table = flag.Bool("lab.table", false, "run TestTable: every scenario, and print the table")
@@ -93,6 +96,7 @@ func TestStallBefore(t *testing.T) {
 	breaches(t, rows, implNaive)
 	noDoubleExec(t, rows, implIdemRedis)
 	noDoubleExec(t, rows, implIdemMemory)
+	noDoubleExec(t, rows, implReconcile)
 	guarded(t, rows)
 }
 
@@ -100,6 +104,11 @@ func TestStallAfter(t *testing.T) {
 	rows := runScenario(t, "stall-after")
 	breaches(t, rows, implNaive)
 	guarded(t, rows)
+	// The stalled owner's lease ended after its charge: idem keeps the key
+	// UNKNOWN instead of running it again, and the lookup finds the charge.
+	noDoubleExec(t, rows, implIdemRedis)
+	noDoubleExec(t, rows, implIdemMemory)
+	noDoubleExec(t, rows, implReconcile)
 	// The provider's own key stops the second charge, though the
 	// application's unguarded ledger still records it twice.
 	if r := rows[implProviderKey]; r.DoubleExec != 0 || r.LostResults != 0 {
@@ -147,10 +156,12 @@ func TestDelayedReplies(t *testing.T) {
 func TestPGKill(t *testing.T) {
 	rows := runScenario(t, "pg-kill")
 	guarded(t, rows)
-	// The charge is outside the database transaction: a retry charges
-	// again, and only the provider's own key stops it.
-	if r := rows[implIdemRedisPG]; r.DoubleExec == 0 {
-		t.Errorf("%s: no double charge: the terminated backend did not bite", implIdemRedisPG)
+	// The charge is outside the database transaction, which died: the
+	// worker keeps the key UNKNOWN instead of releasing it for a retry to
+	// charge again.
+	noDoubleExec(t, rows, implIdemRedisPG)
+	if r := rows[implIdemRedisPG]; r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the terminated backend did not bite", implIdemRedisPG)
 	}
 	if r := rows[implPGKey]; r.DoubleExec != 0 || r.DoubleEffects != 0 || r.LostResults != 0 {
 		t.Errorf("%s: %d double executions, %d double effects, %d lost results; want 0", implPGKey, r.DoubleExec, r.DoubleEffects, r.LostResults)
@@ -173,6 +184,60 @@ func TestBurst(t *testing.T) {
 	noDoubleExec(t, rows, implIdemRedis)
 	noDoubleExec(t, rows, implIdemMemory)
 	guarded(t, rows)
+}
+
+// unknownOutcomes asserts what the vectors of unknown outcomes must show:
+// idem never runs an unknown outcome again (0 double executions), on Redis
+// alone it keeps such keys UNKNOWN, and with the provider's lookup it
+// learns every outcome.
+func unknownOutcomes(t *testing.T, rows map[string]Row) {
+	t.Helper()
+	noDoubleExec(t, rows, implIdemRedis)
+	noDoubleExec(t, rows, implIdemRedisPG)
+	noDoubleExec(t, rows, implReconcile)
+	guarded(t, rows)
+	if r := row(t, rows, implReconcile); r.Stuck != 0 {
+		t.Errorf("%s: %d stuck keys; want 0", implReconcile, r.Stuck)
+	}
+}
+
+func TestProviderCut(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
+	rows := runScenario(t, "provider-cut")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the cut did not bite", implIdemRedis)
+	}
+	if r := row(t, rows, implReconcile); r.Unknown != 0 {
+		t.Errorf("%s: %d keys left UNKNOWN; the provider's lookup knows every charge", implReconcile, r.Unknown)
+	}
+}
+
+func TestProviderSlow(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
+	rows := runScenario(t, "provider-slow")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the timeout did not bite", implIdemRedis)
+	}
+}
+
+func TestWorkerKill(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
+	rows := runScenario(t, "worker-kill")
+	breaches(t, rows, implNaive)
+	unknownOutcomes(t, rows)
+	if r := row(t, rows, implIdemRedis); r.Unknown == 0 {
+		t.Errorf("%s: no key left UNKNOWN: the kill did not bite", implIdemRedis)
+	}
+}
+
+func TestStoreStop(t *testing.T) {
+	t.Parallel() // no timing assumptions; each run has its own keys, schema and servers
+	rows := runScenario(t, "store-stop")
+	unknownOutcomes(t, rows)
 }
 
 func TestUnknownScenario(t *testing.T) {

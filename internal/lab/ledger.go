@@ -40,6 +40,10 @@ type Ledger interface {
 	Begin(ctx context.Context, tenant, key string, fence int64) (Effect, error)
 	// Rows returns how many committed rows each key of tenant has.
 	Rows(ctx context.Context, tenant string) (map[string]int, error)
+	// Committed reports the charge committed for key by the owner holding
+	// fence, after a Commit that failed: its COMMIT may have landed. ok is
+	// false when no such row is known (a plain ledger cannot tell).
+	Committed(ctx context.Context, tenant, key string, fence int64) (charge string, ok bool)
 }
 
 // Effect is one open effect; call Commit or Abort.
@@ -136,6 +140,8 @@ func (e plainEffect) Commit(ctx context.Context, charge string) error {
 
 func (plainEffect) Abort(context.Context) {}
 
+func (plainLedger) Committed(context.Context, string, string, int64) (string, bool) { return "", false }
+
 // guardLedger is the PostgreSQL guardrail of store/pgstore: the key's
 // reservation is inserted in the worker's transaction before the provider
 // call, so a second owner blocks on it and then sees the committed effect
@@ -177,6 +183,14 @@ func (l guardLedger) Begin(ctx context.Context, tenant, key string, fence int64)
 		return nil, errors.New("lab: reservation committed without an outcome")
 	}
 	return nil, &DuplicateError{Charge: string(res.Outcome)}
+}
+
+func (l guardLedger) Committed(ctx context.Context, tenant, key string, fence int64) (string, bool) {
+	res, err := l.pg.guard.Reservation(ctx, l.pg.pool, tenant, key)
+	if err != nil || res.Fence != fence || res.SettledAt.IsZero() {
+		return "", false
+	}
+	return string(res.Outcome), true
 }
 
 type guardEffect struct {

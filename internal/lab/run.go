@@ -3,10 +3,12 @@ package lab
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ const workersPerRun = 3
 type lab struct {
 	redis *redis.Options // the shared Redis
 	pg    *pgLab
+	pgURL string // for worker processes
 	tmp   string // a temp dir for the servers the lab starts
 	lease time.Duration
 	keys  int
@@ -36,6 +39,13 @@ type runSetup struct {
 	charged func(ctx context.Context, key string, e Effect) Effect // nil: nothing; called once per key after its first charge, returns the effect to commit
 	fault   func(ctx context.Context) error                        // injected while clients run; nil: none
 	cleanup func()
+	// plan, when not nil, replaces the scenario's plan of provider calls.
+	plan callPlan
+	// afterCharge, when not nil, is told by the provider's server (a
+	// scenario with overHTTP) of every call that charged, before the
+	// answer; true cuts the connection instead. kill SIGKILLs a worker
+	// process (a scenario with procs) and starts a new one.
+	afterCharge func(ev chargeEvent, kill func(worker int)) (cut bool)
 }
 
 // runOne runs one scenario with one implementation and checks it: the
@@ -54,18 +64,54 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, im impl) (Counts, error
 	if err != nil {
 		return Counts{}, err
 	}
-	workers, err := startWorkers(im, env)
+	var kills killSwitch
+	closePay := func() {}
+	if sc.overHTTP {
+		srv, err := startPayServer(env.Provider, func(ev chargeEvent) bool {
+			return setup.afterCharge != nil && setup.afterCharge(ev, kills.kill)
+		})
+		if err != nil {
+			return Counts{}, err
+		}
+		closePay = sync.OnceFunc(srv.close)
+		defer closePay()
+		pc := newPayClient(srv.url, sc.payTimeoutOr(lease))
+		defer pc.close()
+		env.Pay, env.payURL = pc, srv.url
+	}
+	workers, err := lb.startWorkers(sc, im, env, setup.ep, &kills)
 	if err != nil {
 		return Counts{}, err
 	}
 	defer closeWorkers(workers)
 	r := &runner{env: env, workers: workers, hist: &history{}, clientTimeout: sc.clientTimeout(lease)}
 	keys := sc.keyNames(lb.keys)
-	if err := r.clientsUnderFault(ctx, keys, sc.perKey(), lb.spread(), setup.fault); err != nil {
+	if err := r.clientsUnderFault(ctx, keys, sc.perKey(), sc.spreadOr(lb.spread()), setup.fault); err != nil {
 		return Counts{}, fmt.Errorf("lab: %s: injecting the fault: %w", sc.name, err)
 	}
 	r.finalRead(ctx, keys, len(keys)*sc.perKey())
+	closePay() // every provider call has ended: a slow one may still have charged
 	return r.check(ctx, keys)
+}
+
+// killSwitch lets the provider's server kill a worker process of the run,
+// once the workers have started.
+type killSwitch struct {
+	mu      sync.Mutex
+	workers []worker
+}
+
+func (k *killSwitch) set(ws []worker) { k.mu.Lock(); k.workers = ws; k.mu.Unlock() }
+
+func (k *killSwitch) kill(id int) {
+	k.mu.Lock()
+	ws := k.workers
+	k.mu.Unlock()
+	if id >= 0 && id < len(ws) {
+		if pw, ok := ws[id].(*procWorker); ok {
+			pw.killAndRestart()
+		}
+	}
 }
 
 // prepare starts the scenario's servers; without a prepare of its own a
@@ -84,17 +130,23 @@ func (lb *lab) prepare(ctx context.Context, sc *scenario) (runSetup, error) {
 // implementation writes to, and its Redis clients or memory store.
 func (lb *lab) newWorkerEnv(sc *scenario, im impl, setup runSetup, lease time.Duration) (*workerEnv, error) {
 	env := &workerEnv{
-		Tenant:   "run-" + strings.ToLower(rand.Text()[:10]),
-		Prefix:   "idemlab:" + rand.Text()[:10] + ":",
-		Lease:    lease,
-		Provider: newProvider(im.providerKey, nil),
-		Ledger:   plainLedger{lb.pg},
-		Fenced:   new(atomic.Int64),
-		NewRedis: lb.redisClients(setup.ep),
+		Tenant:    "run-" + strings.ToLower(rand.Text()[:10]),
+		Prefix:    "idemlab:" + rand.Text()[:10] + ":",
+		Lease:     lease,
+		Provider:  newProvider(im.providerKey, nil),
+		Reconcile: im.reconcile,
+		Ledger:    plainLedger{lb.pg},
+		Fenced:    new(atomic.Int64),
+		NewRedis:  redisClients(lb.redis, setup.ep),
 	}
+	env.Pay = env.Provider
 	if sc.plan != nil {
 		env.Provider.plan = sc.plan(lease)
 	}
+	if setup.plan != nil {
+		env.Provider.plan = setup.plan
+	}
+	env.payTimeout = sc.payTimeoutOr(lease)
 	if sc.pause != nil {
 		env.Pause = sc.pause(lease)
 	}
@@ -134,17 +186,19 @@ func firstChargeOnly(charged func(ctx context.Context, key string, e Effect) Eff
 	}
 }
 
-// redisClients returns a constructor of the workers' Redis clients: short
-// timeouts, no retries of their own, and each dial to where ep points now
-// (a failover moves it).
-func (lb *lab) redisClients(ep *endpoint) func() *redis.Client {
+// redisClients returns a constructor of the workers' Redis clients on
+// base: short timeouts, no retries of their own, calls that end at their
+// context's deadline, and each dial to where ep points now (a failover
+// moves it).
+func redisClients(base *redis.Options, ep *endpoint) func() *redis.Client {
 	return func() *redis.Client {
-		o := *lb.redis
+		o := *base
 		o.MaxRetries = -1
 		o.PoolSize = 32
 		o.DialTimeout = time.Second
 		o.ReadTimeout = 2 * time.Second
 		o.WriteTimeout = time.Second
+		o.ContextTimeoutEnabled = true // a call ends at its context's deadline, as idem's own clients do
 		d := &net.Dialer{Timeout: time.Second}
 		o.Dialer = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			return d.DialContext(ctx, "tcp", ep.get())
@@ -153,18 +207,59 @@ func (lb *lab) redisClients(ep *endpoint) func() *redis.Client {
 	}
 }
 
-// startWorkers starts the run's workers, or none when one fails to start.
-func startWorkers(im impl, env *workerEnv) ([]worker, error) {
+// startWorkers starts the run's workers, goroutines or (sc.procs)
+// processes, or none when one fails to start.
+func (lb *lab) startWorkers(sc *scenario, im impl, env *workerEnv, ep *endpoint, kills *killSwitch) ([]worker, error) {
 	workers := make([]worker, 0, workersPerRun)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
 	for i := range workersPerRun {
-		w, err := newWorker(im, i, env)
-		if err != nil {
-			closeWorkers(workers)
-			return nil, err
-		}
-		workers = append(workers, w)
+		wg.Go(func() {
+			var w worker
+			var err error
+			if sc.procs {
+				w, err = startProcWorker(i, lb.procConfig(im, env, ep), env.Fenced)
+			} else {
+				w, err = newWorker(im, i, env)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			workers = append(workers, w)
+		})
 	}
+	wg.Wait()
+	if len(errs) > 0 {
+		closeWorkers(workers)
+		return nil, errors.Join(errs...)
+	}
+	slices.SortFunc(workers, func(a, b worker) int { return workerID(a) - workerID(b) })
+	kills.set(workers)
 	return workers, nil
+}
+
+// workerID is the id a worker was started with.
+func workerID(w worker) int {
+	switch w := w.(type) {
+	case *procWorker:
+		return w.id
+	case *naiveWorker:
+		return w.id
+	case *idemWorker:
+		return w.id
+	}
+	return 0
+}
+
+// procConfig is what a worker process of im is told about the run.
+func (lb *lab) procConfig(im impl, env *workerEnv, ep *endpoint) procConfig {
+	return procConfig{Impl: im.name, Tenant: env.Tenant, Prefix: env.Prefix, Lease: env.Lease,
+		RedisAddr: ep.get(), RedisDB: lb.redis.DB, RedisUsername: lb.redis.Username, RedisPassword: lb.redis.Password,
+		PostgresURL: lb.pgURL, Schema: lb.pg.schema, PayURL: env.payURL, PayTimeout: env.payTimeout}
 }
 
 func closeWorkers(workers []worker) {
@@ -265,11 +360,20 @@ func (r *runner) client(ctx context.Context, id int, key string, deadline time.T
 		select {
 		case rep := <-done:
 			t.Stop()
-			if rep.err == nil {
+			var unknown *unknownAnswer
+			switch {
+			case rep.err == nil:
 				r.hist.add(Op{Type: OpOK, Client: id, Key: key, Worker: wid, Result: rep.result})
 				return
+			case errors.As(rep.err, &unknown):
+				// The work may have run: Jepsen's info, as the worker said.
+				r.hist.add(Op{Type: OpInfo, Client: id, Key: key, Worker: wid, Result: rep.err.Error(), Told: true})
+				if !unknown.Retry {
+					return // it stays UNKNOWN until an operator resolves it
+				}
+			default:
+				r.hist.add(Op{Type: OpFail, Client: id, Key: key, Worker: wid, Result: rep.err.Error()})
 			}
-			r.hist.add(Op{Type: OpFail, Client: id, Key: key, Worker: wid, Result: rep.err.Error()})
 		case <-t.C:
 			r.hist.add(Op{Type: OpInfo, Client: id, Key: key, Worker: wid, Result: "client timeout"})
 		}
@@ -284,7 +388,7 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 	case naiveLock:
 		return &naiveWorker{id: id, env: env, rdb: env.NewRedis(), g: g, del: im.blindDel}, nil
 	case memoryStore:
-		eng, err := newEngine(gatedStore{env.Memory, g}, env.Lease)
+		eng, err := newEngine(gatedStore{env.Memory, g}, env)
 		return &idemWorker{id: id, env: env, eng: eng, g: g}, err
 	case redisStore:
 		rdb := env.NewRedis()
@@ -293,7 +397,7 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 			rdb.Close()
 			return nil, err
 		}
-		eng, err := newEngine(gatedStore{st, g}, env.Lease)
+		eng, err := newEngine(gatedStore{st, g}, env)
 		if err != nil {
 			rdb.Close()
 			return nil, err
@@ -303,6 +407,17 @@ func newWorker(im impl, id int, env *workerEnv) (worker, error) {
 	return nil, fmt.Errorf("lab: implementation %s has no store kind", im)
 }
 
-func newEngine(s idem.Store, lease time.Duration) (*idem.Engine, error) {
-	return idem.New(s, &idem.Options{LeaseDuration: lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+// reconcileTimeout bounds one lookup at the provider; the engine's claim
+// on the key lasts 2 s longer, so a lookup that answered "still running"
+// is asked again that much later.
+const reconcileTimeout = 2 * time.Second
+
+// newEngine returns a worker's engine: the run's lease, and with
+// env.Reconcile a lookup at the provider for keys whose outcome is unknown.
+func newEngine(s idem.Store, env *workerEnv) (*idem.Engine, error) {
+	o := &idem.Options{LeaseDuration: env.Lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	if env.Reconcile {
+		o.Reconcile, o.ReconcileTimeout = reconcileWith(env.Pay), reconcileTimeout
+	}
+	return idem.New(s, o)
 }

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,13 @@ type scenario struct {
 	timeout       func(lease time.Duration) time.Duration
 	pause         func(lease time.Duration) *pausePlan
 	plan          func(lease time.Duration) callPlan
+	spread        time.Duration // how long the first requests are spread over; zero: the lab's
+	// overHTTP puts the provider behind an HTTP server on loopback: a call
+	// can be cut, time out, or outlive its caller. payTimeout is then the
+	// caller's timeout of one charge (nil: none).
+	overHTTP   bool
+	payTimeout func(lease time.Duration) time.Duration
+	procs      bool // the workers are processes of their own (needs overHTTP)
 	// prepare starts the servers of the run and returns the fault to inject;
 	// nil: the shared Redis, no fault beyond pause and plan.
 	prepare func(ctx context.Context, lb *lab) (runSetup, error)
@@ -63,6 +71,22 @@ func (s *scenario) keyNames(def int) []string {
 	return keys
 }
 
+// spreadOr returns the scenario's spread, or def.
+func (s *scenario) spreadOr(def time.Duration) time.Duration {
+	if s.spread > 0 {
+		return s.spread
+	}
+	return def
+}
+
+// payTimeoutOr returns the caller's timeout of one charge over HTTP.
+func (s *scenario) payTimeoutOr(lease time.Duration) time.Duration {
+	if s.payTimeout != nil {
+		return s.payTimeout(lease)
+	}
+	return 0
+}
+
 // perKey is how many clients send a key's first requests.
 func (s *scenario) perKey() int {
 	return max(s.clientsPerKey, 1)
@@ -76,20 +100,28 @@ var (
 	allRedis  = []impl{naive, idemRedis, idemRedisPG}
 	withKey   = []impl{naive, idemRedis, idemRedisPG, idemRedisProviderKey}
 	withLocal = []impl{naive, idemMemory, idemRedis, idemRedisPG}
+	// The vectors of unknown outcomes: idem alone keeps such a key
+	// UNKNOWN; with a lookup at the provider it learns what happened.
+	withReconcile = []impl{naive, idemRedis, idemRedisPG, idemRedisReconcile}
 )
+
+// unknownLease is the lease of the vectors of unknown outcomes. Only
+// store-stop is about the lease; the others run with one that a loaded
+// machine's work fits in, so that what they show is the fault's.
+const unknownLease = time.Second
 
 func scenarios() []*scenario {
 	return []*scenario{
 		{
 			name:   "stall-before",
 			vector: "the worker holding the lease freezes for 1.5 leases (code, store calls and heartbeat) before the provider call",
-			impls:  withLocal,
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisReconcile},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: beforeProvider, For: L * 3 / 2} },
 		},
 		{
 			name:   "stall-after",
 			vector: "the worker freezes for 1.5 leases after the provider charged, before it stores the result",
-			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey},
+			impls:  []impl{naive, idemMemory, idemRedis, idemRedisPG, idemRedisProviderKey, idemRedisReconcile},
 			pause:  func(L time.Duration) *pausePlan { return &pausePlan{At: afterProvider, For: L * 3 / 2} },
 		},
 		{
@@ -156,6 +188,51 @@ func scenarios() []*scenario {
 			prepare: preparePGLostCommit,
 		},
 		{
+			name:     "provider-cut",
+			vector:   "the provider (an HTTP server on loopback) executes the first call of every key, then cuts the connection before it answers",
+			impls:    withReconcile,
+			lease:    unknownLease,
+			spread:   unknownLease,
+			overHTTP: true,
+			prepare:  prepareProviderCut,
+		},
+		{
+			name:       "provider-slow",
+			vector:     "the provider takes a lease (1 s) over the first call of every key; the caller's timeout is a quarter of it",
+			impls:      withReconcile,
+			lease:      unknownLease,
+			spread:     unknownLease,
+			overHTTP:   true,
+			payTimeout: func(L time.Duration) time.Duration { return L / 4 },
+			plan: func(L time.Duration) callPlan {
+				return func(n int) (time.Duration, bool) {
+					if n == 0 {
+						return L, false
+					}
+					return 0, false
+				}
+			},
+		},
+		{
+			name:     "worker-kill",
+			vector:   "the workers are processes; once the provider charged the first call of a key, it SIGKILLs the calling worker's process before it answers; the worker is restarted",
+			impls:    withReconcile,
+			lease:    unknownLease,
+			spread:   unknownLease,
+			overHTTP: true,
+			procs:    true,
+			prepare:  prepareWorkerKill,
+		},
+		{
+			name:     "store-stop",
+			vector:   "own Redis; the first provider call of the run SIGSTOPs it for 2.5 leases (then SIGCONT) and takes 1.5 leases: the store hangs past the lease mid-request",
+			impls:    withReconcile,
+			lease:    unknownLease,
+			spread:   unknownLease,
+			overHTTP: true,
+			prepare:  prepareStoreStop,
+		},
+		{
 			name:          "burst",
 			vector:        "1,000 concurrent requests for one key, lease 5 s",
 			impls:         withLocal,
@@ -209,7 +286,7 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 			return err
 		}
 		primary.Kill()
-		c := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1})
+		c := redis.NewClient(&redis.Options{Addr: replica.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 		defer c.Close()
 		if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 			return fmt.Errorf("promote the replica: %w", err)
@@ -341,6 +418,65 @@ func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
 			mu.Unlock()
 		}
 		return g
+	}
+	return setup, nil
+}
+
+func prepareProviderCut(ctx context.Context, lb *lab) (runSetup, error) {
+	setup := runSetup{ep: &endpoint{}}
+	setup.ep.set(lb.redis.Addr)
+	setup.afterCharge = func(ev chargeEvent, _ func(int)) bool { return ev.First }
+	return setup, nil
+}
+
+func prepareWorkerKill(ctx context.Context, lb *lab) (runSetup, error) {
+	setup := runSetup{ep: &endpoint{}}
+	setup.ep.set(lb.redis.Addr)
+	setup.afterCharge = func(ev chargeEvent, kill func(int)) bool {
+		if !ev.First {
+			return false
+		}
+		kill(ev.Worker) // the charge is made; its worker dies before it hears of it
+		return true
+	}
+	return setup, nil
+}
+
+// storeStopWait bounds how long store-stop waits for the first provider call.
+const storeStopWait = 30 * time.Second
+
+func prepareStoreStop(ctx context.Context, lb *lab) (runSetup, error) {
+	srv, err := lb.startRedis(ctx, nil)
+	if err != nil {
+		return runSetup{}, err
+	}
+	setup := runSetup{ep: &endpoint{}, cleanup: srv.Kill} // Kill continues a stopped server first
+	setup.ep.set(srv.Addr)
+	L := unknownLease
+	stopped := make(chan struct{})
+	var once sync.Once
+	setup.plan = func(int) (time.Duration, bool) {
+		var d time.Duration
+		once.Do(func() {
+			if srv.Pause() == nil {
+				close(stopped)
+				d = L * 3 / 2
+			}
+		})
+		return d, false
+	}
+	setup.fault = func(ctx context.Context) error {
+		t := time.NewTimer(storeStopWait)
+		defer t.Stop()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			return errors.New("no provider call came to stop the store on")
+		}
+		err := ctxtime.Sleep(ctx, L*5/2)
+		return errors.Join(err, srv.Resume())
 	}
 	return setup, nil
 }

@@ -144,7 +144,7 @@ func (e *endpoint) get() string  { e.mu.Lock(); defer e.mu.Unlock(); return e.ad
 
 // waitReplicated waits until the replica reports its link to the primary up.
 func waitReplicated(ctx context.Context, replica string) error {
-	c := redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: replica, MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {

@@ -16,7 +16,24 @@ import (
 var (
 	errBusy        = errors.New("lab: 409 another request holds the key")
 	errUnavailable = errors.New("lab: 503 try again")
+	// errOutcomeUnknown is the answer for a key whose outcome is unknown
+	// (idem's 503 outcome_unknown), as an *unknownAnswer.
+	errOutcomeUnknown = errors.New("lab: 503 outcome unknown")
 )
+
+// unknownAnswer is a worker's answer that the key's work may have run and
+// no result is known: it does not run it again. Retry says whether asking
+// again can help (a reconciliation is configured); without one the key
+// stays UNKNOWN for its retention, and the client stops.
+type unknownAnswer struct {
+	Retry  bool
+	Reason string
+}
+
+func (e *unknownAnswer) Error() string { return errOutcomeUnknown.Error() + ": " + e.Reason }
+
+// Is reports errOutcomeUnknown.
+func (e *unknownAnswer) Is(target error) bool { return target == errOutcomeUnknown }
 
 // gate freezes the request for one key on one worker, the way a GC
 // pause, a stalled thread or SIGSTOP freezes it: while frozen, its code,
@@ -102,12 +119,18 @@ type workerEnv struct {
 	Tenant   string
 	Prefix   string // Redis key prefix of the run
 	Lease    time.Duration
-	Provider *provider
-	Ledger   Ledger
-	Pause    *pausePlan
-	NewRedis func() *redis.Client // a new client of the run's Redis, as the worker's own
-	Memory   idem.Store           // the shared in-process store, for idem-memory
-	Fenced   *atomic.Int64        // stale owners refused
+	Provider *provider // the run's provider, whose calls the checker reads; nil in a worker process
+	Pay      payments  // the provider as the workers reach it: Provider itself, or over HTTP
+	// Reconcile makes the idem workers ask Pay about keys whose outcome is
+	// unknown (Options.Reconcile).
+	Reconcile  bool
+	payURL     string        // the provider's server, when reached over HTTP (for worker processes)
+	payTimeout time.Duration // the caller's timeout of one charge over HTTP; zero: none
+	Ledger     Ledger
+	Pause      *pausePlan
+	NewRedis   func() *redis.Client // a new client of the run's Redis, as the worker's own
+	Memory     idem.Store           // the shared in-process store, for idem-memory
+	Fenced     *atomic.Int64        // stale owners refused
 	// Charged, when not nil, is called after the provider charged and
 	// before the effect is committed: the pg scenarios inject faults here.
 	// It returns the effect to commit, possibly wrapped.
@@ -156,7 +179,7 @@ func (w *naiveWorker) Handle(ctx context.Context, key string) (string, error) {
 		return "", fmt.Errorf("%w: %w", errUnavailable, err)
 	}
 	w.g.wait(ctx, key)
-	charge, err := w.env.Provider.Charge(ctx, w.id, key, 0)
+	charge, err := w.env.Pay.Charge(ctx, w.id, key, 0)
 	if err != nil {
 		eff.Abort(ctx)
 		if w.del {
@@ -209,6 +232,9 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 		return "", errBusy
 	case idem.Mismatch:
 		return "", fmt.Errorf("lab: 422 fingerprint mismatch for %s", key)
+	case idem.Unknown:
+		// An earlier attempt may have charged: never charge again unasked.
+		return "", &unknownAnswer{Retry: att.RetryAfter > 0, Reason: att.Record.Reason}
 	}
 	l := att.Lease
 	final := context.WithoutCancel(ctx)
@@ -244,7 +270,18 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 		eff.Abort(final)
 		return refuse(err)
 	}
-	charge, err := w.env.Provider.Charge(ctx, w.id, key, l.Fence())
+	// The call runs under the lease: it is cut when the lease ends.
+	charge, err := w.env.Pay.Charge(l.Context(), w.id, key, l.Fence())
+	if errors.Is(err, idem.ErrOutcomeUnknown) {
+		// The request reached the provider, or may have, and no answer
+		// came back: it may have charged. Releasing would charge again.
+		eff.Abort(final)
+		w.g.wait(ctx, key)
+		if err := l.MarkUnknown(final, err.Error()); errors.Is(err, idem.ErrLeaseLost) {
+			w.env.Fenced.Add(1)
+		}
+		return "", &unknownAnswer{Retry: w.env.Reconcile, Reason: err.Error()}
+	}
 	if err != nil {
 		eff.Abort(final)
 		w.g.wait(ctx, key)
@@ -259,8 +296,15 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	}
 	// The charge happened: record it even if the lease is gone meanwhile.
 	if err := eff.Commit(final, charge); err != nil {
-		l.Release(final)
-		return "", fmt.Errorf("%w: ledger commit after the charge: %w", errUnavailable, err)
+		// The COMMIT may have landed (its reply was lost) or not (the
+		// backend died): the ledger says which. Either way the charge was
+		// made, so the key is never released for a retry to charge again.
+		if ch, ok := w.env.Ledger.Committed(final, w.env.Tenant, key, l.Fence()); !ok || ch != charge {
+			if err := l.MarkUnknown(final, "ledger commit failed after the charge"); errors.Is(err, idem.ErrLeaseLost) {
+				w.env.Fenced.Add(1)
+			}
+			return "", &unknownAnswer{Retry: w.env.Reconcile, Reason: "ledger commit failed after the charge: " + err.Error()}
+		}
 	}
 	err = l.Complete(final, idem.Result{Body: []byte(charge)})
 	switch {
@@ -306,4 +350,9 @@ func (s gatedStore) Extend(ctx context.Context, p idem.ExtendParams) error {
 func (s gatedStore) Release(ctx context.Context, p idem.LeaseRef) error {
 	s.g.wait(ctx, p.Key)
 	return s.Store.Release(ctx, p)
+}
+
+func (s gatedStore) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	s.g.wait(ctx, p.Key)
+	return s.Store.MarkUnknown(ctx, p)
 }

@@ -185,14 +185,27 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.lock()
+	now := s.lock()
 	defer s.mu.Unlock()
 	e, ok := s.owned(p)
-	if !ok || e.rec.State != idem.StateProcessing {
+	if !ok || !e.releasable(now) {
 		return idem.ErrLeaseLost
 	}
 	s.remove(e)
 	return nil
+}
+
+// releasable reports whether the owner may release e: it is PROCESSING,
+// or UNKNOWN only because its lease ended (ReasonAbandoned) and no
+// reconciliation claim holds it.
+func (e *entry) releasable(now time.Time) bool {
+	switch e.rec.State {
+	case idem.StateProcessing:
+		return true
+	case idem.StateUnknown:
+		return e.rec.Reason == idem.ReasonAbandoned && (e.claimOwner == "" || !now.Before(e.claimUntil))
+	}
+	return false
 }
 
 // MarkUnknown implements idem.Store.

@@ -139,8 +139,12 @@ WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner 
 	expires_at = clock_timestamp() + $6 * interval '1 microsecond'
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
 	AND coalesce(lease_until, expires_at) > clock_timestamp()`),
+		// Release deletes the caller's row: PROCESSING, or UNKNOWN for
+		// reason $5 (abandoned: its lease ended, nobody said anything about
+		// the work) while no reconciliation claim holds it.
 		release: r.Replace(`DELETE FROM S.records
-WHERE tenant_id = $1 AND idempotency_key = $2 AND state = 'P' AND owner = $3 AND fence = $4
+WHERE tenant_id = $1 AND idempotency_key = $2 AND owner = $3 AND fence = $4
+	AND (state = 'P' OR (state = 'U' AND reason = $5 AND (claim_until IS NULL OR claim_until <= clock_timestamp())))
 	AND expires_at > clock_timestamp()`),
 		// A repeated MarkUnknown keeps the first reason, time and end.
 		markUnknown: r.Replace(`UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
@@ -331,7 +335,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence)
+	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence, idem.ReasonAbandoned)
 }
 
 // MarkUnknown implements idem.Store.

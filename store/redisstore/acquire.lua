@@ -25,6 +25,8 @@ local rec = redis.call('SET', KEYS[1], record(fence), 'NX', 'GET', 'PX', lease +
 -- of the six zero-padded microsecond digits.
 local acquired = t[1] .. string.sub(us, 1, 3)
 if not rec then return fence .. ':' .. acquired end
+local replay = completed_reply(rec, now_ms)
+if replay then return replay end
 local r = decode(rec)
 local took = ''
 if abandoned(r, now_ms) then

@@ -416,7 +416,7 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.run, releaseScript, s.keys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
+	return s.transition(ctx, "release", s.run, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // MarkUnknown implements idem.Store. With Options.ReplicaAcks it waits

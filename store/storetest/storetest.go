@@ -107,6 +107,7 @@ func Run(t *testing.T, h Harness) {
 		{"TakeOverReportsPreviousAttempt", testTakeOver},
 		{"LateWordOfTheOwnerAccepted", testLateOwner},
 		{"CompleteOfOwnUnknownRecord", testCompleteOwnUnknown},
+		{"ReleaseOfOwnAbandonedRecord", testReleaseOwnAbandoned},
 		{"StaleOwnerCannotMarkOrCompleteOthersRecord", testStaleOwnerUnknown},
 		{"MarkUnknownIsIdempotent", testMarkUnknownIdempotent},
 		{"ClaimIsExclusiveUnderContention", testClaimExclusive},

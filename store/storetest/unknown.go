@@ -122,9 +122,9 @@ func testAbandonedBecomesUnknown(t *testing.T, s idem.Store, advance func(time.D
 			t.Fatalf("Acquire (TakeOver %v) of an UNKNOWN key = %+v; want the UNKNOWN record", takeOver, res)
 		}
 	}
-	// The owner's lease is over: it can neither renew nor give up the key.
+	// The owner's lease is over: it cannot renew it (it may still release
+	// the key, see testReleaseOwnAbandoned).
 	wantLost(t, "Extend of an UNKNOWN record", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
-	wantLost(t, "Release of an UNKNOWN record", s.Release(ctx, ref))
 	wantUnknown(t, s, ref, idem.ReasonAbandoned)
 
 	// It lives for the Acquire's retention, not the first record's.
@@ -244,6 +244,90 @@ func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Durati
 	}
 	rec, _ = get(t, s, id)
 	checkCompleted(t, rec, want)
+}
+
+// testReleaseOwnAbandoned: the owner of a record turned UNKNOWN only
+// because its lease ended (ReasonAbandoned) releases it like a PROCESSING
+// one, when it knows its work did not run: the key leaves the listing and
+// the next acquisition runs, under a higher fence. Nobody else releases
+// it, and neither does its owner while a reconciliation claim holds it.
+func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Duration)) {
+	ctx := context.Background()
+	id, claimed, lapsed, taken := newID(t), newID(t), newID(t), newID(t)
+	refs := map[idem.ID]idem.LeaseRef{}
+	for _, k := range []idem.ID{id, claimed, lapsed, taken} {
+		refs[k] = mustAcquire(t, s, k, short)
+	}
+	advance(2 * short)
+	if res := acquire(t, s, id, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown {
+		t.Fatalf("Acquire of an ended lease = %+v; want UNKNOWN", res)
+	}
+	fresh := mustTakeOver(t, s, taken, refs[taken], short)
+	if res := claim(t, s, claimed, "reconciler", long); !res.Claimed {
+		t.Fatalf("Claim = %+v; want claimed", res)
+	}
+	if res := claim(t, s, lapsed, "reconciler", short); !res.Claimed {
+		t.Fatalf("Claim = %+v; want claimed", res)
+	}
+
+	ref := refs[id]
+	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+		t.Fatalf("ListUnknown = %+v; want the abandoned key", got)
+	}
+	for _, bad := range []idem.LeaseRef{
+		{ID: id, Owner: "someone-else", Fence: ref.Fence},
+		{ID: id, Owner: ref.Owner, Fence: ref.Fence + 1},
+		{ID: id, Owner: ref.Owner, Fence: ref.Fence - 1},
+	} {
+		wantLost(t, fmt.Sprintf("Release(%+v) of another's abandoned record", bad), s.Release(ctx, bad))
+	}
+	wantUnknown(t, s, ref, idem.ReasonAbandoned)
+	if err := s.Release(ctx, ref); err != nil {
+		t.Fatalf("Release of own abandoned record = %v; want nil", err)
+	}
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("record after the owner released its abandoned record = %+v; want absent", rec)
+	}
+	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+		t.Fatalf("ListUnknown after the owner's Release = %+v; want empty", got)
+	}
+	wantLost(t, "repeated Release of a released record", s.Release(ctx, ref))
+	next := mustAcquire(t, s, id, long)
+	if next.Fence <= ref.Fence {
+		t.Fatalf("fence after the release = %d; want above %d", next.Fence, ref.Fence)
+	}
+	wantLost(t, "Release by the released owner of the next owner's record", s.Release(ctx, ref))
+	if rec, ok := get(t, s, id); !ok || rec.State != idem.StateProcessing || rec.Fence != next.Fence {
+		t.Fatalf("record after a stale Release = %+v (found %v); want the next owner's PROCESSING record", rec, ok)
+	}
+
+	// A live reconciliation claim stands: the reconciler's verdict decides.
+	wantLost(t, "Release of own abandoned record under a claim", s.Release(ctx, refs[claimed]))
+	wantUnknown(t, s, refs[claimed], idem.ReasonAbandoned)
+	if err := s.Resolve(ctx, idem.ResolveParams{ID: claimed, Fence: refs[claimed].Fence, Claim: "reconciler"}); err != nil {
+		t.Fatalf("Resolve under the claim after a refused Release = %v; want nil", err)
+	}
+
+	advance(2 * short)
+
+	// An owner that was taken over cannot release the record of the owner
+	// after it, abandoned in turn; that owner can.
+	if res := acquire(t, s, taken, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown || res.Record.Fence != fresh.Fence {
+		t.Fatalf("Acquire of the new owner's ended lease = %+v; want its UNKNOWN record", res)
+	}
+	wantLost(t, "Release by a stale owner of the new owner's abandoned record", s.Release(ctx, refs[taken]))
+	wantUnknown(t, s, fresh, idem.ReasonAbandoned)
+	if err := s.Release(ctx, fresh); err != nil {
+		t.Fatalf("Release by the new owner of its abandoned record = %v; want nil", err)
+	}
+
+	// A claim that ended holds nothing.
+	if err := s.Release(ctx, refs[lapsed]); err != nil {
+		t.Fatalf("Release of own abandoned record after the claim ended = %v; want nil", err)
+	}
+	if rec, ok := get(t, s, lapsed); ok {
+		t.Fatalf("record after the release = %+v; want absent", rec)
+	}
 }
 
 // testStaleOwnerUnknown: an owner whose key was taken over can neither

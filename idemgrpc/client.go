@@ -1,0 +1,212 @@
+package idemgrpc
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/idemkit/idem"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// ClientOptions configures the client interceptor. A nil *ClientOptions
+// means all defaults.
+type ClientOptions struct {
+	// Methods are the full method names the interceptor gives keys to and
+	// retries; other calls pass through untouched. Nil means every unary
+	// method.
+	Methods []string
+	// MaxAttempts bounds the attempts of one logical call, the first
+	// included. Zero means 4; 1 attaches the key and never retries.
+	MaxAttempts int
+	// BaseDelay is the wait before the first retry of an answer without
+	// RetryInfo, doubled for each later one, with jitter. Zero means 100ms.
+	BaseDelay time.Duration
+	// MaxDelay caps one wait, a server's RetryInfo included. Zero means 10s.
+	MaxDelay time.Duration
+	// PerAttemptTimeout, when set, bounds each attempt: an attempt cut off
+	// by it is retried with the same key (the server either replays or is
+	// still running the first). Zero means attempts are bounded only by
+	// the call's context.
+	PerAttemptTimeout time.Duration
+	// NewKey makes the key of a logical call that has none. Nil means
+	// crypto/rand.Text (26 random base32 characters).
+	NewKey func() string
+}
+
+// NewClientInterceptor returns the unary client interceptor that gives
+// every logical call an idempotency key and keeps it across retries:
+// the caller's (WithKey, or an idempotency-key already in the outgoing
+// metadata), else a fresh one. The key travels in the metadata, so the
+// retries of a service config retry policy, which resend the same
+// metadata, carry it too.
+//
+// It retries, up to MaxAttempts, the answers that say the call did not
+// run or is still running (UNAVAILABLE, ABORTED, RESOURCE_EXHAUSTED, and
+// DEADLINE_EXCEEDED of an attempt cut off by PerAttemptTimeout), waiting
+// the server's RetryInfo when it gives one. An outcome-unknown answer
+// (ErrorInfo reason OUTCOME_UNKNOWN) is retried only when it carries a
+// RetryInfo (a reconciliation may settle it) and within the same bounds;
+// it is returned as an *OutcomeUnknownError. Bad options are an error.
+func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error) {
+	var opt ClientOptions
+	if o != nil {
+		opt = *o
+	}
+	if opt.MaxAttempts < 0 || opt.BaseDelay < 0 || opt.MaxDelay < 0 || opt.PerAttemptTimeout < 0 {
+		return nil, errors.New("idemgrpc: NewClientInterceptor: negative MaxAttempts, BaseDelay, MaxDelay or PerAttemptTimeout")
+	}
+	c := &client{opt: opt}
+	if c.opt.MaxAttempts == 0 {
+		c.opt.MaxAttempts = 4
+	}
+	if c.opt.BaseDelay == 0 {
+		c.opt.BaseDelay = 100 * time.Millisecond
+	}
+	if c.opt.MaxDelay == 0 {
+		c.opt.MaxDelay = 10 * time.Second
+	}
+	if c.opt.NewKey == nil {
+		c.opt.NewKey = rand.Text
+	}
+	if opt.Methods != nil {
+		c.methods = make(map[string]bool, len(opt.Methods))
+		for _, m := range opt.Methods {
+			c.methods[m] = true
+		}
+	}
+	return c.invoke, nil
+}
+
+type client struct {
+	opt     ClientOptions
+	methods map[string]bool // nil: all
+}
+
+type keyContextKey struct{}
+
+// WithKey returns a context whose calls through the client interceptor
+// carry key: use it to retry a logical call across process restarts, or
+// after the interceptor gave up, with the key it had.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyContextKey{}, key)
+}
+
+// KeyFromContext returns the key WithKey put in ctx.
+func KeyFromContext(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(keyContextKey{}).(string)
+	return k, ok
+}
+
+// Replayed reports whether a call's trailer (grpc.Trailer) marks its
+// answer as a replay of a stored result.
+func Replayed(trailer metadata.MD) bool {
+	vs := trailer.Get(TrailerReplayed)
+	return len(vs) == 1 && vs[0] == "true"
+}
+
+// OutcomeUnknownError is returned by the client interceptor when the
+// server says that an earlier call with the key may have taken effect
+// and its result is not known: the call was not run again, and retrying
+// with a new key may do the work twice. errors.Is(err,
+// idem.ErrOutcomeUnknown) is true, and status.FromError gives the
+// server's status.
+type OutcomeUnknownError struct {
+	Key    string
+	Status *status.Status
+}
+
+// Error says that the outcome is unknown, and the server's message.
+func (e *OutcomeUnknownError) Error() string {
+	return "idemgrpc: outcome unknown for key " + e.Key + ": " + e.Status.Message()
+}
+
+// GRPCStatus returns the server's status.
+func (e *OutcomeUnknownError) GRPCStatus() *status.Status { return e.Status }
+
+// Is reports idem.ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == idem.ErrOutcomeUnknown }
+
+func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if c.methods != nil && !c.methods[method] {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	key, ok := KeyFromContext(ctx)
+	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(MetadataKey)) > 0 {
+		key = md.Get(MetadataKey)[0] // the caller set it; keep theirs
+	} else {
+		if !ok || key == "" {
+			key = c.opt.NewKey()
+		}
+		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
+	}
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = c.attempt(ctx, method, req, reply, cc, invoker, opts)
+		if err == nil {
+			return nil
+		}
+		delay, retry := c.retryable(ctx, err, attempt)
+		st, _ := status.FromError(err)
+		if ErrorInfo(st) == ReasonOutcomeUnknown && (!retry || attempt >= c.opt.MaxAttempts) {
+			return &OutcomeUnknownError{Key: key, Status: st}
+		}
+		if !retry || attempt >= c.opt.MaxAttempts {
+			return err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < delay {
+			return err // the wait would outlast the call
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
+	if c.opt.PerAttemptTimeout == 0 {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	actx, cancel := context.WithTimeout(ctx, c.opt.PerAttemptTimeout)
+	defer cancel()
+	return invoker(actx, method, req, reply, cc, opts...)
+}
+
+// retryable says whether err may be retried with the same key, and after
+// how long.
+func (c *client) retryable(ctx context.Context, err error, attempt int) (time.Duration, bool) {
+	if ctx.Err() != nil {
+		return 0, false
+	}
+	st, _ := status.FromError(err)
+	delay, hasInfo := RetryDelay(st)
+	switch st.Code() {
+	case codes.Unavailable, codes.Aborted, codes.ResourceExhausted:
+	case codes.DeadlineExceeded: // the attempt's own timeout, the call's is not over
+		if c.opt.PerAttemptTimeout == 0 {
+			return 0, false
+		}
+	default:
+		if ErrorInfo(st) != ReasonOutcomeUnknown || !hasInfo {
+			return 0, false
+		}
+	}
+	if !hasInfo {
+		// Jitter over [d/2, d]: the retries of many callers spread out.
+		d := c.opt.BaseDelay << min(attempt-1, 16)
+		if d <= 0 || d > c.opt.MaxDelay { // past the cap, or overflowed
+			d = c.opt.MaxDelay
+		}
+		delay = d/2 + mrand.N(d/2+1)
+	}
+	return min(delay, c.opt.MaxDelay), true
+}

@@ -1,0 +1,145 @@
+package idemgrpc
+
+import (
+	"context"
+	"strconv"
+	"sync"
+
+	"github.com/idemkit/idem"
+	"google.golang.org/grpc/codes"
+)
+
+// Disposition is what the interceptor does with a key once its handler
+// has answered: store the answer and replay it, release the key so a
+// retry runs the handler again, or mark the key UNKNOWN so that nothing
+// runs it again until the outcome is reconciled (idem.Options.Reconcile)
+// or an operator resolves it (idem.Engine.Resolve).
+type Disposition uint8
+
+const (
+	// DispositionStore records the answer (message or status with its
+	// details); every retry gets it replayed.
+	DispositionStore Disposition = iota + 1
+	// DispositionRelease deletes the key: the work provably did not take
+	// effect, and a retry runs the handler again.
+	DispositionRelease
+	// DispositionUnknown turns the key UNKNOWN: the work may have taken
+	// effect and its result is not known. A retry gets UNKNOWN with the
+	// ErrorInfo reason OUTCOME_UNKNOWN, never a second run.
+	DispositionUnknown
+)
+
+// String names the disposition.
+func (d Disposition) String() string {
+	switch d {
+	case DispositionStore:
+		return "store"
+	case DispositionRelease:
+		return "release"
+	case DispositionUnknown:
+		return "unknown"
+	}
+	return "Disposition(" + strconv.Itoa(int(d)) + ")"
+}
+
+// DefaultStatusPolicy is the default Options.StatusPolicy. It follows
+// idemhttp.DefaultStatusPolicy: release a key only when the status says
+// the call was not processed, and never replay as final an answer that
+// says nothing about the work.
+//
+//   - UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED: the service declares
+//     it did not do the work and invites a retry (the gRPC status code
+//     guide: retry UNAVAILABLE, retry ABORTED at a higher level,
+//     RESOURCE_EXHAUSTED is a quota or overload refusal); they are the
+//     HTTP 503 and 429 of gRPC: release, the retry runs.
+//   - DEADLINE_EXCEEDED and CANCELLED: the handler's work was cut off,
+//     typically a downstream call that was sent and not answered; the
+//     status code guide says an operation that changes state "may have
+//     completed successfully" after DEADLINE_EXCEEDED. They are the
+//     HTTP 504 of gRPC: UNKNOWN. (The handler runs on a context detached
+//     from the caller's cancellation, so these come from its own work.)
+//   - Everything else, OK, INTERNAL and UNKNOWN included, is stored and
+//     replayed: the handler ran to an answer. INTERNAL and UNKNOWN (the
+//     status grpc-go gives a handler's plain Go error) may come after a
+//     side effect, and running the handler again to see is what
+//     idempotency keys exist to avoid: they are the HTTP 500, which
+//     Stripe and idemhttp store too. A caller wanting a fresh try uses a
+//     new key.
+func DefaultStatusPolicy(code codes.Code) Disposition {
+	switch code {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return DispositionRelease
+	case codes.DeadlineExceeded, codes.Canceled:
+		return DispositionUnknown
+	}
+	return DispositionStore
+}
+
+// SetDisposition overrides, for the call whose handler runs on ctx, what
+// the interceptor does with the key after the handler returns, whatever
+// its status: a handler that knows better than its status declares it
+// here, e.g. DispositionUnknown after a downstream call that was sent and
+// not answered. reason is kept with an UNKNOWN key (idem.Record.Reason)
+// and must not hold secrets. The last call wins. It reports false, doing
+// nothing, when ctx is not the context of a protected handler.
+//
+// A handler error that wraps idem.ErrOutcomeUnknown (idem.OutcomeUnknown)
+// makes the key UNKNOWN too, and a panic always does.
+func SetDisposition(ctx context.Context, d Disposition, reason string) bool {
+	o, ok := ctx.Value(dispositionKey{}).(*override)
+	if !ok || d < DispositionStore || d > DispositionUnknown {
+		return false
+	}
+	o.mu.Lock()
+	o.d, o.reason = d, reason
+	o.mu.Unlock()
+	return true
+}
+
+type dispositionKey struct{}
+
+// override is what SetDisposition declared for one call; d is zero when
+// nothing was.
+type override struct {
+	mu     sync.Mutex
+	d      Disposition
+	reason string
+}
+
+func (o *override) get() (Disposition, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.d, o.reason
+}
+
+type leaseKey struct{}
+
+// LeaseFromContext returns the lease a handler runs under, if the
+// interceptor acquired one for its call, as idemhttp.LeaseFromContext
+// does for HTTP. Pass its fence (Lease.Fence) with the call's side
+// effects so they can refuse a stale owner (see store/pgstore's
+// guardrail), and call Lease.Check right before one.
+func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
+	return l, ok
+}
+
+// leaseContext is the context a protected handler runs under: the
+// lease's (cancelled when the lease can no longer be held), carrying the
+// lease for LeaseFromContext and the call's override for SetDisposition,
+// without an allocation of its own.
+type leaseContext struct {
+	context.Context
+	lease    *idem.Lease
+	override *override
+}
+
+func (c *leaseContext) Value(key any) any {
+	switch key {
+	case leaseKey{}:
+		return c.lease
+	case dispositionKey{}:
+		return c.override
+	}
+	return c.Context.Value(key)
+}

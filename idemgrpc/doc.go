@@ -1,0 +1,112 @@
+// Package idemgrpc gives unary gRPC methods idempotency keys on an
+// idem.Engine: a server interceptor that runs a method at most once per
+// (tenant, key) and replays its answer to retries, and a client
+// interceptor that gives every logical call a key and keeps it across
+// retries.
+//
+//	engine, _ := idem.New(store, nil)
+//	si, _ := idemgrpc.NewServerInterceptor(engine, &idemgrpc.Options{Tenant: tenantFromPeer})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, si))
+//
+//	ci, _ := idemgrpc.NewClientInterceptor(nil)
+//	conn, _ := grpc.NewClient(target, grpc.WithUnaryInterceptor(ci), ...)
+//
+// # The key, the tenant and the fingerprint
+//
+// The key is the idempotency-key metadata entry (MetadataKey), or, with
+// Options.KeyField, a string field of the request message: AIP-155's
+// request_id. A key is 1 to 255 bytes of UTF-8 without control
+// characters, sent once; anything else is INVALID_ARGUMENT. A call
+// without a key passes through unprotected, or, with Options.RequireKey,
+// is INVALID_ARGUMENT.
+//
+// The tenant scopes keys: the same key from two tenants never meets.
+// Options.Tenant derives it from the call's context (peer certificate,
+// authenticated metadata). A call without one is refused UNAUTHENTICATED:
+// the key of an unidentified caller could replay another caller's answer.
+// Options.AllowAnonymous puts such calls in one shared scope instead, for
+// services without callers to tell apart.
+//
+// The fingerprint is the SHA-256 of the full method name and the
+// request's deterministic protobuf encoding: the same key with another
+// method or another message is FAILED_PRECONDITION.
+//
+// # What a call gets
+//
+//   - first call: the handler runs under a lease, on a context detached
+//     from the caller's cancellation and deadline (once started, the work
+//     runs to completion and is recorded, so the caller's retry gets the
+//     replay, not a second run). LeaseFromContext gives the handler its
+//     lease: pass Lease.Fence with its side effects and call Lease.Check
+//     before one, as with idemhttp.LeaseFromContext. Its answer, the
+//     response message or the final status with its details, is stored,
+//     or the key released, or marked UNKNOWN, as Options.StatusPolicy says
+//     (DefaultStatusPolicy: UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED
+//     release; DEADLINE_EXCEEDED and CANCELLED are unknown; the rest, OK,
+//     INTERNAL and UNKNOWN included, is stored), unless the handler
+//     declared otherwise with SetDisposition or returned an error wrapping
+//     idem.ErrOutcomeUnknown;
+//   - a retry after that: the stored answer, with the trailer
+//     idempotent-replayed: true (Replayed reads it). Response headers and
+//     trailers the handler set are not stored;
+//   - a retry while the first still runs: ABORTED, the code gRPC's
+//     guidance gives for "retry the whole transaction", with a RetryInfo
+//     whose delay is the method's recent average duration, within 1s and
+//     the rest of the lease (not the whole lease), and the same delay in
+//     the trailer grpc-retry-pushback-ms, which a service config retry
+//     policy reads (the store-down and lease-ended answers below carry
+//     both too);
+//   - the same key with a different method or message: FAILED_PRECONDITION;
+//   - the store unreachable: UNAVAILABLE with a RetryInfo, and the handler
+//     does not run (fail closed); a full bounded store: RESOURCE_EXHAUSTED;
+//   - the lease ended before the handler could start: UNAVAILABLE, the key
+//     released, nothing ran.
+//
+// Every status the interceptor answers itself carries a
+// google.rpc.ErrorInfo with Domain ErrorDomain and one of the Reason
+// constants; ErrorInfo and RetryDelay read them.
+//
+// # Outcome unknown
+//
+// A key is UNKNOWN when its work may have taken effect and no result is
+// recorded: the handler panicked, returned idem.OutcomeUnknown(err),
+// declared DispositionUnknown, answered DEADLINE_EXCEEDED or CANCELLED, or
+// its owner's lease ended while it ran. A call with such a key does not
+// run the handler again, and is answered UNKNOWN with the ErrorInfo
+// reason OUTCOME_UNKNOWN (its metadata holds the fence of the attempt and
+// the reason), and a RetryInfo only when a retry may find it settled (a
+// reconciliation is configured, or Options.UnknownRetryAfter). A
+// Reconcile or an operator's Resolve that finds the work done records the
+// answer in the interceptor's form with EncodeResult, and retries get it
+// replayed.
+//
+// Why UNKNOWN: the answer must say that the work may or may not have
+// happened, and must not invite blind retries. ABORTED and UNAVAILABLE are
+// what retry policies retry, and they mean "not done, try again";
+// FAILED_PRECONDITION means "will fail until the state changes" and
+// DATA_LOSS means data was lost or corrupted, neither of which is true.
+// UNKNOWN is gRPC's code for an error whose nature is not known, is in no
+// usual retry policy, and the ErrorInfo reason tells it apart from a
+// handler's own stored UNKNOWN. The call whose handler panicked gets
+// INTERNAL with the same ErrorInfo; the server does not crash.
+//
+// # The client
+//
+// NewClientInterceptor attaches a key per logical call: the caller's
+// (WithKey, or an idempotency-key already in the outgoing metadata), else
+// a fresh random one. Its own retries, and those of a service config
+// retry policy (which resend the call's metadata), carry the same key. It
+// retries UNAVAILABLE, ABORTED and RESOURCE_EXHAUSTED up to
+// ClientOptions.MaxAttempts, waiting the server's RetryInfo (capped by
+// MaxDelay) or a jittered backoff, never past the call's deadline. An
+// outcome-unknown answer is retried only when it carries a RetryInfo and
+// within the same bounds, and is returned as an *OutcomeUnknownError:
+// the caller decides, knowing a new key may run the work twice.
+//
+// # Streaming RPCs
+//
+// Streaming RPCs are not intercepted and pass through unprotected: a
+// stream's messages are not one request and one answer that could be
+// fingerprinted and replayed. Give a streaming method's effects keys of
+// their own (idem.Engine.Do per message).
+package idemgrpc
