@@ -5,6 +5,9 @@
 // Markdown table of req/s, p50 and p99, and ratios against the bare proxy.
 //
 //	go run ./bench/gateway -duration 5s -concurrency 32 -redis redis://127.0.0.1:6379/0
+//
+// With -near-cache (the default) the Redis rows are run twice: as given,
+// and with ?near_cache=on.
 package main
 
 import (
@@ -34,7 +37,12 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "load per configuration")
 	concurrency := flag.Int("concurrency", 32, "concurrent clients")
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
+	rounds := flag.Int("rounds", 5, "rounds: the rows take turns, duration/rounds each per round")
+	nearCache := flag.Bool("near-cache", true, "add redis rows with ?near_cache=on (replays from process memory)")
 	flag.Parse()
+	if *rounds < 1 {
+		log.Fatal("-rounds must be at least 1")
+	}
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -66,17 +74,36 @@ func main() {
 	stores := []string{"memory"}
 	if *redisURI != "" {
 		stores = append(stores, *redisURI)
+		if *nearCache {
+			sep := "?"
+			if strings.Contains(*redisURI, "?") {
+				sep = "&"
+			}
+			stores = append(stores, *redisURI+sep+"near_cache=on")
+		}
 	}
 	for _, uri := range stores {
 		addr, stop := startGateway(uri, upURL)
 		defer stop()
 		name := "idem, " + strings.SplitN(uri, ":", 2)[0] + " store"
+		if strings.Contains(uri, "near_cache=on") {
+			name += " (near cache)"
+		}
 		targets = append(targets, target{name + ", unique keys", "http://" + addr, false}, target{name + ", replays", "http://" + addr, true})
 	}
 
+	// The rows take turns, duration/rounds each per round, so a change of
+	// load on a shared machine falls on every row alike.
+	samples := make([]sample, len(targets))
+	for round := range *rounds {
+		for i, tg := range targets {
+			samples[i].add(load(tg.base, tg.replay, *concurrency, *duration/time.Duration(*rounds)))
+		}
+		log.Printf("round %d of %d done", round+1, *rounds)
+	}
 	results := make([]result, len(targets))
 	for i, tg := range targets {
-		results[i] = load(tg.base, tg.replay, *concurrency, *duration)
+		results[i] = samples[i].result(*duration)
 		log.Printf("%s: %.0f req/s", tg.name, results[i].rps)
 	}
 	baseline, pooledBase := results[1], results[2]
@@ -86,7 +113,8 @@ func main() {
 		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %.2fx | %v | %v | %v | %d |\n", tg.name, r.rps, r.rps/results[0].rps, r.rps/baseline.rps,
 			r.rps/pooledBase.rps, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), (r.p99 - baseline.p99).Round(time.Microsecond), r.errors)
 	}
-	fmt.Printf("\n%d clients, %v per row, GOMAXPROCS=%d; load generator, proxies and upstream share the machine.\n", *concurrency, *duration, runtimeProcs())
+	fmt.Printf("\n%d clients, %v per row in %d rounds (the rows take turns), GOMAXPROCS=%d; load generator, proxies and upstream share the machine.\n",
+		*concurrency, *duration, *rounds, runtimeProcs())
 }
 
 func startGateway(uri string, upstream *url.URL) (string, func()) {
@@ -116,9 +144,26 @@ type result struct {
 	errors   int64
 }
 
+// sample is what the rounds of one row measured.
+type sample struct {
+	lat    []time.Duration // of the requests that succeeded
+	errors int64
+}
+
+func (s *sample) add(o sample) { s.lat, s.errors = append(s.lat, o.lat...), s.errors+o.errors }
+
+// result summarises the sample of requests made in d.
+func (s *sample) result(d time.Duration) result {
+	slices.Sort(s.lat)
+	if len(s.lat) == 0 {
+		return result{errors: s.errors}
+	}
+	return result{rps: float64(len(s.lat)) / d.Seconds(), p50: s.lat[len(s.lat)/2], p99: s.lat[len(s.lat)*99/100], errors: s.errors}
+}
+
 // load runs a closed loop of concurrent clients for d. With replay, every
 // request reuses one of a few keys completed beforehand.
-func load(base string, replay bool, concurrency int, d time.Duration) result {
+func load(base string, replay bool, concurrency int, d time.Duration) sample {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency}}
 	defer client.CloseIdleConnections()
 	run := rand.Text()
@@ -165,12 +210,7 @@ func load(base string, replay bool, concurrency int, d time.Duration) result {
 		})
 	}
 	wg.Wait()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		return result{errors: errs.Load()}
-	}
-	return result{rps: float64(len(all)) / d.Seconds(), p50: all[len(all)/2], p99: all[len(all)*99/100], errors: errs.Load()}
+	return sample{lat: slices.Concat(lat...), errors: errs.Load()}
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

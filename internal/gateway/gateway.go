@@ -141,6 +141,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer)
 	obs := newUnknownTelemetry(reg, tel)
+	registerNearCache(reg, cfg.Store)
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
 	if cfg.ReconcileURL != "" {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -71,4 +72,38 @@ func (t *telemetry) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
 
 func (t *telemetry) outcome(o idemhttp.Outcome) {
 	t.requests.WithLabelValues(o.String()).Inc()
+}
+
+// nearCacheStore is a store that may serve replays from process memory
+// (redisstore with ?near_cache=on).
+type nearCacheStore interface {
+	NearCacheStats() (redisstore.NearCacheStats, bool)
+}
+
+// registerNearCache registers idem_near_cache_total{event} when s has its
+// near cache on.
+func registerNearCache(reg prometheus.Registerer, s idem.Store) {
+	n, ok := s.(nearCacheStore)
+	if !ok {
+		return
+	}
+	if _, on := n.NearCacheStats(); !on {
+		return
+	}
+	events := map[string]func(redisstore.NearCacheStats) uint64{
+		"hit":          func(st redisstore.NearCacheStats) uint64 { return st.Hits },
+		"miss":         func(st redisstore.NearCacheStats) uint64 { return st.Misses },
+		"stale":        func(st redisstore.NearCacheStats) uint64 { return st.Stale },
+		"invalidation": func(st redisstore.NearCacheStats) uint64 { return st.Invalidations },
+	}
+	for event, count := range events {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "idem_near_cache_total",
+			Help:        "Near cache of completed records: hit (a replay with no Redis round trip), miss (a cached read that went to Redis), stale (a cached read that found another record: the script ran), invalidation (keys Redis told the cache to drop).",
+			ConstLabels: prometheus.Labels{"event": event},
+		}, func() float64 {
+			st, _ := n.NearCacheStats()
+			return float64(count(st))
+		}))
+	}
 }

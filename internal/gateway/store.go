@@ -17,7 +17,8 @@ var ErrStoreURI = errors.New("gateway: bad store URI")
 
 // StoreURIHelp lists the accepted --store forms.
 const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:port/db, rediss://..., ` +
-	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix://, ` +
+	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix:// ` +
+	`(a Redis form takes ?near_cache=on to serve replays from process memory), ` +
 	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
 
 // StoreOptions configures OpenStore. A nil *StoreOptions means defaults.
@@ -55,16 +56,15 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (idem.Store,
 		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit})
 		return s, func() error { return nil }, err
 	case isRedisURI(uri):
-		client, err := redisstore.ParseURL(uri)
-		if err != nil {
+		// ?near_cache=on serves replays from process memory (redisstore.OpenURL).
+		s, closeStore, err := redisstore.OpenURL(uri, nil)
+		if errors.Is(err, redisstore.ErrBadURL) {
 			return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 		}
-		s, err := redisstore.New(client, nil)
 		if err != nil {
-			client.Close()
 			return nil, nil, err
 		}
-		return s, client.Close, nil
+		return s, closeStore, nil
 	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
 		s, closeStore, err := openPostgres(ctx, uri, log)
 		if err != nil {

@@ -86,6 +86,22 @@ func TestCluster(t *testing.T) {
 		})
 	})
 
+	// rueidis on the cluster, from the URL form with ?near_cache=on, its
+	// scripts as functions: the library is loaded on every primary.
+	t.Run("ConformanceRueidisNearCacheFunctions", func(t *testing.T) {
+		storetest.Run(t, storetest.Harness{
+			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+				s, closeStore, err := redisstore.OpenURL("redis-cluster://"+strings.Join(cl.Addrs(), ",")+"?near_cache=on",
+					&redisstore.Options{Prefix: testenv.Prefix(t), Functions: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { closeStore() })
+				return s, storetest.Sleep
+			},
+		})
+	})
+
 	t.Run("ConformanceWithReplicaAcks", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
 			New: func(t *testing.T) (idem.Store, func(time.Duration)) {

@@ -74,10 +74,24 @@
 // a primary cut off from its replicas keeps accepting writes.
 // docs/deployment.md has the measured effect.
 //
+// # Near cache
+//
+// Options.NearCache (a rueidis client) serves the replays of COMPLETED
+// records from process memory, kept correct by Redis's server-assisted
+// client-side caching: a write to a key by any client invalidates the
+// cached copy. Only keys this process saw COMPLETED are read through the
+// cache, so a first request costs what it costs without it; the first
+// replay reads the record in place of the acquire script, and the replays
+// after it make no round trip. Store.NearCacheStats counts what it did.
+// docs/state-machine.md has the correctness argument (lost invalidations,
+// reconnects, failover).
+//
 // # Store URLs
 //
 // ParseURL turns one string into a go-redis client for a single server,
-// a Sentinel-managed primary or a Redis Cluster.
+// a Sentinel-managed primary or a Redis Cluster. OpenURL opens a store on
+// such a URL; with ?near_cache=on it uses a rueidis client and the near
+// cache.
 //
 // # Clients
 //

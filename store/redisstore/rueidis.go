@@ -14,21 +14,28 @@ import (
 // EVALSHA and falls back to EVAL on NOSCRIPT, like redis.Script.
 var rueidisScripts = func() map[*script]*rueidis.Lua {
 	m := map[*script]*rueidis.Lua{}
-	for _, s := range []*script{acquireScript, completeScript, extendScript, releaseScript, markUnknownScript,
-		claimScript, resolveScript, getScript, deleteScript, listScript} {
+	for _, s := range allScripts {
 		m[s] = rueidis.NewLuaScript(s.src)
 	}
 	return m
 }()
 
-type rueidisRunner struct{ c rueidis.Client }
+type rueidisRunner struct {
+	c  rueidis.Client
+	fn *functions // nil: EVALSHA
+}
 
 func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
 	strs, err := rueidisArgs(args)
 	if err != nil {
 		return reply{}, err
 	}
-	msg, err := rueidisScripts[s].Exec(ctx, r.c, keys, strs).ToMessage()
+	var msg rueidis.RedisMessage
+	if r.fn != nil {
+		msg, err = r.fn.call(ctx, r.c, s, keys, strs)
+	} else {
+		msg, err = rueidisScripts[s].Exec(ctx, r.c, keys, strs).ToMessage()
+	}
 	if rueidis.IsRedisNil(err) {
 		return reply{kind: replyNil}, nil
 	}
@@ -147,5 +154,13 @@ func NewRueidis(client rueidis.Client, opts *Options) (*Store, error) {
 	if client.Mode() == rueidis.ClientModeCluster {
 		mode = indexPerSlot
 	}
-	return newStore(rueidisRunner{client}, mode, opts)
+	r := rueidisRunner{c: client}
+	if opts != nil && opts.Functions {
+		r.fn = libraryFunctions
+	}
+	s, err := newStore(r, mode, opts)
+	if err == nil && opts != nil && opts.NearCache {
+		s.near = newNearCache(client)
+	}
+	return s, err
 }

@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+)
+
+// TestNearCacheOnMetrics: with ?near_cache=on the gateway replays from the
+// near cache and /metrics counts its hits.
+func TestNearCacheOnMetrics(t *testing.T) {
+	var calls atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	}))
+	defer up.Close()
+	uri := testenv.RedisURL()
+	if strings.Contains(uri, "?") {
+		uri += "&near_cache=on"
+	} else {
+		uri += "?near_cache=on"
+	}
+	store, closeStore, err := OpenStore(context.Background(), uri, nil)
+	if err != nil {
+		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+	}
+	defer closeStore()
+	u, _ := url.Parse(up.URL)
+	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	key := "near-" + rand.Text()
+	for i := range 4 {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer near")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(body) != "done" {
+			t.Fatalf("request %d = %d %q; want 201 done", i, resp.StatusCode, body)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("upstream called %d times; want once", n)
+	}
+	rec := httptest.NewRecorder()
+	g.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	// 4 requests: executed (the store saw it complete), then a miss (the
+	// cached read that fills the cache, in place of the script), two hits.
+	for _, want := range []string{`idem_near_cache_total{event="hit"} 2`, `idem_near_cache_total{event="miss"} 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(rec.Body.String(), "near_cache"))
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
