@@ -70,7 +70,7 @@ const short = 60 * time.Millisecond
 // few store calls, and then to end: long enough for those calls on a
 // loaded machine (a store on a real server keeps real time), short enough
 // to wait out.
-const hold = time.Second
+const hold = 3 * time.Second
 
 // long is a lease or retention that never ends during a test.
 const long = time.Hour
