@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/finalctx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -296,7 +297,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 		s.log.Error("idemgrpc: the handler panicked; the key is marked UNKNOWN", "method", info.FullMethod,
 			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 		fctx := x.finalizeContext(detached)
-		defer fctx.cancel()
+		defer fctx.Cancel()
 		s.finalizeErr(info.FullMethod, l.MarkUnknown(fctx, "the handler panicked"))
 		resp, err = nil, unknownStatus(codes.Internal, "the handler panicked", l.Fence(), 0)
 	}()
@@ -304,7 +305,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 	finished = true
 	elapsed := time.Since(start)
 	fctx := x.finalizeContext(detached)
-	defer fctx.cancel()
+	defer fctx.Cancel()
 	return s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
 }
 
@@ -314,7 +315,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 type call struct {
 	ctx      leaseContext
 	override override
-	final    finalizeContext
+	final    finalctx.Context
 }
 
 // finalizeContext bounds the Complete, Release or MarkUnknown after the
@@ -322,8 +323,8 @@ type call struct {
 // handler leaves its finalize the whole FinalizeTimeout, and it does not
 // end with the caller: the result is recorded even when the caller has
 // gone.
-func (x *call) finalizeContext(detached context.Context) *finalizeContext {
-	x.final.Context, x.final.deadline = detached, time.Now().Add(idem.FinalizeTimeout)
+func (x *call) finalizeContext(detached context.Context) *finalctx.Context {
+	x.final.Start(detached, idem.FinalizeTimeout)
 	return &x.final
 }
 

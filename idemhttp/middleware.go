@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/finalctx"
 )
 
 // Options configures the middleware. A nil *Options means all defaults.
@@ -610,7 +611,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		// on. It may have come after a side effect (a reverse proxy aborts
 		// a broken upstream body so): the key turns UNKNOWN, never runs again.
 		ctx := x.finalizeContext(detached)
-		defer ctx.cancel()
+		defer ctx.Cancel()
 		m.finalizeErr(r, l.MarkUnknown(ctx, "the handler panicked"), OutcomeMarkedUnknown)
 		c.release()
 		m.wakeWaiters(id)
@@ -621,7 +622,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 	finished = true
 	m.durations.add(routeOf(r), time.Since(start))
 	ctx := x.finalizeContext(detached)
-	defer ctx.cancel()
+	defer ctx.Cancel()
 	m.finalize(ctx, r, l, c, &x.override)
 	c.release()
 	m.wakeWaiters(id)
@@ -634,15 +635,15 @@ type exchange struct {
 	capture    capture
 	handlerCtx leaseContext // the handler's context
 	override   override     // what the handler declared with SetDisposition
-	final      finalizeContext
+	final      finalctx.Context
 }
 
 // finalizeContext bounds the Complete or Release after the handler. It
 // starts when the handler has returned, so that a slow handler leaves its
 // finalize the whole FinalizeTimeout, and it does not end with the client:
 // the result is recorded even when the client has gone.
-func (x *exchange) finalizeContext(detached context.Context) *finalizeContext {
-	x.final.Context, x.final.deadline = detached, time.Now().Add(idem.FinalizeTimeout)
+func (x *exchange) finalizeContext(detached context.Context) *finalctx.Context {
+	x.final.Start(detached, idem.FinalizeTimeout)
 	return &x.final
 }
 

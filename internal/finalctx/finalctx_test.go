@@ -1,4 +1,4 @@
-package idemhttp
+package finalctx
 
 import (
 	"context"
@@ -6,11 +6,17 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
-func newFinalizeContext(d time.Duration) *finalizeContext {
-	return &finalizeContext{Context: context.WithoutCancel(context.Background()), deadline: time.Now().Add(d)}
+func newFinalizeContext(d time.Duration) *Context {
+	c := &Context{}
+	c.Start(context.WithoutCancel(context.Background()), d)
+	return c
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // The finalize context behaves as context.WithTimeout does, though its
 // timer starts only when Done is asked for. The cases run in synctest
@@ -25,7 +31,7 @@ func TestFinalizeContext(t *testing.T) {
 func testFinalizeDone(t *testing.T) {
 	start := time.Now()
 	c := newFinalizeContext(20 * time.Millisecond)
-	defer c.cancel()
+	defer c.Cancel()
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err before the deadline: %v", err)
 	}
@@ -44,7 +50,7 @@ func testFinalizeDone(t *testing.T) {
 
 func testFinalizeErr(t *testing.T) {
 	c := newFinalizeContext(time.Millisecond)
-	defer c.cancel()
+	defer c.Cancel()
 	time.Sleep(time.Millisecond) // the bubble's clock: exactly to the deadline
 	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Err %v, want DeadlineExceeded", err)
@@ -61,7 +67,7 @@ func testFinalizeCancel(t *testing.T) {
 	done := c.Done()
 	child, stop := context.WithCancel(c) // a child waits on Done
 	defer stop()
-	c.cancel()
+	c.Cancel()
 	<-done
 	<-child.Done()
 	if err := c.Err(); !errors.Is(err, context.Canceled) {
@@ -70,7 +76,7 @@ func testFinalizeCancel(t *testing.T) {
 	if d, ok := c.Deadline(); !ok || time.Until(d) != time.Hour {
 		t.Errorf("Deadline %v %v, want in an hour", d, ok)
 	}
-	c.cancel() // twice is harmless
+	c.Cancel() // twice is harmless
 	select {
 	case <-c.Done():
 	default:

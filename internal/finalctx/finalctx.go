@@ -1,4 +1,6 @@
-package idemhttp
+// Package finalctx holds the context that bounds the Complete, Release or
+// MarkUnknown after a handler, shared by idemhttp and idemgrpc.
+package finalctx
 
 import (
 	"context"
@@ -6,12 +8,12 @@ import (
 	"time"
 )
 
-// finalizeContext is context.WithTimeout(detached, idem.FinalizeTimeout)
+// Context is context.WithTimeout(detached, idem.FinalizeTimeout)
 // for a parent that is never done, with its timer started only when
 // someone waits on Done. A store that only asks Err (the memory store)
 // then costs the finalize no timer and no allocation; stores that select
 // on Done get the same deadline as before.
-type finalizeContext struct {
+type Context struct {
 	context.Context // the detached parent: no deadline, never done
 
 	deadline time.Time
@@ -21,9 +23,9 @@ type finalizeContext struct {
 	err      error
 }
 
-func (c *finalizeContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *Context) Deadline() (time.Time, bool) { return c.deadline, true }
 
-func (c *finalizeContext) Done() <-chan struct{} {
+func (c *Context) Done() <-chan struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done == nil {
@@ -42,7 +44,7 @@ func (c *finalizeContext) Done() <-chan struct{} {
 	return c.done
 }
 
-func (c *finalizeContext) Err() error {
+func (c *Context) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.checkDeadline()
@@ -51,14 +53,14 @@ func (c *finalizeContext) Err() error {
 
 // checkDeadline ends the context when its deadline has passed, so that Err
 // does not wait for the timer (which may not even run).
-func (c *finalizeContext) checkDeadline() {
+func (c *Context) checkDeadline() {
 	if c.err == nil && !time.Now().Before(c.deadline) {
 		c.end(context.DeadlineExceeded)
 	}
 }
 
 // end records why the context is done, once, and closes Done if it was made.
-func (c *finalizeContext) end(err error) {
+func (c *Context) end(err error) {
 	if c.err != nil {
 		return
 	}
@@ -71,8 +73,15 @@ func (c *finalizeContext) end(err error) {
 	}
 }
 
-// cancel ends the context once the finalize is over, and its timer with it.
-func (c *finalizeContext) cancel() {
+// Start makes c a context of parent that ends timeout from now. A
+// Context lives inside a larger struct (one allocation per request), so it
+// is started rather than made.
+func (c *Context) Start(parent context.Context, timeout time.Duration) {
+	c.Context, c.deadline = parent, time.Now().Add(timeout)
+}
+
+// Cancel ends the context once the finalize is over, and its timer with it.
+func (c *Context) Cancel() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.end(context.Canceled)
