@@ -21,9 +21,14 @@ const FinalizeTimeout = 10 * time.Second
 // again, and the error is returned: return an error only when the work
 // did not take effect. When it may have (a request sent and not answered,
 // a timeout), wrap the error with OutcomeUnknown: the key turns UNKNOWN and
-// no later call runs fn until the outcome is reconciled. A panic in fn,
-// and an output too large to store, turn the key UNKNOWN too, and the
-// panic goes on.
+// no later call runs fn until the outcome is reconciled. An error that
+// wraps a context error (context.Canceled, context.DeadlineExceeded) or
+// the end of the lease (ErrLeaseExpired, ErrLeaseLost) is taken as an
+// unknown outcome too: the work's context ended, the caller's going away or
+// the lease's end cut whatever fn was doing, and a call cut in flight may
+// have had its effect. Work that stopped before its side effect should say
+// so with an error of its own. A panic in fn, and an output too large to
+// store, turn the key UNKNOWN too, and the panic goes on.
 //
 // Another call in flight gives an *InFlightError (ErrInFlight); a different
 // fingerprint gives ErrMismatch; an UNKNOWN key gives an *UnknownError
@@ -64,7 +69,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	out, err = fn(l.Context(), l.Fence())
 	finished = true
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown):
+	case errors.Is(err, ErrOutcomeUnknown) || cutShort(err):
 		e.markUnknown(finalCtx, l, req, err.Error())
 		return nil, false, err
 	case err != nil:
@@ -84,6 +89,13 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		return out, false, err
 	}
 	return out, false, nil
+}
+
+// cutShort reports whether err says the work's context ended under it:
+// the work was stopped wherever it was, perhaps after its side effect.
+func cutShort(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
 }
 
 func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Request, reason string) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -84,6 +85,8 @@ func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
 	})
 }
 
+var errNothingSent = errors.New("the lease ended before the charge: nothing sent")
+
 // Do releases the key when the work fails after its lease ended and a
 // retry turned the record UNKNOWN (abandoned): the work says it did not
 // take effect, so the next call runs it.
@@ -99,10 +102,10 @@ func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 					break
 				}
 			}
-			return nil, context.Cause(ctx)
+			return nil, errNothingSent // the work checked before its side effect, and stopped
 		})
-		if !errors.Is(err, idem.ErrLeaseExpired) {
-			t.Fatalf("Do = %v; want the work's error, ErrLeaseExpired", err)
+		if !errors.Is(err, errNothingSent) {
+			t.Fatalf("Do = %v; want the work's error", err)
 		}
 		if retry.Outcome != idem.Unknown || retry.Record.Reason != idem.ReasonAbandoned {
 			t.Fatalf("retry while the work ran late = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
@@ -359,6 +362,31 @@ func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 		}
 		if err := s.Release(context.Background(), idem.LeaseRef{ID: req.ID(), Owner: rec.Owner, Fence: rec.Fence}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("Release of a record its owner marked UNKNOWN = %v; want ErrLeaseLost", err)
+		}
+	})
+}
+
+// A work cut short by its context (the caller went away, the lease ended)
+// may have had its effect: Do turns the key UNKNOWN, and the next call
+// does not run the work again.
+func TestDoTakesACutWorkAsUnknown(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, nil)
+		req := idem.Request{Key: "caller-went-away", Fingerprint: "fp"}
+		ctx, cancel := context.WithCancel(context.Background())
+		runs := 0
+		work := func(ctx context.Context, _ int64) ([]byte, error) {
+			runs++
+			cancel() // the charge left; the caller goes away before the answer
+			<-ctx.Done()
+			return nil, fmt.Errorf("post /charges: %w", ctx.Err())
+		}
+		if _, _, err := e.Do(ctx, req, work); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do = %v; want the work's context.Canceled", err)
+		}
+		_, _, err := e.Do(context.Background(), req, work)
+		if runs != 1 || !errors.Is(err, idem.ErrOutcomeUnknown) {
+			t.Fatalf("Do after the cut = %v, %d runs; want ErrOutcomeUnknown and 1 run", err, runs)
 		}
 	})
 }
