@@ -124,13 +124,15 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 // TestRedisStalledPastTheLease: the store (a redis-server of this test's
 // own) is SIGSTOPped while requests are at the upstream, longer than the
 // lease, and more requests come during the stall. The requests in flight
-// are cut within 100 ms of their local lease deadline, none is forwarded
-// after its lease ended, and nothing runs twice.
+// are cut at their local lease deadline (the log gives how close: 5 ms on
+// a quiet machine; the test allows 500 ms for a loaded one, far below the
+// 3.67 s late cut of a client that waited for the store), none is
+// forwarded after its lease ended, and nothing runs twice.
 func TestRedisStalledPastTheLease(t *testing.T) {
 	ctx := context.Background()
 	srv, err := redisproc.Start(ctx, redisproc.Config{Dir: t.TempDir()})
 	if err != nil {
-		t.Skipf("no redis-server to start: %v", err)
+		testenv.Unavailable(t, "a redis-server of this test's own", err)
 	}
 	defer srv.Kill()
 	const lease = 2 * time.Second
@@ -188,8 +190,8 @@ func TestRedisStalledPastTheLease(t *testing.T) {
 		// after the send: cut - (send + lease) bounds cut - deadline.
 		over := cut.Sub(at.Add(lease))
 		worst = max(worst, over)
-		if over > 100*time.Millisecond {
-			t.Errorf("%s: cut %v after send+lease; want within 100ms of the local deadline", key, over)
+		if over > 500*time.Millisecond {
+			t.Errorf("%s: cut %v after send+lease; want it at the local deadline", key, over)
 		}
 	}
 	l.mu.Unlock()

@@ -123,7 +123,7 @@ func (res Resolution) Result() (*idem.Result, error) {
 		return nil, fmt.Errorf("status %d: want 200..599", res.Status)
 	}
 	for name, vs := range res.Header {
-		if !validHeaderName(name) {
+		if !validToken(name) {
 			return nil, fmt.Errorf("header name %q is not a valid token", name)
 		}
 		for _, v := range vs {
@@ -149,19 +149,6 @@ func (res Resolution) Result() (*idem.Result, error) {
 		out.Body = b
 	}
 	return out, nil
-}
-
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func resolveError(w http.ResponseWriter, err error) {
