@@ -87,7 +87,12 @@ type Config struct {
 	ReplayHeaders []string
 	Logger        *slog.Logger // nil: slog.Default()
 	Tracer        trace.Tracer // nil: no traces
-	Transport     http.RoundTripper
+	// Transport sends requests upstream; nil: NewUpstreamTransport. The
+	// gateway learns whether a failed request reached the upstream from
+	// an *http.Transport's httptrace hooks; any other RoundTripper is
+	// taken to have sent every request it failed (the key turns UNKNOWN,
+	// never released on a guess).
+	Transport http.RoundTripper
 }
 
 // DefaultReplayHeaders are the upstream response headers a replay carries
@@ -214,6 +219,7 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 	if transport == nil {
 		transport = NewUpstreamTransport()
 	}
+	_, traced := transport.(*http.Transport)
 	transport = neverResend{transport}
 	upstream := g.cfg.Upstream
 	rp := &httputil.ReverseProxy{
@@ -241,7 +247,10 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 		ctx, stop := context.WithCancelCause(r.Context())
 		defer stop(nil)
 		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
-		ctx, cancel := context.WithTimeoutCause(context.WithValue(ctx, upstreamCallKey{}, new(upstreamCall)), timeout, errUpstreamTimeout)
+		if traced {
+			ctx = context.WithValue(ctx, upstreamCallKey{}, new(upstreamCall))
+		}
+		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
 		defer cancel()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})

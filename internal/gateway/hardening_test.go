@@ -327,3 +327,34 @@ func TestConnLimiterEvictsIdleConnectionsAtTheBound(t *testing.T) {
 		t.Fatalf("%d connections open at once; bound %d", p, bound)
 	}
 }
+
+// A transport other than *http.Transport may not report its writes
+// through httptrace: a request it failed may have reached the upstream,
+// so the key turns UNKNOWN and the retry is not sent again.
+func TestUntracedTransportFailureIsUnknown(t *testing.T) {
+	var calls atomic.Int32
+	up := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return nil, io.ErrUnexpectedEOF
+	})
+	u, _ := url.Parse("http://upstream.test")
+	g := newTestGateway(t, Config{Upstream: u, Transport: up})
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount":1}`))
+		req.Header.Set("Idempotency-Key", "untraced-1")
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		g.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send(); rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), CodeUpstreamNoResponse) {
+		t.Fatalf("first: %d %s; want 502 %s", rec.Code, rec.Body, CodeUpstreamNoResponse)
+	}
+	if rec := send(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "outcome_unknown") {
+		t.Fatalf("retry: %d %s; want 503 outcome_unknown", rec.Code, rec.Body)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the upstream was called %d times; want 1", n)
+	}
+}
