@@ -68,7 +68,9 @@ func coalescingStores(t *testing.T, addr string) map[string]*redisstore.Store {
 	stores := map[string]*redisstore.Store{}
 	for name, open := range map[string]func() (*redisstore.Store, error){
 		"go-redis": func() (*redisstore.Store, error) { return redisstore.New(gr, &redisstore.Options{Coalesce: true}) },
-		"rueidis":  func() (*redisstore.Store, error) { return redisstore.NewRueidis(rd, &redisstore.Options{Coalesce: true}) },
+		"rueidis": func() (*redisstore.Store, error) {
+			return redisstore.NewRueidis(rd, &redisstore.Options{Coalesce: true})
+		},
 	} {
 		s, err := open()
 		if err != nil {
