@@ -6,8 +6,9 @@
 //
 //	go run ./bench/gateway -duration 5s -concurrency 32 -redis redis://127.0.0.1:6379/0
 //
-// With -near-cache (the default) the Redis rows are run twice: as given,
-// and with ?near_cache=on.
+// With -near-cache (the default) the Redis rows are run again with
+// ?near_cache=on; with -coalesce (the default) again with ?coalesce=on,
+// and, with both flags, with ?coalesce=on&near_cache=on.
 package main
 
 import (
@@ -39,6 +40,7 @@ func main() {
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
 	rounds := flag.Int("rounds", 5, "rounds: the rows take turns, duration/rounds each per round")
 	nearCache := flag.Bool("near-cache", true, "add redis rows with ?near_cache=on (replays from process memory)")
+	coalesce := flag.Bool("coalesce", true, "add redis rows with ?coalesce=on (scripts in flight at once go out as one batch)")
 	flag.Parse()
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
@@ -74,20 +76,31 @@ func main() {
 	stores := []string{"memory"}
 	if *redisURI != "" {
 		stores = append(stores, *redisURI)
+		sep := "?"
+		if strings.Contains(*redisURI, "?") {
+			sep = "&"
+		}
 		if *nearCache {
-			sep := "?"
-			if strings.Contains(*redisURI, "?") {
-				sep = "&"
-			}
 			stores = append(stores, *redisURI+sep+"near_cache=on")
+		}
+		if *coalesce {
+			stores = append(stores, *redisURI+sep+"coalesce=on")
+		}
+		if *nearCache && *coalesce {
+			stores = append(stores, *redisURI+sep+"coalesce=on&near_cache=on")
 		}
 	}
 	for _, uri := range stores {
 		addr, stop := startGateway(uri, upURL)
 		defer stop()
 		name := "idem, " + strings.SplitN(uri, ":", 2)[0] + " store"
-		if strings.Contains(uri, "near_cache=on") {
+		switch near, co := strings.Contains(uri, "near_cache=on"), strings.Contains(uri, "coalesce=on"); {
+		case near && co:
+			name += " (coalesce, near cache)"
+		case near:
 			name += " (near cache)"
+		case co:
+			name += " (coalesce)"
 		}
 		targets = append(targets, target{name + ", unique keys", "http://" + addr, false}, target{name + ", replays", "http://" + addr, true})
 	}

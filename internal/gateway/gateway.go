@@ -147,6 +147,7 @@ func New(cfg Config) (*Gateway, error) {
 	tel := newTelemetry(reg, cfg.Tracer)
 	obs := newUnknownTelemetry(reg, tel)
 	registerNearCache(reg, cfg.Store)
+	registerCoalesce(reg, cfg.Store)
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
 	if cfg.ReconcileURL != "" {

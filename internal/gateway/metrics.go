@@ -107,3 +107,41 @@ func registerNearCache(reg prometheus.Registerer, s idem.Store) {
 		}))
 	}
 }
+
+// coalescingStore is a store that may send operations in batches
+// (redisstore with ?coalesce=on).
+type coalescingStore interface {
+	CoalesceStats() (redisstore.CoalesceStats, bool)
+}
+
+// registerCoalesce registers idem_coalesce_operations_total{sent},
+// idem_coalesce_batches_total and idem_coalesce_largest_batch when s
+// coalesces its scripts.
+func registerCoalesce(reg prometheus.Registerer, s idem.Store) {
+	c, ok := s.(coalescingStore)
+	if !ok {
+		return
+	}
+	if _, on := c.CoalesceStats(); !on {
+		return
+	}
+	stat := func(f func(redisstore.CoalesceStats) uint64) func() float64 {
+		return func() float64 {
+			st, _ := c.CoalesceStats()
+			return float64(f(st))
+		}
+	}
+	const opsHelp = "Redis store operations by how they were sent: alone (by their own script: nothing else was waiting) or batched (carried by a batch script with others)."
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_coalesce_operations_total", Help: opsHelp,
+			ConstLabels: prometheus.Labels{"sent": "alone"}}, stat(func(st redisstore.CoalesceStats) uint64 { return st.Single })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_coalesce_operations_total", Help: opsHelp,
+			ConstLabels: prometheus.Labels{"sent": "batched"}}, stat(func(st redisstore.CoalesceStats) uint64 { return st.Carried })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_coalesce_batches_total",
+			Help: "Batch script calls of the Redis store, each carrying two or more operations."},
+			stat(func(st redisstore.CoalesceStats) uint64 { return st.Batches })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_coalesce_largest_batch",
+			Help: "The most operations one batch script call of the Redis store carried."},
+			stat(func(st redisstore.CoalesceStats) uint64 { return st.Largest })),
+	)
+}

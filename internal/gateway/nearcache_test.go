@@ -81,3 +81,52 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestCoalesceOnMetrics: with ?coalesce=on the gateway's store coalesces
+// its scripts and /metrics exports what it did: one request at a time,
+// every operation goes out alone.
+func TestCoalesceOnMetrics(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "done")
+	}))
+	defer up.Close()
+	uri := testenv.RedisURL()
+	if strings.Contains(uri, "?") {
+		uri += "&coalesce=on"
+	} else {
+		uri += "?coalesce=on"
+	}
+	store, closeStore, err := OpenStore(context.Background(), uri, nil)
+	if err != nil {
+		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+	}
+	defer closeStore()
+	u, _ := url.Parse(up.URL)
+	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "coalesce-"+rand.Text())
+	req.Header.Set("Authorization", "Bearer coalesce")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("request = %d; want 201", resp.StatusCode)
+	}
+	rec := httptest.NewRecorder()
+	g.AdminHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	// The acquire and the complete, each alone.
+	for _, want := range []string{`idem_coalesce_operations_total{sent="alone"} 2`, `idem_coalesce_batches_total 0`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, grepLines(rec.Body.String(), "coalesce"))
+		}
+	}
+}

@@ -18,7 +18,8 @@ var ErrStoreURI = errors.New("gateway: bad store URI")
 // StoreURIHelp lists the accepted --store forms.
 const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:port/db, rediss://..., ` +
 	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix:// ` +
-	`(a Redis form takes ?near_cache=on to serve replays from process memory), ` +
+	`(a Redis form takes ?near_cache=on to serve replays from process memory, ` +
+	`and ?coalesce=on to send the scripts that come while one is in flight as one batch), ` +
 	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
 
 // StoreOptions configures OpenStore. A nil *StoreOptions means defaults.
@@ -56,7 +57,8 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (idem.Store,
 		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit})
 		return s, func() error { return nil }, err
 	case isRedisURI(uri):
-		// ?near_cache=on serves replays from process memory (redisstore.OpenURL).
+		// ?near_cache=on serves replays from process memory, ?coalesce=on
+		// batches the scripts (redisstore.OpenURL).
 		s, closeStore, err := redisstore.OpenURL(uri, nil)
 		if errors.Is(err, redisstore.ErrBadURL) {
 			return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)

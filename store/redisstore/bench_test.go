@@ -133,6 +133,8 @@ type client struct {
 	naive func(prefix string) cycle
 	pair  func(prefix string) cycle
 	store func(prefix string) (*redisstore.Store, error)
+	// coalescing is store with Options.Coalesce.
+	coalescing func(prefix string) (*redisstore.Store, error)
 }
 
 func benchClients(b *testing.B) []client {
@@ -168,6 +170,9 @@ func benchClients(b *testing.B) []client {
 			store: func(prefix string) (*redisstore.Store, error) {
 				return redisstore.New(gr, &redisstore.Options{Prefix: prefix})
 			},
+			coalescing: func(prefix string) (*redisstore.Store, error) {
+				return redisstore.New(gr, &redisstore.Options{Prefix: prefix, Coalesce: true})
+			},
 		},
 		{
 			name: "rueidis",
@@ -199,6 +204,9 @@ func benchClients(b *testing.B) []client {
 			},
 			store: func(prefix string) (*redisstore.Store, error) {
 				return redisstore.NewRueidis(rd, &redisstore.Options{Prefix: prefix})
+			},
+			coalescing: func(prefix string) (*redisstore.Store, error) {
+				return redisstore.NewRueidis(rd, &redisstore.Options{Prefix: prefix, Coalesce: true})
 			},
 		},
 	}
@@ -242,6 +250,9 @@ func storeCycle(s idem.Store) cycle {
 // response:key body PX 86400000. x_naive above 1 means faster than the
 // naive pattern. The rueidis cycles are also compared with the naive
 // pattern on go-redis (x_naive_goredis), the client most users hold.
+// The engine-coalesce rows run the engine on a store with
+// Options.Coalesce, also against the plain engine on the same client
+// (x_engine), and report the batches' mean size (ops/batch).
 func BenchmarkCycle(b *testing.B) {
 	clients := benchClients(b)
 	goredisNaive := clients[0].naive
@@ -255,17 +266,25 @@ func BenchmarkCycle(b *testing.B) {
 		}
 		b.Run(c.name+"/engine", func(b *testing.B) {
 			prefix := testenv.Prefix(b)
-			s, err := c.store(prefix)
+			compare(b, engineCycle(benchEngine(b, c.store, prefix)), baselines(prefix)...)
+			cleanup(b, prefix)
+		})
+		b.Run(c.name+"/engine-coalesce", func(b *testing.B) {
+			prefix := testenv.Prefix(b)
+			s, err := c.coalescing(prefix)
 			if err != nil {
 				b.Fatal(err)
 			}
-			// Renewal as in production (every Lease/3): it never fires
-			// within a cycle, but its timer is part of the cost.
 			e, err := idem.New(s, &idem.Options{LeaseDuration: naiveLock, Retention: naiveRetention})
 			if err != nil {
 				b.Fatal(err)
 			}
-			compare(b, engineCycle(e), baselines(prefix)...)
+			plain := engineCycle(benchEngine(b, c.store, prefix+"plain:"))
+			compare(b, engineCycle(e), append(baselines(prefix), baseline{"engine", plain})...)
+			if st, _ := s.CoalesceStats(); st.Batches > 0 {
+				b.ReportMetric(float64(st.Carried)/float64(st.Batches), "ops/batch")
+				b.ReportMetric(float64(st.Carried)/float64(st.Carried+st.Single), "batched-share")
+			}
 			cleanup(b, prefix)
 		})
 		b.Run(c.name+"/store", func(b *testing.B) {
@@ -278,6 +297,21 @@ func BenchmarkCycle(b *testing.B) {
 			cleanup(b, prefix)
 		})
 	}
+}
+
+// benchEngine is an engine on the store made by newStore, with renewal as
+// in production (every Lease/3): it never fires within a cycle, but its
+// timer is part of the cost.
+func benchEngine(b *testing.B, newStore func(prefix string) (*redisstore.Store, error), prefix string) *idem.Engine {
+	s, err := newStore(prefix)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := idem.New(s, &idem.Options{LeaseDuration: naiveLock, Retention: naiveRetention})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e
 }
 
 // cleanup deletes the keys a benchmark wrote under prefix (the naive

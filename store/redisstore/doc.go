@@ -86,12 +86,25 @@
 // docs/state-machine.md has the correctness argument (lost invalidations,
 // reconnects, failover).
 //
+// # Coalesced scripts
+//
+// Options.Coalesce is group commit: the single-key operations that come
+// while a script call of the store is in flight queue, and the next call
+// carries them all (up to 64) as one batch script, which runs each
+// operation's own script code on its own keys and arguments and answers
+// each separately. A lone operation goes out at once by its own script:
+// there is no timer. Under concurrency one round trip and one script call
+// then do the work of many. It applies on one server or a Sentinel-managed
+// primary (on Redis Cluster and a Ring it is ignored); Store.CoalesceStats
+// counts the batches. docs/state-machine.md has why no key's semantics
+// change and what a lost batch reply does.
+//
 // # Store URLs
 //
 // ParseURL turns one string into a go-redis client for a single server,
 // a Sentinel-managed primary or a Redis Cluster. OpenURL opens a store on
 // such a URL; with ?near_cache=on it uses a rueidis client and the near
-// cache.
+// cache, with ?coalesce=on it coalesces the scripts.
 //
 // # Clients
 //

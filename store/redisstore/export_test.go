@@ -11,3 +11,17 @@ var FunctionLibrary = libraryFunctions.lib
 
 // ParseAcquired decodes acquire.lua's reply to an acquisition.
 var ParseAcquired = parseAcquired
+
+// CoalesceQueued returns how many operations wait for the next batch of
+// Options.Coalesce.
+func (s *Store) CoalesceQueued() int {
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return len(s.co.queue)
+}
+
+// BatchSHA is the SHA1 of the batch script, as EVALSHA names it.
+var BatchSHA = batchScript.goredis.Hash()
+
+// BatchSource is the batch script as EVALSHA runs it.
+var BatchSource = batchScript.src

@@ -24,19 +24,23 @@ import (
 //	                         (the default): a go-redis client, as ParseURL's
 //	near_cache_bytes=N       the near cache's bound per connection to a
 //	                         Redis node, in bytes (default 64 MiB)
+//	coalesce=on|off          on: Options.Coalesce, operations that come
+//	                         while a script call is in flight go out as one
+//	                         batch (ignored on a cluster); off: the default
 //
 // With near_cache=on the go-redis pool options (pool_size and the like)
 // do not apply: rueidis pipelines every call on one connection per node.
-// opts may be nil; its NearCache is set from the URL.
+// opts may be nil; its NearCache and Coalesce are set from the URL.
 func OpenURL(uri string, opts *Options) (*Store, func() error, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	rest, near, cacheBytes, err := nearCacheOptions(uri)
+	rest, near, cacheBytes, coalesce, err := storeOptions(uri)
 	if err != nil {
 		return nil, nil, err
 	}
+	o.Coalesce = coalesce
 	if !near {
 		o.NearCache = false
 		client, err := ParseURL(rest)
@@ -62,38 +66,48 @@ func OpenURL(uri string, opts *Options) (*Store, func() error, error) {
 // defaultNearCacheBytes is OpenURL's near_cache_bytes by default.
 const defaultNearCacheBytes = 64 << 20
 
-// nearCacheOptions takes near_cache and near_cache_bytes out of uri's query.
-func nearCacheOptions(uri string) (rest string, near bool, cacheBytes int, err error) {
+// storeOptions takes near_cache, near_cache_bytes and coalesce out of uri's query.
+func storeOptions(uri string) (rest string, near bool, cacheBytes int, coalesce bool, err error) {
 	base, rawQuery, hasQuery := strings.Cut(uri, "?")
-	if !hasQuery || !strings.Contains(rawQuery, "near_cache") {
-		return uri, false, 0, nil
+	if !hasQuery || !strings.Contains(rawQuery, "near_cache") && !strings.Contains(rawQuery, "coalesce") {
+		return uri, false, 0, false, nil
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", false, 0, badURL(uri, "query: "+err.Error())
+		return "", false, 0, false, badURL(uri, "query: "+err.Error())
 	}
-	switch v := q.Get("near_cache"); v {
-	case "on":
-		near = true
-	case "", "off":
-	default:
-		return "", false, 0, badURL(uri, fmt.Sprintf("near_cache=%q: want on or off", v))
+	onOff := func(name string) (bool, error) {
+		switch v := q.Get(name); v {
+		case "on":
+			return true, nil
+		case "", "off":
+			return false, nil
+		default:
+			return false, badURL(uri, fmt.Sprintf("%s=%q: want on or off", name, v))
+		}
+	}
+	if near, err = onOff("near_cache"); err != nil {
+		return "", false, 0, false, err
+	}
+	if coalesce, err = onOff("coalesce"); err != nil {
+		return "", false, 0, false, err
 	}
 	cacheBytes = defaultNearCacheBytes
 	if v := q.Get("near_cache_bytes"); v != "" {
 		if cacheBytes, err = strconv.Atoi(v); err != nil || cacheBytes <= 0 {
-			return "", false, 0, badURL(uri, fmt.Sprintf("near_cache_bytes=%q: want a positive number of bytes", v))
+			return "", false, 0, false, badURL(uri, fmt.Sprintf("near_cache_bytes=%q: want a positive number of bytes", v))
 		}
 		if !near {
-			return "", false, 0, badURL(uri, "near_cache_bytes without near_cache=on")
+			return "", false, 0, false, badURL(uri, "near_cache_bytes without near_cache=on")
 		}
 	}
 	q.Del("near_cache")
 	q.Del("near_cache_bytes")
+	q.Del("coalesce")
 	if len(q) == 0 {
-		return base, near, cacheBytes, nil
+		return base, near, cacheBytes, coalesce, nil
 	}
-	return base + "?" + q.Encode(), near, cacheBytes, nil
+	return base + "?" + q.Encode(), near, cacheBytes, coalesce, nil
 }
 
 // rueidisOption turns a store URL into a rueidis client's options, from

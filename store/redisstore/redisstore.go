@@ -56,6 +56,7 @@ type script struct {
 	body    string // the script without record.lua
 	src     string // the script as EVALSHA runs it
 	goredis *redis.Script
+	op      string // its number in a batch (batch.lua's OPS); "" when a batch cannot carry it
 }
 
 func newScript(name, body string) *script {
@@ -76,7 +77,7 @@ var (
 	listScript        = newScript("list", listLua)
 
 	allScripts = []*script{acquireScript, completeScript, extendScript, releaseScript, markUnknownScript,
-		claimScript, resolveScript, getScript, deleteScript, listScript}
+		claimScript, resolveScript, getScript, deleteScript, listScript, batchScript}
 )
 
 // reply is what a script answered, in the three shapes the scripts use:
@@ -131,6 +132,29 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
 	}
 	return goredisReply(v, err)
+}
+
+func (r goredisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
+	v, err := batchScript.goredis.Run(ctx, r.c, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: batch reply of type %T", v)
+	}
+	out := make([]answer, len(elems))
+	for i, e := range elems {
+		switch e := e.(type) {
+		case nil: // a Lua false
+			out[i].r.kind = replyNil
+		case error: // that operation's script raised an error
+			out[i].err = e
+		default:
+			out[i].r, out[i].err = goredisReply(e, nil)
+		}
+	}
+	return out, nil
 }
 
 func (r goredisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
@@ -219,6 +243,25 @@ type Options struct {
 	// user needs the FUNCTION LOAD permission. It needs a rueidis client
 	// (NewRueidis). False (the zero value) means EVALSHA.
 	Functions bool
+	// Coalesce sends the single-key operations (Acquire, Complete, Extend,
+	// Release, MarkUnknown, Claim, Resolve, Get, Delete) that come while
+	// another script call of this store is in flight as one batch script,
+	// when that call returns (group commit): under concurrency one round
+	// trip and one script call carry up to 64 operations, each answered
+	// exactly as its own script would have answered it. A call that comes
+	// while none is in flight goes out at once by its own script: there is
+	// no timer and no wait when the load is light. A caller whose context
+	// ends while its operation is queued gets the context's error and the
+	// operation never runs; once its batch is sent, it is as a script
+	// whose reply was lost (it may have run). docs/state-machine.md has
+	// the argument, docs/benchmarks.md the measured effect.
+	// Store.CoalesceStats counts the batches.
+	// It applies on a single Redis server or a Sentinel-managed primary;
+	// on Redis Cluster and a go-redis Ring it is ignored (a script's keys
+	// must share one slot), and every operation runs its own script. It
+	// cannot be combined with ReplicaAcks. False (the zero value) means
+	// off.
+	Coalesce bool
 }
 
 // Store is an idem.Store on Redis. It is safe for concurrent use.
@@ -232,6 +275,7 @@ type Store struct {
 	ackTimeout time.Duration
 
 	near *nearCache // nil when Options.NearCache is off
+	co   *coalescer // nil when Options.Coalesce is off or ignored
 
 	leaseMs, retentionMs msArg // the last lease and retention, as script arguments
 }
@@ -288,7 +332,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	return s, nil
 }
 
-func newStore(r runner, mode indexMode, opts *Options) (*Store, error) {
+func newStore(r batchRunner, mode indexMode, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -305,8 +349,16 @@ func newStore(r runner, mode indexMode, opts *Options) (*Store, error) {
 	if o.ReplicaAckTimeout == 0 {
 		o.ReplicaAckTimeout = defaultReplicaAckTimeout
 	}
-	return &Store{r: r, prefix: o.Prefix, index: newIndex(o.Prefix, mode),
-		replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}, nil
+	if o.Coalesce && o.ReplicaAcks > 0 {
+		return nil, errCoalesceReplicaAcks
+	}
+	s := &Store{r: r, prefix: o.Prefix, index: newIndex(o.Prefix, mode),
+		replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}
+	if o.Coalesce && mode == indexSingle { // one node: every key in one batch is fine
+		s.co = newCoalescer(r)
+		s.r = s.co
+	}
+	return s, nil
 }
 
 // recordKey returns the Redis key of the record of id.
@@ -531,6 +583,15 @@ func (s *Store) NearCacheStats() (NearCacheStats, bool) {
 		return NearCacheStats{}, false
 	}
 	return s.near.stats(), true
+}
+
+// CoalesceStats returns what Options.Coalesce did, and false when it is off
+// (or ignored: Redis Cluster, a Ring).
+func (s *Store) CoalesceStats() (CoalesceStats, bool) {
+	if s.co == nil {
+		return CoalesceStats{}, false
+	}
+	return s.co.stats(), true
 }
 
 // Delete implements idem.Store.

@@ -26,16 +26,7 @@ type rueidisRunner struct {
 }
 
 func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
-	strs, err := rueidisArgs(args)
-	if err != nil {
-		return reply{}, err
-	}
-	var msg rueidis.RedisMessage
-	if r.fn != nil {
-		msg, err = r.fn.call(ctx, r.c, s, keys, strs)
-	} else {
-		msg, err = rueidisScripts[s].Exec(ctx, r.c, keys, strs).ToMessage()
-	}
+	msg, err := r.exec(ctx, s, keys, args)
 	if rueidis.IsRedisNil(err) {
 		return reply{kind: replyNil}, nil
 	}
@@ -43,6 +34,41 @@ func (r rueidisRunner) run(ctx context.Context, s *script, keys []string, args [
 		return reply{}, err
 	}
 	return rueidisReply(msg)
+}
+
+// exec runs s by EVALSHA, or FCALL with Options.Functions.
+func (r rueidisRunner) exec(ctx context.Context, s *script, keys []string, args []any) (rueidis.RedisMessage, error) {
+	strs, err := rueidisArgs(args)
+	if err != nil {
+		return rueidis.RedisMessage{}, err
+	}
+	if r.fn != nil {
+		return r.fn.call(ctx, r.c, s, keys, strs)
+	}
+	return rueidisScripts[s].Exec(ctx, r.c, keys, strs).ToMessage()
+}
+
+func (r rueidisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
+	msg, err := r.exec(ctx, batchScript, keys, args)
+	if err != nil {
+		return nil, err
+	}
+	elems, err := msg.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: batch reply: %w", err)
+	}
+	out := make([]answer, len(elems))
+	for i, e := range elems {
+		switch err := e.Error(); {
+		case rueidis.IsRedisNil(err): // a Lua false
+			out[i].r.kind = replyNil
+		case err != nil: // that operation's script raised an error
+			out[i].err = err
+		default:
+			out[i].r, out[i].err = rueidisReply(e)
+		}
+	}
+	return out, nil
 }
 
 func (r rueidisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
