@@ -10,12 +10,18 @@
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
-#   unless IDEM_TEST_NATS_URL names one.
+#   unless IDEM_TEST_NATS_URL names one; a server there without JetStream
+#   (the Debian package's own service) is an error, not left to skip the tests.
 # The servers are left running afterwards.
 set -euo pipefail
 
 say() { echo "services: $*"; }
 reachable() { timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+# A NATS server greets with an INFO line that has "jetstream":true when it runs with -js.
+jetstream() {
+  # shellcheck disable=SC2016 # $line is the inner shell's
+  timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222 && IFS= read -r line <&3 && [[ $line == *\"jetstream\":true* ]]' 2>/dev/null
+}
 
 apt_updated=""
 # install PACKAGES WHY VAR: apt-get install PACKAGES, as root only.
@@ -91,14 +97,23 @@ fi
 if [ -n "${IDEM_TEST_NATS_URL:-}" ]; then
   say "NATS: IDEM_TEST_NATS_URL names it, left alone"
 elif reachable 4222; then
-  say "NATS: up on 127.0.0.1:4222"
+  # Without JetStream the natsconsumer tests would only skip (or fail under CI).
+  if ! jetstream; then
+    echo "services: the server on 127.0.0.1:4222 is not a NATS server with JetStream: restart it with -js" \
+      "(the Debian package's own service runs without: systemctl disable --now nats-server, then run this again)," \
+      "or set IDEM_TEST_NATS_URL" >&2
+    exit 1
+  fi
+  say "NATS: up on 127.0.0.1:4222 with JetStream"
 else
   if [ ! -x /usr/sbin/nats-server ]; then
     install nats-server "NATS with JetStream, for examples/natsconsumer" NATS
-    # Under systemd the package starts its own service, without JetStream.
-    if reachable 4222 && command -v systemctl >/dev/null; then
-      say "NATS: stopping the package's service (no JetStream) to start it with -js"
-      systemctl stop nats-server || true
+    # Under systemd the package enables and starts its own service, without
+    # JetStream. Stopping it is not enough: enabled, it comes back at every
+    # boot and holds the port. It may also not listen yet, so do not ask.
+    if [ -d /run/systemd/system ]; then
+      say "NATS: disabling and stopping the package's nats-server service (no JetStream) to start it with -js"
+      systemctl disable --now nats-server >/dev/null 2>&1 || true
     fi
   fi
   if ! reachable 4222; then
@@ -110,5 +125,6 @@ else
       -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
   fi
   wait_port 4222 NATS
-  say "NATS: up on 127.0.0.1:4222"
+  jetstream || { echo "services: the NATS server on 127.0.0.1:4222 runs without JetStream" >&2; exit 1; }
+  say "NATS: up on 127.0.0.1:4222 with JetStream"
 fi
