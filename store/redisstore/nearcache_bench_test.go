@@ -23,8 +23,8 @@ import (
 // BenchmarkNearCache serves a hello-world handler over loopback HTTP, bare
 // and behind the middleware on Redis, at 2 and 64 concurrent clients, with
 // replays (one key) and with unique keys (every request runs the handler),
-// on the three ways to reach Redis: go-redis, rueidis, and rueidis with
-// the near cache, and on the memory store (the ceiling: no network). Batches to the bare handler (untimed) and to the
+// on the ways to reach Redis: go-redis and rueidis, each also with
+// coalesced scripts, and rueidis with the near cache, and on the memory store (the ceiling: no network). Batches to the bare handler (untimed) and to the
 // protected one (timed) alternate, and x-bare is the protected one's
 // requests per second as a fraction of the bare handler's in the same run
 // (1.0 = no cost).
@@ -55,6 +55,20 @@ func BenchmarkNearCache(b *testing.B) {
 		}},
 		{"rueidis", func(b *testing.B) idem.Store {
 			s, err := redisstore.NewRueidis(rueidisClient(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
+		{"go-redis-coalesce", func(b *testing.B) idem.Store {
+			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b), Coalesce: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
+		{"rueidis-coalesce", func(b *testing.B) idem.Store {
+			s, err := redisstore.NewRueidis(rueidisClient(b), &redisstore.Options{Prefix: testenv.Prefix(b), Coalesce: true})
 			if err != nil {
 				b.Fatal(err)
 			}
