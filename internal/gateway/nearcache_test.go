@@ -25,24 +25,7 @@ func TestNearCacheOnMetrics(t *testing.T) {
 		io.WriteString(w, "done")
 	}))
 	defer up.Close()
-	uri := testenv.RedisURL()
-	if strings.Contains(uri, "?") {
-		uri += "&near_cache=on"
-	} else {
-		uri += "?near_cache=on"
-	}
-	store, closeStore, err := OpenStore(context.Background(), uri, nil)
-	if err != nil {
-		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
-	}
-	defer closeStore()
-	u, _ := url.Parse(up.URL)
-	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Handler())
-	defer srv.Close()
+	g, srv := redisGateway(t, "near_cache=on", up.URL)
 	key := "near-" + rand.Text()
 	for i := range 4 {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
@@ -72,6 +55,31 @@ func TestNearCacheOnMetrics(t *testing.T) {
 	}
 }
 
+// redisGateway serves a gateway on the test Redis, its store URI given
+// option (a query parameter), in front of upstream, until the test ends.
+func redisGateway(t *testing.T, option, upstream string) (*Gateway, *httptest.Server) {
+	t.Helper()
+	uri := testenv.RedisURL()
+	if strings.Contains(uri, "?") {
+		uri += "&" + option
+	} else {
+		uri += "?" + option
+	}
+	store, closeStore, err := OpenStore(context.Background(), uri, nil)
+	if err != nil {
+		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+	}
+	t.Cleanup(func() { closeStore() })
+	u, _ := url.Parse(upstream)
+	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	return g, srv
+}
+
 func grepLines(s, sub string) string {
 	var out []string
 	for line := range strings.SplitSeq(s, "\n") {
@@ -91,24 +99,7 @@ func TestCoalesceOnMetrics(t *testing.T) {
 		io.WriteString(w, "done")
 	}))
 	defer up.Close()
-	uri := testenv.RedisURL()
-	if strings.Contains(uri, "?") {
-		uri += "&coalesce=on"
-	} else {
-		uri += "?coalesce=on"
-	}
-	store, closeStore, err := OpenStore(context.Background(), uri, nil)
-	if err != nil {
-		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
-	}
-	defer closeStore()
-	u, _ := url.Parse(up.URL)
-	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(g.Handler())
-	defer srv.Close()
+	g, srv := redisGateway(t, "coalesce=on", up.URL)
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/x", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "coalesce-"+rand.Text())
 	req.Header.Set("Authorization", "Bearer coalesce")
