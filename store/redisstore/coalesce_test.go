@@ -136,7 +136,8 @@ func TestCoalesceLoneOperationGoesAtOnce(t *testing.T) {
 // that they went out as one batch script, each answered as its own script
 // would have answered it: distinct keys acquired, one of two acquires of
 // the same key, a read of the held record, and a corrupt record's error
-// kept to its own operation.
+// kept to its own operation; the batch reads the server's clock once
+// (INFO commandstats), so its acquisitions share one instant.
 func TestCoalesceBatchesUnderLoad(t *testing.T) {
 	srv, admin := privateRedis(t)
 	ctx := context.Background()
@@ -198,11 +199,18 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 			wg.Go(func() { got, getErr = s.Get(ctx, idem.ID{Tenant: "t", Key: name + "-a"}) })
 			wg.Go(func() { _, corruptErr = s.Get(ctx, corrupt) })
 			waitQueued(t, s, len(keys)+2)
-			unpause()
-			if err := <-held; err != nil {
-				t.Fatalf("held Acquire: %v", err)
+			calls := commandsBetween(t, admin, func() {
+				unpause()
+				if err := <-held; err != nil {
+					t.Fatalf("held Acquire: %v", err)
+				}
+				wg.Wait()
+			})
+			// The held acquire reads the clock, and the batch reads it once
+			// for all its operations.
+			if calls["time"] != 2 {
+				t.Errorf("the held call and the batch ran TIME %d times; want 2", calls["time"])
 			}
-			wg.Wait()
 
 			after, _ := s.CoalesceStats()
 			want := uint64(len(keys) + 2)
@@ -210,7 +218,15 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 				t.Errorf("stats went from %+v to %+v; want one batch of %d operations", before, after, want)
 			}
 			dupAcquired := 0
+			var acquiredAt time.Time // the same for every acquire of the batch: its one instant
 			for _, r := range results {
+				if r.err == nil && r.res.Acquired {
+					if at := r.res.Record.AcquiredAt; acquiredAt.IsZero() {
+						acquiredAt = at
+					} else if !at.Equal(acquiredAt) {
+						t.Errorf("Acquire %s acquired at %v, another of its batch at %v; want one instant", r.key, at, acquiredAt)
+					}
+				}
 				switch {
 				case r.err != nil:
 					t.Errorf("Acquire %s: %v", r.key, r.err)
