@@ -58,7 +58,8 @@ func mustReplace(b *testing.B, s, old, new string) string {
 // preempted by the clients), batches of batchLuaOps acquires of new keys
 // followed by batches of as many completes of those keys, with batch.lua
 // as shipped, as it was before it read the clock once per batch
-// (time-per-op), and with throwaway copies that leave a piece out. It reports
+// (time-per-op), and with throwaway copies that leave a piece out, each
+// interleaved with the shipped batch (x_batch). It reports
 // the EVALSHA time per operation (script-ns/op, INFO commandstats) and the
 // server's CPU per operation (redis-cpu-ns/op), and the same for the
 // operations run by their own scripts (single).
@@ -95,11 +96,10 @@ func BenchmarkBatchLua(b *testing.B) {
 	next := 0
 	key := func(i int) string { s := strconv.Itoa(i); return "p:{" + strconv.Itoa(len(s)+2) + ":b:" + s + "}" }
 
-	// batches runs b.N operations (acquires then completes, batchLuaOps at
+	// batches runs n operations (acquires then completes, batchLuaOps at
 	// a time) through the batch script sc.
-	ops := 0 // operations run by the current sub-benchmark
-	batches := func(b *testing.B, sc *redis.Script) {
-		for ; ops < b.N; ops += 2 * batchLuaOps {
+	batches := func(b *testing.B, sc *redis.Script, n int) {
+		for done := 0; done < n; done += 2 * batchLuaOps {
 			first := next
 			next += batchLuaOps
 			var keys []string
@@ -128,9 +128,9 @@ func BenchmarkBatchLua(b *testing.B) {
 			}
 		}
 	}
-	singles := func(b *testing.B) {
+	singles := func(b *testing.B, n int) {
 		acq, com := acquireScript.goredis, completeScript.goredis
-		for ; ops < b.N; ops += 2 {
+		for done := 0; done < n; done += 2 {
 			k := []string{key(next), idx}
 			next++
 			r, err := acq.Run(ctx, c, k, "owner", "fp", lease, retention, grace, "0").Text()
@@ -143,31 +143,63 @@ func BenchmarkBatchLua(b *testing.B) {
 			}
 		}
 	}
+	// measured adds up a run's operations, script time and server CPU.
+	type measured struct {
+		ops, usec int64
+		cpu       float64
+	}
+	measure := func(b *testing.B, m *measured, n int, run func(b *testing.B, n int)) {
+		_, usec0, cpu0 := scriptTime(b, c)
+		run(b, n)
+		_, usec, cpu := scriptTime(b, c)
+		m.ops += int64(n)
+		m.usec += usec - usec0
+		m.cpu += cpu - cpu0
+	}
+	script := func(src string) func(b *testing.B, n int) {
+		sc := redis.NewScript(src)
+		return func(b *testing.B, n int) { batches(b, sc, n) }
+	}
+	shipped := script(src)
+	// Each variant runs interleaved with the shipped batch, in chunks of
+	// 16 batches, and x_batch is the shipped batch's script time per
+	// operation over the variant's: above 1, the variant is cheaper.
+	const chunk = 32 * batchLuaOps
 	for _, v := range []struct {
 		name string
-		run  func(b *testing.B)
+		run  func(b *testing.B, n int)
 	}{
 		{"single", singles},
-		{"batch", func(b *testing.B) { batches(b, redis.NewScript(src)) }},
-		{"batch-nopcall", func(b *testing.B) { batches(b, redis.NewScript(noPcall)) }},
-		{"batch-reuse-tables", func(b *testing.B) { batches(b, redis.NewScript(reuse)) }},
-		{"batch-time-per-op", func(b *testing.B) { batches(b, redis.NewScript(timePerOp)) }},
-		{"batch-bare", func(b *testing.B) { batches(b, redis.NewScript(bare)) }},
+		{"batch", shipped},
+		{"batch-nopcall", script(noPcall)},
+		{"batch-reuse-tables", script(reuse)},
+		{"batch-time-per-op", script(timePerOp)},
+		{"batch-bare", script(bare)},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			calls0, usec0, cpu0 := scriptTime(b, c)
-			ops = 0
+			var m, base measured
+			measure(b, &base, 2*batchLuaOps, shipped) // loads the scripts
+			measure(b, &m, 2*batchLuaOps, v.run)
+			m, base = measured{}, measured{}
 			b.ResetTimer()
-			v.run(b)
+			for round := 0; m.ops < int64(b.N); round++ {
+				n := min(chunk, b.N-int(m.ops))
+				n = (n + 2*batchLuaOps - 1) / (2 * batchLuaOps) * (2 * batchLuaOps) // whole batches
+				if round%2 == 0 {
+					measure(b, &m, n, v.run)
+					measure(b, &base, n, shipped)
+				} else {
+					measure(b, &base, n, shipped)
+					measure(b, &m, n, v.run)
+				}
+			}
 			b.StopTimer()
-			calls, usec, cpu := scriptTime(b, c)
-			n := float64(ops)
-			b.ReportMetric(float64(usec-usec0)*1e3/n, "script-ns/op")
-			b.ReportMetric((cpu-cpu0)*1e9/n, "redis-cpu-ns/op")
-			b.ReportMetric(float64(calls-calls0)/n, "calls/op")
+			b.ReportMetric(float64(m.usec)*1e3/float64(m.ops), "script-ns/op")
+			b.ReportMetric(m.cpu*1e9/float64(m.ops), "redis-cpu-ns/op")
+			b.ReportMetric(float64(base.usec)*1e3/float64(base.ops), "batch-script-ns/op")
+			b.ReportMetric(float64(base.usec)/float64(m.usec), "x_batch")
 		})
 	}
-
 }
 
 // BenchmarkLuaPieces measures, on a private server, what the parts of an
