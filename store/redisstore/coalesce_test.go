@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -86,6 +87,17 @@ func acquireParams(key, owner string) idem.AcquireParams {
 		LeaseDuration: time.Minute, Retention: time.Hour}
 }
 
+// waitSending waits until n script calls of s are in flight.
+func waitSending(t *testing.T, s *redisstore.Store, n int) {
+	t.Helper()
+	for s.CoalesceSending() < n {
+		if t.Context().Err() != nil {
+			t.Fatalf("%d calls in flight; want %d", s.CoalesceSending(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
 // waitQueued waits until n operations of s are queued for the next batch.
 func waitQueued(t *testing.T, s *redisstore.Store, n int) {
 	t.Helper()
@@ -136,7 +148,8 @@ func TestCoalesceLoneOperationGoesAtOnce(t *testing.T) {
 // that they went out as one batch script, each answered as its own script
 // would have answered it: distinct keys acquired, one of two acquires of
 // the same key, a read of the held record, and a corrupt record's error
-// kept to its own operation.
+// kept to its own operation; the batch reads the server's clock once
+// (INFO commandstats), so its acquisitions share one instant.
 func TestCoalesceBatchesUnderLoad(t *testing.T) {
 	srv, admin := privateRedis(t)
 	ctx := context.Background()
@@ -162,11 +175,14 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 			}
 			defer unpause()
 
-			held := make(chan error, 1)
-			go func() { // sent alone, and held by the pause
-				_, err := s.Acquire(ctx, acquireParams(name+"-held", "held"))
-				held <- err
-			}()
+			held := make(chan error, redisstore.CoalesceInFlight)
+			for i := range redisstore.CoalesceInFlight {
+				go func() { // sent alone, and held by the pause
+					_, err := s.Acquire(ctx, acquireParams(name+"-held"+strconv.Itoa(i), "held"))
+					held <- err
+				}()
+			}
+			waitSending(t, s, redisstore.CoalesceInFlight)
 			type result struct {
 				key string
 				res idem.AcquireResult
@@ -178,8 +194,6 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 				results []result
 			)
 			keys := []string{"a", "b", "c", "d", "e", "f", "dup", "dup"}
-			// The first queued call can only queue once the held one is in
-			// flight; queue it first, then the rest.
 			queue := func(i int, key string) {
 				wg.Go(func() {
 					res, err := s.Acquire(ctx, acquireParams(name+"-"+key, "owner-"+string(rune('0'+i))))
@@ -188,21 +202,28 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 					mu.Unlock()
 				})
 			}
-			queue(0, keys[0])
-			waitQueued(t, s, 1)
-			for i, key := range keys[1:] {
-				queue(i+1, key)
+			for i, key := range keys {
+				queue(i, key)
 			}
 			var getErr, corruptErr error
 			var got idem.Record
 			wg.Go(func() { got, getErr = s.Get(ctx, idem.ID{Tenant: "t", Key: name + "-a"}) })
 			wg.Go(func() { _, corruptErr = s.Get(ctx, corrupt) })
 			waitQueued(t, s, len(keys)+2)
-			unpause()
-			if err := <-held; err != nil {
-				t.Fatalf("held Acquire: %v", err)
+			calls := commandsBetween(t, admin, func() {
+				unpause()
+				for range redisstore.CoalesceInFlight {
+					if err := <-held; err != nil {
+						t.Fatalf("held Acquire: %v", err)
+					}
+				}
+				wg.Wait()
+			})
+			// Each held acquire reads the clock, and the batch reads it once
+			// for all its operations.
+			if want := redisstore.CoalesceInFlight + 1; calls["time"] != want {
+				t.Errorf("the held calls and the batch ran TIME %d times; want %d", calls["time"], want)
 			}
-			wg.Wait()
 
 			after, _ := s.CoalesceStats()
 			want := uint64(len(keys) + 2)
@@ -210,7 +231,15 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 				t.Errorf("stats went from %+v to %+v; want one batch of %d operations", before, after, want)
 			}
 			dupAcquired := 0
+			var acquiredAt time.Time // the same for every acquire of the batch: its one instant
 			for _, r := range results {
+				if r.err == nil && r.res.Acquired {
+					if at := r.res.Record.AcquiredAt; acquiredAt.IsZero() {
+						acquiredAt = at
+					} else if !at.Equal(acquiredAt) {
+						t.Errorf("Acquire %s acquired at %v, another of its batch at %v; want one instant", r.key, at, acquiredAt)
+					}
+				}
 				switch {
 				case r.err != nil:
 					t.Errorf("Acquire %s: %v", r.key, r.err)
@@ -300,9 +329,12 @@ func TestCoalesceCancelled(t *testing.T) {
 		}()
 		return done
 	}
-	lone := acquire(ctx, "lone")
-	if sha := <-hook.held; sha == redisstore.BatchSHA {
-		t.Fatal("the lone call went out as a batch")
+	var lone []<-chan error // calls sent alone, one per place in flight
+	for i := range redisstore.CoalesceInFlight {
+		lone = append(lone, acquire(ctx, "lone"+strconv.Itoa(i)))
+		if sha := <-hook.held; sha == redisstore.BatchSHA {
+			t.Fatal("a lone call went out as a batch")
+		}
 	}
 	queuedCtx, cancelQueued := context.WithCancel(ctx)
 	flightCtx, cancelFlight := context.WithCancel(ctx)
@@ -315,10 +347,7 @@ func TestCoalesceCancelled(t *testing.T) {
 	if err := <-queued; !errors.Is(err, context.Canceled) {
 		t.Fatalf("queued Acquire cancelled = %v; want context.Canceled", err)
 	}
-	hook.release <- struct{}{} // the lone call; its sender then sends the batch
-	if err := <-lone; err != nil {
-		t.Fatal(err)
-	}
+	hook.release <- struct{}{} // one lone call; its sender then sends the batch
 	if sha := <-hook.held; sha != redisstore.BatchSHA {
 		t.Fatal("the two queued calls did not go out as one batch")
 	}
@@ -326,9 +355,13 @@ func TestCoalesceCancelled(t *testing.T) {
 	if err := <-inFlight; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire cancelled in flight = %v; want context.Canceled", err)
 	}
-	hook.release <- struct{}{} // the batch
-	if err := <-kept; err != nil {
-		t.Fatal(err)
+	for range redisstore.CoalesceInFlight { // the batch and the other lone calls
+		hook.release <- struct{}{}
+	}
+	for _, done := range append(lone, kept) {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 	hook.on.Store(false)
 

@@ -89,8 +89,8 @@
 // # Coalesced scripts
 //
 // Options.Coalesce is group commit: the single-key operations that come
-// while a script call of the store is in flight queue, and the next call
-// carries them all (up to 64) as one batch script, which runs each
+// while two script calls of the store are in flight queue, and the next
+// call carries them all (up to 64) as one batch script, which runs each
 // operation's own script code on its own keys and arguments and answers
 // each separately. A lone operation goes out at once by its own script:
 // there is no timer. Under concurrency one round trip and one script call

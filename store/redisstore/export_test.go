@@ -25,3 +25,14 @@ var BatchSHA = batchScript.goredis.Hash()
 
 // BatchSource is the batch script as EVALSHA runs it.
 var BatchSource = batchScript.src
+
+// CoalesceInFlight is how many script calls of a coalescing store may be
+// in flight before operations queue.
+const CoalesceInFlight = coalesceInFlight
+
+// CoalesceSending returns how many script calls of s are in flight.
+func (s *Store) CoalesceSending() int {
+	s.co.mu.Lock()
+	defer s.co.mu.Unlock()
+	return s.co.inFlight
+}

@@ -245,12 +245,13 @@ type Options struct {
 	Functions bool
 	// Coalesce sends the single-key operations (Acquire, Complete, Extend,
 	// Release, MarkUnknown, Claim, Resolve, Get, Delete) that come while
-	// another script call of this store is in flight as one batch script,
-	// when that call returns (group commit): under concurrency one round
+	// two script calls of this store are in flight as one batch script,
+	// when one of them returns (group commit): under concurrency one round
 	// trip and one script call carry up to 64 operations, each answered
-	// exactly as its own script would have answered it. A call that comes
-	// while none is in flight goes out at once by its own script: there is
-	// no timer and no wait when the load is light. A caller whose context
+	// exactly as its own script would have answered it, all at one server
+	// time (the batch reads the clock once). A call that comes while fewer
+	// are in flight goes out at once by its own script: there is no timer
+	// and no wait when the load is light. A caller whose context
 	// ends while its operation is queued gets the context's error and the
 	// operation never runs; once its batch is sent, it is as a script
 	// whose reply was lost (it may have run). docs/state-machine.md has
