@@ -40,7 +40,7 @@ func main() {
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
 	rounds := flag.Int("rounds", 5, "rounds: the rows take turns, duration/rounds each per round")
 	nearCache := flag.Bool("near-cache", true, "add redis rows with ?near_cache=on (replays from process memory)")
-	coalesce := flag.Bool("coalesce", true, "add redis rows with ?coalesce=on (scripts in flight at once go out as one batch)")
+	coalesce := flag.Bool("coalesce", true, "add redis rows with ?coalesce=on, the gateway's default (scripts in flight at once go out as one batch)")
 	flag.Parse()
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
@@ -75,13 +75,14 @@ func main() {
 		{"bare Go reverse proxy, pooled buffers", pooled.URL, false}}
 	stores := []string{"memory"}
 	if *redisURI != "" {
-		stores = append(stores, *redisURI)
 		sep := "?"
 		if strings.Contains(*redisURI, "?") {
 			sep = "&"
 		}
+		// The gateway coalesces by default: the plain rows say coalesce=off.
+		stores = append(stores, *redisURI+sep+"coalesce=off")
 		if *nearCache {
-			stores = append(stores, *redisURI+sep+"near_cache=on")
+			stores = append(stores, *redisURI+sep+"coalesce=off&near_cache=on")
 		}
 		if *coalesce {
 			stores = append(stores, *redisURI+sep+"coalesce=on")

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
@@ -98,5 +99,31 @@ func TestOpenStoreTakesEveryRedisForm(t *testing.T) {
 			continue
 		}
 		closeStore()
+	}
+}
+
+// The gateway's Redis store coalesces its scripts unless the URI says
+// coalesce=off; a cluster ignores the option.
+func TestOpenStoreCoalescesByDefault(t *testing.T) {
+	for _, c := range []struct {
+		uri  string
+		want bool
+	}{
+		{"redis://127.0.0.1:1/0", true},
+		{"redis://127.0.0.1:1/0?dial_timeout=1s", true},
+		{"redis://127.0.0.1:1/0?coalesce=off", false},
+		{"redis://127.0.0.1:1/0?dial_timeout=1s&coalesce=off", false},
+		{"redis-sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", true},
+		{"redis-cluster://127.0.0.1:1", false},
+	} {
+		store, closeStore, err := OpenStore(context.Background(), c.uri, nil)
+		if err != nil {
+			t.Fatalf("OpenStore(%q): %v", c.uri, err)
+		}
+		_, on := store.(*redisstore.Store).CoalesceStats()
+		closeStore()
+		if on != c.want {
+			t.Errorf("OpenStore(%q) coalesces: %v; want %v", c.uri, on, c.want)
+		}
 	}
 }
