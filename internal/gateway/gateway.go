@@ -304,8 +304,11 @@ func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
 	if !log.Enabled(ctx, level) {
 		return
 	}
-	log.LogAttrs(ctx, level, "idem: "+o.String(), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("key", r.Header.Get(idemhttp.HeaderKey)))
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path)}
+	if key, err := idemhttp.KeyFromHeader(r.Header); err == nil {
+		attrs = append(attrs, slog.String("key", key)) // as the store, the upstream and the admin API have it
+	}
+	log.LogAttrs(ctx, level, "idem: "+o.String(), attrs...)
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -19,10 +19,6 @@ import (
 // the upstream's original response to the request (docs/reconcile.md).
 const OriginalStatusHeader = "Idempotency-Original-Status"
 
-// DefaultTenantHeader names the tenant on a reconcile lookup when the
-// gateway has no --tenant-header.
-const DefaultTenantHeader = "Idempotency-Tenant"
-
 // maxReconciledBody bounds the body of a lookup's answer, which becomes
 // the replayed response: idemhttp's default replay buffer.
 const maxReconciledBody = 1 << 20
@@ -57,7 +53,7 @@ func newReconciler(cfg Config) (*reconciler, error) {
 			return http.ErrUseLastResponse // a redirect is no answer of the lookup
 		}}}
 	if rc.tenantHeader == "" {
-		rc.tenantHeader = DefaultTenantHeader
+		rc.tenantHeader = TenantIDHeader
 	}
 	return rc, nil
 }
