@@ -138,7 +138,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	tenant, err := cfg.hardenDefaults()
+	sources, err := cfg.hardenDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func New(cfg Config) (*Gateway, error) {
 			tel.outcome(o)
 			logOutcome(cfg.Logger, r, o)
 		},
-		Tenant:            tenant,
+		Tenant:            tenantFunc(sources, cfg.AllowAnonymous),
 		MaxResponseBuffer: cfg.MaxResponse,
 		ErrorFormat:       cfg.ErrorFormat,
 		MismatchStatus:    cfg.MismatchStatus,
@@ -190,7 +190,11 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(mw(g.reverseProxy(tel))))
+	rejected := func(r *http.Request) {
+		tel.outcome(idemhttp.OutcomeRejected)
+		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
+	}
+	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
 	g.admin = adminHandler(engine, reg, cfg.AdminToken)
 	return g, nil
 }

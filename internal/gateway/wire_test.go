@@ -139,6 +139,41 @@ func TestForwardsTheKeyInItsStoredForm(t *testing.T) {
 	}
 }
 
+// A Connection header naming what the gateway keys or scopes on would
+// have it strip that header before forwarding (hop-by-hop, RFC 9110
+// §7.6.1) while it deduplicates on it: such a request is refused, before
+// any key is taken.
+func TestRefusesConnectionNamingWhatItKeysOn(t *testing.T) {
+	up := newWireUpstream(t)
+	srv := wireGateway(t, up, Config{TenantFrom: []string{"authorization", "header:X-Tenant", "cookie:session"}})
+	creds := []string{"Authorization", "Bearer alice", "X-Tenant", "acme", "Cookie", "session=s1"}
+	for i, conn := range []string{"Idempotency-Key", "authorization", "X-Tenant", "cookie", "Idempotency-Fence",
+		"Idempotency-Previous-Fence", "Idempotency-Tenant", "keep-alive, idempotency-key"} {
+		hdr := append([]string{"Idempotency-Key", fmt.Sprintf("conn-%d", i), "Connection", conn}, creds...)
+		resp, body := send(t, srv, http.MethodPost, `{}`, hdr...)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, `"code":"`+CodeHopByHopHeader+`"`) ||
+			resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("Connection: %s: %d %s; want 400 %s", conn, resp.StatusCode, body, CodeHopByHopHeader)
+		}
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("the upstream got %d refused requests", n)
+	}
+	// Other headers may be hop-by-hop; a request the gateway does not
+	// deduplicate (no key, or a method it passes through) is forwarded.
+	for _, hdr := range [][]string{
+		{"Idempotency-Key", "conn-ok", "Connection", "X-Hop"},
+		{"Connection", "Authorization"},
+	} {
+		if resp, body := send(t, srv, http.MethodPost, `{}`, append(hdr, creds...)...); resp.StatusCode != http.StatusCreated {
+			t.Errorf("%v: %d %s; want 201", hdr, resp.StatusCode, body)
+		}
+	}
+	if resp, body := send(t, srv, http.MethodGet, ``, append([]string{"Idempotency-Key", "conn-get", "Connection", "Authorization"}, creds...)...); resp.StatusCode != http.StatusCreated {
+		t.Errorf("GET: %d %s; want 201", resp.StatusCode, body)
+	}
+}
+
 // Request trailers never reach the upstream: a client could otherwise add
 // an Idempotency-Fence or an Authorization the gateway never checked.
 func TestDropsRequestTrailers(t *testing.T) {
