@@ -148,10 +148,14 @@ func New(cfg Config) (*Gateway, error) {
 	obs := newUnknownTelemetry(reg, tel)
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
+	replayHeaders := cfg.ReplayHeaders
+	if replayHeaders == nil {
+		replayHeaders = DefaultReplayHeaders
+	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
 	if cfg.ReconcileURL != "" {
-		rc, err := newReconciler(cfg)
+		rc, err := newReconciler(cfg, replayHeaders)
 		if err != nil {
 			return nil, err
 		}
@@ -164,10 +168,6 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	obs.countUnknown(engine)
-	replayHeaders := cfg.ReplayHeaders
-	if replayHeaders == nil {
-		replayHeaders = DefaultReplayHeaders
-	}
 	mw, err := idemhttp.New(engine, &idemhttp.Options{
 		Methods:    cfg.Methods,
 		RequireKey: cfg.RequireKey,

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // seenRequest is what one forwarded request carried to the upstream.
@@ -199,6 +201,123 @@ func TestDropsRequestTrailers(t *testing.T) {
 		if got := seen[i]; len(got.trailer) != 0 || got.body != `{"a":1}` || got.header.Get("Authorization") != "Bearer alice" {
 			t.Errorf("key %q: the upstream got trailers %v, body %q, Authorization %q; want no trailers",
 				key, got.trailer, got.body, got.header.Get("Authorization"))
+		}
+	}
+}
+
+// lookupAnswer answers a reconcile lookup: 200 with the original status
+// 201, the key echoed, the fence echoed when fence is not empty, and a
+// Request-Id.
+func lookupAnswer(w http.ResponseWriter, r *http.Request, fence string) {
+	w.Header().Set("Idempotency-Key", r.PathValue("key"))
+	if fence != "" {
+		w.Header().Set(FenceHeader, fence)
+	}
+	w.Header().Set(OriginalStatusHeader, "201")
+	w.Header().Set("Request-Id", "req_lookup")
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"id":"ch_1"}`)
+}
+
+// A reconcile lookup's 200 settles a key only when it proves it answers
+// for the attempt whose outcome is unknown: it echoes the fence that
+// attempt carried. A lookup keyed by the key alone that finds another
+// tenant's request (another fence), or that echoes no fence, leaves the key
+// UNKNOWN. The tenant reaches the upstream with the request and the
+// lookup, in the bytes the admin API uses.
+func TestReconcileLookupMustEchoTheFence(t *testing.T) {
+	up := newWireUpstream(t)
+	up.answer = func(w http.ResponseWriter, r *http.Request, _ string) { w.WriteHeader(http.StatusBadGateway) } // UNKNOWN
+	fenceOf := func(key string) (fence, tenant string) {
+		for _, s := range up.requests() {
+			if s.header.Get("Idempotency-Key") == key {
+				return s.header.Get(FenceHeader), s.header.Get(TenantIDHeader)
+			}
+		}
+		return "", ""
+	}
+	var mu sync.Mutex
+	lookups := map[string]http.Header{}
+	up.lookup = func(w http.ResponseWriter, r *http.Request) {
+		key := r.PathValue("key")
+		mu.Lock()
+		lookups[key] = r.Header.Clone()
+		mu.Unlock()
+		fence, _ := fenceOf(key)
+		switch {
+		case strings.HasPrefix(key, "nofence"):
+			lookupAnswer(w, r, "")
+		case strings.HasPrefix(key, "other"):
+			lookupAnswer(w, r, "12345") // another request's: another tenant's under the same key
+		default:
+			lookupAnswer(w, r, fence)
+		}
+	}
+	u, _ := url.Parse(up.URL)
+	g := newTestGateway(t, Config{Upstream: u, ReconcileURL: up.URL + "/lookup/{key}", AdminToken: "adm"})
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	alice := authorizationTenant("Bearer alice")
+	for _, c := range []struct {
+		key     string
+		settled bool
+	}{{"nofence-1", false}, {"other-1", false}, {"echo-1", true}} {
+		// A client's own Idempotency-Tenant is never forwarded.
+		hdr := []string{"Idempotency-Key", c.key, "Authorization", "Bearer alice", TenantIDHeader, "forged"}
+		if resp, body := send(t, srv, http.MethodPost, `{}`, hdr...); resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("%s: first %d %s; want the upstream's 502", c.key, resp.StatusCode, body)
+		}
+		resp, body := send(t, srv, http.MethodPost, `{}`, hdr...)
+		switch {
+		case c.settled && (resp.StatusCode != 201 || body != `{"id":"ch_1"}` || resp.Header.Get("Idempotent-Replayed") != "true"):
+			t.Errorf("%s: retry %d %s; want the lookup's 201 replayed", c.key, resp.StatusCode, body)
+		case !c.settled && (resp.StatusCode != 503 || !strings.Contains(body, idemhttp.CodeOutcomeUnknown)):
+			t.Errorf("%s: retry %d %s; want 503 outcome_unknown: the lookup did not prove it answers for this attempt", c.key, resp.StatusCode, body)
+		}
+		fence, tenant := fenceOf(c.key)
+		mu.Lock()
+		lh := lookups[c.key]
+		mu.Unlock()
+		if tenant != alice || lh.Get(TenantIDHeader) != alice || lh.Get(FenceHeader) != fence || lh.Get("Idempotency-Key") != c.key {
+			t.Errorf("%s: upstream got tenant %q; lookup got tenant %q, fence %q (request's %q), key %q; want tenant %q",
+				c.key, tenant, lh.Get(TenantIDHeader), lh.Get(FenceHeader), fence, lh.Get("Idempotency-Key"), alice)
+		}
+	}
+	if n := len(up.requests()); n != 3 {
+		t.Fatalf("%d upstream executions; want 3, one a key", n)
+	}
+	// The tenant the upstream got is the admin API's {tenant}.
+	req := httptest.NewRequest(http.MethodGet, "/v1/keys/"+alice+"/echo-1", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	rec := httptest.NewRecorder()
+	g.AdminHandler().ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"state":"COMPLETED"`) {
+		t.Fatalf("admin GET with the forwarded tenant: %d %s", rec.Code, rec.Body)
+	}
+	// A request the gateway does not deduplicate carries no tenant.
+	send(t, srv, http.MethodGet, ``, "Authorization", "Bearer alice", TenantIDHeader, "forged")
+	if s := up.requests(); s[len(s)-1].header.Get(TenantIDHeader) != "" {
+		t.Fatalf("a passed-through request carried %s %q", TenantIDHeader, s[len(s)-1].header.Get(TenantIDHeader))
+	}
+}
+
+// A response settled by the reconcile lookup is replayed with the headers
+// --replay-headers names, as an ordinary replay is (stripe-go reads
+// Request-Id back).
+func TestReconciledReplayCarriesReplayHeaders(t *testing.T) {
+	up := newWireUpstream(t)
+	up.answer = func(w http.ResponseWriter, r *http.Request, _ string) { w.WriteHeader(http.StatusBadGateway) }
+	up.lookup = func(w http.ResponseWriter, r *http.Request) {
+		lookupAnswer(w, r, r.Header.Get(FenceHeader)) // the upstream's record has this attempt's fence
+	}
+	srv := wireGateway(t, up, Config{ReconcileURL: up.URL + "/lookup/{key}"})
+	hdr := []string{"Idempotency-Key", "rid-1", "Authorization", "Bearer alice"}
+	send(t, srv, http.MethodPost, `{}`, hdr...)
+	for range 2 {
+		resp, body := send(t, srv, http.MethodPost, `{}`, hdr...)
+		if resp.StatusCode != 201 || resp.Header.Get("Idempotent-Replayed") != "true" || resp.Header.Get("Request-Id") != "req_lookup" ||
+			resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("reconciled replay %d %s %v; want 201 with Request-Id req_lookup", resp.StatusCode, body, resp.Header)
 		}
 	}
 }
