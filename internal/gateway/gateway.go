@@ -184,6 +184,7 @@ func New(cfg Config) (*Gateway, error) {
 		ErrorFormat:       cfg.ErrorFormat,
 		MismatchStatus:    cfg.MismatchStatus,
 		ReplayHeaders:     replayHeaders,
+		StatusPolicy:      statusPolicy(cfg.ErrorFormat),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

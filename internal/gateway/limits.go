@@ -235,7 +235,7 @@ func (c *Config) hardenDefaults() ([]tenantSource, error) {
 	case c.TenantHeader != "":
 		specs = []string{"header:" + c.TenantHeader}
 	case specs == nil:
-		specs = []string{"authorization"}
+		specs = defaultTenantFrom(c.ErrorFormat)
 	}
 	return parseTenantSources(specs)
 }

@@ -322,6 +322,64 @@ func TestReconciledReplayCarriesReplayHeaders(t *testing.T) {
 	}
 }
 
+// Under --error-format stripe an upstream 400 (its parameters failed
+// validation) is not stored, as Stripe stores nothing then: the corrected
+// request under the same key runs. The problem format stores it.
+func TestStripeFormatReleasesAnUpstream400(t *testing.T) {
+	for _, format := range []idemhttp.ErrorFormat{idemhttp.ErrorFormatStripe, idemhttp.ErrorFormatProblem} {
+		t.Run(format.String(), func(t *testing.T) {
+			up := newWireUpstream(t)
+			up.answer = func(w http.ResponseWriter, r *http.Request, body string) {
+				if strings.Contains(body, "-1") {
+					w.WriteHeader(http.StatusBadRequest)
+					io.WriteString(w, `{"error":{"type":"invalid_request_error","param":"amount"}}`)
+					return
+				}
+				w.WriteHeader(http.StatusOK)
+			}
+			srv := wireGateway(t, up, Config{ErrorFormat: format})
+			hdr := []string{"Idempotency-Key", "k400", "Authorization", "Bearer sk_test_1"}
+			if resp, body := send(t, srv, http.MethodPost, `{"amount":-1}`, hdr...); resp.StatusCode != 400 {
+				t.Fatalf("invalid: %d %s", resp.StatusCode, body)
+			}
+			resp, body := send(t, srv, http.MethodPost, `{"amount":1}`, hdr...)
+			if format == idemhttp.ErrorFormatStripe && (resp.StatusCode != 200 || len(up.requests()) != 2) {
+				t.Fatalf("corrected request: %d %s after %d upstream calls; want it run (200)", resp.StatusCode, body, len(up.requests()))
+			}
+			if format == idemhttp.ErrorFormatProblem && (resp.StatusCode != 422 || !strings.Contains(body, idemhttp.CodeKeyMismatch)) {
+				t.Fatalf("corrected request: %d %s; want 422 key_mismatch (the 400 is stored)", resp.StatusCode, body)
+			}
+		})
+	}
+}
+
+// Under --error-format stripe the tenant is Authorization and
+// Stripe-Account together (Stripe Connect): a platform reusing a key for
+// two connected accounts gets two executions, never account A's charge
+// replayed to account B.
+func TestStripeFormatScopesKeysByStripeAccount(t *testing.T) {
+	up := newWireUpstream(t)
+	srv := wireGateway(t, up, Config{ErrorFormat: idemhttp.ErrorFormatStripe})
+	post := func(account string) *http.Response {
+		resp, body := send(t, srv, http.MethodPost, `{"amount":1}`, "Idempotency-Key", "connect-1", "Authorization", "Bearer sk_platform", "Stripe-Account", account)
+		if resp.StatusCode != 201 {
+			t.Fatalf("%s: %d %s", account, resp.StatusCode, body)
+		}
+		return resp
+	}
+	post("acct_A")
+	if r := post("acct_B"); r.Header.Get("Idempotent-Replayed") != "" || len(up.requests()) != 2 {
+		t.Fatalf("acct_B replayed %q after %d upstream calls; want its own execution", r.Header.Get("Idempotent-Replayed"), len(up.requests()))
+	}
+	if r := post("acct_A"); r.Header.Get("Idempotent-Replayed") != "true" || len(up.requests()) != 2 {
+		t.Fatalf("acct_A's retry: replayed %q, %d upstream calls; want a replay", r.Header.Get("Idempotent-Replayed"), len(up.requests()))
+	}
+	seen := up.requests()
+	if a, b := seen[0].header.Get(TenantIDHeader), seen[1].header.Get(TenantIDHeader); a == b || a == "" {
+		t.Fatalf("acct_A and acct_B forwarded tenants %q and %q; want two", a, b)
+	}
+}
+
 // The tenant is a documented, stable value (docs/reconcile.md): an
 // upstream can compute it from the Authorization it gets.
 func TestAuthorizationTenantIsTheDocumentedHash(t *testing.T) {
