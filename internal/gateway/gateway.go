@@ -48,7 +48,7 @@ type Config struct {
 	Methods         []string      // nil: POST and PATCH
 	RequireKey      bool
 	TenantHeader    string        // an alias of TenantFrom "header:NAME"; setting both is an error
-	TenantFrom      []string      // nil: authorization; see TenantSourcesHelp
+	TenantFrom      []string      // nil: authorization (and header:Stripe-Account under ErrorFormatStripe); see TenantSourcesHelp
 	AllowAnonymous  bool          // requests without tenant credentials share one tenant instead of 400 tenant_missing
 	MaxBody         int64         // zero: idemhttp's default
 	MaxResponse     int           // the replay buffer; zero: idemhttp's default (1 MiB)
@@ -76,7 +76,9 @@ type Config struct {
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
-	// answers problem+json.
+	// answers problem+json. The stripe format also brings Stripe's rules
+	// (stripe.go): an upstream 400 releases the key, and Stripe-Account
+	// is part of the default tenant.
 	ErrorFormat idemhttp.ErrorFormat
 	// MismatchStatus is the status of key_mismatch; zero: the format's
 	// (422 problem, 400 stripe).
