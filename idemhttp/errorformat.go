@@ -105,6 +105,7 @@ var stripeShapes = map[string]stripeShape{
 	"upstream_unreachable": {typ: StripeTypeAPI, retry: true},
 	"upstream_no_response": {typ: StripeTypeAPI, retry: true},
 	"upstream_timeout":     {typ: StripeTypeAPI, retry: true},
+	"hop_by_hop_header":    {typ: StripeTypeInvalidRequest},
 }
 
 // StripeError is the body of a stripe-format error answer.

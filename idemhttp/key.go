@@ -32,7 +32,12 @@ var (
 // Stripe's clients send it (8e03978e-40d5). Either form gives 1 to 255
 // printable ASCII characters; a bare value may not hold a comma or a
 // double quote, which is how two keys that a proxy folded into one line
-// show up. Leading and trailing spaces and tabs are ignored.
+// show up. Leading and trailing spaces and tabs around the value are
+// ignored; a quoted key may not begin or end with a space, which would not
+// survive as a header value (parsers trim it) when the key is forwarded.
+// The key returned is the one form the key has everywhere: in the store,
+// forwarded upstream by idem serve, in its reconcile lookup, its logs and
+// its admin API.
 func KeyFromHeader(h http.Header) (string, error) {
 	vs := h[HeaderKey]
 	switch {
@@ -61,6 +66,9 @@ func KeyFromHeader(h http.Header) (string, error) {
 	}
 	if err := idem.ValidateKey(key); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadKey, err)
+	}
+	if strings.Trim(key, " ") != key {
+		return "", fmt.Errorf("%w: the key begins or ends with a space, which would not survive as a header value", ErrBadKey)
 	}
 	return key, nil
 }

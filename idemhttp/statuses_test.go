@@ -65,6 +65,11 @@ func TestStatuses(t *testing.T) {
 			{call: call{key: "ключ"}, status: 400, code: idemhttp.CodeKeyInvalid},
 			{call: call{key: `"unterminated`}, status: 400, code: idemhttp.CodeKeyInvalid},
 			{call: call{key: `""`}, status: 400, code: idemhttp.CodeKeyInvalid},
+			// A space at either end would not survive as a header value
+			// forwarded upstream (parsers trim it), so the key could not
+			// mean the same bytes everywhere.
+			{call: call{key: `" k1"`}, status: 400, code: idemhttp.CodeKeyInvalid},
+			{call: call{key: `"k1 "`}, status: 400, code: idemhttp.CodeKeyInvalid},
 		}, calls: 0},
 		{name: "different body is a mismatch", steps: []step{
 			{call: call{key: "k1", ct: "application/json", body: `{"amount":1}`}, status: 201, body: "call 1:"},

@@ -29,7 +29,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
 	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
 	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
-	tenantFrom := fs.String("tenant-from", "authorization", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing")
+	tenantFrom := fs.String("tenant-from", "", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing (default: authorization; with --error-format stripe: authorization,header:Stripe-Account)")
 	allowAnonymous := fs.Bool("allow-anonymous", false, "let requests without any --tenant-from credentials share one tenant (default: 400 tenant_missing)")
 	maxBody := byteSize(1 << 20)
 	fs.Var(&maxBody, "max-body", "largest request body (bytes, or with KiB/MiB/GiB); larger gets 413")
@@ -112,8 +112,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if cfg.ReplayHeaders == nil {
 		cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
 	}
-	if *tenantHeader == "" || flagSet(fs, "tenant-from") {
-		cfg.TenantFrom = splitSources(*tenantFrom)
+	if flagSet(fs, "tenant-from") {
+		cfg.TenantFrom = append([]string{}, splitSources(*tenantFrom)...) // given empty: an error, not the default
 	}
 	if *otlp != "" {
 		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(*otlp), otlptracehttp.WithInsecure())

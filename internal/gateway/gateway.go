@@ -48,7 +48,7 @@ type Config struct {
 	Methods         []string      // nil: POST and PATCH
 	RequireKey      bool
 	TenantHeader    string        // an alias of TenantFrom "header:NAME"; setting both is an error
-	TenantFrom      []string      // nil: authorization; see TenantSourcesHelp
+	TenantFrom      []string      // nil: authorization (and header:Stripe-Account under ErrorFormatStripe); see TenantSourcesHelp
 	AllowAnonymous  bool          // requests without tenant credentials share one tenant instead of 400 tenant_missing
 	MaxBody         int64         // zero: idemhttp's default
 	MaxResponse     int           // the replay buffer; zero: idemhttp's default (1 MiB)
@@ -76,7 +76,9 @@ type Config struct {
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
-	// answers problem+json.
+	// answers problem+json. The stripe format also brings Stripe's rules
+	// (stripe.go): an upstream 400 releases the key, and Stripe-Account
+	// is part of the default tenant.
 	ErrorFormat idemhttp.ErrorFormat
 	// MismatchStatus is the status of key_mismatch; zero: the format's
 	// (422 problem, 400 stripe).
@@ -138,7 +140,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 30 * time.Second
 	}
-	tenant, err := cfg.hardenDefaults()
+	sources, err := cfg.hardenDefaults()
 	if err != nil {
 		return nil, err
 	}
@@ -148,10 +150,14 @@ func New(cfg Config) (*Gateway, error) {
 	obs := newUnknownTelemetry(reg, tel)
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
+	replayHeaders := cfg.ReplayHeaders
+	if replayHeaders == nil {
+		replayHeaders = DefaultReplayHeaders
+	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
 	if cfg.ReconcileURL != "" {
-		rc, err := newReconciler(cfg)
+		rc, err := newReconciler(cfg, replayHeaders)
 		if err != nil {
 			return nil, err
 		}
@@ -164,10 +170,6 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	obs.countUnknown(engine)
-	replayHeaders := cfg.ReplayHeaders
-	if replayHeaders == nil {
-		replayHeaders = DefaultReplayHeaders
-	}
 	mw, err := idemhttp.New(engine, &idemhttp.Options{
 		Methods:    cfg.Methods,
 		RequireKey: cfg.RequireKey,
@@ -179,18 +181,23 @@ func New(cfg Config) (*Gateway, error) {
 			tel.outcome(o)
 			logOutcome(cfg.Logger, r, o)
 		},
-		Tenant:            tenant,
+		Tenant:            tenantFunc(sources, cfg.AllowAnonymous),
 		MaxResponseBuffer: cfg.MaxResponse,
 		ErrorFormat:       cfg.ErrorFormat,
 		MismatchStatus:    cfg.MismatchStatus,
 		ReplayHeaders:     replayHeaders,
+		StatusPolicy:      statusPolicy(cfg.ErrorFormat),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(mw(g.reverseProxy(tel))))
+	rejected := func(r *http.Request) {
+		tel.outcome(idemhttp.OutcomeRejected)
+		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
+	}
+	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
 	g.admin = adminHandler(engine, reg, cfg.AdminToken)
 	return g, nil
 }
@@ -304,8 +311,11 @@ func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
 	if !log.Enabled(ctx, level) {
 		return
 	}
-	log.LogAttrs(ctx, level, "idem: "+o.String(), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("key", r.Header.Get(idemhttp.HeaderKey)))
+	attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path)}
+	if key, err := idemhttp.KeyFromHeader(r.Header); err == nil {
+		attrs = append(attrs, slog.String("key", key)) // as the store, the upstream and the admin API have it
+	}
+	log.LogAttrs(ctx, level, "idem: "+o.String(), attrs...)
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)

@@ -211,8 +211,8 @@ func isLoopback(addr string) bool {
 const defaultMaxResult = 16 << 20
 
 // hardenDefaults fills in the limits' defaults, checks the admin API's
-// exposure and returns the middleware's tenant function.
-func (c *Config) hardenDefaults() (func(*http.Request) (string, error), error) {
+// exposure and returns the sources of the tenant.
+func (c *Config) hardenDefaults() ([]tenantSource, error) {
 	if c.ReadTimeout < 0 || c.IdleTimeout < 0 || c.MaxConns < 0 || c.MaxResponse < 0 {
 		return nil, errors.New("gateway: negative --read-timeout, --idle-timeout, --max-conns or --max-response")
 	}
@@ -235,11 +235,7 @@ func (c *Config) hardenDefaults() (func(*http.Request) (string, error), error) {
 	case c.TenantHeader != "":
 		specs = []string{"header:" + c.TenantHeader}
 	case specs == nil:
-		specs = []string{"authorization"}
+		specs = defaultTenantFrom(c.ErrorFormat)
 	}
-	sources, err := parseTenantSources(specs)
-	if err != nil {
-		return nil, err
-	}
-	return tenantFunc(sources, c.AllowAnonymous), nil
+	return parseTenantSources(specs)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,28 +20,27 @@ import (
 // the upstream's original response to the request (docs/reconcile.md).
 const OriginalStatusHeader = "Idempotency-Original-Status"
 
-// DefaultTenantHeader names the tenant on a reconcile lookup when the
-// gateway has no --tenant-header.
-const DefaultTenantHeader = "Idempotency-Tenant"
-
 // maxReconciledBody bounds the body of a lookup's answer, which becomes
 // the replayed response: idemhttp's default replay buffer.
 const maxReconciledBody = 1 << 20
 
-// reconciledHeaders are the headers of a lookup's answer kept for replay:
-// idemhttp's default replay headers (the others would not be replayed).
-var reconciledHeaders = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
+// replayedByDefault are the response headers idemhttp replays whatever
+// --replay-headers says.
+var replayedByDefault = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
 
 // reconciler asks the upstream, by a GET on a URL made from a template,
 // whether a request whose outcome is unknown took effect.
 type reconciler struct {
-	template     string
-	token        string
-	tenantHeader string
-	client       *http.Client
+	template string
+	token    string
+	keep     []string // the headers of an answer kept for replay: those an ordinary replay carries
+	client   *http.Client
 }
 
-func newReconciler(cfg Config) (*reconciler, error) {
+// newReconciler returns the lookup of cfg.ReconcileURL; replayHeaders are
+// the --replay-headers, whose values a reconciled result keeps as an
+// ordinary one does.
+func newReconciler(cfg Config, replayHeaders []string) (*reconciler, error) {
 	if !strings.Contains(cfg.ReconcileURL, "{key}") {
 		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", cfg.ReconcileURL)
 	}
@@ -52,14 +52,14 @@ func newReconciler(cfg Config) (*reconciler, error) {
 	if transport == nil {
 		transport = NewUpstreamTransport()
 	}
-	rc := &reconciler{template: cfg.ReconcileURL, token: cfg.ReconcileToken, tenantHeader: cfg.TenantHeader,
+	keep := slices.Concat(replayedByDefault, replayHeaders)
+	for i, name := range keep {
+		keep[i] = http.CanonicalHeaderKey(name)
+	}
+	return &reconciler{template: cfg.ReconcileURL, token: cfg.ReconcileToken, keep: keep,
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is no answer of the lookup
-		}}}
-	if rc.tenantHeader == "" {
-		rc.tenantHeader = DefaultTenantHeader
-	}
-	return rc, nil
+		}}}, nil
 }
 
 // expandTemplate fills {key}, {tenant} and {fence} in, each escaped so
@@ -84,12 +84,15 @@ func escapeAll(s string) string {
 	return b.String()
 }
 
-// reconcile is idem.Options.Reconcile: 200 with the original status and
-// the key echoed → completed with that response; 404 with the key echoed
-// → not executed; anything else (another status, no echo, a bad status
-// header, a body too large, a network error, ctx's end) → an error, and
-// the key stays UNKNOWN. The echo keeps a 404 of a wrong URL or a 200 of
-// a page that is not the lookup from being taken for an answer.
+// reconcile is idem.Options.Reconcile: 200 with the original status, the
+// key echoed and the fence of the request found equal to rec's →
+// completed with that response; 404 with the key echoed → not executed;
+// anything else (another status, no echo, another fence or none, a bad
+// status header, a body too large, a network error, ctx's end) → an
+// error, and the key stays UNKNOWN. The key's echo keeps a 404 of a wrong
+// URL or a 200 of a page that is not the lookup from being taken for an
+// answer; the fence's proves that a 200 is about this attempt, not about
+// another tenant's request under the same key nor an earlier attempt.
 func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
@@ -98,7 +101,7 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 	req.Header.Set(idemhttp.HeaderKey, rec.Key)
 	req.Header.Set(FenceHeader, strconv.FormatInt(rec.Fence, 10))
 	if rec.Tenant != "" {
-		req.Header.Set(rc.tenantHeader, rec.Tenant)
+		req.Header.Set(TenantIDHeader, rec.Tenant)
 	}
 	if rc.token != "" {
 		req.Header.Set("Authorization", "Bearer "+rc.token)
@@ -118,6 +121,10 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 	default:
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered %d", resp.StatusCode)
 	}
+	if fence, err := strconv.ParseInt(resp.Header.Get(FenceHeader), 10, 64); err != nil || fence != rec.Fence {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's %d: no proof it is this request's answer",
+			FenceHeader, resp.Header.Get(FenceHeader), rec.Fence)
+	}
 	status, err := strconv.Atoi(resp.Header.Get(OriginalStatusHeader))
 	if err != nil || status < 200 || status > 599 {
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 without a valid %s (200..599)", OriginalStatusHeader)
@@ -130,7 +137,7 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup: the body is over %d bytes", maxReconciledBody)
 	}
 	res := idem.Result{Status: status, Body: body}
-	for _, name := range reconciledHeaders {
+	for _, name := range rc.keep {
 		if vs, ok := resp.Header[name]; ok {
 			if res.Header == nil {
 				res.Header = http.Header{}

@@ -92,14 +92,25 @@ func forward(transport http.RoundTripper, r *http.Request) (*http.Response, erro
 }
 
 // rewriteIdempotencyHeaders sets the headers the upstream gets about the
-// key: the fence and, after a takeover, the previous fence, from the lease
-// only (a client cannot forge them). neverResend (transport.go) keeps the
-// transport from resending the request by itself.
+// key, from the lease only (a client cannot forge them): the key in the one
+// form the store keeps (a key sent as a quoted string reaches the upstream
+// decoded, as the reconcile lookup and the admin API name it), the tenant,
+// the fence and, after a takeover, the previous fence. Request trailers
+// are dropped: a client would otherwise add, after the body, headers the
+// gateway never checked (a fence, an Authorization). neverResend
+// (transport.go) keeps the transport from resending the request by itself.
 func rewriteIdempotencyHeaders(in, out *http.Request) {
-	out.Header.Del(FenceHeader)
-	out.Header.Del(PreviousFenceHeader)
+	out.Trailer = nil
+	for _, name := range ownHeaders {
+		out.Header.Del(name)
+	}
 	if l, ok := idemhttp.LeaseFromContext(in.Context()); ok {
-		out.Header.Set(FenceHeader, strconv.FormatInt(l.Fence(), 10))
+		ref := l.Ref()
+		out.Header[idemhttp.HeaderKey] = []string{ref.Key}
+		if ref.Tenant != "" {
+			out.Header[TenantIDHeader] = []string{ref.Tenant}
+		}
+		out.Header.Set(FenceHeader, strconv.FormatInt(ref.Fence, 10))
 		if tk := l.Takeover(); tk != nil {
 			out.Header.Set(PreviousFenceHeader, strconv.FormatInt(tk.Fence, 10))
 		}
