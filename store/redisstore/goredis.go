@@ -11,8 +11,9 @@ import (
 
 // goredisRunner runs the scripts on a go-redis client.
 type goredisRunner struct {
-	c redis.Scripter
-	p pipeliner // nil when the client has no pipeline
+	c       redis.Scripter
+	p       pipeliner            // nil when the client has no pipeline
+	cluster *redis.ClusterClient // the client when it is one, for followTopology
 }
 
 // pipeliner is the part of a go-redis client that rangeByLex uses.
@@ -32,12 +33,14 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 		}
 		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
 	}
+	followTopology(r.cluster, err)
 	return goredisReply(v, err)
 }
 
 func (r goredisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
 	v, err := batchScript.goredis.Run(ctx, r.c, keys, args...).Result()
 	if err != nil {
+		followTopology(r.cluster, err)
 		return nil, err
 	}
 	elems, ok := v.([]any)
@@ -68,6 +71,7 @@ func (r goredisRunner) rangeByLex(ctx context.Context, keys, mins []string, max 
 		cmds[i] = pipe.ZRangeByLex(ctx, k, &redis.ZRangeBy{Min: mins[i], Max: max, Count: int64(count)})
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		followTopology(r.cluster, err)
 		return nil, err
 	}
 	out := make([][]string, len(keys))
@@ -102,4 +106,28 @@ func goredisReply(v any, err error) (reply, error) {
 		return reply{kind: replyArray, fields: fields}, nil
 	}
 	return reply{}, fmt.Errorf("redisstore: unexpected reply of type %T", v)
+}
+
+// followTopology asks a cluster client to reload its slot map soon after
+// a call failed without a reply from Redis: a refused dial, a reset or
+// closed connection, a timeout. go-redis reloads the map on MOVED, ASK and
+// READONLY, and otherwise only every ClusterStateReloadInterval (60s by
+// default since v9.22, go-redis issue #3979): when a primary dies and a
+// replica takes over its slots, no node it can reach answers MOVED for
+// them, so a running client kept dialling the dead node (issue 22: 503 for
+// that shard's keys until the load ended). The reload runs in the
+// background and go-redis coalesces the requests (one at a time, at most
+// every 200ms), so a burst of failures costs a few CLUSTER SLOTS. A reply
+// from Redis (an error such as CLUSTERDOWN or TRYAGAIN, or redis.Nil) says
+// the node is alive and routed to, and a context the caller cancelled
+// says nothing about the node: neither reloads.
+func followTopology(c *redis.ClusterClient, err error) {
+	if c == nil || err == nil || errors.Is(err, context.Canceled) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return
+	}
+	c.ReloadState(context.Background())
 }

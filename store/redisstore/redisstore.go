@@ -222,6 +222,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	}
 	r := goredisRunner{c: client}
 	r.p, _ = client.(pipeliner)
+	r.cluster, _ = client.(*redis.ClusterClient)
 	mode := indexSingle
 	switch client.(type) {
 	case *redis.ClusterClient:
