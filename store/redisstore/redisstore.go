@@ -292,12 +292,14 @@ func boolArg(b bool) string {
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	var mark uint64
 	if s.near != nil {
 		// A COMPLETED record is the answer to every acquire until it ends
 		// or is deleted: acquire.lua would return it unchanged.
 		if rec, ok := s.near.completed(ctx, p.ID, s.recordKey(p.ID)); ok {
 			return idem.AcquireResult{Record: rec}, nil
 		}
+		mark = s.near.mark()
 	}
 	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
@@ -331,7 +333,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// be replicated like a fresh acquisition, or released.
 		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
-	s.sawRecord(rec)
+	s.sawRecord(rec, mark)
 	return idem.AcquireResult{Record: rec}, nil
 }
 
@@ -360,10 +362,14 @@ func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err 
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	var mark uint64
+	if s.near != nil {
+		mark = s.near.mark()
+	}
 	err := s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
 		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs})
 	if err == nil && s.near != nil {
-		s.near.saw(s.recordKey(p.ID), p.Fence)
+		s.near.saw(s.recordKey(p.ID), p.Fence, mark)
 	}
 	return err
 }
@@ -427,11 +433,11 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
 	}
 	if s.near != nil {
-		s.near.forget(s.recordKey(p.ID))
+		s.near.removing(s.recordKey(p.ID))
 	}
 	r, notReplicated, err := s.write(ctx, resolveScript, s.indexedKeys(p.ID), args)
 	if s.near != nil {
-		s.near.forget(s.recordKey(p.ID)) // see Delete
+		s.near.removing(s.recordKey(p.ID)) // see Delete
 	}
 	switch {
 	case err != nil:
@@ -456,10 +462,12 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	var mark uint64
 	if s.near != nil {
 		if rec, ok := s.near.completed(ctx, id, s.recordKey(id)); ok {
 			return rec, nil
 		}
+		mark = s.near.mark()
 	}
 	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
 	if err != nil {
@@ -472,15 +480,15 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
-	s.sawRecord(rec)
+	s.sawRecord(rec, mark)
 	return rec, nil
 }
 
 // sawRecord tells the near cache, when on, of a COMPLETED record a script
-// returned.
-func (s *Store) sawRecord(rec idem.Record) {
+// sent after mark (nearCache.mark) returned.
+func (s *Store) sawRecord(rec idem.Record, mark uint64) {
 	if s.near != nil && rec.State == idem.StateCompleted {
-		s.near.saw(s.recordKey(rec.ID), rec.Fence)
+		s.near.saw(s.recordKey(rec.ID), rec.Fence, mark)
 	}
 }
 
@@ -505,14 +513,16 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	if s.near != nil {
-		s.near.forget(s.recordKey(id))
+		s.near.removing(s.recordKey(id))
 	}
 	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
-		// when the invalidation, which follows the reply, is read.
-		s.near.forget(s.recordKey(id))
+		// when its invalidation is read, which may come after this reply
+		// (on another of the client's connections, or later on this one).
+		// From here on saw ignores the replies to scripts sent before.
+		s.near.removing(s.recordKey(id))
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
