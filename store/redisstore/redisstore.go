@@ -2,112 +2,16 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
-	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/redis/go-redis/v9"
 )
-
-var (
-	// recordLua is the encoding of a record, shared by every script; it
-	// goes in front of each (see withRecord).
-	//go:embed record.lua
-	recordLua string
-	//go:embed acquire.lua
-	acquireLua string
-	//go:embed complete.lua
-	completeLua string
-	//go:embed extend.lua
-	extendLua string
-	//go:embed release.lua
-	releaseLua string
-	//go:embed markunknown.lua
-	markUnknownLua string
-	//go:embed claim.lua
-	claimLua string
-	//go:embed resolve.lua
-	resolveLua string
-	//go:embed get.lua
-	getLua string
-	//go:embed delete.lua
-	deleteLua string
-	//go:embed list.lua
-	listLua string
-)
-
-// withRecord puts record.lua in front of a script: a script cannot load
-// another, and EVALSHA takes the SHA of the source as sent.
-func withRecord(src string) string { return recordLua + src }
-
-// script is one Lua script, run by EVALSHA with a fallback to EVAL when
-// the server does not know it yet (NOSCRIPT).
-type script struct {
-	name    string // its name as a Redis function (Options.Functions): lib_name
-	body    string // the script without record.lua
-	src     string // the script as EVALSHA runs it
-	goredis *redis.Script
-	op      string // its number in a batch (batch.lua's OPS); "" when a batch cannot carry it
-}
-
-func newScript(name, body string) *script {
-	src := withRecord(body)
-	return &script{name: name, body: body, src: src, goredis: redis.NewScript(src)}
-}
-
-var (
-	acquireScript     = newScript("acquire", acquireLua)
-	completeScript    = newScript("complete", completeLua)
-	extendScript      = newScript("extend", extendLua)
-	releaseScript     = newScript("release", releaseLua)
-	markUnknownScript = newScript("mark_unknown", markUnknownLua)
-	claimScript       = newScript("claim", claimLua)
-	resolveScript     = newScript("resolve", resolveLua)
-	getScript         = newScript("get", getLua)
-	deleteScript      = newScript("delete", deleteLua)
-	listScript        = newScript("list", listLua)
-
-	allScripts = []*script{acquireScript, completeScript, extendScript, releaseScript, markUnknownScript,
-		claimScript, resolveScript, getScript, deleteScript, listScript, batchScript}
-)
-
-// reply is what a script answered, in the three shapes the scripts use:
-// an integer (transitions), a string (an acquisition) or an array of
-// strings (a record). Each client library parses its own replies into it
-// without going through an intermediate []any or []string.
-type reply struct {
-	kind   replyKind
-	num    int64
-	str    string
-	fields []string
-}
-
-type replyKind uint8
-
-const (
-	replyNil replyKind = iota // a Lua false or nil
-	replyInt
-	replyStr
-	replyArray
-)
-
-// runner runs a script atomically and returns its reply, and reads the
-// index of UNKNOWN records. Each Redis client library has one.
-type runner interface {
-	run(ctx context.Context, s *script, keys []string, args []any) (reply, error)
-	// rangeByLex returns, for each key, up to count members of that
-	// sorted set from mins[i] to max (ZRANGEBYLEX), in one pipeline.
-	rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error)
-}
 
 // fenceGraceMs is how much longer a key lives than its record, keeping the
 // record's fence for the next acquisition.
@@ -337,29 +241,6 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	return idem.AcquireResult{Record: rec}, nil
 }
 
-// parseAcquired decodes acquire.lua's reply to a successful acquisition:
-// "fence:acquired_ms", followed by ":previous_fence:previous_acquired_ms"
-// for a takeover.
-func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err error) {
-	var n [4]int64
-	fields, rest := 0, s
-	for ; err == nil && fields < len(n); fields++ {
-		f, more, found := strings.Cut(rest, ":")
-		n[fields], err = strconv.ParseInt(f, 10, 64)
-		if rest = more; !found {
-			fields++
-			break
-		}
-	}
-	if err != nil || rest != "" && fields == len(n) || (fields != 2 && fields != 4) {
-		return 0, 0, nil, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
-	}
-	if fields == 4 {
-		took = &idem.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
-	}
-	return n[0], n[1], took, nil
-}
-
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	var mark uint64
@@ -533,47 +414,4 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return r.num == 1, nil
 }
 
-// errCorrupt reports a record that does not decode.
-var errCorrupt = errors.New("redisstore: corrupt record")
-
-// recordFields is how many fields a record's reply has (see reply in record.lua).
-const recordFields = 12
-
-// parseRecord decodes a record's reply: {'0' (claim.lua: '1' when
-// claimed), state, owner, fence, fingerprint, acquired_ms, completed_ms,
-// status, header, body, ttl_ms, reason}.
-func parseRecord(id idem.ID, r reply) (rec idem.Record, claimed bool, err error) {
-	if r.kind != replyArray {
-		return idem.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)
-	}
-	return parseFields(id, r.fields)
-}
-
-func parseFields(id idem.ID, f []string) (idem.Record, bool, error) {
-	if len(f) != recordFields || (f[0] != "0" && f[0] != "1") {
-		return idem.Record{}, false, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
-	}
-	rec, err := redisrecord.Record(id, f[1:], time.UnixMilli)
-	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("%w: %w", errCorrupt, err)
-	}
-	return rec, f[0] == "1", nil
-}
-
 var _ idem.Store = (*Store)(nil)
-
-// encodeHeader is recordcodec.AppendHeader into a buffer allocated once,
-// at a size that holds it.
-func encodeHeader(h http.Header) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	n := binary.MaxVarintLen64
-	for name, vs := range h {
-		n += len(name) + 2*binary.MaxVarintLen64
-		for _, v := range vs {
-			n += len(v) + binary.MaxVarintLen64
-		}
-	}
-	return recordcodec.AppendHeader(make([]byte, 0, n), h)
-}
