@@ -119,10 +119,10 @@ func goredisReply(v any, err error) (reply, error) {
 // background and go-redis coalesces the requests (one at a time, at most
 // every 200ms), so a burst of failures costs a few CLUSTER SLOTS. A reply
 // from Redis (an error such as CLUSTERDOWN or TRYAGAIN, or redis.Nil) says
-// the node is alive and routed to, and a context the caller cancelled
-// says nothing about the node: neither reloads.
+// the node is alive and routed to, and a context the caller cancelled or
+// a client closed says nothing about the node: none of them reloads.
 func followTopology(c *redis.ClusterClient, err error) {
-	if c == nil || err == nil || errors.Is(err, context.Canceled) {
+	if c == nil || err == nil || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
 		return
 	}
 	var reply redis.Error
