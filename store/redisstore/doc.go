@@ -58,6 +58,13 @@
 // does not lose acknowledged writes behind it (store/pgstore, store/layered)
 // and fence the work's own writes.
 //
+// On Redis Cluster the store follows a shard's failover without a
+// restart: after a call that failed without a reply from Redis (a refused
+// dial, a broken connection, a timeout) it asks a go-redis cluster client
+// to reload its slot map (ClusterClient.ReloadState), which go-redis
+// otherwise does only on MOVED and once a minute; rueidis refreshes its
+// map on such errors itself. docs/deployment.md has the measured failover.
+//
 // # Replica acknowledgement
 //
 // Options.ReplicaAcks narrows that window: after an acquire, a complete,
@@ -83,8 +90,18 @@
 // cache, so a first request costs what it costs without it; the first
 // replay reads the record in place of the acquire script, and the replays
 // after it make no round trip. Store.NearCacheStats counts what it did.
-// docs/state-machine.md has the correctness argument (lost invalidations,
-// reconnects, failover).
+//
+// A Delete or Resolve through the store is seen by every request through
+// it that begins after it returns. One through another client is seen
+// once this client has read the invalidation Redis sends: until then a
+// replay may still return the old COMPLETED record (the result the key
+// had; the work does not run again). That window is how long this
+// process's connection reader waits for a CPU: usually nothing (the
+// invalidation arrives before the deleting client has its reply), but
+// measured up to 17ms with this process nearly idle and up to 345ms with
+// it CPU-bound, on a 2-core host running other loads.
+// docs/state-machine.md has the figures and the correctness argument
+// (lost invalidations, reconnects, failover).
 //
 // # Coalesced scripts
 //

@@ -36,3 +36,6 @@ func (s *Store) CoalesceSending() int {
 	defer s.co.mu.Unlock()
 	return s.co.inFlight
 }
+
+// DeleteSHA is the SHA1 of the delete script, as EVALSHA names it.
+var DeleteSHA = deleteScript.goredis.Hash()

@@ -62,6 +62,9 @@ type nearCache struct {
 
 	mu   sync.Mutex
 	seen map[string]int64 // guarded by mu: record key -> fence of the COMPLETED record seen
+	// removals counts the removals through this store (Delete, Resolve),
+	// each twice: before its script and after it. Written under mu.
+	removals atomic.Uint64
 
 	hits, misses, stale, invalidations atomic.Uint64
 }
@@ -70,9 +73,25 @@ func newNearCache(c rueidis.Client) *nearCache {
 	return &nearCache{c: c, grace: time.Duration(fenceGraceMs) * time.Millisecond, seen: map[string]int64{}}
 }
 
-// saw notes that the record at key is COMPLETED with fence.
-func (n *nearCache) saw(key string, fence int64) {
+// mark returns what saw needs to know that no removal came in between:
+// take it before sending the script whose reply saw notes.
+func (n *nearCache) mark() uint64 { return n.removals.Load() }
+
+// saw notes that the record at key is COMPLETED with fence, as a script
+// sent after mark was taken answered, unless a removal through this store
+// began or ended since. Such a reply may have been read before the
+// removal ran and be handled after it returned; noted, it would have the
+// next replays served from the cached copy, which stays until this client
+// reads the removal's invalidation (milliseconds on a loaded host: issue
+// 22). Not noting it costs the key's next replay the script, which notes
+// it then. The mark is one counter for all keys: removals are rare, and a
+// map of recent removals per key would need a bound of its own.
+func (n *nearCache) saw(key string, fence int64, mark uint64) {
 	n.mu.Lock()
+	if n.removals.Load() != mark {
+		n.mu.Unlock()
+		return
+	}
 	if _, ok := n.seen[key]; !ok && len(n.seen) >= nearCacheKeys {
 		for k := range n.seen {
 			delete(n.seen, k)
@@ -86,6 +105,16 @@ func (n *nearCache) saw(key string, fence int64) {
 // forget drops key: its next read runs the script.
 func (n *nearCache) forget(key string) {
 	n.mu.Lock()
+	delete(n.seen, key)
+	n.mu.Unlock()
+}
+
+// removing forgets key for a removal through this store (Delete,
+// Resolve), before its script and again after it, and makes saw ignore
+// the replies to scripts sent before (see saw).
+func (n *nearCache) removing(key string) {
+	n.mu.Lock()
+	n.removals.Add(1)
 	delete(n.seen, key)
 	n.mu.Unlock()
 }

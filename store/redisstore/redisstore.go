@@ -2,206 +2,16 @@ package redisstore
 
 import (
 	"context"
-	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
-	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/redis/go-redis/v9"
 )
-
-var (
-	// recordLua is the encoding of a record, shared by every script; it
-	// goes in front of each (see withRecord).
-	//go:embed record.lua
-	recordLua string
-	//go:embed acquire.lua
-	acquireLua string
-	//go:embed complete.lua
-	completeLua string
-	//go:embed extend.lua
-	extendLua string
-	//go:embed release.lua
-	releaseLua string
-	//go:embed markunknown.lua
-	markUnknownLua string
-	//go:embed claim.lua
-	claimLua string
-	//go:embed resolve.lua
-	resolveLua string
-	//go:embed get.lua
-	getLua string
-	//go:embed delete.lua
-	deleteLua string
-	//go:embed list.lua
-	listLua string
-)
-
-// withRecord puts record.lua in front of a script: a script cannot load
-// another, and EVALSHA takes the SHA of the source as sent.
-func withRecord(src string) string { return recordLua + src }
-
-// script is one Lua script, run by EVALSHA with a fallback to EVAL when
-// the server does not know it yet (NOSCRIPT).
-type script struct {
-	name    string // its name as a Redis function (Options.Functions): lib_name
-	body    string // the script without record.lua
-	src     string // the script as EVALSHA runs it
-	goredis *redis.Script
-	op      string // its number in a batch (batch.lua's OPS); "" when a batch cannot carry it
-}
-
-func newScript(name, body string) *script {
-	src := withRecord(body)
-	return &script{name: name, body: body, src: src, goredis: redis.NewScript(src)}
-}
-
-var (
-	acquireScript     = newScript("acquire", acquireLua)
-	completeScript    = newScript("complete", completeLua)
-	extendScript      = newScript("extend", extendLua)
-	releaseScript     = newScript("release", releaseLua)
-	markUnknownScript = newScript("mark_unknown", markUnknownLua)
-	claimScript       = newScript("claim", claimLua)
-	resolveScript     = newScript("resolve", resolveLua)
-	getScript         = newScript("get", getLua)
-	deleteScript      = newScript("delete", deleteLua)
-	listScript        = newScript("list", listLua)
-
-	allScripts = []*script{acquireScript, completeScript, extendScript, releaseScript, markUnknownScript,
-		claimScript, resolveScript, getScript, deleteScript, listScript, batchScript}
-)
-
-// reply is what a script answered, in the three shapes the scripts use:
-// an integer (transitions), a string (an acquisition) or an array of
-// strings (a record). Each client library parses its own replies into it
-// without going through an intermediate []any or []string.
-type reply struct {
-	kind   replyKind
-	num    int64
-	str    string
-	fields []string
-}
-
-type replyKind uint8
-
-const (
-	replyNil replyKind = iota // a Lua false or nil
-	replyInt
-	replyStr
-	replyArray
-)
-
-// runner runs a script atomically and returns its reply, and reads the
-// index of UNKNOWN records. Each Redis client library has one.
-type runner interface {
-	run(ctx context.Context, s *script, keys []string, args []any) (reply, error)
-	// rangeByLex returns, for each key, up to count members of that
-	// sorted set from mins[i] to max (ZRANGEBYLEX), in one pipeline.
-	rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error)
-}
-
-type goredisRunner struct {
-	c redis.Scripter
-	p pipeliner // nil when the client has no pipeline
-}
-
-// pipeliner is the part of a go-redis client that rangeByLex uses.
-type pipeliner interface{ Pipeline() redis.Pipeliner }
-
-func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
-	v, err := s.goredis.Run(ctx, r.c, keys, args...).Result()
-	// TRYAGAIN: a cluster slot is migrating and the script's keys are
-	// split between the two nodes for a moment; the script did not run.
-	// go-redis retries it only briefly, so the store waits a little more
-	// before answering with a (retryable) error.
-	for attempt := 1; redis.IsTryAgainError(err) && attempt < redirectRetries; attempt++ {
-		select {
-		case <-ctx.Done():
-			return reply{}, errors.Join(err, ctx.Err())
-		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
-		}
-		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
-	}
-	return goredisReply(v, err)
-}
-
-func (r goredisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
-	v, err := batchScript.goredis.Run(ctx, r.c, keys, args...).Result()
-	if err != nil {
-		return nil, err
-	}
-	elems, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("redisstore: batch reply of type %T", v)
-	}
-	out := make([]answer, len(elems))
-	for i, e := range elems {
-		switch e := e.(type) {
-		case nil: // a Lua false
-			out[i].r.kind = replyNil
-		case error: // that operation's script raised an error
-			out[i].err = e
-		default:
-			out[i].r, out[i].err = goredisReply(e, nil)
-		}
-	}
-	return out, nil
-}
-
-func (r goredisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
-	if r.p == nil {
-		return nil, fmt.Errorf("redisstore: a %T cannot pipeline the index reads", r.c)
-	}
-	pipe := r.p.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.ZRangeByLex(ctx, k, &redis.ZRangeBy{Min: mins[i], Max: max, Count: int64(count)})
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return nil, err
-	}
-	out := make([][]string, len(keys))
-	for i, c := range cmds {
-		out[i] = c.Val()
-	}
-	return out, nil
-}
-
-// goredisReply converts what go-redis parsed from a script's reply.
-func goredisReply(v any, err error) (reply, error) {
-	if err == redis.Nil {
-		return reply{kind: replyNil}, nil
-	}
-	if err != nil {
-		return reply{}, err
-	}
-	switch v := v.(type) {
-	case int64:
-		return reply{kind: replyInt, num: v}, nil
-	case string:
-		return reply{kind: replyStr, str: v}, nil
-	case []any:
-		fields := make([]string, len(v))
-		for i, f := range v {
-			s, ok := f.(string)
-			if !ok {
-				return reply{}, fmt.Errorf("redisstore: reply field %d is a %T, not a string", i, f)
-			}
-			fields[i] = s
-		}
-		return reply{kind: replyArray, fields: fields}, nil
-	}
-	return reply{}, fmt.Errorf("redisstore: unexpected reply of type %T", v)
-}
 
 // fenceGraceMs is how much longer a key lives than its record, keeping the
 // record's fence for the next acquisition.
@@ -316,6 +126,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	}
 	r := goredisRunner{c: client}
 	r.p, _ = client.(pipeliner)
+	r.cluster, _ = client.(*redis.ClusterClient)
 	mode := indexSingle
 	switch client.(type) {
 	case *redis.ClusterClient:
@@ -385,12 +196,14 @@ func boolArg(b bool) string {
 
 // Acquire implements idem.Store.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	var mark uint64
 	if s.near != nil {
 		// A COMPLETED record is the answer to every acquire until it ends
 		// or is deleted: acquire.lua would return it unchanged.
 		if rec, ok := s.near.completed(ctx, p.ID, s.recordKey(p.ID)); ok {
 			return idem.AcquireResult{Record: rec}, nil
 		}
+		mark = s.near.mark()
 	}
 	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
@@ -424,39 +237,20 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// be replicated like a fresh acquisition, or released.
 		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
-	s.sawRecord(rec)
+	s.sawRecord(rec, mark)
 	return idem.AcquireResult{Record: rec}, nil
-}
-
-// parseAcquired decodes acquire.lua's reply to a successful acquisition:
-// "fence:acquired_ms", followed by ":previous_fence:previous_acquired_ms"
-// for a takeover.
-func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err error) {
-	var n [4]int64
-	fields, rest := 0, s
-	for ; err == nil && fields < len(n); fields++ {
-		f, more, found := strings.Cut(rest, ":")
-		n[fields], err = strconv.ParseInt(f, 10, 64)
-		if rest = more; !found {
-			fields++
-			break
-		}
-	}
-	if err != nil || rest != "" && fields == len(n) || (fields != 2 && fields != 4) {
-		return 0, 0, nil, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
-	}
-	if fields == 4 {
-		took = &idem.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
-	}
-	return n[0], n[1], took, nil
 }
 
 // Complete implements idem.Store.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+	var mark uint64
+	if s.near != nil {
+		mark = s.near.mark()
+	}
 	err := s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
 		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs})
 	if err == nil && s.near != nil {
-		s.near.saw(s.recordKey(p.ID), p.Fence)
+		s.near.saw(s.recordKey(p.ID), p.Fence, mark)
 	}
 	return err
 }
@@ -520,11 +314,11 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
 	}
 	if s.near != nil {
-		s.near.forget(s.recordKey(p.ID))
+		s.near.removing(s.recordKey(p.ID))
 	}
 	r, notReplicated, err := s.write(ctx, resolveScript, s.indexedKeys(p.ID), args)
 	if s.near != nil {
-		s.near.forget(s.recordKey(p.ID)) // see Delete
+		s.near.removing(s.recordKey(p.ID)) // see Delete
 	}
 	switch {
 	case err != nil:
@@ -549,10 +343,12 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 
 // Get implements idem.Store.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	var mark uint64
 	if s.near != nil {
 		if rec, ok := s.near.completed(ctx, id, s.recordKey(id)); ok {
 			return rec, nil
 		}
+		mark = s.near.mark()
 	}
 	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
 	if err != nil {
@@ -565,15 +361,15 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
-	s.sawRecord(rec)
+	s.sawRecord(rec, mark)
 	return rec, nil
 }
 
 // sawRecord tells the near cache, when on, of a COMPLETED record a script
-// returned.
-func (s *Store) sawRecord(rec idem.Record) {
+// sent after mark (nearCache.mark) returned.
+func (s *Store) sawRecord(rec idem.Record, mark uint64) {
 	if s.near != nil && rec.State == idem.StateCompleted {
-		s.near.saw(s.recordKey(rec.ID), rec.Fence)
+		s.near.saw(s.recordKey(rec.ID), rec.Fence, mark)
 	}
 }
 
@@ -598,14 +394,16 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 // Delete implements idem.Store.
 func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	if s.near != nil {
-		s.near.forget(s.recordKey(id))
+		s.near.removing(s.recordKey(id))
 	}
 	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
-		// when the invalidation, which follows the reply, is read.
-		s.near.forget(s.recordKey(id))
+		// when its invalidation is read, which may come after this reply
+		// (on another of the client's connections, or later on this one).
+		// From here on saw ignores the replies to scripts sent before.
+		s.near.removing(s.recordKey(id))
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)
@@ -616,47 +414,4 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	return r.num == 1, nil
 }
 
-// errCorrupt reports a record that does not decode.
-var errCorrupt = errors.New("redisstore: corrupt record")
-
-// recordFields is how many fields a record's reply has (see reply in record.lua).
-const recordFields = 12
-
-// parseRecord decodes a record's reply: {'0' (claim.lua: '1' when
-// claimed), state, owner, fence, fingerprint, acquired_ms, completed_ms,
-// status, header, body, ttl_ms, reason}.
-func parseRecord(id idem.ID, r reply) (rec idem.Record, claimed bool, err error) {
-	if r.kind != replyArray {
-		return idem.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)
-	}
-	return parseFields(id, r.fields)
-}
-
-func parseFields(id idem.ID, f []string) (idem.Record, bool, error) {
-	if len(f) != recordFields || (f[0] != "0" && f[0] != "1") {
-		return idem.Record{}, false, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
-	}
-	rec, err := redisrecord.Record(id, f[1:], time.UnixMilli)
-	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("%w: %w", errCorrupt, err)
-	}
-	return rec, f[0] == "1", nil
-}
-
 var _ idem.Store = (*Store)(nil)
-
-// encodeHeader is recordcodec.AppendHeader into a buffer allocated once,
-// at a size that holds it.
-func encodeHeader(h http.Header) []byte {
-	if len(h) == 0 {
-		return nil
-	}
-	n := binary.MaxVarintLen64
-	for name, vs := range h {
-		n += len(name) + 2*binary.MaxVarintLen64
-		for _, v := range vs {
-			n += len(v) + binary.MaxVarintLen64
-		}
-	}
-	return recordcodec.AppendHeader(make([]byte, 0, n), h)
-}

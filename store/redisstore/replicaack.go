@@ -97,6 +97,7 @@ func (a *goredisAcker) runAcked(ctx context.Context, s *script, keys []string, a
 		var acked int
 		asked := ask != nil
 		r, acked, err = runOnce(ctx, node, asked, s, keys, args, replicas, timeout)
+		followTopology(a.cluster, err) // the node may be gone: a dead primary's replica took over
 		if asked && errors.Is(err, redis.ErrClosed) {
 			// The cluster client dropped that node; forget it.
 			a.askNodes.Delete(ask.Options().Addr)

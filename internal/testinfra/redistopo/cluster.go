@@ -256,3 +256,74 @@ func Slot(key string) int {
 	}
 	return int(crc) % 16384
 }
+
+// SlotOwners returns, for each of the 16384 slots, the address of the
+// primary that owns it as the node at via sees it ("" for a slot nobody
+// owns).
+func SlotOwners(ctx context.Context, via *redis.Client) ([]string, error) {
+	shards, err := via.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	owners := make([]string, 16384)
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role != "master" || n.Health != "online" {
+				continue
+			}
+			for _, r := range sh.Slots {
+				for slot := r.Start; slot <= r.End; slot++ {
+					owners[slot] = n.IP + ":" + strconv.FormatInt(n.Port, 10)
+				}
+			}
+		}
+	}
+	return owners, nil
+}
+
+// Shard returns a live primary that owns slots and has at least one live
+// replica in sync, with those replicas, for a test that kills the primary.
+func (c *Cluster) Shard(ctx context.Context) (primary *Server, replicas []*Server, err error) {
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		nc := redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+		role, err := redisproc.InfoField(ctx, nc, "replication", "role")
+		nc.Close()
+		if err != nil || role != "master" {
+			continue
+		}
+		rs, err := c.ReplicasOf(ctx, n.Addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		var live []*Server
+		for _, r := range rs {
+			rc := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+			link, err := redisproc.InfoField(ctx, rc, "replication", "master_link_status")
+			rc.Close()
+			if err == nil && link == "up" {
+				live = append(live, r)
+			}
+		}
+		if len(live) > 0 {
+			return n, live, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("redistopo: no live primary with a live replica")
+}
+
+// Promoted returns the one of replicas that reports itself a primary
+// (ROLE master), or nil when none does yet.
+func Promoted(ctx context.Context, replicas []*Server) *Server {
+	for _, r := range replicas {
+		rc := redis.NewClient(&redis.Options{Addr: r.Addr, MaxRetries: -1})
+		role, err := rc.Do(ctx, "role").Slice()
+		rc.Close()
+		if err == nil && len(role) > 0 && role[0] == "master" {
+			return r
+		}
+	}
+	return nil
+}

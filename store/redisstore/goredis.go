@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// goredisRunner runs the scripts on a go-redis client.
+type goredisRunner struct {
+	c       redis.Scripter
+	p       pipeliner            // nil when the client has no pipeline
+	cluster *redis.ClusterClient // the client when it is one, for followTopology
+}
+
+// pipeliner is the part of a go-redis client that rangeByLex uses.
+type pipeliner interface{ Pipeline() redis.Pipeliner }
+
+func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
+	v, err := s.goredis.Run(ctx, r.c, keys, args...).Result()
+	// TRYAGAIN: a cluster slot is migrating and the script's keys are
+	// split between the two nodes for a moment; the script did not run.
+	// go-redis retries it only briefly, so the store waits a little more
+	// before answering with a (retryable) error.
+	for attempt := 1; redis.IsTryAgainError(err) && attempt < redirectRetries; attempt++ {
+		select {
+		case <-ctx.Done():
+			return reply{}, errors.Join(err, ctx.Err())
+		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		}
+		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
+	}
+	followTopology(r.cluster, err)
+	return goredisReply(v, err)
+}
+
+func (r goredisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
+	v, err := batchScript.goredis.Run(ctx, r.c, keys, args...).Result()
+	if err != nil {
+		followTopology(r.cluster, err)
+		return nil, err
+	}
+	elems, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("redisstore: batch reply of type %T", v)
+	}
+	out := make([]answer, len(elems))
+	for i, e := range elems {
+		switch e := e.(type) {
+		case nil: // a Lua false
+			out[i].r.kind = replyNil
+		case error: // that operation's script raised an error
+			out[i].err = e
+		default:
+			out[i].r, out[i].err = goredisReply(e, nil)
+		}
+	}
+	return out, nil
+}
+
+func (r goredisRunner) rangeByLex(ctx context.Context, keys, mins []string, max string, count int) ([][]string, error) {
+	if r.p == nil {
+		return nil, fmt.Errorf("redisstore: a %T cannot pipeline the index reads", r.c)
+	}
+	pipe := r.p.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.ZRangeByLex(ctx, k, &redis.ZRangeBy{Min: mins[i], Max: max, Count: int64(count)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		followTopology(r.cluster, err)
+		return nil, err
+	}
+	out := make([][]string, len(keys))
+	for i, c := range cmds {
+		out[i] = c.Val()
+	}
+	return out, nil
+}
+
+// goredisReply converts what go-redis parsed from a script's reply.
+func goredisReply(v any, err error) (reply, error) {
+	if err == redis.Nil {
+		return reply{kind: replyNil}, nil
+	}
+	if err != nil {
+		return reply{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return reply{kind: replyInt, num: v}, nil
+	case string:
+		return reply{kind: replyStr, str: v}, nil
+	case []any:
+		fields := make([]string, len(v))
+		for i, f := range v {
+			s, ok := f.(string)
+			if !ok {
+				return reply{}, fmt.Errorf("redisstore: reply field %d is a %T, not a string", i, f)
+			}
+			fields[i] = s
+		}
+		return reply{kind: replyArray, fields: fields}, nil
+	}
+	return reply{}, fmt.Errorf("redisstore: unexpected reply of type %T", v)
+}
+
+// followTopology asks a cluster client to reload its slot map soon after
+// a call failed without a reply from Redis: a refused dial, a reset or
+// closed connection, a timeout. go-redis reloads the map on MOVED, ASK and
+// READONLY, and otherwise only every ClusterStateReloadInterval (60s by
+// default since v9.22, go-redis issue #3979): when a primary dies and a
+// replica takes over its slots, no node it can reach answers MOVED for
+// them, so a running client kept dialling the dead node (issue 22: 503 for
+// that shard's keys until the load ended). The reload runs in the
+// background and go-redis coalesces the requests (one at a time, at most
+// every 200ms), so a burst of failures costs a few CLUSTER SLOTS. A reply
+// from Redis (an error such as CLUSTERDOWN or TRYAGAIN, or redis.Nil) says
+// the node is alive and routed to, and a context the caller cancelled or
+// a client closed says nothing about the node: none of them reloads.
+func followTopology(c *redis.ClusterClient, err error) {
+	if c == nil || err == nil || errors.Is(err, context.Canceled) || errors.Is(err, redis.ErrClosed) {
+		return
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		return
+	}
+	c.ReloadState(context.Background())
+}
