@@ -148,6 +148,7 @@ func New(cfg Config) (*Gateway, error) {
 	obs := newUnknownTelemetry(reg, tel)
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
+	registerMemoryUsage(reg, cfg.Store)
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
 	if cfg.ReconcileURL != "" {
