@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,3 +38,6 @@ demo: ## the gateway in front of a toy payment API, under a burst of duplicates
 test-topology: ## the long multi-node Redis tests (cluster resharding, Sentinel failovers)
 	scripts/services.sh
 	IDEM_TEST_TOPOLOGY=long go test -race -count=1 -timeout 20m -run 'TestCluster|TestSentinel' ./store/redisstore/
+
+systemd-check: ## boot deploy/systemd/idem.service in a systemd-nspawn container: start, reload, stop (root; first run ~3 min)
+	scripts/systemd-check.sh

@@ -6,7 +6,8 @@
 # - one that is installed but down is started: Redis on 127.0.0.1:6379
 #   without persistence, PostgreSQL's newest cluster;
 # - on a fresh Debian machine, as root, apt-get installs what is missing
-#   (gcc, redis-server, postgresql, nats-server; about a minute), and the new
+#   (gcc, redis-server, postgresql, nats-server, prometheus for its
+#   promtool, systemd for systemd-analyze; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
@@ -24,10 +25,11 @@ jetstream() {
 }
 
 apt_updated=""
-# install PACKAGES WHY VAR: apt-get install PACKAGES, as root only.
+# install PACKAGES WHY [VAR [APT_FLAGS]]: apt-get install PACKAGES, as root only.
+# VAR names the IDEM_TEST_VAR_URL that may point at a server instead.
 install() {
   if [ "$(id -u)" != 0 ]; then
-    echo "services: $1 is not installed and this is not root: install it, or set IDEM_TEST_${3}_URL" >&2
+    echo "services: $1 is not installed and this is not root: install it${3:+, or set IDEM_TEST_${3}_URL}" >&2
     exit 1
   fi
   if [ -z "$apt_updated" ]; then
@@ -36,8 +38,8 @@ install() {
     apt_updated=1
   fi
   say "apt-get install $1 ($2; apt-get is quiet, the installs take about a minute in all)"
-  # shellcheck disable=SC2086 # $1 may name several packages
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $1 >/dev/null
+  # shellcheck disable=SC2086 # $1 may name several packages, $4 several flags
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${4:-} $1 >/dev/null
 }
 
 wait_port() {
@@ -48,6 +50,24 @@ wait_port() {
 
 # go test -race needs cgo, and the breach lab compiles a small clock shim.
 command -v cc >/dev/null || install "gcc libc6-dev" "a C compiler: go test -race needs cgo" CC
+
+# promtool checks and tests the alert rules (deploy/prometheus). Debian ships
+# it in prometheus, whose server is not wanted: it would hold 127.0.0.1:9090,
+# idem's admin port. Without its recommends (node-exporter), and stopped if
+# the package started it.
+if ! command -v promtool >/dev/null; then
+  install prometheus "promtool, for the tests of the alert rules" "" --no-install-recommends
+  if [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  elif [ -x /etc/init.d/prometheus ]; then
+    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
+  say "promtool: installed (the prometheus server it came with is stopped and disabled)"
+fi
+# systemd-analyze checks deploy/systemd/idem.service (verify, security).
+# On a machine without systemd as init the package only brings the tools.
+command -v systemd-analyze >/dev/null || install systemd "systemd-analyze, for the checks of the systemd unit" "" --no-install-recommends
 
 if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
   say "Redis: IDEM_TEST_REDIS_URL names it, left alone"

@@ -68,6 +68,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	defer watchReload(ctx, logger)()
 	up, err := url.Parse(*upstream)
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))

@@ -150,6 +150,7 @@ func New(cfg Config) (*Gateway, error) {
 	obs := newUnknownTelemetry(reg, tel)
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
+	registerMemoryUsage(reg, cfg.Store)
 	replayHeaders := cfg.ReplayHeaders
 	if replayHeaders == nil {
 		replayHeaders = DefaultReplayHeaders

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -45,7 +46,31 @@ func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer) *telemetry {
 		}),
 	}
 	reg.MustRegister(t.requests, t.leaseEvents, t.storeSeconds, t.upstreamSeconds)
+	// Every known label value starts at 0: a counter that appears only at
+	// its first increment has no earlier sample, so rate() and increase()
+	// miss that increment and an alert on the first store error or lost
+	// lease would stay silent.
+	for _, o := range labelValues(idemhttp.OutcomePassed) {
+		t.requests.WithLabelValues(o)
+	}
+	for _, ev := range labelValues(idem.LeaseRenewed) {
+		t.leaseEvents.WithLabelValues(ev)
+	}
 	return t
+}
+
+// labelValues returns the names of the values of an enumeration from
+// first on, up to the first value that has no name of its own (its String
+// is the fallback "Type(n)").
+func labelValues[T interface {
+	~uint8
+	String() string
+}](first T) []string {
+	var names []string
+	for v := first; !strings.HasSuffix(v.String(), ")"); v++ {
+		names = append(names, v.String())
+	}
+	return names
 }
 
 // StoreCall implements idem.Observer: a histogram sample and a span that
@@ -143,5 +168,28 @@ func registerCoalesce(reg prometheus.Registerer, s idem.Store) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_coalesce_largest_batch",
 			Help: "The most operations one batch script call of the Redis store carried."},
 			stat(func(st redisstore.CoalesceStats) uint64 { return st.Largest })),
+	)
+}
+
+// memoryUsage is a store bounded in memory (memstore).
+type memoryUsage interface {
+	Usage() (used, limit int64)
+}
+
+// registerMemoryUsage registers idem_memory_store_bytes and
+// idem_memory_store_limit_bytes when s is bounded in memory, so an alert
+// can fire before new keys get 503 store_full.
+func registerMemoryUsage(reg prometheus.Registerer, s idem.Store) {
+	m, ok := s.(memoryUsage)
+	if !ok {
+		return
+	}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_memory_store_bytes",
+			Help: "Bytes the memory store's live records take, as --memory-limit counts them; at the limit, new keys get 503 store_full."},
+			func() float64 { used, _ := m.Usage(); return float64(used) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_memory_store_limit_bytes",
+			Help: "The memory store's bound, --memory-limit."},
+			func() float64 { _, limit := m.Usage(); return float64(limit) }),
 	)
 }

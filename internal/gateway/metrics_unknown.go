@@ -24,6 +24,9 @@ func newUnknownTelemetry(reg prometheus.Registerer, tel *telemetry) *unknownTele
 		Help: "Reconciliations of UNKNOWN keys by result: completed, not_executed, unknown (the verdict), error (the lookup or the store failed: still UNKNOWN).",
 	}, []string{"result"})}
 	reg.MustRegister(t.reconciliations)
+	for _, result := range append(labelValues(idem.VerdictUnknown), "error") { // at 0, as in newTelemetry
+		t.reconciliations.WithLabelValues(result)
+	}
 	return t
 }
 
@@ -36,46 +39,75 @@ func (t *unknownTelemetry) Reconciled(_ idem.ID, v idem.Verdict, err error) {
 	t.reconciliations.WithLabelValues(result).Inc()
 }
 
-// Bounds of the UNKNOWN gauge: it pages through the store's index of
-// UNKNOWN keys at most once per unknownCountEvery, reads at most
-// maxUnknownPages pages, and gives up after unknownCountTimeout.
+// Bounds of the UNKNOWN gauges: they page through the store's index of
+// UNKNOWN keys at most once per unknownCountEvery, read at most
+// maxUnknownPages pages, and give up after unknownCountTimeout.
 const (
 	unknownCountEvery   = 15 * time.Second
 	maxUnknownPages     = 100
 	unknownCountTimeout = 2 * time.Second
 )
 
-// countUnknown registers idem_unknown_keys, counted from the store's
-// index of UNKNOWN keys (no scan), cached between scrapes.
+// unknownCensus is the count of UNKNOWN keys and the time the oldest of
+// them was marked, read from the store's index of UNKNOWN keys (no scan)
+// and cached between scrapes.
+type unknownCensus struct {
+	engine *idem.Engine
+
+	mu     sync.Mutex // guards the fields below
+	at     time.Time  // when the census was taken; zero: never
+	count  int
+	oldest time.Time // when the oldest UNKNOWN key was marked; zero: there is none
+}
+
+// read returns the census, taken anew when the cached one is older than
+// unknownCountEvery. When the store fails it returns the last one: the
+// store's trouble shows in idem_store_seconds.
+func (c *unknownCensus) read() (count int, oldest time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.at.IsZero() && time.Since(c.at) < unknownCountEvery {
+		return c.count, c.oldest
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), unknownCountTimeout)
+	defer cancel()
+	n, first, p := 0, time.Time{}, idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit}
+	for range maxUnknownPages {
+		page, err := c.engine.ListUnknown(ctx, p)
+		if err != nil {
+			return c.count, c.oldest
+		}
+		n += len(page.Records)
+		for _, rec := range page.Records {
+			if marked := rec.CompletedAt; !marked.IsZero() && (first.IsZero() || marked.Before(first)) {
+				first = marked
+			}
+		}
+		if p.After = page.Next; p.After == "" {
+			break
+		}
+	}
+	c.at, c.count, c.oldest = time.Now(), n, first
+	return n, first
+}
+
+// countUnknown registers idem_unknown_keys and idem_unknown_oldest_seconds.
 func (t *unknownTelemetry) countUnknown(e *idem.Engine) {
-	var (
-		mu    sync.Mutex
-		at    time.Time
-		count float64
-	)
+	c := &unknownCensus{engine: e}
 	t.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idem_unknown_keys",
 		Help: "Keys in state UNKNOWN (of all tenants, counted up to 100,000, refreshed at most every 15s): work that may have taken effect with no known result, awaiting reconciliation or resolution.",
 	}, func() float64 {
-		mu.Lock()
-		defer mu.Unlock()
-		if !at.IsZero() && time.Since(at) < unknownCountEvery {
-			return count
+		n, _ := c.read()
+		return float64(n)
+	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "idem_unknown_oldest_seconds",
+		Help: "Age of the oldest UNKNOWN key (among those idem_unknown_keys counts), since it was marked UNKNOWN; 0 when there is none. An UNKNOWN key expires at the end of its retention, after which a retry runs again: resolve it before.",
+	}, func() float64 {
+		_, oldest := c.read()
+		if oldest.IsZero() {
+			return 0
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), unknownCountTimeout)
-		defer cancel()
-		n, p := 0, idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit}
-		for range maxUnknownPages {
-			page, err := e.ListUnknown(ctx, p)
-			if err != nil {
-				return count // the last known count; the store's trouble shows in idem_store_seconds
-			}
-			n += len(page.Records)
-			if p.After = page.Next; p.After == "" {
-				break
-			}
-		}
-		at, count = time.Now(), float64(n)
-		return count
+		return max(0, time.Since(oldest).Seconds())
 	}))
 }

@@ -220,3 +220,32 @@ func TestListUnknownRejectsBadInput(t *testing.T) {
 		t.Fatalf("all tenants after a tenant's cursor = %+v, %v; want a/2 and b/1, last page", all, err)
 	}
 }
+
+// Usage counts what the bound counts: it grows with a stored result, and
+// falls back when the record's retention ends.
+func TestUsageFollowsTheRecords(t *testing.T) {
+	ctx := context.Background()
+	s, clock := newStore(t, 1<<20)
+	if used, limit := s.Usage(); used != 0 || limit != 1<<20 {
+		t.Fatalf("empty store: Usage = %d, %d; want 0, %d", used, limit, 1<<20)
+	}
+	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "k"}, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leased, _ := s.Usage()
+	if leased <= 0 {
+		t.Fatalf("Usage with a lease = %d; want more than 0", leased)
+	}
+	ref := idem.LeaseRef{ID: res.Record.ID, Owner: "o", Fence: res.Record.Fence}
+	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: make([]byte, 5000)}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if used, _ := s.Usage(); used < leased+5000 {
+		t.Fatalf("Usage with a 5000-byte result = %d; want at least %d", used, leased+5000)
+	}
+	clock.Advance(2 * time.Hour)
+	if used, _ := s.Usage(); used != 0 {
+		t.Fatalf("Usage after the retention ended = %d; want 0", used)
+	}
+}

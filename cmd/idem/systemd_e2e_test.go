@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A SIGHUP (systemctl reload) is logged and the gateway keeps serving,
+// then stops cleanly on SIGTERM. Go's default for SIGHUP ended the
+// process.
+func TestSIGHUPKeepsServing(t *testing.T) {
+	up := newUpstream(t, 0)
+	g := startGateway(t, "--upstream", up.URL)
+	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// The log is another process's: there is nothing to wait on but polling.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for !strings.Contains(g.logText(), "reload requested") {
+		select {
+		case err := <-g.done:
+			t.Fatalf("idem serve exited on SIGHUP: %v\n%s", err, g.logText())
+		case <-deadline:
+			t.Fatalf("no \"reload requested\" in the log after SIGHUP:\n%s", g.logText())
+		case <-tick.C:
+		}
+	}
+	if a := post(t, "http://"+g.addr, "after-sighup", "{}"); a.status != 201 || up.count("after-sighup") != 1 {
+		t.Fatalf("a request after SIGHUP = %d %s, %d executions; want 201, once", a.status, a.body, up.count("after-sighup"))
+	}
+	if err := g.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM = %v; want 0\n%s", err, g.logText())
+	}
+}
+
+// deploy/systemd/idem.env, the unit's EnvironmentFile, names only real
+// flags of idem serve (an IDEM_ variable that names none is ignored, so a
+// typo would silently keep a default), and a gateway started with its
+// values serves.
+func TestSystemdEnvFileNamesFlags(t *testing.T) {
+	env, err := os.ReadFile("../../deploy/systemd/idem.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, err := exec.Command(binary, "help", "serve").CombinedOutput()
+	if err != nil {
+		t.Fatalf("idem help serve: %v\n%s", err, help)
+	}
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(help), -1) {
+		flags[m[1]] = true
+	}
+	assignments := regexp.MustCompile(`(?m)^(#?)IDEM_([A-Z_]+)=(.*)$`).FindAllStringSubmatch(string(env), -1)
+	if len(assignments) == 0 {
+		t.Fatal("idem.env sets no IDEM_ variable")
+	}
+	for _, m := range assignments {
+		commented, name, value := m[1] == "#", m[2], m[3]
+		if flag := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !flags[flag] {
+			t.Errorf("idem.env: IDEM_%s names no flag of idem serve (--%s)", name, flag)
+		}
+		if !commented {
+			t.Setenv("IDEM_"+name, value)
+		}
+	}
+	up := newUpstream(t, 0)
+	g := startGateway(t, "--upstream", up.URL) // the flags override the file's addresses and upstream
+	if a := post(t, "http://"+g.addr, "env-file", "{}"); a.status != 201 {
+		t.Fatalf("a request to a gateway configured by idem.env = %d %s; want 201", a.status, a.body)
+	}
+}

@@ -1,0 +1,117 @@
+package deploy
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+)
+
+// unitSettings returns the settings of a unit file: each key with its
+// values in order (a key may repeat).
+func unitSettings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	settings := map[string][]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if key, value, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			settings[key] = append(settings[key], value)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return settings
+}
+
+// The unit keeps the hardening and the lifecycle settings docs/deployment.md
+// promises, and stops idem only after its shutdown can have finished.
+func TestSystemdUnitSettings(t *testing.T) {
+	unit := unitSettings(t, "systemd/idem.service")
+	for key, want := range map[string]string{
+		"DynamicUser": "yes", "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
+		"PrivateTmp": "yes", "PrivateDevices": "yes", "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
+		"CapabilityBoundingSet": "", "MemoryDenyWriteExecute": "yes", "LockPersonality": "yes",
+		"RestrictNamespaces": "yes", "RestrictSUIDSGID": "yes", "ProtectKernelTunables": "yes",
+		"ExecStart": "/usr/local/bin/idem serve", "ExecReload": "/bin/kill -HUP $MAINPID",
+		"EnvironmentFile": "/etc/idem/idem.env", "Restart": "on-failure", "KillSignal": "SIGTERM",
+		"RestartPreventExitStatus": "2",
+	} {
+		if got := unit[key]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s = %q; want %q", key, got, want)
+		}
+	}
+	if f := unit["SystemCallFilter"]; len(f) == 0 || f[0] != "@system-service" {
+		t.Errorf("SystemCallFilter = %q; want @system-service first", f)
+	}
+	// TimeoutStopSec must cover --shutdown-timeout, then the marking of the
+	// requests it cut (idem.FinalizeTimeout), or SIGKILL leaves their keys
+	// PROCESSING until their leases end.
+	stop, err := time.ParseDuration(strings.Join(unit["TimeoutStopSec"], ""))
+	if err != nil {
+		t.Fatalf("TimeoutStopSec: %v", err)
+	}
+	env, err := os.ReadFile("systemd/idem.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^IDEM_SHUTDOWN_TIMEOUT=(\S+)$`).FindSubmatch(env)
+	if m == nil {
+		t.Fatal("idem.env does not set IDEM_SHUTDOWN_TIMEOUT")
+	}
+	shutdown, err := time.ParseDuration(string(m[1]))
+	if err != nil {
+		t.Fatalf("IDEM_SHUTDOWN_TIMEOUT: %v", err)
+	}
+	if stop <= shutdown+idem.FinalizeTimeout {
+		t.Errorf("TimeoutStopSec %v; want more than --shutdown-timeout %v + %v", stop, shutdown, idem.FinalizeTimeout)
+	}
+}
+
+// systemd-analyze verifies the unit (syntax, every setting known to this
+// systemd) and rates its exposure at most 2.0, systemd's "OK". verify
+// wants ExecStart's program to exist: this copy runs the test binary.
+func TestSystemdUnitVerifies(t *testing.T) {
+	bin, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		testenv.Unavailable(t, "systemd-analyze (Debian package systemd)", err)
+	}
+	unit, err := os.ReadFile("systemd/idem.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "idem.service")
+	copied := strings.Replace(string(unit), "ExecStart=/usr/local/bin/idem ", "ExecStart="+self+" ", 1)
+	if err := os.WriteFile(path, []byte(copied), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "security", "--offline=true", "--threshold=20", "--no-pager", path).CombinedOutput()
+	if err != nil {
+		t.Errorf("systemd-analyze security --threshold=20 (exposure above 2.0): %v\n%s", err, out)
+	}
+	if m := regexp.MustCompile(`Overall exposure level for \S+: [0-9.]+ \w+`).Find(out); m != nil {
+		t.Log(string(m))
+	} else {
+		t.Errorf("systemd-analyze security printed no exposure level:\n%s", out)
+	}
+}
