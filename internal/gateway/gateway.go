@@ -74,6 +74,10 @@ type Config struct {
 	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
 	ReconcileTimeout time.Duration // zero: 5s
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
+	// StatsEvery is the interval of the samples of the gateway's counters
+	// that the admin API keeps for the console's overview (the last 360);
+	// zero: 10s, an hour of them.
+	StatsEvery time.Duration
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
 	// answers problem+json. The stripe format also brings Stripe's rules
@@ -111,6 +115,7 @@ type Gateway struct {
 	registry *prometheus.Registry
 	proxy    http.Handler
 	admin    http.Handler
+	stats    *statsRing // sampled while Run serves the admin API
 
 	// stopping ends, with cause errShutdown, the upstream calls still
 	// running when the shutdown timeout ends; inflight counts the proxied
@@ -192,7 +197,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
+	g := &Gateway{cfg: cfg, engine: engine, registry: reg, stats: newStatsRing(reg, cfg.StatsEvery)}
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
 	rejected := func(r *http.Request) {
 		tel.outcome(idemhttp.OutcomeRejected)
@@ -352,6 +357,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	if adminAddr != nil {
 		warnAdmin(g.cfg, adminAddr)
+		defer inBackground(ctx, g.stats.run)()
 	}
 	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.Redacted(), "admin", fmt.Sprint(adminAddr),
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
