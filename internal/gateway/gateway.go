@@ -167,7 +167,7 @@ func New(cfg Config) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts.Reconcile = rc.reconcile
+		opts.Reconcile = reportingTo(rc.reconcile)
 	} else if cfg.ReconcileEvery > 0 {
 		return nil, errors.New("gateway: --reconcile-every needs --reconcile-url")
 	}
@@ -204,7 +204,7 @@ func New(cfg Config) (*Gateway, error) {
 		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
 	}
 	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
-	g.admin = adminHandler(engine, reg, cfg.AdminToken)
+	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken))
 	return g, nil
 }
 
