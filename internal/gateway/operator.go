@@ -157,8 +157,11 @@ func (lr *lookupReport) detail(v idem.Verdict, rec idem.Record) string {
 		return fmt.Sprintf("the lookup found the request: its response (status %d) is recorded and replayed to every retry", rec.Result.Status)
 	case v == idem.VerdictNotExecuted:
 		return "the lookup says the request never ran: the key is released and the next retry runs it"
+	case !lr.asked && rec.State == idem.StateUnknown:
+		return "the lookup was not asked: a reconciliation of this key holds its claim, running now (a retry's, the sweep's, " +
+			"another gateway's) or ended without a verdict less than --reconcile-timeout + 2 s ago; try again after that"
 	case !lr.asked:
-		return fmt.Sprintf("the lookup was not asked: another gateway is reconciling this key now, or it changed meanwhile (it is %v)", rec.State)
+		return fmt.Sprintf("the lookup was not asked: the key changed meanwhile (it is %v)", rec.State)
 	case lr.err != nil:
 		var ue *url.Error
 		if errors.As(lr.err, &ue) {

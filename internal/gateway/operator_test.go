@@ -205,6 +205,11 @@ func TestAdminReconcileNow(t *testing.T) {
 	if rec, v := reconcile("broken"); v.Verdict != "unknown" || v.Record == nil || v.Record.State != "UNKNOWN" || !strings.Contains(v.Detail, "answered 500") {
 		t.Fatalf("reconcile with a lookup answering 500 = %d %q; want unknown, saying so", rec.Code, rec.Body)
 	}
+	// That lookup ended without a verdict; its claim on the key holds for
+	// the lookup's timeout and 2 s more, and no one asks again before.
+	if rec, v := reconcile("broken"); v.Verdict != "unknown" || !strings.Contains(v.Detail, "holds its claim") {
+		t.Fatalf("reconcile again at once = %d %q; want unknown, the lookup not asked", rec.Code, rec.Body)
+	}
 	rec, v := reconcile("cut")
 	if v.Verdict != "unknown" || !strings.Contains(v.Detail, "the lookup failed") || strings.Contains(rec.Body.String(), "lookup-secret") {
 		t.Fatalf("reconcile with a lookup cutting the connection = %d %q; want unknown, the failure, not the URL", rec.Code, rec.Body)
