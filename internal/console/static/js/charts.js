@@ -2,7 +2,7 @@
 import { h, s } from './dom.js';
 
 const W = 480; // the viewBox; CSS scales the chart to its box
-const H = 170;
+const H = 150;
 const PAD = { left: 42, right: 10, top: 10, bottom: 22 };
 const COLORS = 8; // .s0 ... .s7 in console.css
 
@@ -20,7 +20,7 @@ function label(v) {
   return `${+v.toFixed(v < 10 ? 1 : 0)}`;
 }
 
-// lineChart draws series ({name, points: [[ms, value], ...], total}) over
+// lineChart draws series ({name, points: [[ms, value], ...], total, color}) over
 // the time span [from, to] (ms). The legend shows each series' total, or
 // its last value when total is undefined.
 export function lineChart(title, series, from, to, unit = '') {
@@ -46,7 +46,7 @@ export function lineChart(title, series, from, to, unit = '') {
 
   const legend = h('ul', { class: 'legend' });
   series.forEach((sr, i) => {
-    const cls = `s${i % COLORS}`;
+    const cls = `s${(sr.color ?? i) % COLORS}`;
     if (sr.points.length === 1) {
       const [t, v] = sr.points[0];
       svg.append(s('circle', { cx: x(t), cy: y(v), r: 2.5, class: `dot ${cls}` }));

@@ -57,8 +57,9 @@ export function age(iso, now = Date.now()) {
   return duration(Math.max(0, now - t) / 1000);
 }
 
-// duration writes seconds as "45s", "12m", "3h 5m" or "2d 4h".
+// duration writes seconds as "100ms", "45s", "12m", "3h 5m" or "2d 4h".
 export function duration(sec) {
+  if (sec > 0 && sec < 1) return `${Math.round(sec * 1000)}ms`;
   sec = Math.round(sec);
   if (sec < 60) return `${sec}s`;
   const m = Math.floor(sec / 60);

@@ -29,7 +29,7 @@ function recordTable(rec, gw) {
     row('State', h('span', { class: `state ${rec.state.toLowerCase()}`, id: 'record-state', 'data-state': rec.state }, rec.state)),
     row('Fence', h('span', { id: 'record-fence' }, String(rec.fence)),
       h('span', { class: 'hint' }, ' the fencing token of the attempt that made this record (higher on every attempt; the store does not count attempts)')),
-    rec.reason ? row('Reason', h('span', { class: 'reason', id: 'record-reason' }, rec.reason)) : null,
+    rec.reason ? row(rec.state === 'UNKNOWN' ? 'Reason' : 'Was UNKNOWN for', h('span', { class: 'reason', id: 'record-reason' }, rec.reason)) : null,
     row('Sent to', h('span', { class: 'mono' }, gw.upstream), h('span', { class: 'hint' }, ' (this gateway\'s upstream)')),
     row('Acquired', time(rec.acquired_at), h('span', { class: 'hint' }, ` ${age(rec.acquired_at)} ago, by the store's clock`)),
     rec.completed_at ? row(marked, time(rec.completed_at), h('span', { class: 'hint' }, ` ${age(rec.completed_at)} ago`)) : null,

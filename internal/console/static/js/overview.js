@@ -5,6 +5,12 @@ import { call } from './api.js';
 import { h, show, problemText, duration } from './dom.js';
 import { lineChart } from './charts.js';
 
+// COLOR gives each label one color (.s0 ... .s7) in every chart.
+const COLOR = {
+  executed: 0, replayed: 1, mismatch: 2, conflict: 3, released: 4, marked_unknown: 5, unknown: 6,
+  completed: 2, not_executed: 4, error: 3,
+};
+
 // deltas returns, per label, the points [at, increase over the interval
 // before] and the total increase over the window.
 function deltas(samples, field, labels) {
@@ -16,7 +22,7 @@ function deltas(samples, field, labels) {
       points.push([Date.parse(samples[i].at), d]);
       total += d;
     }
-    return { name, points, total };
+    return { name, points, total, color: COLOR[name] ?? 7 };
   });
 }
 

@@ -67,7 +67,7 @@ export async function renderQueue(main, params) {
     h('thead', {}, h('tr', {}, ['Tenant', 'Key', 'Fence', 'Marked UNKNOWN', 'Reason'].map((c) => h('th', {}, c)))),
     h('tbody', {}, rows.map((k) => h('tr', { 'data-key': k.key, 'data-tenant': k.tenant },
       h('td', {}, tenantCell(k.tenant)),
-      h('td', {}, h('a', { href: keyHref(k.tenant, k.key), class: 'mono key-link' }, k.key)),
+      h('td', {}, h('a', { href: keyHref(k.tenant, k.key), class: 'mono key-link clip', title: k.key }, k.key)),
       h('td', { class: 'num' }, String(k.fence)),
       h('td', { title: time(k.completed_at) }, `${age(k.completed_at)} ago`),
       h('td', { class: 'reason' }, k.reason || '')))));
