@@ -112,6 +112,12 @@ func TestConsoleRendersHostileDataAsText(t *testing.T) {
 	if got := eval[string](t, ctx, `document.querySelector('#response table.headers').textContent`); !strings.Contains(got, "X-Request-Id"+header) {
 		t.Fatalf("the stored headers show %q; want %q as text", got, header)
 	}
+	screenshot(t, ctx, "escaping")
+	if got := eval[bool](t, ctx, `document.querySelectorAll('#response-body *').length === 0`); !got {
+		t.Fatal("the stored body's <pre> holds elements; want only its text")
+	}
+	run(t, ctx, "the overview", chromedp.Click(chromedp.CSS(`nav a[data-view="overview"]`)))
+	until(t, ctx, "the overview's charts", `document.querySelectorAll('.charts figure svg').length === 4`)
 
 	injected := eval[[]string](t, ctx, `[...document.querySelectorAll('*')].filter((e) =>
 		['img', 'iframe', 'object', 'embed'].includes(e.localName) ||

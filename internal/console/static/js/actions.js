@@ -52,9 +52,10 @@ export function actions(rec, gw, reload) {
       h('p', { class: 'warn' }, 'Its request may have run (or may be running). The next retry runs it again: a second execution unless the upstream deduplicates it.')],
     'Delete anyway', () => call(path(''), { method: 'DELETE', query: { force: 'true' } }), () => 'Deleted (forced).');
 
-  const parts = [h('h2', {}, 'Actions')];
+  const left = []; // reconcile, not executed, delete; the form of a completed resolution on the right
+  let right = null;
   if (rec.state === 'UNKNOWN') {
-    parts.push(h('div', { class: 'action' },
+    left.push(h('div', { class: 'action' },
       h('button', {
         type: 'button', id: 'action-reconcile', disabled: !gw.reconcile,
         on: {
@@ -109,9 +110,10 @@ export function actions(rec, gw, reload) {
           () => 'Resolved as not executed: the key is released; the next retry runs the request.'),
         },
       }, 'Resolve as not executed…'));
-    parts.push(completed, notExecuted);
+    left.push(notExecuted);
+    right = completed;
   }
-  parts.push(h('div', { class: 'action' }, h('h3', {}, 'Delete'),
+  left.push(h('div', { class: 'action' }, h('h3', {}, 'Delete'),
     h('p', { class: 'hint' }, 'Forget the record: the next request with this key runs as new.'),
     h('button', {
       type: 'button', id: 'action-delete', class: 'danger',
@@ -121,5 +123,5 @@ export function actions(rec, gw, reload) {
         'Delete', () => call(path(''), { method: 'DELETE' }), () => 'Deleted: the key has no record now.'),
       },
     }, 'Delete…')));
-  return h('section', { id: 'actions' }, parts);
+  return h('section', { id: 'actions' }, h('h2', {}, 'Actions'), h('div', { class: 'column' }, left), right);
 }
