@@ -85,14 +85,15 @@ func escapeAll(s string) string {
 }
 
 // reconcile is idem.Options.Reconcile: 200 with the original status, the
-// key echoed and the fence of the request found equal to rec's →
+// key echoed and the fence and tenant of the request found equal to rec's →
 // completed with that response; 404 with the key echoed → not executed;
 // anything else (another status, no echo, another fence or none, a bad
 // status header, a body too large, a network error, ctx's end) → an
 // error, and the key stays UNKNOWN. The key's echo keeps a 404 of a wrong
 // URL or a 200 of a page that is not the lookup from being taken for an
-// answer; the fence's proves that a 200 is about this attempt, not about
-// another tenant's request under the same key nor an earlier attempt.
+// answer; the fence's and the tenant's prove that a 200 is about this
+// attempt, not about another tenant's request under the same key nor an
+// earlier attempt.
 func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
@@ -124,6 +125,13 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 	if fence, err := strconv.ParseInt(resp.Header.Get(FenceHeader), 10, 64); err != nil || fence != rec.Fence {
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's %d: no proof it is this request's answer",
 			FenceHeader, resp.Header.Get(FenceHeader), rec.Fence)
+	}
+	// The fence alone does not tell tenants apart: a store that floors
+	// fences by its clock (Redis, whose coalesced batch reads the clock
+	// once) can give two tenants' first attempts at one key the same one.
+	if got := resp.Header.Get(TenantIDHeader); got != rec.Tenant {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's: no proof it is this request's answer",
+			TenantIDHeader, got)
 	}
 	status, err := strconv.Atoi(resp.Header.Get(OriginalStatusHeader))
 	if err != nil || status < 200 || status > 599 {
