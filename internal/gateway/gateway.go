@@ -378,8 +378,16 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	if shutdownErr != nil {
 		g.abandonInFlight()
+		// The cut requests' handlers have returned, but the server writes
+		// their answers out after that: a Close now could cut an answer in
+		// the middle. A second, short graceful shutdown lets them go out
+		// and closes each connection once idle.
+		flushCtx, cancelFlush := context.WithTimeout(context.Background(), answerFlushTimeout)
+		defer cancelFlush()
 		for _, srv := range servers {
-			srv.Close()
+			if srv.Shutdown(flushCtx) != nil {
+				srv.Close()
+			}
 		}
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {

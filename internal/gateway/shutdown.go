@@ -7,6 +7,10 @@ import (
 	"github.com/idemkit/idem"
 )
 
+// answerFlushTimeout bounds how long a shutdown waits, after cutting the
+// requests still in flight, for their answers to be written out.
+const answerFlushTimeout = time.Second
+
 // tracked counts the request until it is finalized (the key completed,
 // released or marked UNKNOWN), so that a shutdown can wait for that.
 func (g *Gateway) tracked(next http.Handler) http.Handler {
