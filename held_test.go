@@ -139,8 +139,7 @@ func TestHeldCompletionRunsOutOfTime(t *testing.T) {
 // context ends first; an operator's Delete drops what is held for the key.
 func TestFlushAndDelete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		ctx := context.Background()
 		a, b := begin(t, e, idem.Request{Key: "a"}), begin(t, e, idem.Request{Key: "b"})
 		s.start(outageRefuse, false)
@@ -171,8 +170,7 @@ func TestFlushAndDelete(t *testing.T) {
 // gets the output replayed.
 func TestDoWithAHeldCompletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		ctx := context.Background()
 		req := idem.Request{Key: "job"}
 		runs := 0

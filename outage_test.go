@@ -38,6 +38,12 @@ var errRefused = errors.New("injected: dial tcp: connection refused")
 
 func newOutageStore(s idem.Store) *outageStore { return &outageStore{Store: s} }
 
+// outageEngine is an engine with opts on an outageStore around a memory store.
+func outageEngine(t *testing.T, opts *idem.Options) (*outageStore, *idem.Engine) {
+	s := newOutageStore(mustMem(t))
+	return s, newEngine(t, s, opts)
+}
+
 // start begins an outage; end ends it.
 func (s *outageStore) start(mode outageMode, lands bool) {
 	s.mu.Lock()
@@ -149,23 +155,31 @@ func flush(t *testing.T, e *idem.Engine) {
 	}
 }
 
+// beginFailsClosed asserts that Begin fails with ErrStore within the
+// store timeout, and reports whether it did.
+func beginFailsClosed(t *testing.T, e *idem.Engine, req idem.Request) bool {
+	t.Helper()
+	start := time.Now()
+	a, err := e.Begin(context.Background(), req)
+	if a.Lease != nil {
+		a.Lease.Release(context.Background())
+	}
+	if took := time.Since(start); !errors.Is(err, idem.ErrStore) || took > defaultStoreTimeout {
+		t.Errorf("Begin on a stalled store = %v, %v after %v; want ErrStore within the %v store timeout", a.Outcome, err, took, defaultStoreTimeout)
+		return false
+	}
+	return true
+}
+
 // A stalled store (a cut link, a paused server) gets no answer: Begin
 // fails closed within the store timeout, it does not wait for the link to
 // come back. The bubble's clock makes the bound exact.
 func TestBeginOnAStalledStoreFailsWithinTheStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end) // the link comes back a minute later
-		start := time.Now()
-		a, err := e.Begin(context.Background(), idem.Request{Key: "new"})
-		if took := time.Since(start); !errors.Is(err, idem.ErrStore) || took > defaultStoreTimeout {
-			t.Errorf("Begin on a stalled store = %v, %v after %v; want ErrStore within the %v store timeout", a.Outcome, err, took, defaultStoreTimeout)
-		}
-		if a.Lease != nil {
-			a.Lease.Release(context.Background())
-		}
+		beginFailsClosed(t, e, idem.Request{Key: "new"})
 		flush(t, e)
 	})
 }
@@ -174,8 +188,7 @@ func TestBeginOnAStalledStoreFailsWithinTheStoreTimeout(t *testing.T) {
 // calls and the finalize of work that ran.
 func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		ctx := context.Background()
 		a := begin(t, e, idem.Request{Key: "running"})
 		s.start(outageStall, false)
@@ -207,18 +220,11 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 // again, long before its lease would end, so the client's retry runs.
 func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		req := idem.Request{Key: "orphan", Fingerprint: "fp"}
 		s.start(outageStall, true)
 		time.AfterFunc(3*time.Second, s.end)
-		start := time.Now()
-		a, err := e.Begin(context.Background(), req)
-		if took := time.Since(start); !errors.Is(err, idem.ErrStore) || took > defaultStoreTimeout {
-			t.Errorf("Begin whose acquire landed in a stall = %v, %v after %v; want ErrStore within %v", a.Outcome, err, took, defaultStoreTimeout)
-		}
-		if a.Lease != nil {
-			a.Lease.Release(context.Background())
+		if !beginFailsClosed(t, e, req) {
 			return
 		}
 		time.Sleep(5 * time.Second) // the store is back since 3s; the lease would end at 30s
@@ -237,8 +243,7 @@ func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 // back it holds the result for every process.
 func TestCompletionOutlivesAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		ctx := context.Background()
 		req := idem.Request{Key: "charge", Fingerprint: "fp"}
 		a := begin(t, e, req)
@@ -268,8 +273,7 @@ func TestCompletionOutlivesAShortOutage(t *testing.T) {
 // the store is back, not when the lease ends.
 func TestMarkUnknownAndReleaseOutliveAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newOutageStore(mustMem(t))
-		e := newEngine(t, s, nil)
+		s, e := outageEngine(t, nil)
 		ctx := context.Background()
 		marked, released := idem.Request{Key: "marked", Fingerprint: "fp"}, idem.Request{Key: "released", Fingerprint: "fp"}
 		m, r := begin(t, e, marked), begin(t, e, released)
