@@ -355,7 +355,9 @@ func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams, start time.Time, timedOut bool, cause error) {
 	f := &finalization{op: opReleaseOrphan, ref: LeaseRef{ID: p.ID, Owner: p.Owner}}
 	if !timedOut {
-		if cause = e.finalizeOnce(context.WithoutCancel(ctx), f); cause == nil {
+		// The store answered the acquire (with an error): what it took,
+		// it took before answering.
+		if cause = e.finalizeOnce(context.WithoutCancel(ctx), f); cause == nil || errors.Is(cause, errNotLanded) {
 			return
 		}
 	}

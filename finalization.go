@@ -60,6 +60,8 @@ func (f *finalization) outcome(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, errNotLanded):
+		return err
 	case !errors.Is(err, ErrLeaseLost):
 		f.unanswered.Store(true)
 		return err
@@ -74,16 +76,27 @@ func (f *finalization) outcome(err error) error {
 	return err
 }
 
+// errNotLanded says that an orphan's acquire has not taken the key, so
+// far: the key has no record.
+var errNotLanded = errors.New("idem: the acquire has not taken the key")
+
+// landingWindow is how long the hold keeps looking for an orphan's record
+// after finding none: an acquire that got no answer may still be in
+// flight, in the socket of a paused server (it runs when the server
+// resumes) or in a cut link's retransmissions.
+const landingWindow = 10 * time.Second
+
 // releaseOrphan deletes ref's record if it is the PROCESSING record that
 // ref.Owner's acquire made, or that record turned UNKNOWN only because
-// its lease ended (ReasonAbandoned): no work ran under it. Anything else
-// (no record, another owner's, one a reconciler claimed) is not its to
-// touch, and it returns nil: there is nothing left to do.
+// its lease ended (ReasonAbandoned): no work ran under it. With no record
+// it returns errNotLanded. Anything else (another owner's record, one a
+// reconciler claimed) is not its to touch, and it returns nil: there is
+// nothing left to do.
 func releaseOrphan(ctx context.Context, s Store, ref LeaseRef) error {
 	rec, err := s.Get(ctx, ref.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return nil
+		return errNotLanded
 	case err != nil:
 		return err
 	case rec.Owner != ref.Owner:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,11 +76,12 @@ type hold struct {
 	n        atomic.Int64  // len(ops), read by Begin without the lock
 	kick     chan struct{} // wakes the retrier before its backoff ends (Flush); buffered
 
-	mu      sync.Mutex
-	ops     map[string]*finalization // by owner token (one per attempt); guarded by mu
-	answers map[ID]*finalization     // the held Completes and MarkUnknowns by key, for Begin; guarded by mu
-	bytes   int64                    // guarded by mu
-	running bool                     // the retrier runs; guarded by mu
+	mu         sync.Mutex
+	ops        map[string]*finalization // by owner token (one per attempt); guarded by mu
+	answers    map[ID]*finalization     // the held Completes and MarkUnknowns by key, for Begin; guarded by mu
+	bytes      int64                    // guarded by mu
+	running    bool                     // the retrier runs; guarded by mu
+	refusedLog rateLog                  // the "not held" line, at most once a second
 	// empty is closed once nothing is held and what was removed has been
 	// logged and observed (emptied); guarded by mu.
 	empty   chan struct{}
@@ -128,12 +130,18 @@ func (h *hold) add(f *finalization, leaseEnd time.Time, cause error) bool {
 	h.mu.Unlock()
 	log := h.e.log.With("tenant", f.ref.Tenant, "key", f.ref.Key, "fence", f.ref.Fence, "err", cause)
 	if full {
-		log.Error("idem: "+f.op+" failed and is not held (the hold is full or off); the key stays PROCESSING until its lease ends",
-			"held", count, "held_bytes", bytes)
+		if ok, skipped := h.refusedLog.allow(); ok {
+			log.Error("idem: "+f.op+" failed and is not held (the hold is full or off); the key stays PROCESSING until its lease ends",
+				"held", count, "held_bytes", bytes, "refused_unlogged", skipped)
+		}
 		h.event(f, HoldRefused)
 		return false
 	}
-	log.Warn("idem: "+f.op+" not stored; holding it in memory and retrying it in the background", "until", f.until)
+	level := slog.LevelWarn
+	if f.op == opReleaseOrphan { // one per 503 in an outage, which idemhttp logs already
+		level = slog.LevelDebug
+	}
+	log.Log(context.Background(), level, "idem: "+f.op+" not stored; holding it in memory and retrying it in the background", "until", f.until)
 	h.event(f, HoldStarted)
 	return true
 }
@@ -250,6 +258,12 @@ func (h *hold) pass() bool {
 // whether the store answered.
 func (h *hold) try(f *finalization) bool {
 	err := h.e.finalizeOnce(context.Background(), f)
+	if errors.Is(err, errNotLanded) {
+		if time.Since(f.heldAt) < landingWindow {
+			return true // the store answers; the acquire may land yet
+		}
+		err = nil // it never did
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		return false
 	}
@@ -320,9 +334,12 @@ func (h *hold) forget(id ID) {
 
 func (h *hold) dropped(f *finalization, why error) {
 	log := h.e.log.With("tenant", f.ref.Tenant, "key", f.ref.Key, "fence", f.ref.Fence, "err", why)
-	if errors.Is(why, ErrLeaseLost) {
+	switch {
+	case errors.Is(why, ErrLeaseLost):
 		log.Warn("idem: held " + f.op + " dropped: the key is no longer this lease's (taken over, resolved or deleted) and the store changed nothing")
-	} else {
+	case f.op == opReleaseOrphan:
+		log.Warn("idem: gave up releasing a key that an unanswered acquire may have taken; if it did, the key turns UNKNOWN when a retry meets its ended lease")
+	default:
 		log.Error("idem: held "+f.op+" dropped: the store did not take it in time; the key turns UNKNOWN when a retry meets its ended lease",
 			"held_for", time.Since(f.heldAt).Round(time.Millisecond))
 	}
@@ -352,4 +369,23 @@ func (e *Engine) Flush(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("idem: Flush: %d finalizations still held: %w", h.n.Load(), ctx.Err())
 	}
+}
+
+// rateLog lets a log line through at most once a second, and counts the
+// ones it held back.
+type rateLog struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+func (r *rateLog) allow() (ok bool, skipped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); r.last.IsZero() || now.Sub(r.last) >= time.Second {
+		r.last, skipped, r.skipped = now, r.skipped, 0
+		return true, skipped
+	}
+	r.skipped++
+	return false, 0
 }

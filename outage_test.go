@@ -24,6 +24,11 @@ type outageStore struct {
 	mode  outageMode // guarded by mu
 	lands bool       // guarded by mu
 	over  chan struct{}
+	// lateBy, when set, makes a stalled call its caller gave up on take
+	// effect that long after the outage ends, as a command retransmitted
+	// over a link that came back does; guarded by mu.
+	lateBy time.Duration
+	late   sync.WaitGroup // the late calls
 }
 
 type outageMode int
@@ -60,15 +65,15 @@ func (s *outageStore) end() {
 	}
 }
 
-func (s *outageStore) state() (outageMode, bool, chan struct{}) {
+func (s *outageStore) state() (outageMode, bool, chan struct{}, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.mode, s.lands, s.over
+	return s.mode, s.lands, s.over, s.lateBy
 }
 
 // during runs call on the real store as the outage lets it.
 func during[T any](s *outageStore, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	mode, lands, over := s.state()
+	mode, lands, over, lateBy := s.state()
 	var zero T
 	switch mode {
 	case outageRefuse:
@@ -82,6 +87,13 @@ func during[T any](s *outageStore, ctx context.Context, call func(context.Contex
 		if done := ctx.Done(); done != nil {
 			select {
 			case <-done:
+				if lateBy > 0 {
+					s.late.Go(func() {
+						<-over
+						time.Sleep(lateBy)
+						call(context.WithoutCancel(ctx))
+					})
+				}
 				return zero, ctx.Err()
 			case <-over:
 			}
@@ -234,6 +246,29 @@ func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 		}
 		retry.Lease.Release(context.Background())
 		flush(t, e)
+	})
+}
+
+// An acquire that got no answer and lands only after the store answers
+// again (retransmitted over a link that came back): the engine keeps
+// looking for it for a while, and releases it when it lands.
+func TestStalledAcquireThatLandsLateIsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, e := outageEngine(t, nil)
+		req := idem.Request{Key: "late", Fingerprint: "fp"}
+		s.start(outageStall, false)
+		s.lateBy = 2 * time.Second // lands at 5s, when the store has answered for 2s
+		time.AfterFunc(3*time.Second, s.end)
+		if !beginFailsClosed(t, e, req) {
+			return
+		}
+		s.late.Wait()
+		flush(t, e)
+		retry := begin(t, e, req)
+		if retry.Outcome != idem.Acquired {
+			t.Fatalf("retry after the late acquire landed = %v %+v; want Acquired: the orphan's key was released", retry.Outcome, retry.Record)
+		}
+		retry.Lease.Release(context.Background())
 	})
 }
 
