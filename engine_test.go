@@ -132,6 +132,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{LeaseDuration: time.Microsecond},
 		{LeaseDuration: time.Second, RenewEvery: 2 * time.Second},
 		{MaxResultBytes: -1},
+		{StoreTimeout: -time.Second},
+		{MaxHeldBytes: -1},
 	} {
 		if _, err := idem.New(s, &o); err == nil {
 			t.Errorf("New(%+v) succeeded", o)
