@@ -68,11 +68,22 @@
 // (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by
 // pkg.go.dev and `go doc -http`) run each of these on the memory store.
 //
+// # When the store fails
+//
+// Every store call has a deadline, Options.StoreTimeout (2s by default): a
+// Begin whose store does not answer by then fails with ErrStore and the
+// work does not run. A Complete, MarkUnknown or Release that the store has
+// not taken by then is held in memory and retried in the background for
+// the rest of the lease (Options.MaxHeld), and a retry that reaches this
+// engine is answered from it; Engine.Flush stores what is held before the
+// process exits.
+//
 // # Observing
 //
 // Options.Observer is told about every store call the engine makes and
 // every renewed, lost or expired lease, for metrics and traces; the idem
-// gateway's store metrics and spans come from one.
+// gateway's store metrics and spans come from one. A HoldObserver is also
+// told of every held finalization.
 //
 // # Stores
 //

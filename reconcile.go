@@ -53,9 +53,12 @@ const claimMargin = 2 * time.Second
 // when the key was resolved not executed (here or by someone else).
 func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
 	claim := ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
+	cctx := e.callCtx(ctx)
 	start := time.Now()
-	cr, err := e.store.Claim(ctx, claim)
+	cr, err := e.store.Claim(cctx, claim)
 	e.observe(ctx, "claim", start, err)
+	err = e.explain(cctx, err)
+	cctx.end()
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Record{}, true, nil
@@ -107,9 +110,12 @@ func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duratio
 }
 
 func (e *Engine) resolve(ctx context.Context, p ResolveParams) error {
+	cctx := e.callCtx(ctx)
+	defer cctx.end()
 	start := time.Now()
-	err := e.store.Resolve(ctx, p)
+	err := e.store.Resolve(cctx, p)
 	e.observe(ctx, "resolve", start, err)
+	err = e.explain(cctx, err)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotUnknown) &&
 		!errors.Is(err, ErrStaleFence) && !errors.Is(err, ErrLeaseLost) {
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
@@ -166,11 +172,13 @@ func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
 	}
+	cctx := e.callCtx(ctx)
+	defer cctx.end()
 	start := time.Now()
-	page, err := e.store.ListUnknown(ctx, p)
+	page, err := e.store.ListUnknown(cctx, p)
 	e.observe(ctx, "list_unknown", start, err)
 	if err != nil {
-		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, err)
+		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
 	}
 	return page, nil
 }

@@ -193,6 +193,11 @@ func post(t *testing.T, base, key, body string, hdr ...string) answer {
 // or stalls): the error is returned, not reported. hdr holds header
 // name/value pairs; an empty value removes the header.
 func tryPost(base, key, body string, hdr ...string) (answer, error) {
+	return tryPostWith(http.DefaultClient, base, key, body, hdr...)
+}
+
+// tryPostWith is tryPost with client (e.g. one with a timeout).
+func tryPostWith(client *http.Client, base, key, body string, hdr ...string) (answer, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
@@ -206,7 +211,7 @@ func tryPost(base, key, body string, hdr ...string) (answer, error) {
 		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
@@ -474,6 +479,7 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store-timeout", "0s"}, "--store-timeout"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {

@@ -24,6 +24,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	upstream := fs.String("upstream", "", "URL of the HTTP API behind the gateway (required)")
 	storeURI := fs.String("store", "memory", "where keys live: "+gateway.StoreURIHelp)
+	storeTimeout := fs.Duration("store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
@@ -88,6 +89,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
 	}
+	if *storeTimeout <= 0 {
+		return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, *storeTimeout)
+	}
 	if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
 		return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
 	}
@@ -101,7 +105,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	defer closeStore()
 	cfg := gateway.Config{
-		Listen: *listen, Upstream: up, Store: store, Lease: *lease, Retention: *retention,
+		Listen: *listen, Upstream: up, Store: store, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
 		Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
 		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
 		ShutdownTimeout: *shutdownTimeout, Logger: logger, Takeover: policy, ReconcileURL: *reconcileURL,

@@ -43,6 +43,7 @@ type Config struct {
 	Listen          string        // the proxy's address
 	Upstream        *url.URL      // required
 	Store           idem.Store    // required: see OpenStore
+	StoreTimeout    time.Duration // bound of every store call (idem.Options.StoreTimeout); zero: 2s
 	Lease           time.Duration // zero: 30s
 	Retention       time.Duration // zero: 24h
 	Methods         []string      // nil: POST and PATCH
@@ -147,7 +148,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer)
-	obs := newUnknownTelemetry(reg, tel)
+	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	registerMemoryUsage(reg, cfg.Store)
@@ -156,7 +157,8 @@ func New(cfg Config) (*Gateway, error) {
 		replayHeaders = DefaultReplayHeaders
 	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
-		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
+		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
+		StoreTimeout: cfg.StoreTimeout}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler(cfg, replayHeaders)
 		if err != nil {
@@ -390,6 +392,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 			}
 		}
 	}
+	g.flushHeld(shutdownCtx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return errors.Join(serveErr, shutdownErr)
 	}

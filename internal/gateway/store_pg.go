@@ -20,6 +20,13 @@ const (
 	reapBatch = 1000
 )
 
+// defaultConnectTimeout bounds a new PostgreSQL connection (dial, TLS,
+// authentication) when the URL sets no connect_timeout. The pool makes
+// connections in the background, past the request that asked for one;
+// without a bound, a dial into a cut link waits for the kernel (minutes),
+// holding a pool slot after the link is back.
+const defaultConnectTimeout = 5 * time.Second
+
 // openPostgres opens the PostgreSQL store, applies its migrations (they
 // are idempotent and serialised by an advisory lock, so several gateways
 // may start at once) and starts the reaper of expired rows.
@@ -27,6 +34,9 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 	cfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
