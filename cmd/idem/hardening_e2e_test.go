@@ -307,6 +307,12 @@ func TestNoURLPasswordInLogsErrorsOrMetrics(t *testing.T) {
 			t.Errorf("bad --upstream %q: %s; want a usage error without the password", bad, out)
 		}
 	}
+	for _, bad := range []string{"http://user:" + secret + "@host/lookup", "ftp://user:" + secret + "@host/{key}", "http://user:" + secret + "@[::1/{key}"} {
+		out, _ := exec.Command(binary, "serve", "--upstream", "http://127.0.0.1:1", "--admin", "", "--reconcile-url", bad).CombinedOutput()
+		if strings.Contains(string(out), secret) || !strings.Contains(string(out), "--reconcile-url") {
+			t.Errorf("bad --reconcile-url %q: %s; want a usage error without the password", bad, out)
+		}
+	}
 	for _, target := range []string{"http://u:" + secret + "@127.0.0.1:1/x", "http://u:" + secret + "@192.0.2.1/x", "http://u:" + secret + "@[::1"} {
 		out, _ := exec.Command(binary, "probe", "--timeout", "5s", target).CombinedOutput()
 		if strings.Contains(string(out), secret) {

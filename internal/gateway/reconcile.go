@@ -42,11 +42,11 @@ type reconciler struct {
 
 func newReconciler(cfg Config) (*reconciler, error) {
 	if !strings.Contains(cfg.ReconcileURL, "{key}") {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", RedactURL(cfg.ReconcileURL))
 	}
 	u, err := url.Parse(expandTemplate(cfg.ReconcileURL, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", RedactURL(cfg.ReconcileURL))
 	}
 	transport := cfg.Transport
 	if transport == nil {
