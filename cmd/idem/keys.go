@@ -17,7 +17,7 @@ import (
 const keysUsage = `idem keys [--store URI] get|delete TENANT KEY
   idem keys [--store URI] list --unknown [--tenant TENANT]
   idem keys [--store URI] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) TENANT KEY
-(TENANT %q is the empty tenant)`
+(TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes)`
 
 // headerFlags collects repeated --header 'Name: value' flags.
 type headerFlags []string
@@ -29,7 +29,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	storeURI := fs.String("store", "", "the store to talk to (required; see 'idem help serve')")
 	unknown := fs.Bool("unknown", false, "list: the keys in state UNKNOWN (the only state listed)")
-	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants)")
+	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants; \"-\" is the empty tenant)")
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
 	notExecuted := fs.Bool("not-executed", false, "resolve: the request did not take effect; release the key so the next request runs it")
 	status := fs.Int("status", 0, "resolve: the request took effect; record this status and replay it")
@@ -78,10 +78,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" {
 		return listUnknown(ctx, e, enc, set["tenant"], *tenant)
 	}
-	id := idem.ID{Tenant: fs.Arg(0), Key: fs.Arg(1)}
-	if id.Tenant == gateway.EmptyTenant {
-		id.Tenant = ""
-	}
+	id := idem.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
 	switch verb {
 	case "delete":
 		existed, err := e.Delete(ctx, id)
@@ -111,10 +108,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 
 // listUnknown prints every UNKNOWN key, one JSON object a line, page by page.
 func listUnknown(ctx context.Context, e *idem.Engine, enc *json.Encoder, oneTenant bool, tenant string) error {
-	if tenant == gateway.EmptyTenant {
-		tenant = ""
-	}
-	p := idem.ListParams{Tenant: tenant, AllTenants: !oneTenant}
+	p := idem.ListParams{Tenant: gateway.ParseTenant(tenant), AllTenants: !oneTenant}
 	for {
 		page, err := e.ListUnknown(ctx, p)
 		if err != nil {

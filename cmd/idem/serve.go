@@ -72,6 +72,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
 	}
+	if flagSet(fs, "admin-token") && *adminToken == "" {
+		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
+			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
+	}
 	var policy idem.TakeoverPolicy
 	switch *takeover {
 	case "unknown":

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -15,13 +16,29 @@ import (
 
 // EmptyTenant stands for the empty tenant in admin paths, whose segments
 // cannot be empty. It is what requests without credentials are scoped to.
+// See ParseTenant for the tenants made of dashes.
 const EmptyTenant = "-"
+
+// ParseTenant returns the tenant that a path segment of the admin API (or
+// its tenant parameter, or a TENANT argument of idem keys) names: a run of
+// n dashes names the tenant of n-1 dashes, so "-" is the empty tenant and
+// "--" the tenant "-"; any other value names itself. Every tenant has a
+// segment this way (the other awkward ones, such as "/", "." or "..", are
+// percent-encoded as usual: %2F, %2E).
+func ParseTenant(segment string) string {
+	if segment != "" && strings.Trim(segment, "-") == "" {
+		return segment[1:]
+	}
+	return segment
+}
 
 // readyKey is the key /readyz looks up: a round trip to the store.
 var readyKey = idem.ID{Tenant: "idem", Key: "readyz"}
 
 // adminHandler serves health, readiness, metrics and the key API.
-func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.Handler {
+// A resolution's recorded body is at most maxResponse bytes, as is every
+// response the gateway records.
+func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string, maxResponse int) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -57,17 +74,13 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	registerUnknownAPI(keys, e)
+	registerUnknownAPI(keys, e, maxResponse)
 	mux.Handle("/v1/", requireToken(token, keys))
 	return mux
 }
 
 func pathID(r *http.Request) idem.ID {
-	tenant := r.PathValue("tenant")
-	if tenant == EmptyTenant {
-		tenant = ""
-	}
-	return idem.ID{Tenant: tenant, Key: r.PathValue("key")}
+	return idem.ID{Tenant: ParseTenant(r.PathValue("tenant")), Key: r.PathValue("key")}
 }
 
 func keyError(w http.ResponseWriter, err error) {

@@ -191,7 +191,7 @@ func New(cfg Config) (*Gateway, error) {
 	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
 	g.proxy = g.tracked(g.traced(mw(g.reverseProxy(tel))))
-	g.admin = adminHandler(engine, reg, cfg.AdminToken)
+	g.admin = adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse)
 	return g, nil
 }
 
