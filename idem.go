@@ -335,6 +335,10 @@ var (
 	// ErrStaleFence is returned by Resolve when the fence given is not the
 	// UNKNOWN record's.
 	ErrStaleFence = errors.New("idem: fence does not match the record")
+	// ErrInvalidCursor is returned by ListUnknown for a ListParams.After
+	// that is not the Next of a page of the same listing (malformed, or
+	// another tenant's): the caller's error, not the store's.
+	ErrInvalidCursor = errors.New("idem: invalid list cursor")
 )
 
 // InFlightError is returned by Do when another attempt holds the key.

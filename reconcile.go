@@ -151,7 +151,8 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 
 // ListUnknown returns one page of UNKNOWN keys, of p.Tenant or of all
 // tenants (p.AllTenants), in a stable order; pass the page's Next as the
-// next call's After. Stores keep an index of UNKNOWN keys, so a page costs
+// next call's After. An After that is not the Next of a page of the same
+// listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
 // is listed once a retry or a Get met it and made it UNKNOWN.
 func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
@@ -169,7 +170,10 @@ func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error
 	start := time.Now()
 	page, err := e.store.ListUnknown(ctx, p)
 	e.observe(ctx, "list_unknown", start, err)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrInvalidCursor): // the caller's error, not the store's
+		return ListPage{}, err
+	case err != nil:
 		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, err)
 	}
 	return page, nil

@@ -342,6 +342,9 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
 			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
 		}
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
+			t.Fatalf("ListUnknown after a malformed cursor = %v; want ErrInvalidCursor, not ErrStore", err)
+		}
 	})
 }
 

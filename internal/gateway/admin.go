@@ -91,6 +91,8 @@ func keyError(w http.ResponseWriter, err error) {
 		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeTenantInvalid, err.Error())
+	case errors.Is(err, idem.ErrInvalidCursor):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeCursorInvalid, "after= is not the next of a page of this listing (of this tenant, or of all); start again without it")
 	default:
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 	}

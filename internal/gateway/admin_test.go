@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -176,5 +177,33 @@ func TestBlankAdminTokenRefused(t *testing.T) {
 	}
 	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret"}); err != nil {
 		t.Errorf("New(--admin-token with an inner space) = %v; want it accepted", err)
+	}
+}
+
+// Issue 22, item 7: a list cursor the store did not make for this
+// listing (malformed, or another tenant's) is the client's error: 400
+// cursor_invalid, not 503 store_unavailable.
+func TestAdminListRefusesBadCursors(t *testing.T) {
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) {
+			g := adminGateway(t, Config{Store: newStore(t)})
+			for _, id := range []idem.ID{{Tenant: "acme", Key: "a"}, {Tenant: "acme", Key: "b"}, {Tenant: "globex", Key: "a"}} {
+				unknownKey(t, g.Engine(), id)
+			}
+			code, body := admin(t, g, "GET", "/v1/keys?state=unknown&tenant=acme&limit=1", "")
+			var page KeyPage
+			if code != 200 || json.Unmarshal([]byte(body), &page) != nil || page.Next == "" {
+				t.Fatalf("first page = %d %s; want one key and a next", code, body)
+			}
+			for _, query := range []string{"after=x", "tenant=acme&after=x", "tenant=acme&after=%FF", "tenant=globex&after=" + url.QueryEscape(page.Next)} {
+				code, body := admin(t, g, "GET", "/v1/keys?state=unknown&"+query, "")
+				if code != 400 || !strings.Contains(body, `"cursor_invalid"`) {
+					t.Errorf("GET /v1/keys?state=unknown&%s = %d %s; want 400 cursor_invalid", query, code, body)
+				}
+			}
+			if code, body := admin(t, g, "GET", "/v1/keys?state=unknown&tenant=acme&after="+url.QueryEscape(page.Next), ""); code != 200 || !strings.Contains(body, `"key":"b"`) {
+				t.Fatalf("second page = %d %s; want key b", code, body)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -31,7 +32,7 @@ type Options struct {
 const recordOverhead = 256
 
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = errors.New("memstore: invalid list cursor")
+var errBadCursor = fmt.Errorf("memstore: %w", idem.ErrInvalidCursor)
 
 // Store is an in-memory idem.Store. It is safe for concurrent use.
 type Store struct {
@@ -340,7 +341,8 @@ func parseCursor(c string) (idem.ID, bool) {
 	if !ok || err != nil || length < 0 || length > len(rest) {
 		return idem.ID{}, false
 	}
-	return idem.ID{Tenant: rest[:length], Key: rest[length:]}, true
+	id := idem.ID{Tenant: rest[:length], Key: rest[length:]}
+	return id, idem.ValidateTenant(id.Tenant) == nil && idem.ValidateKey(id.Key) == nil
 }
 
 // Get implements idem.Store.

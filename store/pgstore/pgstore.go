@@ -417,7 +417,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	if p.After != "" {
 		var err error
 		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidRequest, p.After)
+			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidCursor, p.After)
 		}
 	}
 	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
@@ -460,10 +460,14 @@ func cursor(id idem.ID) string {
 func parseCursor(c string) (idem.ID, error) {
 	n, rest, ok := strings.Cut(c, ":")
 	size, err := strconv.Atoi(n)
-	if !ok || err != nil || size < 0 || size > len(rest) || rest[size:] == "" {
+	if !ok || err != nil || size < 0 || size > len(rest) {
 		return idem.ID{}, errors.New("malformed")
 	}
-	return idem.ID{Tenant: rest[:size], Key: rest[size:]}, nil
+	id := idem.ID{Tenant: rest[:size], Key: rest[size:]}
+	if err := idem.ValidateTenant(id.Tenant); err != nil {
+		return idem.ID{}, err
+	}
+	return id, idem.ValidateKey(id.Key)
 }
 
 // Get implements idem.Store.

@@ -120,6 +120,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownPages", testListPages},
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
+
+		// What operators ask (admin.go).
+		{"ListUnknownRefusesForeignCursors", testListBadCursor},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
