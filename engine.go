@@ -332,21 +332,6 @@ func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
 	return rec, err
 }
 
-// Delete invalidates a key in any state and reports whether it existed.
-// A lease on it is lost: its owner can no longer complete it.
-func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
-	if err := validate(id); err != nil {
-		return false, err
-	}
-	start := time.Now()
-	ok, err := e.store.Delete(ctx, id)
-	e.observe(ctx, "delete", start, err)
-	if err != nil {
-		return false, fmt.Errorf("%w: delete: %w", ErrStore, err)
-	}
-	return ok, nil
-}
-
 func (e *Engine) acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
 	start := time.Now()
 	res, err := e.store.Acquire(ctx, p)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,7 +15,8 @@ import (
 	"github.com/idemkit/idem/internal/gateway"
 )
 
-const keysUsage = `idem keys [--store URI] get|delete TENANT KEY
+const keysUsage = `idem keys [--store URI] get TENANT KEY
+  idem keys [--store URI] delete [--force] TENANT KEY
   idem keys [--store URI] list --unknown [--tenant TENANT]
   idem keys [--store URI] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) TENANT KEY
 (TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes)`
@@ -37,6 +39,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs.Var(&headers, "header", "resolve: a header of the recorded response, 'Name: value' (repeatable)")
 	body := fs.String("body", "", "resolve: the body of the recorded response")
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
+	force := fs.Bool("force", false, "delete: also a key in flight (PROCESSING) or UNKNOWN, which lets the next request run it again")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -81,8 +84,17 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	id := idem.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
 	switch verb {
 	case "delete":
-		existed, err := e.Delete(ctx, id)
-		if err != nil {
+		del := e.Delete
+		if *force {
+			del = e.ForceDelete
+		}
+		existed, err := del(ctx, id)
+		switch {
+		case errors.Is(err, idem.ErrInFlight):
+			return fmt.Errorf("%w: deleting it would let a retry run it a second time; wait until it finishes, or pass --force", err)
+		case errors.Is(err, idem.ErrOutcomeUnknown):
+			return fmt.Errorf("%w: deleting it would let a retry run it again; settle it with idem keys resolve, or pass --force", err)
+		case err != nil:
 			return err
 		}
 		if !existed {

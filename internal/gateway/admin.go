@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,7 +64,16 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string, maxRes
 		json.NewEncoder(w).Encode(ViewRecord(rec))
 	})
 	keys.HandleFunc("DELETE /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
-		existed, err := e.Delete(r.Context(), pathID(r))
+		force, err := forceParam(r)
+		if err != nil {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeDeleteInvalid, err.Error())
+			return
+		}
+		del := e.Delete
+		if force {
+			del = e.ForceDelete
+		}
+		existed, err := del(r.Context(), pathID(r))
 		if err != nil {
 			keyError(w, err)
 			return
@@ -83,8 +93,28 @@ func pathID(r *http.Request) idem.ID {
 	return idem.ID{Tenant: ParseTenant(r.PathValue("tenant")), Key: r.PathValue("key")}
 }
 
-func keyError(w http.ResponseWriter, err error) {
+// forceParam reads DELETE's ?force=true.
+func forceParam(r *http.Request) (bool, error) {
+	v := r.URL.Query()["force"]
 	switch {
+	case len(v) == 0:
+		return false, nil
+	case len(v) == 1 && (v[0] == "true" || v[0] == "false"):
+		return v[0] == "true", nil
+	}
+	return false, errors.New("force must be true or false, once")
+}
+
+func keyError(w http.ResponseWriter, err error) {
+	var inFlight *idem.InFlightError
+	switch {
+	case errors.As(err, &inFlight):
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, inFlight.RetryAfter.Round(time.Second)/time.Second))))
+		idemhttp.WriteProblem(w, http.StatusConflict, idemhttp.CodeKeyInFlight, "the key's request is running (PROCESSING): "+
+			"deleting it would let a retry run it a second time. Wait until it finishes, or DELETE with ?force=true")
+	case errors.Is(err, idem.ErrOutcomeUnknown):
+		idemhttp.WriteProblem(w, http.StatusConflict, CodeKeyUnknown, "the key's request may have taken effect (UNKNOWN): "+
+			"deleting it would let a retry run it again. Settle it with POST .../resolve (completed, or not_executed), or DELETE with ?force=true")
 	case errors.Is(err, idem.ErrNotFound):
 		idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
 	case errors.Is(err, idem.ErrInvalidKey):

@@ -31,6 +31,8 @@ const (
 	CodeLeaseLost           = idemhttp.CodeLeaseLost // 503: the lease ended before the request was sent (released) or while it ran (UNKNOWN)
 	CodeKeyNotFound         = "key_not_found"        // 404 (admin API): no record for the tenant and key
 	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
+	CodeKeyUnknown          = "key_unknown"          // 409 (admin API): DELETE of an UNKNOWN key without ?force=true; resolve it
+	CodeDeleteInvalid       = "delete_invalid"       // 400 (admin API): DELETE with a force parameter other than true or false
 )
 
 // FenceHeader carries the lease's fencing token to the upstream, so the

@@ -360,17 +360,18 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if ok {
-		s.remove(e)
+	e, ok := s.entries[p.ID]
+	if !ok || (p.Fence != 0 && e.rec.Fence != p.Fence) {
+		return false, nil
 	}
-	return ok, nil
+	s.remove(e)
+	return true, nil
 }
 
 // owned returns the record of ref's key if ref's owner and fence made it.

@@ -180,7 +180,7 @@ ORDER BY tenant_id, idempotency_key LIMIT $3`),
 		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
 		del: r.Replace(`WITH gone AS (
-	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2
+	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND ($3::bigint = 0 OR fence = $3)
 	RETURNING expires_at > clock_timestamp() AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
@@ -483,9 +483,9 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	var live bool
-	if err := s.pool.QueryRow(ctx, s.q.del, id.Tenant, id.Key).Scan(&live); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.del, p.Tenant, p.Key, p.Fence).Scan(&live); err != nil {
 		return false, fmt.Errorf("pgstore: delete: %w", err)
 	}
 	return live, nil

@@ -596,16 +596,16 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if s.near != nil {
-		s.near.forget(s.recordKey(id))
+		s.near.forget(s.recordKey(p.ID))
 	}
-	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
+	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(p.ID), []any{fenceGraceMs, p.Fence})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
 		// when the invalidation, which follows the reply, is read.
-		s.near.forget(s.recordKey(id))
+		s.near.forget(s.recordKey(p.ID))
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)

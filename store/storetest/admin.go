@@ -10,8 +10,8 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// The cases of what an operator asks of a store: listings with a cursor
-// the store did not make for them.
+// The cases of what an operator asks of a store: a deletion of one
+// attempt's record, listings with a cursor the store did not make for them.
 
 // testListBadCursor: a cursor the store did not make, or made for
 // another tenant's listing, is refused with ErrInvalidCursor, a client's
@@ -43,5 +43,37 @@ func testListBadCursor(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 	if got := listUnknown(t, s, idem.ListParams{Tenant: tenant, After: page.Next}); len(got) != 1 || got[0].Key != "b" {
 		t.Fatalf("ListUnknown after the first page = %v; want key b", ids(got))
+	}
+}
+
+// testDeleteByFence: a Delete with a fence removes only the record of
+// that acquisition, whatever its state, and leaves another's untouched.
+func testDeleteByFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
+	ctx := context.Background()
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	for _, fence := range []int64{ref.Fence - 1, ref.Fence + 1} {
+		if ok, err := s.Delete(ctx, idem.DeleteParams{ID: id, Fence: fence}); err != nil || ok {
+			t.Fatalf("Delete(fence %d) of the record with fence %d = %v, %v; want false, nil", fence, ref.Fence, ok, err)
+		}
+	}
+	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
+		t.Fatalf("Complete after Deletes with other fences: %v; want the record untouched", err)
+	}
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: id, Fence: ref.Fence}); err != nil || !ok {
+		t.Fatalf("Delete(its fence) = %v, %v; want true, nil", ok, err)
+	}
+	if _, ok := get(t, s, id); ok {
+		t.Fatal("the record survived a Delete with its fence")
+	}
+	next := mustAcquire(t, s, id, long) // a new attempt: the old fence names it no more
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: id, Fence: ref.Fence}); err != nil || ok {
+		t.Fatalf("Delete(the old fence) of the new attempt's record = %v, %v; want false, nil", ok, err)
+	}
+	if rec, ok := get(t, s, id); !ok || rec.Fence != next.Fence || rec.State != idem.StateProcessing {
+		t.Fatalf("record after a Delete with the old fence = %+v; want the new attempt's, PROCESSING", rec)
+	}
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: newID(t), Fence: 1}); err != nil || ok {
+		t.Fatalf("Delete(absent, fence 1) = %v, %v; want false, nil", ok, err)
 	}
 }

@@ -1,0 +1,67 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Delete invalidates a COMPLETED key, so that the next attempt with it
+// runs anew, and reports whether there was a record. It refuses, changing
+// nothing, a key whose work may be running or may have run without a
+// known result: a PROCESSING key gets an *InFlightError (errors.Is
+// ErrInFlight), an UNKNOWN one (or a PROCESSING one whose lease ended) an
+// *UnknownError (errors.Is ErrOutcomeUnknown): Resolve settles it with the
+// operator's word on what happened. The check and the deletion are one
+// step: Delete removes only the record it checked (by its fence), never a
+// newer attempt's. ForceDelete deletes in any state.
+func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
+	if err := validate(id); err != nil {
+		return false, err
+	}
+	// A new acquisition mints a new fence, so the record checked is the
+	// record deleted. A record that changed in between is looked at again.
+	const tries = 3
+	for range tries {
+		rec, err := e.Get(ctx, id)
+		switch {
+		case err != nil:
+			if errors.Is(err, ErrNotFound) {
+				return false, nil
+			}
+			return false, err
+		case rec.State == StateProcessing:
+			return false, &InFlightError{RetryAfter: rec.TTL}
+		case rec.State != StateCompleted:
+			return false, &UnknownError{Record: rec}
+		}
+		ok, err := e.delete(ctx, DeleteParams{ID: id, Fence: rec.Fence})
+		if err != nil || ok {
+			return ok, err
+		}
+	}
+	return false, fmt.Errorf("%w: the key changed %d times while it was being deleted; try again", ErrInFlight, tries)
+}
+
+// ForceDelete deletes a key in any state and reports whether there was a
+// record. A lease on it is lost: its owner can no longer complete it. A
+// key that was PROCESSING or UNKNOWN is then run again by the next
+// attempt, although its work may be running or may have run: use it only
+// when that is what is wanted (Resolve settles an UNKNOWN key).
+func (e *Engine) ForceDelete(ctx context.Context, id ID) (bool, error) {
+	if err := validate(id); err != nil {
+		return false, err
+	}
+	return e.delete(ctx, DeleteParams{ID: id})
+}
+
+func (e *Engine) delete(ctx context.Context, p DeleteParams) (bool, error) {
+	start := time.Now()
+	ok, err := e.store.Delete(ctx, p)
+	e.observe(ctx, "delete", start, err)
+	if err != nil {
+		return false, fmt.Errorf("%w: delete: %w", ErrStore, err)
+	}
+	return ok, nil
+}
