@@ -42,6 +42,19 @@ type Options struct {
 	Reconcile func(ctx context.Context, rec Record) (Resolution, error)
 	// ReconcileTimeout bounds one Reconcile call. Zero means 5s.
 	ReconcileTimeout time.Duration
+	// ReconcileRate bounds the Reconcile calls ReconcileUnknown starts, per
+	// second. Zero means DefaultReconcileRate.
+	ReconcileRate float64
+	// ReconcileConcurrency bounds the Reconcile calls ReconcileUnknown has
+	// in flight at once. Zero means DefaultReconcileConcurrency.
+	ReconcileConcurrency int
+	// ReconcileBackoff is how long ReconcileUnknown leaves a key alone
+	// after a Reconcile call about it failed or answered unknown; it
+	// doubles with each such answer in a row, up to ReconcileMaxBackoff.
+	// The engine remembers it for up to 100,000 keys. Zero means
+	// DefaultReconcileBackoff and DefaultReconcileMaxBackoff.
+	ReconcileBackoff    time.Duration
+	ReconcileMaxBackoff time.Duration
 }
 
 // TakeoverPolicy is what an attempt does with a key whose previous owner's
@@ -111,6 +124,7 @@ type Engine struct {
 	takeover         TakeoverPolicy
 	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
 	reconcileTimeout time.Duration
+	sweeper          *sweeper
 }
 
 // New returns an engine over store.
@@ -130,6 +144,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout}
 	if o.Takeover > TakeoverRun || o.ReconcileTimeout < 0 {
 		return nil, errors.New("idem: New: unknown Takeover policy or negative ReconcileTimeout")
+	}
+	var err error
+	if e.sweeper, err = newSweeper(o); err != nil {
+		return nil, err
 	}
 	if e.reconcileTimeout == 0 {
 		e.reconcileTimeout = 5 * time.Second

@@ -486,6 +486,8 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-rate", "0"}, "--reconcile-rate"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-concurrency", "0"}, "--reconcile-concurrency"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		out, err := exec.Command(binary, c.args...).CombinedOutput()

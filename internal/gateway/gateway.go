@@ -76,6 +76,11 @@ type Config struct {
 	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
 	ReconcileTimeout time.Duration // zero: 5s
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
+	// ReconcileRate and ReconcileConcurrency bound the sweep's lookups:
+	// started per second, and in flight at once; zero: idem's defaults
+	// (idem.DefaultReconcileRate, idem.DefaultReconcileConcurrency).
+	ReconcileRate        float64
+	ReconcileConcurrency int
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
 	// answers problem+json.
@@ -151,7 +156,8 @@ func New(cfg Config) (*Gateway, error) {
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
-		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
+		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
+		ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler(cfg)
 		if err != nil {

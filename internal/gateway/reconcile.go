@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -139,26 +137,4 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 		}
 	}
 	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, nil
-}
-
-// sweep reconciles every UNKNOWN key each ReconcileEvery, so that keys no
-// client comes back for are settled too, until ctx ends.
-func (g *Gateway) sweep(ctx context.Context) {
-	t := time.NewTicker(g.cfg.ReconcileEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st, err := g.engine.ReconcileUnknown(ctx)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			g.cfg.Logger.Warn("idem: reconcile sweep stopped", "err", err)
-		}
-		if st != (idem.ReconcileStats{}) {
-			g.cfg.Logger.Info("idem: reconcile sweep", "completed", st.Completed, "not_executed", st.NotExecuted,
-				"unknown", st.Unknown, "skipped", st.Skipped)
-		}
-	}
 }
