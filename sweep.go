@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idem/internal/ctxtime"
 )
 
 // The defaults of the bounds of ReconcileUnknown (Options).
@@ -162,7 +164,7 @@ func (sw *sweep) dispatch() (bool, error) {
 			case <-sw.ctx.Done():
 				return false, nil
 			}
-			if !sleep(sw.ctx, time.Until(next)) {
+			if err := ctxtime.Sleep(sw.ctx, time.Until(next)); err != nil {
 				<-sw.busy
 				return false, nil
 			}
@@ -203,21 +205,6 @@ func (sw *sweep) ask(listed Record) {
 		sw.st.Completed++
 	default:
 		sw.st.Skipped++
-	}
-}
-
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 
