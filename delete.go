@@ -41,7 +41,7 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 			return ok, err
 		}
 	}
-	return false, fmt.Errorf("%w: the key changed %d times while it was being deleted; try again", ErrInFlight, tries)
+	return false, &InFlightError{RetryAfter: time.Second} // attempts keep replacing the record: busy
 }
 
 // ForceDelete deletes a key in any state and reports whether there was a

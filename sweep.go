@@ -37,7 +37,7 @@ type ReconcileStats struct {
 	NotExecuted int // keys released
 	Skipped     int // keys another process was reconciling, or that changed meanwhile
 	BackedOff   int // keys not asked about: a call about them failed or answered unknown a short while ago
-	FirstError  error
+	FirstError  error // the first failed Reconcile call's error, naming its key, for the caller's log line
 }
 
 // keyBackoff is what a sweep remembers of a key whose Reconcile call
