@@ -31,12 +31,12 @@ const maxBackoffKeys = 100_000
 
 // ReconcileStats counts what one ReconcileUnknown sweep did.
 type ReconcileStats struct {
-	Unknown     int // keys asked about that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
-	Failed      int // of Unknown, the keys whose Reconcile call failed
-	Completed   int // keys recorded as completed
-	NotExecuted int // keys released
-	Skipped     int // keys another process was reconciling, or that changed meanwhile
-	BackedOff   int // keys not asked about: a call about them failed or answered unknown a short while ago
+	Unknown     int   // keys asked about that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
+	Failed      int   // of Unknown, the keys whose Reconcile call failed
+	Completed   int   // keys recorded as completed
+	NotExecuted int   // keys released
+	Skipped     int   // keys another process was reconciling, or that changed meanwhile
+	BackedOff   int   // keys not asked about: a call about them failed or answered unknown a short while ago
 	FirstError  error // the first failed Reconcile call's error, naming its key, for the caller's log line
 }
 
