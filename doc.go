@@ -60,9 +60,12 @@
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
-// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for;
-// Engine.Resolve is an operator's answer, and Engine.ListUnknown lists what
-// is waiting for one.
+// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for,
+// within a rate and a concurrency bound and backing off the keys whose
+// lookup keeps failing (Options.ReconcileRate, ReconcileConcurrency,
+// ReconcileBackoff); Engine.Resolve is an operator's answer, and
+// Engine.ListUnknown lists what is waiting for one. Engine.Delete
+// invalidates a COMPLETED key only; ForceDelete any.
 //
 // The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
 // (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by

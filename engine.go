@@ -67,6 +67,19 @@ type Options struct {
 	// DefaultMaxHeldBytes (64 MiB); a negative MaxHeld holds nothing.
 	MaxHeld      int
 	MaxHeldBytes int64
+	// ReconcileRate bounds the Reconcile calls ReconcileUnknown starts, per
+	// second. Zero means DefaultReconcileRate.
+	ReconcileRate float64
+	// ReconcileConcurrency bounds the Reconcile calls ReconcileUnknown has
+	// in flight at once. Zero means DefaultReconcileConcurrency.
+	ReconcileConcurrency int
+	// ReconcileBackoff is how long ReconcileUnknown leaves a key alone
+	// after a Reconcile call about it failed or answered unknown; it
+	// doubles with each such answer in a row, up to ReconcileMaxBackoff.
+	// The engine remembers it for up to 100,000 keys. Zero means
+	// DefaultReconcileBackoff and DefaultReconcileMaxBackoff.
+	ReconcileBackoff    time.Duration
+	ReconcileMaxBackoff time.Duration
 }
 
 // TakeoverPolicy is what an attempt does with a key whose previous owner's
@@ -140,6 +153,7 @@ type Engine struct {
 	reconcileTimeout time.Duration
 	storeTimeout     time.Duration
 	held             *hold
+	sweeper          *sweeper
 }
 
 // New returns an engine over store.
@@ -161,6 +175,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 	e.held = newHold(e, cmp.Or(o.MaxHeld, DefaultMaxHeld), cmp.Or(o.MaxHeldBytes, DefaultMaxHeldBytes))
 	if o.Takeover > TakeoverRun || o.ReconcileTimeout < 0 {
 		return nil, errors.New("idem: New: unknown Takeover policy or negative ReconcileTimeout")
+	}
+	var err error
+	if e.sweeper, err = newSweeper(o); err != nil {
+		return nil, err
 	}
 	if e.reconcileTimeout == 0 {
 		e.reconcileTimeout = 5 * time.Second

@@ -169,7 +169,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second, RenewEvery: 20 * time.Millisecond})
 		req := idem.Request{Key: "taken-over"}
 		a := begin(t, e, req)
-		if _, err := e.Delete(context.Background(), req.ID()); err != nil { // an operator invalidates the key
+		if _, err := e.ForceDelete(context.Background(), req.ID()); err != nil { // an operator invalidates the key in flight
 			t.Fatal(err)
 		}
 		taker := begin(t, e, req)

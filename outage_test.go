@@ -148,8 +148,8 @@ func (s *outageStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) 
 	return during(s, ctx, func(ctx context.Context) (idem.Record, error) { return s.Store.Get(ctx, id) })
 }
 
-func (s *outageStore) Delete(ctx context.Context, id idem.ID) (bool, error) {
-	return during(s, ctx, func(ctx context.Context) (bool, error) { return s.Store.Delete(ctx, id) })
+func (s *outageStore) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+	return during(s, ctx, func(ctx context.Context) (bool, error) { return s.Store.Delete(ctx, p) })
 }
 
 // defaultStoreTimeout is Options.StoreTimeout's documented default.

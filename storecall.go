@@ -115,25 +115,6 @@ func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
 	return rec, err
 }
 
-// Delete invalidates a key in any state and reports whether it existed.
-// A lease on it is lost: its owner can no longer complete it, and what
-// this engine holds for it (Options.MaxHeld) is dropped.
-func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
-	if err := validate(id); err != nil {
-		return false, err
-	}
-	e.held.forget(id)
-	cctx := e.callCtx(ctx)
-	defer cctx.end()
-	start := time.Now()
-	ok, err := e.store.Delete(cctx, id)
-	e.observe(ctx, "delete", start, err)
-	if err != nil {
-		return false, fmt.Errorf("%w: delete: %w", ErrStore, e.explain(cctx, err))
-	}
-	return ok, nil
-}
-
 // explain says so when err came from the store timeout.
 func (e *Engine) explain(cctx *callContext, err error) error {
 	if err != nil && cctx.timedOut() {

@@ -364,7 +364,7 @@ func TestLeaseLost(t *testing.T) {
 		first := make(chan response, 1)
 		go func() { first <- call{key: "k"}.send(t, srv) }()
 		<-started
-		if ok, err := e.Delete(context.Background(), idem.ID{Key: "k"}); !ok || err != nil {
+		if ok, err := e.ForceDelete(context.Background(), idem.ID{Key: "k"}); !ok || err != nil {
 			t.Fatalf("Delete: %v %v", ok, err)
 		}
 		if err := <-cancelled; !errors.Is(err, idem.ErrLeaseLost) {

@@ -343,7 +343,7 @@ func idemMemory() (impl, backend, error) {
 	}
 	i, err := engineImpl("idem-memory", "memory", s, func(ctx context.Context, tag string, n int64) error {
 		for i := range n {
-			if _, err := s.Delete(ctx, idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}); err != nil {
+			if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}}); err != nil {
 				return err
 			}
 		}
@@ -361,7 +361,7 @@ func idemMemory() (impl, backend, error) {
 		},
 		drop: func(ctx context.Context, n int64) error {
 			for i := range n {
-				if _, err := s.Delete(ctx, idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}); err != nil {
+				if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}}); err != nil {
 					return err
 				}
 			}

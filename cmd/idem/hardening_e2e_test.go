@@ -259,7 +259,7 @@ func TestAnonymousClientsAndCookieTenants(t *testing.T) {
 // Finding 5: the admin API without a token was open on any address.
 func TestAdminAPIRefusesTheNetworkWithoutAToken(t *testing.T) {
 	cmd := exec.Command(binary, "serve", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0")
-	cmd.Env = append(cmd.Environ(), "IDEM_ADMIN_TOKEN=")
+	cmd.Env = withoutEnv("IDEM_ADMIN_TOKEN")
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--admin-token") {
 		t.Fatalf("--admin 0.0.0.0:0 without a token: %v %s; want exit 2 naming --admin-token", err, out)
@@ -305,6 +305,12 @@ func TestNoURLPasswordInLogsErrorsOrMetrics(t *testing.T) {
 		out, _ := exec.Command(binary, "serve", "--upstream", bad).CombinedOutput()
 		if strings.Contains(string(out), secret) || !strings.Contains(string(out), "--upstream") {
 			t.Errorf("bad --upstream %q: %s; want a usage error without the password", bad, out)
+		}
+	}
+	for _, bad := range []string{"http://user:" + secret + "@host/lookup", "ftp://user:" + secret + "@host/{key}", "http://user:" + secret + "@[::1/{key}"} {
+		out, _ := exec.Command(binary, "serve", "--upstream", "http://127.0.0.1:1", "--admin", "", "--reconcile-url", bad).CombinedOutput()
+		if strings.Contains(string(out), secret) || !strings.Contains(string(out), "--reconcile-url") {
+			t.Errorf("bad --reconcile-url %q: %s; want a usage error without the password", bad, out)
 		}
 	}
 	for _, target := range []string{"http://u:" + secret + "@127.0.0.1:1/x", "http://u:" + secret + "@192.0.2.1/x", "http://u:" + secret + "@[::1"} {

@@ -49,6 +49,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reconcileToken := fs.String("reconcile-token", "", "bearer token sent to --reconcile-url")
 	reconcileTimeout := fs.Duration("reconcile-timeout", 5*time.Second, "bound of one --reconcile-url lookup; past it the key stays UNKNOWN")
 	reconcileEvery := fs.Duration("reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
+	reconcileRate := fs.Float64("reconcile-rate", idem.DefaultReconcileRate, "most lookups the background sweep starts per second")
+	reconcileConcurrency := fs.Int("reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
 	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
 	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
@@ -74,6 +76,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
 	}
+	if flagSet(fs, "admin-token") && *adminToken == "" {
+		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
+			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
+	}
 	var policy idem.TakeoverPolicy
 	switch *takeover {
 	case "unknown":
@@ -84,6 +90,9 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	if *reconcileEvery > 0 && *reconcileURL == "" {
 		return fmt.Errorf("%w: --reconcile-every needs --reconcile-url", errUsage)
+	}
+	if !(*reconcileRate > 0) || *reconcileConcurrency < 1 {
+		return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, *reconcileRate, *reconcileConcurrency)
 	}
 	format, err := idemhttp.ParseErrorFormat(*errorFormat)
 	if err != nil {
@@ -110,6 +119,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
 		ShutdownTimeout: *shutdownTimeout, Logger: logger, Takeover: policy, ReconcileURL: *reconcileURL,
 		ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
+		ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
 		AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 		ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
 		ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),

@@ -31,6 +31,8 @@ const (
 	CodeLeaseLost           = idemhttp.CodeLeaseLost // 503: the lease ended before the request was sent (released) or while it ran (UNKNOWN)
 	CodeKeyNotFound         = "key_not_found"        // 404 (admin API): no record for the tenant and key
 	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
+	CodeKeyUnknown          = "key_unknown"          // 409 (admin API): DELETE of an UNKNOWN key without ?force=true; resolve it
+	CodeDeleteInvalid       = "delete_invalid"       // 400 (admin API): DELETE with a force parameter other than true or false
 )
 
 // FenceHeader carries the lease's fencing token to the upstream, so the
@@ -75,6 +77,11 @@ type Config struct {
 	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
 	ReconcileTimeout time.Duration // zero: 5s
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
+	// ReconcileRate and ReconcileConcurrency bound the sweep's lookups:
+	// started per second, and in flight at once; zero: idem's defaults
+	// (idem.DefaultReconcileRate, idem.DefaultReconcileConcurrency).
+	ReconcileRate        float64
+	ReconcileConcurrency int
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
 	// answers problem+json. The stripe format also brings Stripe's rules
@@ -158,7 +165,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
-		StoreTimeout: cfg.StoreTimeout}
+		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler(cfg, replayHeaders)
 		if err != nil {
@@ -201,7 +208,7 @@ func New(cfg Config) (*Gateway, error) {
 		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
 	}
 	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
-	g.admin = adminHandler(engine, reg, cfg.AdminToken)
+	g.admin = adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse)
 	return g, nil
 }
 

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -42,11 +40,11 @@ type reconciler struct {
 // ordinary one does.
 func newReconciler(cfg Config, replayHeaders []string) (*reconciler, error) {
 	if !strings.Contains(cfg.ReconcileURL, "{key}") {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", RedactURL(cfg.ReconcileURL))
 	}
 	u, err := url.Parse(expandTemplate(cfg.ReconcileURL, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", RedactURL(cfg.ReconcileURL))
 	}
 	transport := cfg.Transport
 	if transport == nil {
@@ -154,26 +152,4 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 		}
 	}
 	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, nil
-}
-
-// sweep reconciles every UNKNOWN key each ReconcileEvery, so that keys no
-// client comes back for are settled too, until ctx ends.
-func (g *Gateway) sweep(ctx context.Context) {
-	t := time.NewTicker(g.cfg.ReconcileEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st, err := g.engine.ReconcileUnknown(ctx)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			g.cfg.Logger.Warn("idem: reconcile sweep stopped", "err", err)
-		}
-		if st != (idem.ReconcileStats{}) {
-			g.cfg.Logger.Info("idem: reconcile sweep", "completed", st.Completed, "not_executed", st.NotExecuted,
-				"unknown", st.Unknown, "skipped", st.Skipped)
-		}
-	}
 }

@@ -46,7 +46,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Delete(ctx, done.ID); err != nil { // ...an operator deletes the key...
+	if _, err := s.Delete(ctx, idem.DeleteParams{ID: done.ID}); err != nil { // ...an operator deletes the key...
 		t.Fatal(err)
 	}
 	s.mirror(ctx, stale) // ...and the reader writes its copy back

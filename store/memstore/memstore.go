@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -31,7 +32,7 @@ type Options struct {
 const recordOverhead = 256
 
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = errors.New("memstore: invalid list cursor")
+var errBadCursor = fmt.Errorf("memstore: %w", idem.ErrInvalidCursor)
 
 // Store is an in-memory idem.Store. It is safe for concurrent use.
 type Store struct {
@@ -340,7 +341,8 @@ func parseCursor(c string) (idem.ID, bool) {
 	if !ok || err != nil || length < 0 || length > len(rest) {
 		return idem.ID{}, false
 	}
-	return idem.ID{Tenant: rest[:length], Key: rest[length:]}, true
+	id := idem.ID{Tenant: rest[:length], Key: rest[length:]}
+	return id, idem.ValidateTenant(id.Tenant) == nil && idem.ValidateKey(id.Key) == nil
 }
 
 // Get implements idem.Store.
@@ -358,17 +360,18 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if ok {
-		s.remove(e)
+	e, ok := s.entries[p.ID]
+	if !ok || (p.Fence != 0 && e.rec.Fence != p.Fence) {
+		return false, nil
 	}
-	return ok, nil
+	s.remove(e)
+	return true, nil
 }
 
 // owned returns the record of ref's key if ref's owner and fence made it.

@@ -180,7 +180,7 @@ ORDER BY tenant_id, idempotency_key LIMIT $3`),
 		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
 		del: r.Replace(`WITH gone AS (
-	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2
+	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND ($3::bigint = 0 OR fence = $3)
 	RETURNING expires_at > clock_timestamp() AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
@@ -417,7 +417,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	if p.After != "" {
 		var err error
 		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidRequest, p.After)
+			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidCursor, p.After)
 		}
 	}
 	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
@@ -460,10 +460,14 @@ func cursor(id idem.ID) string {
 func parseCursor(c string) (idem.ID, error) {
 	n, rest, ok := strings.Cut(c, ":")
 	size, err := strconv.Atoi(n)
-	if !ok || err != nil || size < 0 || size > len(rest) || rest[size:] == "" {
+	if !ok || err != nil || size < 0 || size > len(rest) {
 		return idem.ID{}, errors.New("malformed")
 	}
-	return idem.ID{Tenant: rest[:size], Key: rest[size:]}, nil
+	id := idem.ID{Tenant: rest[:size], Key: rest[size:]}
+	if err := idem.ValidateTenant(id.Tenant); err != nil {
+		return idem.ID{}, err
+	}
+	return id, idem.ValidateKey(id.Key)
 }
 
 // Get implements idem.Store.
@@ -479,9 +483,9 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	var live bool
-	if err := s.pool.QueryRow(ctx, s.q.del, id.Tenant, id.Key).Scan(&live); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.del, p.Tenant, p.Key, p.Fence).Scan(&live); err != nil {
 		return false, fmt.Errorf("pgstore: delete: %w", err)
 	}
 	return live, nil

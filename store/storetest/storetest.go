@@ -96,6 +96,7 @@ func Run(t *testing.T, h Harness) {
 		{"ResultExpires", testResultExpires},
 		{"Release", testRelease},
 		{"Delete", testDelete},
+		{"DeleteByFence", testDeleteByFence},
 		{"FingerprintKept", testFingerprint},
 		{"TenantsAndKeysDoNotCollide", testNoCollision},
 		{"LargeAndBinaryBodies", testBodies},
@@ -120,6 +121,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownPages", testListPages},
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
+
+		// What operators ask (admin.go).
+		{"ListUnknownRefusesForeignCursors", testListBadCursor},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -406,7 +410,7 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 	if err := complete(s, ref, idem.Result{}, long); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if _, err := s.Delete(ctx, id); err != nil {
+	if _, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	ref = mustAcquire(t, s, id, long)
@@ -546,7 +550,7 @@ func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Delete(ctx, done); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: done}); err != nil || !ok {
 		t.Fatalf("Delete(completed) = %v, %v; want true, nil", ok, err)
 	}
 	if _, ok := get(t, s, done); ok {
@@ -554,14 +558,14 @@ func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 	running := newID(t)
 	ref = mustAcquire(t, s, running, long)
-	if ok, err := s.Delete(ctx, running); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: running}); err != nil || !ok {
 		t.Fatalf("Delete(processing) = %v, %v; want true, nil", ok, err)
 	}
 	wantLost(t, "Complete after Delete", complete(s, ref, idem.Result{}, long))
 	if _, ok := get(t, s, running); ok {
 		t.Fatal("Complete after Delete re-created the record")
 	}
-	if ok, err := s.Delete(ctx, newID(t)); err != nil || ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: newID(t)}); err != nil || ok {
 		t.Fatalf("Delete(absent) = %v, %v; want false, nil", ok, err)
 	}
 }
