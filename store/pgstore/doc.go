@@ -22,6 +22,15 @@
 // a Redis in front of it (store/layered). PostgreSQL does not lose a
 // committed write, which Redis's asynchronous replication can.
 //
+// The sequence is kept at or above the database's clock in microseconds,
+// as the memory and Redis stores floor their fences: a fence is at least
+// its acquisition time in microseconds and at most about 100ms above it.
+// Fences of every store are thus comparable, and a team that moves from
+// Redis to PostgreSQL keeps getting fences above the ones its fenced rows
+// hold. The sequence only goes up: after the clock steps back, fences keep
+// counting from the highest. See migrations/005_fence_clock.sql and
+// docs/deployment.md ("Fences across stores").
+//
 // # Guardrail
 //
 // Store.Reserve inserts a reservation row in the caller's transaction

@@ -99,13 +99,17 @@ func newQueries(schema string) queries {
 		// next to the row lock and commit that the INSERT pays anyway, and
 		// a plain INSERT is cheaper than a CTE that also reads the row on
 		// every acquisition. The row lives the lease ($5) plus the
-		// retention: $6 is their sum.
+		// retention: $6 is their sum. One reading of the clock sets the
+		// acquisition time, the deadlines and the fence's floor
+		// (migrations/005_fence_clock.sql); the fence is above the row's
+		// even if someone set the sequence back.
 		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at,
 		lease_until, expires_at, reap_at)
-	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
-		clock_timestamp() + $6 * interval '1 microsecond', clock_timestamp() + $6 * interval '1 microsecond')
+	SELECT $1, $2, 'P', $3, S.next_fence('S.fence_seq', c.now), $4, c.now, c.now + $5 * interval '1 microsecond',
+		c.now + $6 * interval '1 microsecond', c.now + $6 * interval '1 microsecond'
+	FROM (SELECT clock_timestamp() AS now) c
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
-		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
+		SET state = 'P', owner = excluded.owner, fence = greatest(excluded.fence, r.fence + 1), fingerprint = excluded.fingerprint,
 			acquired_at = excluded.acquired_at, lease_until = excluded.lease_until, expires_at = excluded.expires_at,
 			reap_at = excluded.reap_at, completed_at = NULL, status = NULL, header = NULL, body = NULL,
 			reason = NULL, claim_owner = NULL, claim_until = NULL,
