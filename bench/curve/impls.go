@@ -426,7 +426,8 @@ func (p *postgres) close() error {
 }
 
 func (p *postgres) impl() (impl, backend, error) {
-	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema})
+	// No reaper: the curve deletes its rows itself and measures the table.
+	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema, ReapInterval: -1})
 	if err != nil {
 		return impl{}, backend{}, err
 	}

@@ -9,9 +9,20 @@
 // and the fence of the lease in its WHERE clause. Lease deadlines and
 // retention ends are computed from the database's clock_timestamp(), never
 // from the application's clock; a row past its end is absent to every
-// query, and the reaper (Store.Reap) deletes it later. No index covers a
+// query, and the store's reaper deletes it later. No index covers a
 // column that Complete or Extend changes, so PostgreSQL can update those
 // rows in place (HOT updates); the reaper has its own column, reap_at.
+//
+// # Reaper
+//
+// New starts a goroutine that deletes the rows whose life ended, every
+// minute (Options.ReapInterval), in statements of at most 1,000 rows, each
+// its own short transaction that skips the rows others hold (FOR UPDATE
+// SKIP LOCKED), until a statement finds fewer due rows: it never holds a
+// long lock, and several processes on one schema share the work. Close
+// stops it; the pool stays the caller's to close. A negative ReapInterval
+// turns it off, for a process that calls Store.Reap itself, or that uses
+// only the guardrail (no records to reap).
 //
 // # Fences
 //
