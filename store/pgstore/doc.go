@@ -35,12 +35,16 @@
 //
 // The sequence is kept at or above the database's clock in microseconds,
 // as the memory and Redis stores floor their fences: a fence is at least
-// its acquisition time in microseconds and at most about 100ms above it.
+// its acquisition time in microseconds and at most about a second above
+// it.
 // Fences of every store are thus comparable, and a team that moves from
 // Redis to PostgreSQL keeps getting fences above the ones its fenced rows
 // hold. The sequence only goes up: after the clock steps back, fences keep
-// counting from the highest. See migrations/005_fence_clock.sql and
-// docs/deployment.md ("Fences across stores").
+// counting from the highest. Moving the sequence up, at most once a second,
+// waits for the acquisitions in flight to commit: do not hold locks on the
+// store's rows in a transaction of your own. See
+// migrations/005_fence_clock.sql and docs/deployment.md ("Fences across
+// stores").
 //
 // # Guardrail
 //

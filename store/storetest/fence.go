@@ -11,9 +11,8 @@ import (
 
 // fenceLead is the most a fence may run ahead of the acquisition time, in
 // microseconds, by the store's clock. store/pgstore's sequence runs up to
-// 100ms ahead (docs/deployment.md, "Fences across stores"); a second
-// leaves room for a store that batches its floor more coarsely.
-const fenceLead = time.Second
+// a second ahead (docs/deployment.md, "Fences across stores").
+const fenceLead = 2 * time.Second
 
 func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	id := newID(t)
