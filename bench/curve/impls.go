@@ -337,7 +337,7 @@ func storeCycle(ctx context.Context, s idem.Store, id idem.ID) error {
 // idemMemory returns idem on the memory store, and its backend, whose size
 // is the Go heap after a collection.
 func idemMemory() (impl, backend, error) {
-	s, err := memstore.New(&memstore.Options{MaxBytes: 1 << 40}) // the sweep's records, not the default bound
+	s, err := memstore.New(&memstore.Options{MaxBytes: 1 << 40, TenantShare: 1}) // the sweep's records, not the default bound
 	if err != nil {
 		return impl{}, backend{}, err
 	}
