@@ -426,8 +426,7 @@ func (p *postgres) close() error {
 }
 
 func (p *postgres) impl() (impl, backend, error) {
-	// No reaper: the curve deletes its rows itself and measures the table.
-	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema, ReapInterval: -1})
+	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema, ReapInterval: -1}) // no reaper: the curve deletes its rows and measures the table
 	if err != nil {
 		return impl{}, backend{}, err
 	}
