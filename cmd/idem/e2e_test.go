@@ -491,6 +491,8 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store-timeout", "0s"}, "--store-timeout"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--memory-tenant-share", "0"}, "--memory-tenant-share"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--memory-tenant-share", "0.5", "--store", "redis://127.0.0.1:1"}, "memory store only"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-rate", "0"}, "--reconcile-rate"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-concurrency", "0"}, "--reconcile-concurrency"},

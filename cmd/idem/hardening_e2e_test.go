@@ -222,6 +222,37 @@ func TestFullMemoryStoreRefusesNewKeysAndReplays(t *testing.T) {
 	}
 }
 
+// Issue 22, item 10: one tenant's 300 KiB response filled a 256 KiB
+// memory store, and every tenant's new keys got 503 store_full for the
+// retention. A tenant holds at most --memory-tenant-share of the bound (a
+// quarter by default): the big tenant's next key is refused, the others
+// keep working, and the big response still replays.
+func TestOneTenantCannotFillTheMemoryStore(t *testing.T) {
+	up := newUpstream(t, 0)
+	g := startGateway(t, "--upstream", up.URL, "--memory-limit", "256KiB")
+	base := "http://" + g.addr
+	huge := `"` + strings.Repeat("x", 300<<10) + `"`
+	if a := post(t, base, "huge", huge, "Authorization", "Bearer mallory"); a.status != 201 || len(a.body) < 300<<10 {
+		t.Fatalf("the 300 KiB request = %d (%d bytes); want 201 with the whole answer", a.status, len(a.body))
+	}
+	if a := post(t, base, "next", `{}`, "Authorization", "Bearer mallory"); a.status != 503 || !strings.Contains(a.body, `"code":"store_full"`) {
+		t.Fatalf("the big tenant's next key = %d %s; want 503 store_full", a.status, a.body)
+	}
+	for _, tenant := range []string{"alice", "bob"} {
+		for _, key := range []string{"order-1", "order-2"} {
+			if a := post(t, base, key, `{}`, "Authorization", "Bearer "+tenant); a.status != 201 || a.replayed {
+				t.Fatalf("%s's %s with another tenant over its share = %d replayed=%v %s; want 201", tenant, key, a.status, a.replayed, a.body)
+			}
+		}
+	}
+	if a := post(t, base, "huge", huge, "Authorization", "Bearer mallory"); a.status != 201 || !a.replayed || len(a.body) < 300<<10 {
+		t.Fatalf("retry of the 300 KiB request = %d replayed=%v; want its replay", a.status, a.replayed)
+	}
+	if n := up.count("huge"); n != 1 {
+		t.Fatalf("the 300 KiB request ran %d times", n)
+	}
+}
+
 // Finding 4: clients without credentials shared one tenant.
 func TestAnonymousClientsAndCookieTenants(t *testing.T) {
 	up := newUpstream(t, 0)

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/store/memstore"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -38,6 +39,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Var(&maxResponse, "max-response", "largest response kept for replay (bytes, or with KiB/MiB/GiB); a larger one reaches the client once and its retries get 422 not_replayable")
 	memoryLimit := byteSize(256 << 20)
 	fs.Var(&memoryLimit, "memory-limit", "bound of the memory store (bytes, or with KiB/MiB/GiB); when stored results fill it, new keys get 503 store_full")
+	memoryTenantShare := fs.Float64("memory-tenant-share", memstore.DefaultTenantShare, "fraction of --memory-limit one tenant's stored results may take; past it that tenant's new keys get 503 store_full, the other tenants' do not (1: no per-tenant bound)")
 	readTimeout := fs.Duration("read-timeout", gateway.DefaultReadTimeout, "longest time to read a whole request, body included")
 	idleTimeout := fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	maxConns := fs.Int("max-conns", gateway.DefaultMaxConns(), "most client connections open at once (default: the open-file limit less 1024); more wait to be accepted")
@@ -107,6 +109,12 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	storeOpts := &gateway.StoreOptions{Logger: logger}
 	if flagSet(fs, "memory-limit") {
 		storeOpts.MemoryLimit = int64(memoryLimit)
+	}
+	if flagSet(fs, "memory-tenant-share") {
+		if !(*memoryTenantShare > 0 && *memoryTenantShare <= 1) {
+			return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, *memoryTenantShare)
+		}
+		storeOpts.MemoryTenantShare = *memoryTenantShare
 	}
 	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, storeOpts)
 	if err != nil {

@@ -32,6 +32,7 @@ func newPG(t testing.TB) *pgstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { pg.Close() })
 	return pg
 }
 

@@ -26,6 +26,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer pg.Close()
 	s, err := New(testenv.Redis(t), pg, &Options{Prefix: testenv.Prefix(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"StaleOwnerCannotTouchTakenOverKey", testStaleOwner},
 		{"WrongOwnerOrFenceIsLost", testWrongOwnerOrFence},
 		{"FenceIncreases", testFenceIncreases},
+		{"FenceAtLeastTheClock", testFenceClockFloor},
 		{"RecordOutlivesLeaseThenExpires", testLeaseExpires},
 		{"ExtendKeepsLeaseAlive", testExtend},
 		{"ExtendAfterLeaseEndFailsAndRevivesNothing", testExtendAfterExpiry},
@@ -378,62 +379,6 @@ func testWrongOwnerOrFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	wantLost(t, "MarkUnknown of an absent key", markUnknown(s, absent, "x", long))
 	if _, ok := get(t, s, absent.ID); ok {
 		t.Fatal("MarkUnknown of an absent key created a record")
-	}
-}
-
-func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration)) {
-	id := newID(t)
-	var fences []int64
-	ctx := context.Background()
-	ref := mustAcquire(t, s, id, long) // released
-	fences = append(fences, ref.Fence)
-	if err := s.Release(ctx, ref); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	// expires: lease and retention end
-	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
-	fences = append(fences, ref.Fence)
-	advance(3 * short)
-	ref = mustAcquire(t, s, id, short) // abandoned, taken over
-	fences = append(fences, ref.Fence)
-	advance(2 * short)
-	ref = mustTakeOver(t, s, id, ref, long) // marked UNKNOWN, resolved as not executed
-	fences = append(fences, ref.Fence)
-	if err := markUnknown(s, ref, "test", long); err != nil {
-		t.Fatalf("MarkUnknown: %v", err)
-	}
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
-		t.Fatalf("Resolve: %v", err)
-	}
-	ref = mustAcquire(t, s, id, long) // completed, then deleted
-	fences = append(fences, ref.Fence)
-	if err := complete(s, ref, idem.Result{}, long); err != nil {
-		t.Fatalf("Complete: %v", err)
-	}
-	if _, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
-	ref = mustAcquire(t, s, id, long)
-	fences = append(fences, ref.Fence)
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Fatalf("fences %v do not strictly increase (after release, expiry, takeover, resolve, delete)", fences)
-		}
-	}
-	// Back-to-back cycles, faster than any clock tick.
-	last := ref.Fence
-	if err := s.Release(ctx, ref); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	for range 50 {
-		r := mustAcquire(t, s, id, long)
-		if r.Fence <= last {
-			t.Fatalf("fence %d after %d in back-to-back cycles", r.Fence, last)
-		}
-		last = r.Fence
-		if err := s.Release(ctx, r); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
 	}
 }
 
