@@ -10,7 +10,10 @@ import (
 
 // FinalizeTimeout bounds the Complete or Release that Do makes after the
 // work, on a context detached from the caller's: work that ran must be
-// recorded even when the caller has gone.
+// recorded even when the caller has gone. Each store call within it is
+// bounded by Options.StoreTimeout, and what the store has not taken by
+// then is held (Options.MaxHeld); a held finalization is retried for at
+// least FinalizeTimeout.
 const FinalizeTimeout = 10 * time.Second
 
 // Do runs fn at most once per key and returns its output; a later call with
@@ -102,7 +105,7 @@ func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFun
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {
-		e.log.Error("idem: marking the key UNKNOWN failed; it stays PROCESSING until its lease ends, then turns UNKNOWN",
+		e.log.Error("idem: marking the key UNKNOWN failed and could not be held; it stays PROCESSING until its lease ends, then turns UNKNOWN",
 			"tenant", req.Tenant, "key", req.Key, "err", err)
 	}
 }

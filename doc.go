@@ -60,19 +60,33 @@
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
-// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for;
-// Engine.Resolve is an operator's answer, and Engine.ListUnknown lists what
-// is waiting for one.
+// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for,
+// within a rate and a concurrency bound and backing off the keys whose
+// lookup keeps failing (Options.ReconcileRate, ReconcileConcurrency,
+// ReconcileBackoff); Engine.Resolve is an operator's answer, and
+// Engine.ListUnknown lists what is waiting for one. Engine.Delete
+// invalidates a COMPLETED key only; ForceDelete any.
 //
 // The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
 // (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by
 // pkg.go.dev and `go doc -http`) run each of these on the memory store.
 //
+// # When the store fails
+//
+// Every store call has a deadline, Options.StoreTimeout (2s by default): a
+// Begin whose store does not answer by then fails with ErrStore and the
+// work does not run. A Complete, MarkUnknown or Release that the store has
+// not taken by then is held in memory and retried in the background for
+// the rest of the lease (Options.MaxHeld), and a retry that reaches this
+// engine is answered from it; Engine.Flush stores what is held before the
+// process exits.
+//
 // # Observing
 //
 // Options.Observer is told about every store call the engine makes and
 // every renewed, lost or expired lease, for metrics and traces; the idem
-// gateway's store metrics and spans come from one.
+// gateway's store metrics and spans come from one. A HoldObserver is also
+// told of every held finalization.
 //
 // # Stores
 //

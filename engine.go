@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -42,6 +43,43 @@ type Options struct {
 	Reconcile func(ctx context.Context, rec Record) (Resolution, error)
 	// ReconcileTimeout bounds one Reconcile call. Zero means 5s.
 	ReconcileTimeout time.Duration
+	// StoreTimeout bounds every store call the engine makes (acquire,
+	// get, complete, release, mark unknown, extend, claim, resolve, list,
+	// delete), the store client's own retries included: a call with no
+	// answer by then has failed. A Begin that fails so returns ErrStore
+	// and the work does not run (fail closed); Begin's acquire and its one
+	// retry share one StoreTimeout. A finalize that fails so is held (see
+	// MaxHeld). Zero means DefaultStoreTimeout (2s).
+	StoreTimeout time.Duration
+	// MaxHeld and MaxHeldBytes bound the finalizations the engine holds
+	// in memory. A Complete, MarkUnknown or Release that the store did not
+	// take within StoreTimeout (an outage, a restart, a failover) is kept
+	// and retried in the background, with backoff, for the rest of the
+	// lease and at least FinalizeTimeout, and a retry of that key that
+	// reaches this engine is answered from it (Begin: Replayed or
+	// Mismatch for a held result, Unknown for a held MarkUnknown). The
+	// lease's owner and fence keep a late try harmless: if the key was
+	// taken over meanwhile, the store refuses it and it is dropped. When
+	// a bound is reached the finalize fails as a store error (the key
+	// stays PROCESSING until its lease ends). Engine.Flush stores what is
+	// held before the process exits; HoldObserver is told of every held
+	// finalization. Zero means DefaultMaxHeld (10,000) and
+	// DefaultMaxHeldBytes (64 MiB); a negative MaxHeld holds nothing.
+	MaxHeld      int
+	MaxHeldBytes int64
+	// ReconcileRate bounds the Reconcile calls ReconcileUnknown starts, per
+	// second. Zero means DefaultReconcileRate.
+	ReconcileRate float64
+	// ReconcileConcurrency bounds the Reconcile calls ReconcileUnknown has
+	// in flight at once. Zero means DefaultReconcileConcurrency.
+	ReconcileConcurrency int
+	// ReconcileBackoff is how long ReconcileUnknown leaves a key alone
+	// after a Reconcile call about it failed or answered unknown; it
+	// doubles with each such answer in a row, up to ReconcileMaxBackoff.
+	// The engine remembers it for up to 100,000 keys. Zero means
+	// DefaultReconcileBackoff and DefaultReconcileMaxBackoff.
+	ReconcileBackoff    time.Duration
+	ReconcileMaxBackoff time.Duration
 }
 
 // TakeoverPolicy is what an attempt does with a key whose previous owner's
@@ -64,7 +102,9 @@ const (
 // methods are called synchronously and must be fast.
 type Observer interface {
 	// StoreCall reports one store call: "acquire", "complete", "release",
-	// "extend", "get" or "delete", made on ctx (for parenting trace spans).
+	// "mark_unknown", "extend", "get", "delete", "claim", "resolve",
+	// "list_unknown" or "release_orphan" (see HoldObserver), made on ctx
+	// (for parenting trace spans).
 	StoreCall(ctx context.Context, op string, elapsed time.Duration, err error)
 	// LeaseEvent reports a renewal, a lost lease or an expired lease.
 	LeaseEvent(id ID, ev LeaseEvent)
@@ -111,6 +151,9 @@ type Engine struct {
 	takeover         TakeoverPolicy
 	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
 	reconcileTimeout time.Duration
+	storeTimeout     time.Duration
+	held             *hold
+	sweeper          *sweeper
 }
 
 // New returns an engine over store.
@@ -122,14 +165,20 @@ func New(store Store, opts *Options) (*Engine, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.LeaseDuration < 0 || o.Retention < 0 || o.MaxResultBytes < 0 {
-		return nil, errors.New("idem: New: negative LeaseDuration, Retention or MaxResultBytes")
+	if o.LeaseDuration < 0 || o.Retention < 0 || o.MaxResultBytes < 0 || o.StoreTimeout < 0 || o.MaxHeldBytes < 0 {
+		return nil, errors.New("idem: New: negative LeaseDuration, Retention, MaxResultBytes, StoreTimeout or MaxHeldBytes")
 	}
 	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, renew: o.RenewEvery,
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
-		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout}
+		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout,
+		storeTimeout: cmp.Or(o.StoreTimeout, DefaultStoreTimeout)}
+	e.held = newHold(e, cmp.Or(o.MaxHeld, DefaultMaxHeld), cmp.Or(o.MaxHeldBytes, DefaultMaxHeldBytes))
 	if o.Takeover > TakeoverRun || o.ReconcileTimeout < 0 {
 		return nil, errors.New("idem: New: unknown Takeover policy or negative ReconcileTimeout")
+	}
+	var err error
+	if e.sweeper, err = newSweeper(o); err != nil {
+		return nil, err
 	}
 	if e.reconcileTimeout == 0 {
 		e.reconcileTimeout = 5 * time.Second
@@ -229,6 +278,13 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	if lease < time.Millisecond || retention < time.Millisecond {
 		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
 	}
+	if e.held.n.Load() > 0 {
+		// This process holds the key's outcome that its store does not
+		// have yet (Options.MaxHeld): it is the answer.
+		if att, ok := e.held.answer(req.ID(), req.Fingerprint); ok {
+			return att, nil
+		}
+	}
 	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
 		Retention: retention, TakeOver: e.takeover == TakeoverRun}
 	att, err := e.begin(ctx, p)
@@ -254,17 +310,21 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 // begin acquires the key once (and once more as the same owner after an
 // error) and decides the outcome from the store's answer.
 func (e *Engine) begin(ctx context.Context, p AcquireParams) (Attempt, error) {
-	start := time.Now() // the local deadline counts from before the store saw the request
-	res, err := e.acquire(ctx, p)
-	if err != nil && ctx.Err() == nil {
+	start := time.Now()    // the local deadline counts from before the store saw the request
+	cctx := e.callCtx(ctx) // one store timeout for both tries
+	res, err := e.acquire(cctx, p)
+	if err != nil && cctx.Err() == nil {
 		// The acquire may have taken the key before its reply was lost:
 		// ask once more as the same owner, who then finds its own record.
-		res, err = e.acquire(ctx, p)
+		res, err = e.acquire(cctx, p)
 	}
+	timedOut := cctx.timedOut()
+	cctx.end()
 	if err != nil {
-		if ctx.Err() != nil {
-			e.releaseOrphan(ctx, p)
+		if timedOut {
+			err = &timeoutError{limit: e.storeTimeout, err: err}
 		}
+		e.releaseOrphan(ctx, p, start, timedOut, err)
 		return Attempt{}, fmt.Errorf("%w: acquire: %w", ErrStore, err)
 	}
 	rec := res.Record
@@ -272,9 +332,15 @@ func (e *Engine) begin(ctx context.Context, p AcquireParams) (Attempt, error) {
 	// and made for this attempt, so only our own earlier try can have written it.
 	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
-		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, start, p.LeaseDuration, p.Retention, res.Takeover)}, nil
+		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, res.Takeover)}, nil
 	}
-	return e.decide(rec, p.Fingerprint), nil
+	att := e.decide(rec, p.Fingerprint)
+	if att.Outcome == InFlight && e.held.n.Load() > 0 && e.held.holds(rec.Owner) {
+		// The attempt that holds the key has ended, and its release is
+		// held here, retried now: come back soon, not at the lease's end.
+		att.RetryAfter = min(att.RetryAfter, time.Second)
+	}
+	return att, nil
 }
 
 // decide is the outcome for an attempt that meets rec held by another.
@@ -295,76 +361,29 @@ func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 	}
 }
 
-// orphanTimeout bounds the cleanup after an acquire whose caller gave up.
-const orphanTimeout = time.Second
-
-// releaseOrphan undoes an acquire that may have taken the key although its
-// caller's context ended first (a timed-out acquire that in fact took the
-// lock): nobody would ever complete or release that lease, and the key
-// would stay PROCESSING until it ran out. It looks for a record with the
-// attempt's own owner token and releases it, on a short detached context.
-func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), orphanTimeout)
-	defer cancel()
-	rec, err := e.store.Get(ctx, p.ID)
-	if err != nil || rec.State != StateProcessing || rec.Owner != p.Owner {
-		return
+// releaseOrphan undoes an acquire that may have taken the key although
+// Begin failed: a try got no answer in time (a timed-out acquire that in
+// fact took the lock), its reply was lost, or the caller's context ended.
+// Nobody would ever complete or release that lease: the key would stay
+// PROCESSING until it ran out, then turn UNKNOWN, and a request that never
+// ran would never run. It looks for a record with the attempt's own owner
+// token and releases it: at once when the store answers, else (and when
+// the store did not answer the acquire in time) held and retried in the
+// background.
+func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams, start time.Time, timedOut bool, cause error) {
+	f := &finalization{op: opReleaseOrphan, ref: LeaseRef{ID: p.ID, Owner: p.Owner}}
+	if !timedOut {
+		// The store answered the acquire (with an error): what it took,
+		// it took before answering.
+		if cause = e.finalizeOnce(context.WithoutCancel(ctx), f); cause == nil || errors.Is(cause, errNotLanded) {
+			return
+		}
 	}
-	start := time.Now()
-	err = e.store.Release(ctx, LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence})
-	e.observe(ctx, "release", start, err)
+	e.held.add(f, start.Add(p.LeaseDuration), cause)
 }
 
 // ID returns the request's tenant and key.
 func (r Request) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
-
-// Get returns the record of a key, for inspection; ErrNotFound when absent.
-func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
-	if err := validate(id); err != nil {
-		return Record{}, err
-	}
-	start := time.Now()
-	rec, err := e.store.Get(ctx, id)
-	e.observe(ctx, "get", start, err)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		err = fmt.Errorf("%w: get: %w", ErrStore, err)
-	}
-	return rec, err
-}
-
-// Delete invalidates a key in any state and reports whether it existed.
-// A lease on it is lost: its owner can no longer complete it.
-func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
-	if err := validate(id); err != nil {
-		return false, err
-	}
-	start := time.Now()
-	ok, err := e.store.Delete(ctx, id)
-	e.observe(ctx, "delete", start, err)
-	if err != nil {
-		return false, fmt.Errorf("%w: delete: %w", ErrStore, err)
-	}
-	return ok, nil
-}
-
-func (e *Engine) acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
-	start := time.Now()
-	res, err := e.store.Acquire(ctx, p)
-	e.observe(ctx, "acquire", start, err)
-	return res, err
-}
-
-func (e *Engine) observe(ctx context.Context, op string, start time.Time, err error) {
-	if e.obs != nil {
-		e.obs.StoreCall(ctx, op, time.Since(start), err)
-	}
-}
-
-func (e *Engine) leaseEvent(id ID, ev LeaseEvent) {
-	if e.obs != nil {
-		e.obs.LeaseEvent(id, ev)
-	}
-}
 
 func validate(id ID) error {
 	if err := ValidateTenant(id.Tenant); err != nil {

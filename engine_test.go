@@ -132,6 +132,8 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{LeaseDuration: time.Microsecond},
 		{LeaseDuration: time.Second, RenewEvery: 2 * time.Second},
 		{MaxResultBytes: -1},
+		{StoreTimeout: -time.Second},
+		{MaxHeldBytes: -1},
 	} {
 		if _, err := idem.New(s, &o); err == nil {
 			t.Errorf("New(%+v) succeeded", o)
@@ -167,7 +169,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second, RenewEvery: 20 * time.Millisecond})
 		req := idem.Request{Key: "taken-over"}
 		a := begin(t, e, req)
-		if _, err := e.Delete(context.Background(), req.ID()); err != nil { // an operator invalidates the key
+		if _, err := e.ForceDelete(context.Background(), req.ID()); err != nil { // an operator invalidates the key in flight
 			t.Fatal(err)
 		}
 		taker := begin(t, e, req)
@@ -236,7 +238,10 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 
 func TestDoRunsOnceUnderContention(t *testing.T) {
 	eachStore(t, func(t *testing.T, s idem.Store) {
-		e := newEngine(t, s, nil)
+		// A hundred goroutines at once under -race on a loaded machine
+		// can wait seconds for a turn: the store timeout is not what this
+		// test is about, and must not fail it.
+		e := newEngine(t, s, &idem.Options{StoreTimeout: time.Minute})
 		var runs atomic.Int32
 		var wg sync.WaitGroup
 		var inFlight, replays atomic.Int32
@@ -351,7 +356,9 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, s, nil)
+	// Nothing is held: this store never answers, and what the engine held
+	// would be retried past the test's end.
+	e := newEngine(t, s, &idem.Options{MaxHeld: -1})
 	ran := false
 	_, _, err = e.Do(context.Background(), idem.Request{Key: "k"}, func(context.Context, int64) ([]byte, error) {
 		ran = true
@@ -413,8 +420,20 @@ func testCompleteRetries(t *testing.T) {
 	}
 	f.n.Store(100)
 	a = begin(t, e, idem.Request{Key: "k2"})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
+		t.Fatalf("Complete on a failing store = %v; want nil: the result is held", err)
+	}
+	f.n.Store(0)
+	flush(t, e)
+	if r := begin(t, newEngine(t, f, nil), idem.Request{Key: "k2"}); r.Outcome != idem.Replayed {
+		t.Fatalf("after the held Complete was stored: %v; want Replayed", r.Outcome)
+	}
+	// Without the hold, a Complete that failed is the caller's to retry.
+	e = newEngine(t, f, &idem.Options{MaxHeld: -1})
+	f.n.Store(100)
+	a = begin(t, e, idem.Request{Key: "k3"})
 	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, errFlaky) {
-		t.Fatalf("Complete on a failing store = %v; want ErrStore wrapping the cause", err)
+		t.Fatalf("Complete on a failing store without the hold = %v; want ErrStore wrapping the cause", err)
 	}
 	f.n.Store(0)
 	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
@@ -535,7 +554,8 @@ func (d *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) err
 
 // TestDoFinalizeTimeoutStartsWhenTheWorkEnds runs in a bubble, whose clock
 // stands still while no goroutine waits: the deadline of the Complete is
-// exactly FinalizeTimeout after the work returned.
+// exactly the store timeout (shorter than FinalizeTimeout) after the work
+// returned, however long the work took.
 func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &deadlineStore{Store: mustMem(t), completeDeadline: make(chan time.Time, 1)}
@@ -549,8 +569,8 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left := (<-s.completeDeadline).Sub(returned); left != idem.FinalizeTimeout {
-			t.Fatalf("Complete had %v after the work returned; want %v", left, idem.FinalizeTimeout)
+		if left := (<-s.completeDeadline).Sub(returned); left != min(idem.FinalizeTimeout, idem.DefaultStoreTimeout) {
+			t.Fatalf("Complete had %v after the work returned; want %v", left, min(idem.FinalizeTimeout, idem.DefaultStoreTimeout))
 		}
 	})
 }

@@ -48,7 +48,7 @@ func ExampleObserver() {
 
 	req.Key = "job-8"
 	_, _, err = engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-		engine.Delete(ctx, req.ID()) // the operator, while the job runs
+		engine.ForceDelete(ctx, req.ID()) // the operator, while the job runs
 		return job(ctx, fence)
 	})
 	fmt.Println("job-8:", err)

@@ -198,6 +198,15 @@ type ResolveParams struct {
 	Retention time.Duration
 }
 
+// DeleteParams names the record Store.Delete removes: the key's record
+// in any state when Fence is zero, else only the record with that fence
+// (one acquisition's, whatever became of it), in the same atomic step as
+// the check; a record with another fence is left as it is.
+type DeleteParams struct {
+	ID
+	Fence int64
+}
+
 // ListParams asks for a page of UNKNOWN records, of one Tenant or, with
 // AllTenants, of all. After is the Next of the previous page ("" for the
 // first); Limit is at most MaxListLimit (zero: DefaultListLimit).
@@ -273,9 +282,10 @@ type Store interface {
 	// lease ended is reported UNKNOWN with Reason ReasonAbandoned (the
 	// next Acquire makes it so).
 	Get(ctx context.Context, id ID) (Record, error)
-	// Delete removes the key in any state (admin invalidation) and reports
-	// whether there was a record. A lease on a deleted key is lost.
-	Delete(ctx context.Context, id ID) (bool, error)
+	// Delete removes the key (admin invalidation): its record in any
+	// state, or only the record with DeleteParams.Fence, and reports
+	// whether it removed a record. A lease on a deleted key is lost.
+	Delete(ctx context.Context, p DeleteParams) (bool, error)
 }
 
 // The errors of the engine and of stores. A store's own failure reaches
@@ -335,6 +345,10 @@ var (
 	// ErrStaleFence is returned by Resolve when the fence given is not the
 	// UNKNOWN record's.
 	ErrStaleFence = errors.New("idem: fence does not match the record")
+	// ErrInvalidCursor is returned by ListUnknown for a ListParams.After
+	// that is not the Next of a page of the same listing (malformed, or
+	// another tenant's): the caller's error, not the store's.
+	ErrInvalidCursor = errors.New("idem: invalid list cursor")
 )
 
 // InFlightError is returned by Do when another attempt holds the key.

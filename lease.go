@@ -15,6 +15,7 @@ import (
 type Lease struct {
 	e         *Engine
 	ref       LeaseRef
+	fp        string // the attempt's fingerprint, for answering retries while a finalize is held
 	lease     time.Duration
 	retention time.Duration
 	renew     time.Duration // the heartbeat interval; negative: no renewal
@@ -40,13 +41,13 @@ type Lease struct {
 // errLeaseFinished is the cause of a lease context after Complete or Release.
 var errLeaseFinished = errors.New("idem: lease finished")
 
-func (e *Engine) hold(parent context.Context, ref LeaseRef, start time.Time, lease, retention time.Duration, takeover *Takeover) *Lease {
+func (e *Engine) hold(parent context.Context, ref LeaseRef, fingerprint string, start time.Time, lease, retention time.Duration, takeover *Takeover) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
 	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
 	if renew == 0 || renew >= lease {
 		renew = lease / 3
 	}
-	l := &Lease{e: e, ref: ref, lease: lease, retention: retention, renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
+	l := &Lease{e: e, ref: ref, fp: fingerprint, lease: lease, retention: retention, renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
 	l.deadline.Store(int64(lease))
 	l.hb.Lock()
 	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
@@ -89,6 +90,9 @@ func (l *Lease) Check() error {
 	return nil
 }
 
+// localDeadline is when the lease ends by the local clock.
+func (l *Lease) localDeadline() time.Time { return l.start.Add(time.Duration(l.deadline.Load())) }
+
 func (l *Lease) untilDeadline() time.Duration {
 	return time.Duration(l.deadline.Load()) - time.Since(l.start)
 }
@@ -124,7 +128,12 @@ func (l *Lease) beat() {
 		l.hbTimer.Reset(left)
 		return
 	}
-	callCtx, abort := context.WithDeadline(l.ctx, l.start.Add(time.Duration(l.deadline.Load())))
+	// The renewal is bounded by the lease's deadline and the store timeout.
+	callDeadline := l.localDeadline()
+	if t := time.Now().Add(l.e.storeTimeout); t.Before(callDeadline) {
+		callDeadline = t
+	}
+	callCtx, abort := context.WithDeadline(l.ctx, callDeadline)
 	l.hbCallAbort = abort
 	// The lease ends at the local deadline even if the store call ignores
 	// its context and hangs (a store whose client does not honour
@@ -169,23 +178,20 @@ func (l *Lease) stop() {
 	}
 }
 
-// finalizeBackoff bounds how often Complete and Release retry a store
-// error. Retrying is safe: both are idempotent for the same owner and fence,
-// and giving up early would leave the key PROCESSING until its lease ends.
-var finalizeBackoff = []time.Duration{0, 20 * time.Millisecond, 100 * time.Millisecond, 400 * time.Millisecond}
-
 // Complete stores res as the result of the key, to be replayed to every
 // later attempt, if this lease still holds the key. It returns ErrLeaseLost
 // (and changes nothing) when another owner took the key over, and
 // ErrResultTooLarge (keeping the lease, so the caller can Release) when the
-// body is over the limit. Store errors are retried a few times.
+// body is over the limit. A store error is retried a few times within the
+// store timeout; when the store has still not taken the result, the
+// engine holds a copy, retries it in the background and answers this
+// key's retries from it (Options.MaxHeld), and Complete returns nil. It
+// returns an error wrapping ErrStore only when the hold is full.
 func (l *Lease) Complete(ctx context.Context, res Result) error {
 	if len(res.Body) > l.e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
 	}
-	return l.finalize(ctx, "complete", func(ctx context.Context) error {
-		return l.e.store.Complete(ctx, CompleteParams{LeaseRef: l.ref, Result: res, Retention: l.retention})
-	})
+	return l.finalize(ctx, &finalization{op: opComplete, ref: l.ref, fingerprint: l.fp, result: res, retention: l.retention})
 }
 
 // Release deletes the key so that a retry can run the work again, if this
@@ -194,11 +200,12 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // the lease ended, Release still deletes the record while it is this
 // lease's own and untouched, or UNKNOWN only because a retry found the
 // lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
-// it returns ErrLeaseLost and changes nothing.
+// it returns ErrLeaseLost and changes nothing. A Release the store did
+// not take is held and retried as Complete's result is: else the key
+// would stay PROCESSING until its lease ends, and then turn UNKNOWN,
+// although the work provably did not run.
 func (l *Lease) Release(ctx context.Context) error {
-	return l.finalize(ctx, "release", func(ctx context.Context) error {
-		return l.e.store.Release(ctx, l.ref)
-	})
+	return l.finalize(ctx, &finalization{op: opRelease, ref: l.ref, fingerprint: l.fp})
 }
 
 // MarkUnknown records that the work's outcome is unknown: it may have had
@@ -209,7 +216,10 @@ func (l *Lease) Release(ctx context.Context) error {
 // Record.Reason (cut to MaxReasonLength bytes); it must not hold secrets.
 // ReasonAbandoned is the store's own and is stored as "owner: abandoned":
 // an owner's record with that reason could be released, and an owner that
-// said "unknown" has said the effect may have happened.
+// said "unknown" has said the effect may have happened. A MarkUnknown the
+// store did not take is held and retried as Complete's result is, and
+// this key's retries get the Unknown outcome from it: else they would be
+// told the key is in flight until the lease ends.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
 	if reason == ReasonAbandoned {
 		reason = "owner: " + ReasonAbandoned
@@ -217,40 +227,17 @@ func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
 	if len(reason) > MaxReasonLength {
 		reason = strings.ToValidUTF8(reason[:MaxReasonLength], "")
 	}
-	return l.finalize(ctx, "mark_unknown", func(ctx context.Context) error {
-		return l.e.store.MarkUnknown(ctx, MarkUnknownParams{LeaseRef: l.ref, Reason: reason, Retention: l.retention})
-	})
+	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: reason, retention: l.retention})
 }
 
-func (l *Lease) finalize(ctx context.Context, op string, call func(context.Context) error) error {
+func (l *Lease) finalize(ctx context.Context, f *finalization) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return ErrLeaseClosed
 	}
 	l.stop()
-	var err error
-	for i, wait := range finalizeBackoff {
-		if wait > 0 {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%w: %s: %w", ErrStore, op, errors.Join(err, ctx.Err()))
-			case <-time.After(wait):
-			}
-		}
-		start := time.Now()
-		err = call(ctx)
-		l.e.observe(ctx, op, start, err)
-		if i > 0 && op == "release" && errors.Is(err, ErrLeaseLost) {
-			// An earlier try failed without an answer and may have landed:
-			// the record is gone or not ours either way, so the release
-			// holds; counting it as a lost lease would be a false alarm.
-			err = nil
-		}
-		if err == nil || errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
-			break
-		}
-	}
+	err := l.e.finalizeNow(ctx, f)
 	switch {
 	case err == nil:
 		l.closed = true
@@ -262,13 +249,15 @@ func (l *Lease) finalize(ctx context.Context, op string, call func(context.Conte
 		// The store changed nothing; the key is not this lease's to change
 		// any more: taken over, resolved, deleted, expired, or UNKNOWN in a
 		// way its owner may not undo (marked so, or claimed by a reconciler).
-		l.e.log.Warn("idem: lease lost at "+op+"; the key is no longer this lease's and the store changed nothing",
+		l.e.log.Warn("idem: lease lost at "+f.op+"; the key is no longer this lease's and the store changed nothing",
 			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence)
 		l.e.leaseEvent(l.ref.ID, LeaseLost)
-		return fmt.Errorf("%s: %w", op, ErrLeaseLost)
-	default:
-		l.e.log.Error("idem: "+op+" failed; the key stays PROCESSING until its lease ends",
-			"tenant", l.ref.Tenant, "key", l.ref.Key, "fence", l.ref.Fence, "err", err)
-		return fmt.Errorf("%w: %s: %w", ErrStore, op, err)
+		return fmt.Errorf("%s: %w", f.op, ErrLeaseLost)
+	case l.e.held.add(f, l.localDeadline(), err):
+		// The outcome is known and kept: the store gets it when it answers.
+		l.closed = true
+		l.cancel(errLeaseFinished)
+		return nil
 	}
+	return fmt.Errorf("%w: %s: %w", ErrStore, f.op, err)
 }

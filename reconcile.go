@@ -50,23 +50,45 @@ const claimMargin = 2 * time.Second
 // reconcileKey asks Options.Reconcile about the UNKNOWN key id, under a
 // claim that keeps every other process from asking at the same time, and
 // records the answer. It returns the record as it is afterwards, or absent
-// when the key was resolved not executed (here or by someone else).
+// when the key was resolved not executed (here or by someone else). A
+// failed Reconcile call is logged, and leaves the key UNKNOWN.
 func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
+	r, err := e.reconcileOnce(ctx, id, retention)
+	if r.failed != nil {
+		e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", r.rec.Fence, "err", r.failed)
+	}
+	return r.rec, r.absent, err
+}
+
+// reconciliation is what reconcileOnce did about one key.
+type reconciliation struct {
+	rec    Record // the record afterwards
+	absent bool   // resolved not executed, here or by someone else
+	asked  bool   // Reconcile was called: this process held the claim
+	failed error  // the Reconcile call failed (or its answer was unusable): the key stays UNKNOWN
+}
+
+// reconcileOnce is reconcileKey without the log line: the sweep counts
+// failures and logs once a pass. err is the store's.
+func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Duration) (reconciliation, error) {
 	claim := ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
+	cctx := e.callCtx(ctx)
 	start := time.Now()
-	cr, err := e.store.Claim(ctx, claim)
+	cr, err := e.store.Claim(cctx, claim)
 	e.observe(ctx, "claim", start, err)
+	err = e.explain(cctx, err)
+	cctx.end()
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Record{}, true, nil
+		return reconciliation{absent: true}, nil
 	case err != nil:
-		return Record{}, false, fmt.Errorf("%w: claim: %w", ErrStore, err)
+		return reconciliation{}, fmt.Errorf("%w: claim: %w", ErrStore, err)
 	case !cr.Claimed: // completed, resolved, or another process is reconciling it now
-		return cr.Record, false, nil
+		return reconciliation{rec: cr.Record}, nil
 	}
-	rec = cr.Record
+	r := reconciliation{rec: cr.Record, asked: true}
 	rctx, cancel := context.WithTimeout(ctx, e.reconcileTimeout)
-	res, err := e.reconcile(rctx, rec)
+	res, err := e.reconcile(rctx, r.rec)
 	cancel()
 	if err == nil && res.Verdict > VerdictNotExecuted {
 		err = fmt.Errorf("idem: Reconcile answered %v", res.Verdict)
@@ -75,13 +97,11 @@ func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duratio
 		err = fmt.Errorf("%w: the reconciled result has %d bytes, the limit is %d", ErrResultTooLarge, len(res.Result.Body), e.maxResult)
 	}
 	if err != nil || res.Verdict == VerdictUnknown {
-		if err != nil {
-			e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", rec.Fence, "err", err)
-		}
+		r.failed = err
 		e.reconciled(id, VerdictUnknown, err)
-		return rec, false, nil // the claim runs out; the next retry or sweep asks again
+		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := ResolveParams{ID: id, Fence: rec.Fence, Claim: claim.Owner, Retention: retention}
+	p := ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
@@ -92,24 +112,27 @@ func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duratio
 			// reconciled it: the store has the truth.
 			rec, err := e.Get(ctx, id)
 			if errors.Is(err, ErrNotFound) {
-				return Record{}, true, nil
+				return reconciliation{absent: true, asked: true}, nil
 			}
-			return rec, false, err
+			return reconciliation{rec: rec, asked: true}, err
 		}
-		return Record{}, false, err
+		return reconciliation{}, err
 	}
 	e.reconciled(id, res.Verdict, nil)
 	if res.Verdict == VerdictNotExecuted {
-		return Record{}, true, nil
+		return reconciliation{absent: true, asked: true}, nil
 	}
-	rec.State, rec.Result, rec.TTL = StateCompleted, p.Result, retention
-	return rec, false, nil
+	r.rec.State, r.rec.Result, r.rec.TTL = StateCompleted, p.Result, retention
+	return r, nil
 }
 
 func (e *Engine) resolve(ctx context.Context, p ResolveParams) error {
+	cctx := e.callCtx(ctx)
+	defer cctx.end()
 	start := time.Now()
-	err := e.store.Resolve(ctx, p)
+	err := e.store.Resolve(cctx, p)
 	e.observe(ctx, "resolve", start, err)
+	err = e.explain(cctx, err)
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrNotUnknown) &&
 		!errors.Is(err, ErrStaleFence) && !errors.Is(err, ErrLeaseLost) {
 		err = fmt.Errorf("%w: resolve: %w", ErrStore, err)
@@ -151,7 +174,8 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 
 // ListUnknown returns one page of UNKNOWN keys, of p.Tenant or of all
 // tenants (p.AllTenants), in a stable order; pass the page's Next as the
-// next call's After. Stores keep an index of UNKNOWN keys, so a page costs
+// next call's After. An After that is not the Next of a page of the same
+// listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
 // is listed once a retry or a Get met it and made it UNKNOWN.
 func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
@@ -166,59 +190,16 @@ func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error
 	if p.Limit == 0 {
 		p.Limit = DefaultListLimit
 	}
+	cctx := e.callCtx(ctx)
+	defer cctx.end()
 	start := time.Now()
-	page, err := e.store.ListUnknown(ctx, p)
+	page, err := e.store.ListUnknown(cctx, p)
 	e.observe(ctx, "list_unknown", start, err)
-	if err != nil {
-		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, err)
+	switch {
+	case errors.Is(err, ErrInvalidCursor): // the caller's error, not the store's
+		return ListPage{}, err
+	case err != nil:
+		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
 	}
 	return page, nil
-}
-
-// ReconcileStats counts what one ReconcileUnknown sweep did.
-type ReconcileStats struct {
-	Unknown     int // keys that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
-	Completed   int // keys recorded as completed
-	NotExecuted int // keys released
-	Skipped     int // keys another process was reconciling, or that changed meanwhile
-}
-
-// ReconcileUnknown asks Options.Reconcile about every UNKNOWN key, of all
-// tenants, one at a time, and records each answer: run it from a
-// background loop so that keys no retry comes back for are resolved too.
-// It stops at the first store error, or when ctx ends.
-func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
-	var st ReconcileStats
-	if e.reconcile == nil {
-		return st, errors.New("idem: ReconcileUnknown: Options.Reconcile is not set")
-	}
-	p := ListParams{AllTenants: true, Limit: DefaultListLimit}
-	for {
-		page, err := e.ListUnknown(ctx, p)
-		if err != nil {
-			return st, err
-		}
-		for _, listed := range page.Records {
-			if err := ctx.Err(); err != nil {
-				return st, err
-			}
-			rec, absent, err := e.reconcileKey(ctx, listed.ID, e.retention)
-			switch {
-			case err != nil:
-				return st, err
-			case absent:
-				st.NotExecuted++
-			case rec.State == StateCompleted && rec.Fence == listed.Fence:
-				st.Completed++
-			case rec.State == StateUnknown && rec.Fence == listed.Fence:
-				st.Unknown++
-			default:
-				st.Skipped++
-			}
-		}
-		if page.Next == "" {
-			return st, nil
-		}
-		p.After = page.Next
-	}
 }

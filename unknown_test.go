@@ -329,8 +329,11 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		markUnknown(t, e, idem.Request{Tenant: b, Key: "never"})
 		markUnknown(t, e, idem.Request{Tenant: b, Key: "lookup-fails"})
 		st, err := e.ReconcileUnknown(context.Background())
-		if want := (idem.ReconcileStats{Completed: 1, NotExecuted: 1, Unknown: 1}); err != nil || st != want {
-			t.Fatalf("sweep = %+v, %v; want %+v", st, err, want)
+		if err != nil || st.FirstError == nil || !strings.Contains(st.FirstError.Error(), "provider lookup failed") {
+			t.Fatalf("sweep = %+v, %v; want the failed lookup's error kept", st, err)
+		}
+		if st.FirstError = nil; st != (idem.ReconcileStats{Completed: 1, NotExecuted: 1, Unknown: 1, Failed: 1}) {
+			t.Fatalf("sweep = %+v; want 1 completed, 1 not executed, 1 unknown (failed)", st)
 		}
 		page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: b})
 		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "lookup-fails" || page.Next != "" {
@@ -341,6 +344,9 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		}
 		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
 			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
+		}
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
+			t.Fatalf("ListUnknown after a malformed cursor = %v; want ErrInvalidCursor, not ErrStore", err)
 		}
 	})
 }

@@ -379,6 +379,6 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 
 func (s *server) finalizeErr(method string, err error) {
 	if err != nil && !errors.Is(err, idem.ErrLeaseLost) { // the engine logged a lost lease
-		s.log.Error("idemgrpc: recording the result failed; the key stays in flight until its lease ends", "method", method, "err", err)
+		s.log.Error("idemgrpc: recording the result failed and the engine could not hold it; the key stays in flight until its lease ends", "method", method, "err", err)
 	}
 }

@@ -33,8 +33,13 @@
 //   - the same key with a different fingerprint: 422 (Options.MismatchStatus);
 //   - an invalid key (empty, over 255 characters, not printable ASCII, sent
 //     twice): 400;
-//   - the store unreachable: 503, the handler does not run (fail closed),
-//     unless Options.FailOpen.
+//   - the store unreachable or not answering within the engine's
+//     StoreTimeout: 503 store_unavailable, the handler does not run (fail
+//     closed), unless Options.FailOpen;
+//   - the store failing after the handler ran: the engine holds the
+//     response and stores it when the store answers again (idem.Options
+//     MaxHeld), and a retry that reaches this process meanwhile gets it
+//     replayed.
 //
 // Every error is an application/problem+json body (RFC 9457) with a stable
 // `code` member (the Code constants) and Cache-Control: no-store; see

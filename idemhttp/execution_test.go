@@ -364,7 +364,7 @@ func TestLeaseLost(t *testing.T) {
 		first := make(chan response, 1)
 		go func() { first <- call{key: "k"}.send(t, srv) }()
 		<-started
-		if ok, err := e.Delete(context.Background(), idem.ID{Key: "k"}); !ok || err != nil {
+		if ok, err := e.ForceDelete(context.Background(), idem.ID{Key: "k"}); !ok || err != nil {
 			t.Fatalf("Delete: %v %v", ok, err)
 		}
 		if err := <-cancelled; !errors.Is(err, idem.ErrLeaseLost) {
@@ -565,10 +565,11 @@ func (s *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) err
 
 // TestSlowHandlerFinalizes: the bound on recording the result counts from
 // the end of the handler, so a handler that ran long still has the whole
-// FinalizeTimeout to store its result (a bound counted from its start
+// finalize bound to store its result (a bound counted from its start
 // would expire under a handler slower than it, and leave the key stuck).
 // It runs in a synctest bubble, whose clock stands still while nothing
-// waits: the deadline is exactly FinalizeTimeout after the handler.
+// waits: the deadline is exactly the engine's store timeout (shorter than
+// FinalizeTimeout) after the handler.
 func TestSlowHandlerFinalizes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mem, err := memstore.New(nil)
@@ -590,8 +591,9 @@ func TestSlowHandlerFinalizes(t *testing.T) {
 		}
 		// Counted from the handler's start, the deadline would be
 		// handlerTime short of this, and already past.
-		if left := (<-s.completeDeadline).Sub(<-returned); left != idem.FinalizeTimeout {
-			t.Errorf("Complete had %v after the handler returned, want %v", left, idem.FinalizeTimeout)
+		want := min(idem.FinalizeTimeout, idem.DefaultStoreTimeout)
+		if left := (<-s.completeDeadline).Sub(<-returned); left != want {
+			t.Errorf("Complete had %v after the handler returned, want %v", left, want)
 		}
 	})
 }

@@ -683,7 +683,7 @@ func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {
 	case errors.Is(err, idem.ErrLeaseLost): // the engine logged it; the new owner's record is untouched
 		m.report(r, OutcomeLeaseLost)
 	default:
-		m.log.Error("idemhttp: recording the result failed; the key stays in flight until its lease ends",
+		m.log.Error("idemhttp: recording the result failed and the engine could not hold it; the key stays in flight until its lease ends",
 			"method", r.Method, "path", r.URL.Path, "err", err)
 		m.report(r, OutcomeStoreError)
 	}

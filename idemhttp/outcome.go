@@ -28,8 +28,10 @@ const (
 	// OutcomeRejected: bad input (key, tenant, body): 400 or 413.
 	OutcomeRejected
 	// OutcomeStoreError: the store failed, at the start (503, the handler
-	// did not run) or when storing the result (the key stays PROCESSING
-	// until its lease ends).
+	// did not run), or when storing the result and the engine could not
+	// hold it either (its hold was full, idem.Options.MaxHeld): the key
+	// stays PROCESSING until its lease ends. A result the engine holds is
+	// reported OutcomeExecuted (and to an idem.HoldObserver).
 	OutcomeStoreError
 	// OutcomeFailedOpen: the store failed and FailOpen ran the handler
 	// without protection.

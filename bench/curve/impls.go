@@ -337,13 +337,13 @@ func storeCycle(ctx context.Context, s idem.Store, id idem.ID) error {
 // idemMemory returns idem on the memory store, and its backend, whose size
 // is the Go heap after a collection.
 func idemMemory() (impl, backend, error) {
-	s, err := memstore.New(&memstore.Options{MaxBytes: 1 << 40}) // the sweep's records, not the default bound
+	s, err := memstore.New(&memstore.Options{MaxBytes: 1 << 40, TenantShare: 1}) // the sweep's records, not the default bound
 	if err != nil {
 		return impl{}, backend{}, err
 	}
 	i, err := engineImpl("idem-memory", "memory", s, func(ctx context.Context, tag string, n int64) error {
 		for i := range n {
-			if _, err := s.Delete(ctx, idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}); err != nil {
+			if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}}); err != nil {
 				return err
 			}
 		}
@@ -361,7 +361,7 @@ func idemMemory() (impl, backend, error) {
 		},
 		drop: func(ctx context.Context, n int64) error {
 			for i := range n {
-				if _, err := s.Delete(ctx, idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}); err != nil {
+				if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}}); err != nil {
 					return err
 				}
 			}
@@ -426,7 +426,7 @@ func (p *postgres) close() error {
 }
 
 func (p *postgres) impl() (impl, backend, error) {
-	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema})
+	s, err := pgstore.New(p.pool, &pgstore.Options{Schema: p.schema, ReapInterval: -1}) // no reaper: the curve deletes its rows and measures the table
 	if err != nil {
 		return impl{}, backend{}, err
 	}

@@ -107,7 +107,7 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "IDEM_ADMIN_TOKEN=")
+	cmd.Env = withoutEnv("IDEM_ADMIN_TOKEN")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +159,17 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	return g
 }
 
+// withoutEnv returns this process's environment without the variable name.
+func withoutEnv(name string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, name+"=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
 // stop sends SIGTERM and returns the exit error.
 func (g *gatewayProc) stop(t *testing.T) error {
 	t.Helper()
@@ -193,6 +204,11 @@ func post(t *testing.T, base, key, body string, hdr ...string) answer {
 // or stalls): the error is returned, not reported. hdr holds header
 // name/value pairs; an empty value removes the header.
 func tryPost(base, key, body string, hdr ...string) (answer, error) {
+	return tryPostWith(http.DefaultClient, base, key, body, hdr...)
+}
+
+// tryPostWith is tryPost with client (e.g. one with a timeout).
+func tryPostWith(client *http.Client, base, key, body string, hdr ...string) (answer, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
@@ -206,7 +222,7 @@ func tryPost(base, key, body string, hdr ...string) (answer, error) {
 		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return answer{}, err
 	}
@@ -474,7 +490,12 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store-timeout", "0s"}, "--store-timeout"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--memory-tenant-share", "0"}, "--memory-tenant-share"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--memory-tenant-share", "0.5", "--store", "redis://127.0.0.1:1"}, "memory store only"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-rate", "0"}, "--reconcile-rate"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-concurrency", "0"}, "--reconcile-concurrency"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		out, err := exec.Command(binary, c.args...).CombinedOutput()
@@ -484,6 +505,26 @@ func TestBadInvocations(t *testing.T) {
 		}
 		if strings.Contains(string(out), ":pw@") {
 			t.Errorf("idem %v echoed a password: %s", c.args, out)
+		}
+	}
+	// Issue 22, item 12: an admin token that is given but blank would
+	// leave the key API open (empty) or shut for good (white space).
+	// A gateway that starts is killed after 10 s (the test fails then).
+	serve := func(env string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, append([]string{"serve", "--upstream", "http://127.0.0.1:1",
+			"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"}, args...)...)
+		cmd.Env = append(withoutEnv("IDEM_ADMIN_TOKEN"), env)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, token := range []string{"", " ", "\t"} {
+		for _, how := range [][]string{{"", "--admin-token", token}, {"IDEM_ADMIN_TOKEN=" + token}} {
+			out, err := serve(how[0], how[1:]...)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "--admin-token") {
+				t.Errorf("idem serve %q: exit %v, output %q; want exit 2 naming --admin-token", how, err, out)
+			}
 		}
 	}
 	cmd := exec.Command(binary, "serve")

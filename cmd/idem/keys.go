@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,10 +15,11 @@ import (
 	"github.com/idemkit/idem/internal/gateway"
 )
 
-const keysUsage = `idem keys [--store URI] get|delete TENANT KEY
+const keysUsage = `idem keys [--store URI] get TENANT KEY
+  idem keys [--store URI] delete [--force] TENANT KEY
   idem keys [--store URI] list --unknown [--tenant TENANT]
   idem keys [--store URI] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) TENANT KEY
-(TENANT %q is the empty tenant)`
+(TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes)`
 
 // headerFlags collects repeated --header 'Name: value' flags.
 type headerFlags []string
@@ -29,7 +31,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	storeURI := fs.String("store", "", "the store to talk to (required; see 'idem help serve')")
 	unknown := fs.Bool("unknown", false, "list: the keys in state UNKNOWN (the only state listed)")
-	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants)")
+	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants; \"-\" is the empty tenant)")
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
 	notExecuted := fs.Bool("not-executed", false, "resolve: the request did not take effect; release the key so the next request runs it")
 	status := fs.Int("status", 0, "resolve: the request took effect; record this status and replay it")
@@ -37,6 +39,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs.Var(&headers, "header", "resolve: a header of the recorded response, 'Name: value' (repeatable)")
 	body := fs.String("body", "", "resolve: the body of the recorded response")
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
+	force := fs.Bool("force", false, "delete: also a key in flight (PROCESSING) or UNKNOWN, which lets the next request run it again")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -78,14 +81,20 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" {
 		return listUnknown(ctx, e, enc, set["tenant"], *tenant)
 	}
-	id := idem.ID{Tenant: fs.Arg(0), Key: fs.Arg(1)}
-	if id.Tenant == gateway.EmptyTenant {
-		id.Tenant = ""
-	}
+	id := idem.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
 	switch verb {
 	case "delete":
-		existed, err := e.Delete(ctx, id)
-		if err != nil {
+		del := e.Delete
+		if *force {
+			del = e.ForceDelete
+		}
+		existed, err := del(ctx, id)
+		switch {
+		case errors.Is(err, idem.ErrInFlight):
+			return fmt.Errorf("%w: deleting it would let a retry run it a second time; wait until it finishes, or pass --force", err)
+		case errors.Is(err, idem.ErrOutcomeUnknown):
+			return fmt.Errorf("%w: deleting it would let a retry run it again; settle it with idem keys resolve, or pass --force", err)
+		case err != nil:
 			return err
 		}
 		if !existed {
@@ -111,10 +120,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 
 // listUnknown prints every UNKNOWN key, one JSON object a line, page by page.
 func listUnknown(ctx context.Context, e *idem.Engine, enc *json.Encoder, oneTenant bool, tenant string) error {
-	if tenant == gateway.EmptyTenant {
-		tenant = ""
-	}
-	p := idem.ListParams{Tenant: tenant, AllTenants: !oneTenant}
+	p := idem.ListParams{Tenant: gateway.ParseTenant(tenant), AllTenants: !oneTenant}
 	for {
 		page, err := e.ListUnknown(ctx, p)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/store/memstore"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
@@ -24,6 +25,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	upstream := fs.String("upstream", "", "URL of the HTTP API behind the gateway (required)")
 	storeURI := fs.String("store", "memory", "where keys live: "+gateway.StoreURIHelp)
+	storeTimeout := fs.Duration("store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
@@ -37,6 +39,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Var(&maxResponse, "max-response", "largest response kept for replay (bytes, or with KiB/MiB/GiB); a larger one reaches the client once and its retries get 422 not_replayable")
 	memoryLimit := byteSize(256 << 20)
 	fs.Var(&memoryLimit, "memory-limit", "bound of the memory store (bytes, or with KiB/MiB/GiB); when stored results fill it, new keys get 503 store_full")
+	memoryTenantShare := fs.Float64("memory-tenant-share", memstore.DefaultTenantShare, "fraction of --memory-limit one tenant's stored results may take; past it that tenant's new keys get 503 store_full, the other tenants' do not (1: no per-tenant bound)")
 	readTimeout := fs.Duration("read-timeout", gateway.DefaultReadTimeout, "longest time to read a whole request, body included")
 	idleTimeout := fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close a keep-alive connection idle this long")
 	maxConns := fs.Int("max-conns", gateway.DefaultMaxConns(), "most client connections open at once (default: the open-file limit less 1024); more wait to be accepted")
@@ -48,6 +51,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reconcileToken := fs.String("reconcile-token", "", "bearer token sent to --reconcile-url")
 	reconcileTimeout := fs.Duration("reconcile-timeout", 5*time.Second, "bound of one --reconcile-url lookup; past it the key stays UNKNOWN")
 	reconcileEvery := fs.Duration("reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
+	reconcileRate := fs.Float64("reconcile-rate", idem.DefaultReconcileRate, "most lookups the background sweep starts per second")
+	reconcileConcurrency := fs.Int("reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
 	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
 	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
@@ -73,6 +78,10 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
 	}
+	if flagSet(fs, "admin-token") && *adminToken == "" {
+		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
+			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
+	}
 	var policy idem.TakeoverPolicy
 	switch *takeover {
 	case "unknown":
@@ -84,9 +93,15 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if *reconcileEvery > 0 && *reconcileURL == "" {
 		return fmt.Errorf("%w: --reconcile-every needs --reconcile-url", errUsage)
 	}
+	if !(*reconcileRate > 0) || *reconcileConcurrency < 1 {
+		return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, *reconcileRate, *reconcileConcurrency)
+	}
 	format, err := idemhttp.ParseErrorFormat(*errorFormat)
 	if err != nil {
 		return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
+	}
+	if *storeTimeout <= 0 {
+		return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, *storeTimeout)
 	}
 	if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
 		return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
@@ -95,17 +110,24 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if flagSet(fs, "memory-limit") {
 		storeOpts.MemoryLimit = int64(memoryLimit)
 	}
+	if flagSet(fs, "memory-tenant-share") {
+		if !(*memoryTenantShare > 0 && *memoryTenantShare <= 1) {
+			return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, *memoryTenantShare)
+		}
+		storeOpts.MemoryTenantShare = *memoryTenantShare
+	}
 	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, storeOpts)
 	if err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}
 	defer closeStore()
 	cfg := gateway.Config{
-		Listen: *listen, Upstream: up, Store: store, Lease: *lease, Retention: *retention,
+		Listen: *listen, Upstream: up, Store: store, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
 		Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
 		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
 		ShutdownTimeout: *shutdownTimeout, Logger: logger, Takeover: policy, ReconcileURL: *reconcileURL,
 		ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
+		ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
 		AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 		ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
 		ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),

@@ -25,6 +25,7 @@ type ledger struct {
 	execs    map[string]int      // executions per key
 	results  map[string]string   // the response body of each finished execution, by key
 	fenceOf  map[string]string   // the Idempotency-Fence of the execution in results, by key
+	tenantOf map[string]string   // the Idempotency-Tenant of the execution in results, by key
 	running  map[string]bool     // an execution is under way
 	prev     map[string][]string // Idempotency-Previous-Fence values seen, by key
 	fences   map[string][]string // Idempotency-Fence values seen, by key
@@ -38,7 +39,7 @@ type ledger struct {
 }
 
 func newLedger(t *testing.T, token string) *ledger {
-	l := &ledger{token: token, execs: map[string]int{}, results: map[string]string{}, fenceOf: map[string]string{}, running: map[string]bool{},
+	l := &ledger{token: token, execs: map[string]int{}, results: map[string]string{}, fenceOf: map[string]string{}, tenantOf: map[string]string{}, running: map[string]bool{},
 		prev: map[string][]string{}, fences: map[string][]string{}, drop: map[string]bool{}, slow: map[string]time.Duration{},
 		finished: map[string]chan struct{}{}, arrived: map[string]time.Time{}, cut: map[string]time.Time{}}
 	mux := http.NewServeMux()
@@ -87,6 +88,7 @@ func (l *ledger) charge(w http.ResponseWriter, r *http.Request) {
 	if _, ok := l.results[key]; !ok {
 		l.results[key] = body
 		l.fenceOf[key] = r.Header.Get("Idempotency-Fence")
+		l.tenantOf[key] = r.Header.Get("Idempotency-Tenant")
 		close(l.finished[key])
 	}
 	l.mu.Unlock()
@@ -107,7 +109,7 @@ func (l *ledger) lookup(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	l.lookups++
 	body, done := l.results[key]
-	fence, running := l.fenceOf[key], l.running[key]
+	fence, tenant, running := l.fenceOf[key], l.tenantOf[key], l.running[key]
 	l.mu.Unlock()
 	if r.Header.Get("Authorization") != "Bearer "+l.token || r.Header.Get("Idempotency-Key") != key {
 		w.WriteHeader(http.StatusUnauthorized)
@@ -118,7 +120,8 @@ func (l *ledger) lookup(w http.ResponseWriter, r *http.Request) {
 	case done:
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Idempotency-Original-Status", "201")
-		w.Header().Set("Idempotency-Fence", fence) // the fence of the request found: proof it is this attempt's
+		w.Header().Set("Idempotency-Fence", fence) // the fence and tenant of the request found: proof it is this attempt's
+		w.Header().Set("Idempotency-Tenant", tenant)
 		io.WriteString(w, body)
 	case running:
 		w.WriteHeader(http.StatusConflict) // still running: ask again later

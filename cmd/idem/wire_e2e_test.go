@@ -138,6 +138,7 @@ func newScopedLedger(t *testing.T) *scopedLedger {
 		}
 		w.Header().Set("Idempotency-Original-Status", "201")
 		w.Header().Set("Idempotency-Fence", e.fence)
+		w.Header().Set("Idempotency-Tenant", e.tenant)
 		io.WriteString(w, e.body)
 	}
 	mux.HandleFunc("GET /by-key/{key}", func(w http.ResponseWriter, r *http.Request) {

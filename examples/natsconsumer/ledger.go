@@ -49,7 +49,9 @@ func OpenLedger(ctx context.Context, pool *pgxpool.Pool, schema string) (*Ledger
 	if err != nil {
 		return nil, fmt.Errorf("natsconsumer: charges table: %w", err)
 	}
-	guard, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	// The guardrail only (Reserve, Settle): the engine's records are in
+	// Redis, so there are no rows to reap and no reaper to stop.
+	guard, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})
 	if err != nil {
 		return nil, err
 	}

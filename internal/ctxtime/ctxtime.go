@@ -1,5 +1,6 @@
 // Package ctxtime holds the one wait that honours a context, shared by the
-// retrying client, the probe and the lab.
+// retrying client, the probe, the lab and the engine's reconcile sweep. It
+// imports only the standard library, as the engine does.
 package ctxtime
 
 import (

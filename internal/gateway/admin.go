@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -15,13 +17,29 @@ import (
 
 // EmptyTenant stands for the empty tenant in admin paths, whose segments
 // cannot be empty. It is what requests without credentials are scoped to.
+// See ParseTenant for the tenants made of dashes.
 const EmptyTenant = "-"
+
+// ParseTenant returns the tenant that a path segment of the admin API (or
+// its tenant parameter, or a TENANT argument of idem keys) names: a run of
+// n dashes names the tenant of n-1 dashes, so "-" is the empty tenant and
+// "--" the tenant "-"; any other value names itself. Every tenant has a
+// segment this way (the other awkward ones, such as "/", "." or "..", are
+// percent-encoded as usual: %2F, %2E).
+func ParseTenant(segment string) string {
+	if segment != "" && strings.Trim(segment, "-") == "" {
+		return segment[1:]
+	}
+	return segment
+}
 
 // readyKey is the key /readyz looks up: a round trip to the store.
 var readyKey = idem.ID{Tenant: "idem", Key: "readyz"}
 
 // adminHandler serves health, readiness, metrics and the key API.
-func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.Handler {
+// A resolution's recorded body is at most maxResponse bytes, as is every
+// response the gateway records.
+func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string, maxResponse int) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
@@ -46,7 +64,16 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 		json.NewEncoder(w).Encode(ViewRecord(rec))
 	})
 	keys.HandleFunc("DELETE /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
-		existed, err := e.Delete(r.Context(), pathID(r))
+		force, err := forceParam(r)
+		if err != nil {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeDeleteInvalid, err.Error())
+			return
+		}
+		del := e.Delete
+		if force {
+			del = e.ForceDelete
+		}
+		existed, err := del(r.Context(), pathID(r))
 		if err != nil {
 			keyError(w, err)
 			return
@@ -57,27 +84,45 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string) http.H
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	registerUnknownAPI(keys, e)
+	registerUnknownAPI(keys, e, maxResponse)
 	mux.Handle("/v1/", requireToken(token, keys))
 	return mux
 }
 
 func pathID(r *http.Request) idem.ID {
-	tenant := r.PathValue("tenant")
-	if tenant == EmptyTenant {
-		tenant = ""
+	return idem.ID{Tenant: ParseTenant(r.PathValue("tenant")), Key: r.PathValue("key")}
+}
+
+// forceParam reads DELETE's ?force=true.
+func forceParam(r *http.Request) (bool, error) {
+	v := r.URL.Query()["force"]
+	switch {
+	case len(v) == 0:
+		return false, nil
+	case len(v) == 1 && (v[0] == "true" || v[0] == "false"):
+		return v[0] == "true", nil
 	}
-	return idem.ID{Tenant: tenant, Key: r.PathValue("key")}
+	return false, errors.New("force must be true or false, once")
 }
 
 func keyError(w http.ResponseWriter, err error) {
+	var inFlight *idem.InFlightError
 	switch {
+	case errors.As(err, &inFlight):
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, inFlight.RetryAfter.Round(time.Second)/time.Second))))
+		idemhttp.WriteProblem(w, http.StatusConflict, idemhttp.CodeKeyInFlight, "the key's request is running (PROCESSING): "+
+			"deleting it would let a retry run it a second time. Wait until it finishes, or DELETE with ?force=true")
+	case errors.Is(err, idem.ErrOutcomeUnknown):
+		idemhttp.WriteProblem(w, http.StatusConflict, CodeKeyUnknown, "the key's request may have taken effect (UNKNOWN): "+
+			"deleting it would let a retry run it again. Settle it with POST .../resolve (completed, or not_executed), or DELETE with ?force=true")
 	case errors.Is(err, idem.ErrNotFound):
 		idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
 	case errors.Is(err, idem.ErrInvalidKey):
 		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		idemhttp.WriteProblem(w, http.StatusBadRequest, idemhttp.CodeTenantInvalid, err.Error())
+	case errors.Is(err, idem.ErrInvalidCursor):
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeCursorInvalid, "after= is not the next of a page of this listing (of this tenant, or of all); start again without it")
 	default:
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 	}

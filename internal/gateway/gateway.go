@@ -31,6 +31,8 @@ const (
 	CodeLeaseLost           = idemhttp.CodeLeaseLost // 503: the lease ended before the request was sent (released) or while it ran (UNKNOWN)
 	CodeKeyNotFound         = "key_not_found"        // 404 (admin API): no record for the tenant and key
 	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
+	CodeKeyUnknown          = "key_unknown"          // 409 (admin API): DELETE of an UNKNOWN key without ?force=true; resolve it
+	CodeDeleteInvalid       = "delete_invalid"       // 400 (admin API): DELETE with a force parameter other than true or false
 )
 
 // FenceHeader carries the lease's fencing token to the upstream, so the
@@ -43,6 +45,7 @@ type Config struct {
 	Listen          string        // the proxy's address
 	Upstream        *url.URL      // required
 	Store           idem.Store    // required: see OpenStore
+	StoreTimeout    time.Duration // bound of every store call (idem.Options.StoreTimeout); zero: 2s
 	Lease           time.Duration // zero: 30s
 	Retention       time.Duration // zero: 24h
 	Methods         []string      // nil: POST and PATCH
@@ -74,6 +77,11 @@ type Config struct {
 	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
 	ReconcileTimeout time.Duration // zero: 5s
 	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
+	// ReconcileRate and ReconcileConcurrency bound the sweep's lookups:
+	// started per second, and in flight at once; zero: idem's defaults
+	// (idem.DefaultReconcileRate, idem.DefaultReconcileConcurrency).
+	ReconcileRate        float64
+	ReconcileConcurrency int
 	// StatsEvery is the interval of the samples of the gateway's counters
 	// that the admin API keeps for the console's overview (the last 360);
 	// zero: 10s, an hour of them.
@@ -152,7 +160,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer)
-	obs := newUnknownTelemetry(reg, tel)
+	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	registerMemoryUsage(reg, cfg.Store)
@@ -161,7 +169,8 @@ func New(cfg Config) (*Gateway, error) {
 		replayHeaders = DefaultReplayHeaders
 	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
-		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult)}
+		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
+		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler(cfg, replayHeaders)
 		if err != nil {
@@ -204,7 +213,7 @@ func New(cfg Config) (*Gateway, error) {
 		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
 	}
 	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
-	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken))
+	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse))
 	return g, nil
 }
 
@@ -384,10 +393,19 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	if shutdownErr != nil {
 		g.abandonInFlight()
+		// The cut requests' handlers have returned, but the server writes
+		// their answers out after that: a Close now could cut an answer in
+		// the middle. A second, short graceful shutdown lets them go out
+		// and closes each connection once idle.
+		flushCtx, cancelFlush := context.WithTimeout(context.Background(), answerFlushTimeout)
+		defer cancelFlush()
 		for _, srv := range servers {
-			srv.Close()
+			if srv.Shutdown(flushCtx) != nil {
+				srv.Close()
+			}
 		}
 	}
+	g.flushHeld(shutdownCtx)
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return errors.Join(serveErr, shutdownErr)
 	}

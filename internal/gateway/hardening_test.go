@@ -284,18 +284,15 @@ func TestConnLimiterEvictsIdleConnectionsAtTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	const bound = 4
-	ln := newConnLimiter(tcp, bound)
-	var open, peak atomic.Int64
+	// Open connections are counted at the socket: a connection counts from
+	// its accept until its Close returns, which the limiter's slot waits
+	// for. (The server's ConnState reports an evicted connection's close
+	// later, from that connection's own goroutine, so counting there would
+	// see a new connection before the evicted one's close.)
+	counted := &countingListener{Listener: tcp}
+	ln := newConnLimiter(counted, bound)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
-	srv.ConnState = func(c net.Conn, s http.ConnState) {
-		ln.track(c, s)
-		switch s {
-		case http.StateNew:
-			peak.Store(max(peak.Load(), open.Add(1)))
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}
+	srv.ConnState = ln.track
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	defer func() {
@@ -323,9 +320,39 @@ func TestConnLimiterEvictsIdleConnectionsAtTheBound(t *testing.T) {
 	for _, tr := range clients {
 		tr.CloseIdleConnections()
 	}
-	if p := peak.Load(); p > bound {
+	if p := counted.peak.Load(); p > bound {
 		t.Fatalf("%d connections open at once; bound %d", p, bound)
 	}
+}
+
+// countingListener counts the connections it accepted and that are not
+// closed yet, and the most open at once.
+type countingListener struct {
+	net.Listener
+	open, peak atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	n := l.open.Add(1)
+	for p := l.peak.Load(); n > p && !l.peak.CompareAndSwap(p, n); p = l.peak.Load() {
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return err
 }
 
 // A transport other than *http.Transport may not report its writes

@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/idemkit/idem"
 )
@@ -170,6 +172,10 @@ func (c *limitedConn) Close() error {
 // key API reads stored responses and deletes keys, so without a token it
 // listens on a loopback address only, unless insecure says otherwise.
 func checkAdmin(cfg Config) error {
+	if t := cfg.AdminToken; t != "" && (strings.TrimSpace(t) != t || strings.ContainsFunc(t, unicode.IsControl)) {
+		return errors.New("gateway: --admin-token is blank, has white space around it or holds a control character: " +
+			"no request's Authorization header could match it (HTTP trims header values); give a real token")
+	}
 	if cfg.Admin == "" || cfg.AdminToken != "" || cfg.AdminInsecure || isLoopback(cfg.Admin) {
 		return nil
 	}
@@ -206,6 +212,10 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// defaultMaxResponse is idemhttp's default replay buffer
+// (Options.MaxResponseBuffer), the default of --max-response.
+const defaultMaxResponse = 1 << 20
+
 // defaultMaxResult is the engine's own bound on a stored result body
 // (idem.Options.MaxResultBytes); --max-response raises it when larger.
 const defaultMaxResult = 16 << 20
@@ -224,6 +234,9 @@ func (c *Config) hardenDefaults() ([]tenantSource, error) {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns()
+	}
+	if c.MaxResponse == 0 {
+		c.MaxResponse = defaultMaxResponse
 	}
 	if err := checkAdmin(*c); err != nil {
 		return nil, err

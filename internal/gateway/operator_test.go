@@ -18,9 +18,9 @@ import (
 
 const adminToken = "s3cret-admin"
 
-// admin sends one request to g's admin API, with the token unless
+// askAdmin sends one request to g's admin API, with the token unless
 // anonymous, and returns the answer.
-func admin(t *testing.T, g *Gateway, method, path string, anonymous bool) *httptest.ResponseRecorder {
+func askAdmin(t *testing.T, g *Gateway, method, path string, anonymous bool) *httptest.ResponseRecorder {
 	t.Helper()
 	req := httptest.NewRequest(method, path, nil)
 	if !anonymous {
@@ -79,7 +79,7 @@ func TestConsoleIsMountedWithItsHeaders(t *testing.T) {
 	u, _ := url.Parse(up.URL + "/base?api_key=upstream-secret")
 	u.User = url.UserPassword("user", "pw")
 	g := newTestGateway(t, Config{Upstream: u, AdminToken: adminToken})
-	page := admin(t, g, http.MethodGet, "/ui/", true)
+	page := askAdmin(t, g, http.MethodGet, "/ui/", true)
 	h := page.Header()
 	if page.Code != http.StatusOK || !strings.HasPrefix(h.Get("Content-Type"), "text/html") ||
 		h.Get("Content-Security-Policy") != console.ContentSecurityPolicy || h.Get("X-Content-Type-Options") != "nosniff" ||
@@ -89,16 +89,16 @@ func TestConsoleIsMountedWithItsHeaders(t *testing.T) {
 	if strings.Contains(page.Body.String(), adminToken) {
 		t.Fatal("the page holds the admin token")
 	}
-	if js := admin(t, g, http.MethodGet, "/ui/js/main.js", true); js.Code != http.StatusOK || !strings.HasPrefix(js.Header().Get("Content-Type"), "text/javascript") {
+	if js := askAdmin(t, g, http.MethodGet, "/ui/js/main.js", true); js.Code != http.StatusOK || !strings.HasPrefix(js.Header().Get("Content-Type"), "text/javascript") {
 		t.Fatalf("GET /ui/js/main.js = %d %s; want a JavaScript module", js.Code, js.Header().Get("Content-Type"))
 	}
-	if root := admin(t, g, http.MethodGet, "/ui", true); root.Code/100 != 3 || root.Header().Get("Location") != "/ui/" {
+	if root := askAdmin(t, g, http.MethodGet, "/ui", true); root.Code/100 != 3 || root.Header().Get("Location") != "/ui/" {
 		t.Fatalf("GET /ui = %d %s; want a redirect to /ui/", root.Code, root.Header().Get("Location"))
 	}
-	if dir := admin(t, g, http.MethodGet, "/ui/js/", true); dir.Code != http.StatusNotFound {
+	if dir := askAdmin(t, g, http.MethodGet, "/ui/js/", true); dir.Code != http.StatusNotFound {
 		t.Fatalf("GET /ui/js/ = %d; want 404, no listing", dir.Code)
 	}
-	if post := admin(t, g, http.MethodPost, "/ui/", true); post.Code != http.StatusMethodNotAllowed {
+	if post := askAdmin(t, g, http.MethodPost, "/ui/", true); post.Code != http.StatusMethodNotAllowed {
 		t.Fatalf("POST /ui/ = %d; want 405", post.Code)
 	}
 	for _, call := range []struct{ method, path string }{
@@ -106,9 +106,9 @@ func TestConsoleIsMountedWithItsHeaders(t *testing.T) {
 		{http.MethodGet, "/v1/keys/acme/k/result"},
 		{http.MethodPost, "/v1/keys/acme/k/reconcile"},
 	} {
-		wantProblem(t, admin(t, g, call.method, call.path, true), http.StatusUnauthorized, CodeAdminUnauthorized)
+		wantProblem(t, askAdmin(t, g, call.method, call.path, true), http.StatusUnauthorized, CodeAdminUnauthorized)
 	}
-	if rec := admin(t, g, http.MethodGet, "/v1/keys/acme/k", false); rec.Code != http.StatusNotFound || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+	if rec := askAdmin(t, g, http.MethodGet, "/v1/keys/acme/k", false); rec.Code != http.StatusNotFound || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
 		t.Fatalf("the key API behind the console = %d %v; want 404 with nosniff", rec.Code, rec.Header())
 	}
 
@@ -125,7 +125,7 @@ func TestConsoleIsMountedWithItsHeaders(t *testing.T) {
 		resp.Body.Close()
 	}
 	g.stats.sample(time.Now())
-	rec := admin(t, g, http.MethodGet, "/v1/stats", false)
+	rec := askAdmin(t, g, http.MethodGet, "/v1/stats", false)
 	st := decode[statsPage](t, rec)
 	if rec.Code != http.StatusOK || len(st.Samples) != 1 || st.IntervalMillis != 10000 || st.Reconcile ||
 		st.Upstream != up.URL+"/base" || st.Samples[0].Requests["executed"] != 2 || st.Samples[0].Requests["replayed"] != 1 {
@@ -143,7 +143,7 @@ func TestAdminResult(t *testing.T) {
 	settle(t, g, "bytes", &idem.Result{Status: 200, Body: []byte{0xff, 0x00, 0xfe}})
 	settle(t, g, "unknown", nil)
 
-	rec := admin(t, g, http.MethodGet, "/v1/keys/acme/text/result", false)
+	rec := askAdmin(t, g, http.MethodGet, "/v1/keys/acme/text/result", false)
 	v := decode[resultView](t, rec)
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" || v.Status != 201 ||
 		v.Body == nil || *v.Body != hostile || v.BodyBase64 != nil || v.Header.Get("Content-Type") != "text/html" || v.BodyBytes != len(hostile) {
@@ -152,12 +152,12 @@ func TestAdminResult(t *testing.T) {
 	if strings.Contains(rec.Body.String(), "</script>") {
 		t.Fatalf("the JSON holds a raw </script>: %q", rec.Body)
 	}
-	rec = admin(t, g, http.MethodGet, "/v1/keys/acme/bytes/result", false)
+	rec = askAdmin(t, g, http.MethodGet, "/v1/keys/acme/bytes/result", false)
 	if v := decode[resultView](t, rec); rec.Code != http.StatusOK || v.Body != nil || v.BodyBase64 == nil || *v.BodyBase64 != "/wD+" || v.BodyBytes != 3 {
 		t.Fatalf("result of a binary body = %d %q; want base64", rec.Code, rec.Body)
 	}
-	wantProblem(t, admin(t, g, http.MethodGet, "/v1/keys/acme/unknown/result", false), http.StatusConflict, CodeKeyNotCompleted)
-	wantProblem(t, admin(t, g, http.MethodGet, "/v1/keys/acme/absent/result", false), http.StatusNotFound, CodeKeyNotFound)
+	wantProblem(t, askAdmin(t, g, http.MethodGet, "/v1/keys/acme/unknown/result", false), http.StatusConflict, CodeKeyNotCompleted)
+	wantProblem(t, askAdmin(t, g, http.MethodGet, "/v1/keys/acme/absent/result", false), http.StatusNotFound, CodeKeyNotFound)
 }
 
 // POST .../reconcile asks the lookup about one key and says what it
@@ -169,6 +169,7 @@ func TestAdminReconcileNow(t *testing.T) {
 		case "found":
 			w.Header().Set(idemhttp.HeaderKey, key)
 			w.Header().Set(FenceHeader, r.Header.Get(FenceHeader))
+			w.Header().Set(TenantIDHeader, r.Header.Get(TenantIDHeader))
 			w.Header().Set(OriginalStatusHeader, "201")
 			w.Write([]byte(`{"id":"ch_1"}`))
 		case "never":
@@ -189,7 +190,7 @@ func TestAdminReconcileNow(t *testing.T) {
 		settle(t, g, key, nil)
 	}
 	reconcile := func(key string) (*httptest.ResponseRecorder, reconcileView) {
-		rec := admin(t, g, http.MethodPost, "/v1/keys/acme/"+key+"/reconcile", false)
+		rec := askAdmin(t, g, http.MethodPost, "/v1/keys/acme/"+key+"/reconcile", false)
 		if rec.Code != http.StatusOK {
 			return rec, reconcileView{}
 		}
@@ -201,7 +202,7 @@ func TestAdminReconcileNow(t *testing.T) {
 	if rec, v := reconcile("never"); v.Verdict != "not_executed" || v.Record != nil {
 		t.Fatalf("reconcile of a key never run = %d %q; want not_executed", rec.Code, rec.Body)
 	}
-	wantProblem(t, admin(t, g, http.MethodGet, "/v1/keys/acme/never", false), http.StatusNotFound, CodeKeyNotFound)
+	wantProblem(t, askAdmin(t, g, http.MethodGet, "/v1/keys/acme/never", false), http.StatusNotFound, CodeKeyNotFound)
 	if rec, v := reconcile("broken"); v.Verdict != "unknown" || v.Record == nil || v.Record.State != "UNKNOWN" || !strings.Contains(v.Detail, "answered 500") {
 		t.Fatalf("reconcile with a lookup answering 500 = %d %q; want unknown, saying so", rec.Code, rec.Body)
 	}
@@ -214,10 +215,10 @@ func TestAdminReconcileNow(t *testing.T) {
 	if v.Verdict != "unknown" || !strings.Contains(v.Detail, "the lookup failed") || strings.Contains(rec.Body.String(), "lookup-secret") {
 		t.Fatalf("reconcile with a lookup cutting the connection = %d %q; want unknown, the failure, not the URL", rec.Code, rec.Body)
 	}
-	wantProblem(t, admin(t, g, http.MethodPost, "/v1/keys/acme/found/reconcile", false), http.StatusConflict, CodeKeyNotUnknown)
-	wantProblem(t, admin(t, g, http.MethodPost, "/v1/keys/acme/absent/reconcile", false), http.StatusNotFound, CodeKeyNotFound)
+	wantProblem(t, askAdmin(t, g, http.MethodPost, "/v1/keys/acme/found/reconcile", false), http.StatusConflict, CodeKeyNotUnknown)
+	wantProblem(t, askAdmin(t, g, http.MethodPost, "/v1/keys/acme/absent/reconcile", false), http.StatusNotFound, CodeKeyNotFound)
 
 	plain := newTestGateway(t, Config{Upstream: u, AdminToken: adminToken})
 	settle(t, plain, "k", nil)
-	wantProblem(t, admin(t, plain, http.MethodPost, "/v1/keys/acme/k/reconcile", false), http.StatusConflict, CodeReconcileUnavailable)
+	wantProblem(t, askAdmin(t, plain, http.MethodPost, "/v1/keys/acme/k/reconcile", false), http.StatusConflict, CodeReconcileUnavailable)
 }

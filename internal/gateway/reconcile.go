@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -42,11 +40,11 @@ type reconciler struct {
 // ordinary one does.
 func newReconciler(cfg Config, replayHeaders []string) (*reconciler, error) {
 	if !strings.Contains(cfg.ReconcileURL, "{key}") {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", RedactURL(cfg.ReconcileURL))
 	}
 	u, err := url.Parse(expandTemplate(cfg.ReconcileURL, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", cfg.ReconcileURL)
+		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", RedactURL(cfg.ReconcileURL))
 	}
 	transport := cfg.Transport
 	if transport == nil {
@@ -85,14 +83,15 @@ func escapeAll(s string) string {
 }
 
 // reconcile is idem.Options.Reconcile: 200 with the original status, the
-// key echoed and the fence of the request found equal to rec's →
+// key echoed and the fence and tenant of the request found equal to rec's →
 // completed with that response; 404 with the key echoed → not executed;
 // anything else (another status, no echo, another fence or none, a bad
 // status header, a body too large, a network error, ctx's end) → an
 // error, and the key stays UNKNOWN. The key's echo keeps a 404 of a wrong
 // URL or a 200 of a page that is not the lookup from being taken for an
-// answer; the fence's proves that a 200 is about this attempt, not about
-// another tenant's request under the same key nor an earlier attempt.
+// answer; the fence's and the tenant's prove that a 200 is about this
+// attempt, not about another tenant's request under the same key nor an
+// earlier attempt.
 func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
@@ -125,6 +124,13 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's %d: no proof it is this request's answer",
 			FenceHeader, resp.Header.Get(FenceHeader), rec.Fence)
 	}
+	// The fence alone does not tell tenants apart: a store that floors
+	// fences by its clock (Redis, whose coalesced batch reads the clock
+	// once) can give two tenants' first attempts at one key the same one.
+	if got := resp.Header.Get(TenantIDHeader); got != rec.Tenant {
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's: no proof it is this request's answer",
+			TenantIDHeader, got)
+	}
 	status, err := strconv.Atoi(resp.Header.Get(OriginalStatusHeader))
 	if err != nil || status < 200 || status > 599 {
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 without a valid %s (200..599)", OriginalStatusHeader)
@@ -146,26 +152,4 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 		}
 	}
 	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, nil
-}
-
-// sweep reconciles every UNKNOWN key each ReconcileEvery, so that keys no
-// client comes back for are settled too, until ctx ends.
-func (g *Gateway) sweep(ctx context.Context) {
-	t := time.NewTicker(g.cfg.ReconcileEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st, err := g.engine.ReconcileUnknown(ctx)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			g.cfg.Logger.Warn("idem: reconcile sweep stopped", "err", err)
-		}
-		if st != (idem.ReconcileStats{}) {
-			g.cfg.Logger.Info("idem: reconcile sweep", "completed", st.Completed, "not_executed", st.NotExecuted,
-				"unknown", st.Unknown, "skipped", st.Skipped)
-		}
-	}
 }

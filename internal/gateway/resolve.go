@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -15,15 +16,19 @@ import (
 
 // The codes of the admin API's answers about UNKNOWN keys.
 const (
-	CodeListInvalid    = "list_invalid"    // 400: GET /v1/keys without state=unknown, or a bad limit
-	CodeResolveInvalid = "resolve_invalid" // 400: a resolution that is not valid JSON of the documented form
-	CodeKeyNotUnknown  = "key_not_unknown" // 409: a resolution for a key that is not UNKNOWN; nothing changed
-	CodeStaleFence     = "stale_fence"     // 409: a resolution whose fence is not the UNKNOWN record's; nothing changed
+	CodeListInvalid     = "list_invalid"      // 400: GET /v1/keys without state=unknown, or a bad limit
+	CodeCursorInvalid   = "cursor_invalid"    // 400: GET /v1/keys with an after= that is not a next of this listing
+	CodeResolveInvalid  = "resolve_invalid"   // 400: a resolution that is not valid JSON of the documented form
+	CodeResolveTooLarge = "resolve_too_large" // 413: a resolution whose body is over --max-response, or whose JSON is over twice that
+	CodeKeyNotUnknown   = "key_not_unknown"   // 409: a resolution for a key that is not UNKNOWN; nothing changed
+	CodeStaleFence      = "stale_fence"       // 409: a resolution whose fence is not the UNKNOWN record's; nothing changed
 )
 
-// maxResolveBody bounds a resolution's JSON: a result of the engine's
-// largest (16 MiB) in base64, and some.
-const maxResolveBody = 24 << 20
+// resolveLimit bounds the JSON of a resolution whose body is at most
+// maxBody bytes: twice that (a JSON text that escapes every other byte,
+// or base64), and 64 KiB for the rest. A body that needs more escapes
+// goes as body_base64.
+func resolveLimit(maxBody int) int64 { return 2*int64(maxBody) + 64<<10 }
 
 // KeyPage is the answer of GET /v1/keys?state=unknown.
 type KeyPage struct {
@@ -46,21 +51,16 @@ type Resolution struct {
 }
 
 // registerUnknownAPI adds the listing and the resolution of UNKNOWN keys
-// to the admin key API.
-func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine) {
+// to the admin key API. A resolution records a body of at most maxBody
+// bytes.
+func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine, maxBody int) {
 	keys.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("state") != "unknown" {
 			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, "only UNKNOWN keys are listed: add state=unknown")
 			return
 		}
-		p := idem.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant")}
-		if !p.AllTenants {
-			p.Tenant = q.Get("tenant")
-			if p.Tenant == EmptyTenant {
-				p.Tenant = ""
-			}
-		}
+		p := idem.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant"), Tenant: ParseTenant(q.Get("tenant"))}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > idem.MaxListLimit {
@@ -83,16 +83,18 @@ func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine) {
 		json.NewEncoder(w).Encode(out)
 	})
 	keys.HandleFunc("POST /v1/keys/{tenant}/{key}/resolve", func(w http.ResponseWriter, r *http.Request) {
-		var res Resolution
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxResolveBody))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&res); err != nil {
-			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, "the resolution is not valid JSON of the documented form: "+err.Error())
+		res, err := decodeResolution(w, r, maxBody)
+		if err != nil {
+			resolutionError(w, err, maxBody)
 			return
 		}
 		result, err := res.Result()
 		if err != nil {
 			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
+			return
+		}
+		if result != nil && len(result.Body) > maxBody {
+			resolutionError(w, &http.MaxBytesError{Limit: int64(maxBody)}, maxBody)
 			return
 		}
 		if err := e.Resolve(r.Context(), pathID(r), res.Fence, result); err != nil {
@@ -101,6 +103,36 @@ func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+}
+
+// decodeResolution reads the one JSON object of a resolution, and nothing
+// after it but white space, from at most resolveLimit(maxBody) bytes.
+func decodeResolution(w http.ResponseWriter, r *http.Request, maxBody int) (Resolution, error) {
+	var res Resolution
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, resolveLimit(maxBody)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		return res, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the JSON object")
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// resolutionError answers a resolution that could not be read: 413 when
+// it is too large, else 400.
+func resolutionError(w http.ResponseWriter, err error, maxBody int) {
+	if tooLarge := (*http.MaxBytesError)(nil); errors.As(err, &tooLarge) {
+		idemhttp.WriteProblem(w, http.StatusRequestEntityTooLarge, CodeResolveTooLarge, fmt.Sprintf(
+			"a resolution records a body of at most %d bytes (--max-response), in JSON of at most %d bytes; nothing was changed",
+			maxBody, resolveLimit(maxBody)))
+		return
+	}
+	idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, "the resolution is not valid JSON of the documented form: "+err.Error())
 }
 
 // Result checks the resolution and returns the result to record: nil for

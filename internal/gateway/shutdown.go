@@ -1,11 +1,17 @@
 package gateway
 
 import (
+	"cmp"
+	"context"
 	"net/http"
 	"time"
 
 	"github.com/idemkit/idem"
 )
+
+// answerFlushTimeout bounds how long a shutdown waits, after cutting the
+// requests still in flight, for their answers to be written out.
+const answerFlushTimeout = time.Second
 
 // tracked counts the request until it is finalized (the key completed,
 // released or marked UNKNOWN), so that a shutdown can wait for that.
@@ -32,5 +38,21 @@ func (g *Gateway) abandonInFlight() {
 	case <-done:
 	case <-time.After(idem.FinalizeTimeout):
 		g.cfg.Logger.Error("idem: requests still not finalized after the shutdown; their keys turn UNKNOWN when their leases end")
+	}
+}
+
+// flushHeld stores the results (and the marks and releases) the engine
+// holds because the store did not take them in time: they live only in
+// this process. It tries within the shutdown timeout, or, when the
+// requests took all of it, for one more store timeout.
+func (g *Gateway) flushHeld(shutdownCtx context.Context) {
+	ctx := shutdownCtx
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), cmp.Or(g.cfg.StoreTimeout, idem.DefaultStoreTimeout))
+		defer cancel()
+	}
+	if err := g.engine.Flush(ctx); err != nil {
+		g.cfg.Logger.Error("idem: shutdown: results not stored; their keys turn UNKNOWN when their leases end", "err", err)
 	}
 }

@@ -33,6 +33,12 @@ type StoreOptions struct {
 	// means memstore's default, 256 MiB. Setting it for another store is
 	// an error.
 	MemoryLimit int64
+	// MemoryTenantShare is the fraction of MemoryLimit one tenant's
+	// records may take (memstore.Options.TenantShare): past it, that
+	// tenant's new keys get 503 store_full and the others' do not. Zero
+	// means memstore's default, a quarter. Setting it for another store is
+	// an error.
+	MemoryTenantShare float64
 }
 
 // OpenStore opens the store a --store URI names. The returned close
@@ -47,15 +53,15 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (idem.Store,
 		log = slog.Default()
 	}
 	memory := uri == "" || uri == "memory"
-	if o.MemoryLimit != 0 && !memory {
-		return nil, nil, fmt.Errorf("%w: --memory-limit bounds the memory store only, not %s", ErrStoreURI, scheme(uri))
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && !memory {
+		return nil, nil, fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only, not %s", ErrStoreURI, scheme(uri))
 	}
 	if redisURI, pgURI, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
 		return openLayered(ctx, redisURI, "postgres"+pgURI, log)
 	}
 	switch {
 	case memory:
-		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit})
+		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit, TenantShare: o.MemoryTenantShare})
 		return s, func() error { return nil }, err
 	case isRedisURI(uri):
 		// ?near_cache=on serves replays from process memory, ?coalesce=on

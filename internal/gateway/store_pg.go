@@ -13,20 +13,24 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// reapEvery is how often a gateway deletes expired PostgreSQL rows, and
-// reapBatch how many rows one statement deletes at most.
-const (
-	reapEvery = time.Minute
-	reapBatch = 1000
-)
+// defaultConnectTimeout bounds a new PostgreSQL connection (dial, TLS,
+// authentication) when the URL sets no connect_timeout. The pool makes
+// connections in the background, past the request that asked for one;
+// without a bound, a dial into a cut link waits for the kernel (minutes),
+// holding a pool slot after the link is back.
+const defaultConnectTimeout = 5 * time.Second
 
-// openPostgres opens the PostgreSQL store, applies its migrations (they
+// openPostgres opens the PostgreSQL store and applies its migrations (they
 // are idempotent and serialised by an advisory lock, so several gateways
-// may start at once) and starts the reaper of expired rows.
+// may start at once). The store reaps its expired rows every minute
+// (pgstore.DefaultReapInterval); several gateways share the work.
 func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -38,29 +42,12 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 		pool.Close()
 		return nil, nil, fmt.Errorf("gateway: migrating the PostgreSQL store: %w", err)
 	}
-	s, err := pgstore.New(pool, nil)
+	s, err := pgstore.New(pool, &pgstore.Options{Logger: log})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
 	}
-	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
-	reaped := make(chan struct{})
-	go func() {
-		defer close(reaped)
-		t := time.NewTicker(reapEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-reapCtx.Done():
-				return
-			case <-t.C:
-				if _, err := s.Reap(reapCtx, reapBatch); err != nil && reapCtx.Err() == nil {
-					log.Warn("idem: reaping expired rows", "err", err)
-				}
-			}
-		}
-	}()
-	return s, func() error { stopReaper(); <-reaped; pool.Close(); return nil }, nil
+	return s, func() error { s.Close(); pool.Close(); return nil }, nil
 }
 
 // openLayered opens Redis in front of PostgreSQL.

@@ -206,12 +206,15 @@ func TestDropsRequestTrailers(t *testing.T) {
 }
 
 // lookupAnswer answers a reconcile lookup: 200 with the original status
-// 201, the key echoed, the fence echoed when fence is not empty, and a
-// Request-Id.
-func lookupAnswer(w http.ResponseWriter, r *http.Request, fence string) {
+// 201, the key echoed, the fence and the tenant echoed when not empty, and
+// a Request-Id.
+func lookupAnswer(w http.ResponseWriter, r *http.Request, fence, tenant string) {
 	w.Header().Set("Idempotency-Key", r.PathValue("key"))
 	if fence != "" {
 		w.Header().Set(FenceHeader, fence)
+	}
+	if tenant != "" {
+		w.Header().Set(TenantIDHeader, tenant)
 	}
 	w.Header().Set(OriginalStatusHeader, "201")
 	w.Header().Set("Request-Id", "req_lookup")
@@ -243,14 +246,22 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 		mu.Lock()
 		lookups[key] = r.Header.Clone()
 		mu.Unlock()
-		fence, _ := fenceOf(key)
+		fence, tenant := fenceOf(key)
 		switch {
 		case strings.HasPrefix(key, "nofence"):
-			lookupAnswer(w, r, "")
+			lookupAnswer(w, r, "", tenant)
 		case strings.HasPrefix(key, "other"):
-			lookupAnswer(w, r, "12345") // another request's: another tenant's under the same key
+			lookupAnswer(w, r, "12345", tenant) // another request's: another tenant's under the same key
+		case strings.HasPrefix(key, "notenant"):
+			lookupAnswer(w, r, fence, "")
+		case strings.HasPrefix(key, "twin"):
+			// Another tenant's request with the same fence: a Redis store
+			// mints a fence from its clock, and a coalesced batch reads the
+			// clock once, so two tenants' first attempts at one key can
+			// carry the same fence.
+			lookupAnswer(w, r, fence, "another-tenant")
 		default:
-			lookupAnswer(w, r, fence)
+			lookupAnswer(w, r, fence, tenant)
 		}
 	}
 	u, _ := url.Parse(up.URL)
@@ -261,7 +272,7 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 	for _, c := range []struct {
 		key     string
 		settled bool
-	}{{"nofence-1", false}, {"other-1", false}, {"echo-1", true}} {
+	}{{"nofence-1", false}, {"other-1", false}, {"notenant-1", false}, {"twin-1", false}, {"echo-1", true}} {
 		// A client's own Idempotency-Tenant is never forwarded.
 		hdr := []string{"Idempotency-Key", c.key, "Authorization", "Bearer alice", TenantIDHeader, "forged"}
 		if resp, body := send(t, srv, http.MethodPost, `{}`, hdr...); resp.StatusCode != http.StatusBadGateway {
@@ -283,8 +294,8 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 				c.key, tenant, lh.Get(TenantIDHeader), lh.Get(FenceHeader), fence, lh.Get("Idempotency-Key"), alice)
 		}
 	}
-	if n := len(up.requests()); n != 3 {
-		t.Fatalf("%d upstream executions; want 3, one a key", n)
+	if n := len(up.requests()); n != 5 {
+		t.Fatalf("%d upstream executions; want 5, one a key", n)
 	}
 	// The tenant the upstream got is the admin API's {tenant}.
 	req := httptest.NewRequest(http.MethodGet, "/v1/keys/"+alice+"/echo-1", nil)
@@ -308,7 +319,7 @@ func TestReconciledReplayCarriesReplayHeaders(t *testing.T) {
 	up := newWireUpstream(t)
 	up.answer = func(w http.ResponseWriter, r *http.Request, _ string) { w.WriteHeader(http.StatusBadGateway) }
 	up.lookup = func(w http.ResponseWriter, r *http.Request) {
-		lookupAnswer(w, r, r.Header.Get(FenceHeader)) // the upstream's record has this attempt's fence
+		lookupAnswer(w, r, r.Header.Get(FenceHeader), r.Header.Get(TenantIDHeader)) // the upstream's record is this attempt's
 	}
 	srv := wireGateway(t, up, Config{ReconcileURL: up.URL + "/lookup/{key}"})
 	hdr := []string{"Idempotency-Key", "rid-1", "Authorization", "Bearer alice"}

@@ -86,7 +86,8 @@ CREATE TABLE ` + schema + `.plain (tenant_id text NOT NULL, idempotency_key text
 		p.close()
 		return nil, fmt.Errorf("lab: PostgreSQL guardrail: %w", err)
 	}
-	if p.guard, err = pgstore.New(pool, &pgstore.Options{Schema: schema}); err != nil {
+	// The guardrail only: no records to reap, so no reaper to stop.
+	if p.guard, err = pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1}); err != nil {
 		p.close()
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func runWorkerProcess(conf string, stdin io.Reader, stdout io.Writer) error {
 	}
 	defer pool.Close()
 	pg := &pgLab{pool: pool, schema: c.Schema}
-	if pg.guard, err = pgstore.New(pool, &pgstore.Options{Schema: c.Schema}); err != nil {
+	if pg.guard, err = pgstore.New(pool, &pgstore.Options{Schema: c.Schema, ReapInterval: -1}); err != nil { // the guardrail only
 		return err
 	}
 	pay := newPayClient(c.PayURL, c.PayTimeout)

@@ -20,4 +20,8 @@
 //
 // The mirror of a key is one Redis hash, PREFIX{len(tenant):tenant:key},
 // so the store works on Redis Cluster too.
+//
+// Nothing of the layered store needs reaping: every mirror and tombstone
+// carries a Redis TTL, and the authority deletes its own expired rows
+// (store/pgstore's reaper, stopped by its Close).
 package layered

@@ -73,6 +73,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
+	defer authority.Close() // stops its reaper of expired rows
 
 	client, err := redisstore.ParseURL(redisURL())
 	if err != nil {

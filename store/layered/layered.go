@@ -189,20 +189,23 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 
 // Delete implements idem.Store. It fails if the mirror could not be
 // removed, so that an operator retries rather than leaves a replay behind.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	// The deleted record's fence goes into the mirror's tombstone, which
 	// keeps a reader that fetched the record just before from restoring it.
 	var fence int64
-	if rec, err := s.authority.Get(ctx, id); err == nil {
+	if rec, err := s.authority.Get(ctx, p.ID); err == nil {
 		fence = rec.Fence
 	} else if !errors.Is(err, idem.ErrNotFound) {
 		return false, wrap(err)
 	}
-	existed, err := s.authority.Delete(ctx, id)
+	existed, err := s.authority.Delete(ctx, p)
 	if err != nil {
 		return false, wrap(err)
 	}
-	if err := deleteScript.Run(ctx, s.redis, []string{s.mirrorKey(id)}, fence, tombstoneMs).Err(); err != nil {
+	if p.Fence != 0 && !existed {
+		return false, nil // another attempt's record, or none: the mirror stays
+	}
+	if err := deleteScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, fence, tombstoneMs).Err(); err != nil {
 		return existed, fmt.Errorf("layered: delete mirror: %w", err)
 	}
 	return existed, nil

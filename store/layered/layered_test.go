@@ -32,6 +32,7 @@ func newPG(t testing.TB) *pgstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { pg.Close() })
 	return pg
 }
 
@@ -75,7 +76,7 @@ func TestRedisDown(t *testing.T) {
 	if err != nil || res.Acquired || res.Record.Result == nil || string(res.Record.Result.Body) != "ok" {
 		t.Fatalf("retry with Redis down = %+v, %v; want the replay from the authority", res, err)
 	}
-	if _, err := s.Delete(ctx, id); err == nil {
+	if _, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err == nil {
 		t.Fatal("Delete with Redis down succeeded; want an error, the mirror may remain")
 	}
 }

@@ -26,6 +26,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer pg.Close()
 	s, err := New(testenv.Redis(t), pg, &Options{Prefix: testenv.Prefix(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Delete(ctx, done.ID); err != nil { // ...an operator deletes the key...
+	if _, err := s.Delete(ctx, idem.DeleteParams{ID: done.ID}); err != nil { // ...an operator deletes the key...
 		t.Fatal(err)
 	}
 	s.mirror(ctx, stale) // ...and the reader writes its copy back

@@ -16,4 +16,10 @@
 // Acquire of a new key fails with idem.ErrStoreFull (fail closed) while
 // replays and Get keep answering. A key already admitted always completes,
 // past the bound if need be (see Store.Complete).
+//
+// One tenant's records may take a share of the bound, a quarter by default
+// (Options.TenantShare): a tenant at its share gets idem.ErrStoreFull for
+// its new keys while the other tenants keep acquiring, so one tenant
+// cannot fill the store for all. A process with a single tenant sets the
+// share to 1.
 package memstore

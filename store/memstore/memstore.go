@@ -2,10 +2,10 @@ package memstore
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
-	"net/http"
+	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,18 +25,24 @@ type Options struct {
 	// per record. A store at the bound refuses new keys; see Store.Complete
 	// for why a key it admitted may still complete past it. Zero means 256 MiB.
 	MaxBytes int64
+	// TenantShare is the fraction of MaxBytes that one tenant's records
+	// may take, so that one tenant cannot fill the store for all: a tenant
+	// at its share gets idem.ErrStoreFull for its new keys while the other
+	// tenants keep acquiring. Zero means DefaultTenantShare (a quarter); 1
+	// lets one tenant take the whole store, for a process with a single
+	// tenant. A result completed past the share counts against its tenant
+	// only: the bound counts each tenant's records up to its share.
+	TenantShare float64
 }
 
-// recordOverhead approximates the bytes a record costs beyond its strings.
-const recordOverhead = 256
-
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = errors.New("memstore: invalid list cursor")
+var errBadCursor = fmt.Errorf("memstore: %w", idem.ErrInvalidCursor)
 
 // Store is an in-memory idem.Store. It is safe for concurrent use.
 type Store struct {
-	now      func() time.Time
-	maxBytes int64
+	now         func() time.Time
+	maxBytes    int64
+	tenantBytes int64 // MaxBytes × TenantShare
 
 	mu      sync.Mutex
 	entries map[idem.ID]*entry
@@ -44,20 +50,13 @@ type Store struct {
 	// unknown indexes the UNKNOWN records by tenant and key, so that
 	// ListUnknown reads them and nothing else. A PROCESSING record whose
 	// lease ended is not in it until a call turns it UNKNOWN.
-	unknown   map[string]map[string]*entry
-	bytes     int64
+	unknown map[string]map[string]*entry
+	// byTenant holds the bytes of each tenant's records; a tenant without
+	// records has no entry. counted is what the bound counts: the sum of
+	// each tenant's bytes up to tenantBytes.
+	byTenant  map[string]int64
+	counted   int64
 	lastFence int64
-}
-
-type entry struct {
-	rec        idem.Record // TTL unused: derived from leaseUntil and expires
-	result     idem.Result // COMPLETED: rec.Result points here; never changed once set
-	leaseUntil time.Time   // PROCESSING: when the lease ends
-	expires    time.Time   // when the record ends: PROCESSING, the lease plus the retention
-	claimOwner string      // UNKNOWN: the reconciliation claim's holder, until claimUntil
-	claimUntil time.Time
-	size       int64
-	heapIndex  int
 }
 
 // New returns an empty store.
@@ -66,16 +65,23 @@ func New(opts *Options) (*Store, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.MaxBytes < 0 {
+	switch {
+	case o.MaxBytes < 0:
 		return nil, errors.New("memstore: negative MaxBytes")
+	case math.IsNaN(o.TenantShare) || o.TenantShare < 0 || o.TenantShare > 1:
+		return nil, fmt.Errorf("memstore: TenantShare %v: want a fraction of MaxBytes, above 0 and at most 1 (0 for the default, %v)", o.TenantShare, DefaultTenantShare)
 	}
 	if o.MaxBytes == 0 {
 		o.MaxBytes = 256 << 20
 	}
+	if o.TenantShare == 0 {
+		o.TenantShare = DefaultTenantShare
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Store{now: o.Clock, maxBytes: o.MaxBytes, entries: make(map[idem.ID]*entry), unknown: make(map[string]map[string]*entry)}, nil
+	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
+		entries: make(map[idem.ID]*entry), unknown: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
 }
 
 // lock takes the store's lock, drops the records whose life ended, and
@@ -113,12 +119,12 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	if ok {
 		need -= old.size // a takeover replaces the record: only the difference is new
 	}
-	if s.bytes+need > s.maxBytes {
+	if err := s.admit(p.Tenant, need); err != nil {
 		// Expired records are gone already (lock); every record left is a
 		// live lease, a lease whose outcome is unknown, or a result within
 		// its retention, and dropping one would let its retry run again.
 		// Refuse the new key.
-		return idem.AcquireResult{}, idem.ErrStoreFull
+		return idem.AcquireResult{}, err
 	}
 	if ok {
 		s.remove(old)
@@ -137,14 +143,16 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 }
 
 // Complete implements idem.Store. It stores the result even when that takes
-// the store past MaxBytes: the work behind an admitted key has run, and a
-// result refused here would be lost, so the retry would run it again.
-// Reserving room at Acquire instead cannot work, because the size of a
-// result is not known until it exists (a reservation of the largest
-// possible result would make the bound count leases, not bytes). The
-// overshoot is bounded by the leases held when the store filled times the
-// largest result the engine lets through (idem.Options.MaxResultBytes), and
-// no new key is admitted until expiry brings the store back under the bound.
+// its tenant past its share, or the store past MaxBytes: the work behind an
+// admitted key has run, and a result refused here would be lost, so the
+// retry would run it again. Reserving room at Acquire instead cannot work,
+// because the size of a result is not known until it exists (a reservation
+// of the largest possible result would make the bound count leases, not
+// bytes). A tenant's overshoot is bounded by the leases it held when it
+// filled its share times the largest result the engine lets through
+// (idem.Options.MaxResultBytes); none of its new keys is admitted until
+// expiry brings it back under its share, and the bound counts it at its
+// share only, so the other tenants keep their room.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -193,19 +201,6 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	}
 	s.remove(e)
 	return nil
-}
-
-// releasable reports whether the owner may release e: it is PROCESSING,
-// or UNKNOWN only because its lease ended (ReasonAbandoned) and no
-// reconciliation claim holds it.
-func (e *entry) releasable(now time.Time) bool {
-	switch e.rec.State {
-	case idem.StateProcessing:
-		return true
-	case idem.StateUnknown:
-		return e.rec.Reason == idem.ReasonAbandoned && (e.claimOwner == "" || !now.Before(e.claimUntil))
-	}
-	return false
 }
 
 // MarkUnknown implements idem.Store.
@@ -340,7 +335,8 @@ func parseCursor(c string) (idem.ID, bool) {
 	if !ok || err != nil || length < 0 || length > len(rest) {
 		return idem.ID{}, false
 	}
-	return idem.ID{Tenant: rest[:length], Key: rest[length:]}, true
+	id := idem.ID{Tenant: rest[:length], Key: rest[length:]}
+	return id, idem.ValidateTenant(id.Tenant) == nil && idem.ValidateKey(id.Key) == nil
 }
 
 // Get implements idem.Store.
@@ -358,17 +354,18 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[id]
-	if ok {
-		s.remove(e)
+	e, ok := s.entries[p.ID]
+	if !ok || (p.Fence != 0 && e.rec.Fence != p.Fence) {
+		return false, nil
 	}
-	return ok, nil
+	s.remove(e)
+	return true, nil
 }
 
 // owned returns the record of ref's key if ref's owner and fence made it.
@@ -409,30 +406,7 @@ func (s *Store) toCompleted(e *entry, now time.Time, r idem.Result, retention ti
 	s.setExpires(e, now.Add(retention))
 }
 
-func (s *Store) add(e *entry, size int64) {
-	e.size = size
-	s.bytes += size
-	s.entries[e.rec.ID] = e
-	heap.Push(&s.byEnd, e)
-}
-
-func (s *Store) grow(e *entry, n int64) {
-	e.size += n
-	s.bytes += n
-}
-
-func (s *Store) setExpires(e *entry, t time.Time) {
-	e.expires = t
-	heap.Fix(&s.byEnd, e.heapIndex)
-}
-
-func (s *Store) remove(e *entry) {
-	s.unindex(e)
-	heap.Remove(&s.byEnd, e.heapIndex)
-	delete(s.entries, e.rec.ID)
-	s.bytes -= e.size
-}
-
+// unindex takes e out of the UNKNOWN index, if it is there.
 func (s *Store) unindex(e *entry) {
 	if e.rec.State != idem.StateUnknown {
 		return
@@ -442,68 +416,6 @@ func (s *Store) unindex(e *entry) {
 	if len(keys) == 0 {
 		delete(s.unknown, e.rec.Tenant)
 	}
-}
-
-// abandoned reports whether e is PROCESSING with its lease ended.
-func (e *entry) abandoned(now time.Time) bool {
-	return e.rec.State == idem.StateProcessing && !now.Before(e.leaseUntil)
-}
-
-// view returns a copy of the record that the caller may keep. Its Result
-// is the stored one, shared and read-only as idem.Record documents: the
-// store never changes a result once it is stored, so a replay costs no copy.
-// A PROCESSING record whose lease ended is reported UNKNOWN, as the next
-// Acquire would make it.
-func (e *entry) view(now time.Time) idem.Record {
-	r := e.rec
-	r.TTL = e.expires.Sub(now)
-	switch {
-	case e.abandoned(now):
-		r.State, r.Reason = idem.StateUnknown, idem.ReasonAbandoned
-	case r.State == idem.StateProcessing:
-		r.TTL = e.leaseUntil.Sub(now)
-	}
-	return r
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append(make([]byte, 0, len(b)), b...)
-}
-
-func headerSize(h http.Header) int64 {
-	var n int64
-	for k, vs := range h {
-		n += int64(len(k))
-		for _, v := range vs {
-			n += int64(len(v)) + 16
-		}
-	}
-	return n
-}
-
-// expiryHeap orders entries by expiry, earliest first.
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.heapIndex = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
 }
 
 var _ idem.Store = (*Store)(nil)

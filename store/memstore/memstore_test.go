@@ -3,6 +3,8 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -34,8 +36,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 func newStore(t *testing.T, maxBytes int64) (*memstore.Store, *fakeClock) {
+	return newStoreShare(t, maxBytes, 0)
+}
+
+// newStoreShare is newStore with Options.TenantShare: 1 for the tests of
+// the store's bound, whose keys are all one tenant's.
+func newStoreShare(t *testing.T, maxBytes int64, share float64) (*memstore.Store, *fakeClock) {
 	clock := &fakeClock{now: time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)}
-	s, err := memstore.New(&memstore.Options{Clock: clock.Now, MaxBytes: maxBytes})
+	s, err := memstore.New(&memstore.Options{Clock: clock.Now, MaxBytes: maxBytes, TenantShare: share})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +61,7 @@ func TestConformance(t *testing.T) {
 
 func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 	ctx := context.Background()
-	s, clock := newStore(t, 4096)
+	s, clock := newStoreShare(t, 4096, 1)
 	acquire := func(key string) (idem.AcquireResult, error) {
 		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
 	}
@@ -135,9 +143,14 @@ func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 	}
 }
 
-func TestNewRejectsNegativeBound(t *testing.T) {
+func TestNewRejectsBadBounds(t *testing.T) {
 	if _, err := memstore.New(&memstore.Options{MaxBytes: -1}); err == nil {
 		t.Fatal("New accepted a negative MaxBytes")
+	}
+	for _, share := range []float64{-0.5, 1.5, math.NaN(), math.Inf(1)} {
+		if _, err := memstore.New(&memstore.Options{TenantShare: share}); err == nil {
+			t.Errorf("New accepted TenantShare %v", share)
+		}
 	}
 }
 
@@ -148,7 +161,7 @@ func TestNewRejectsNegativeBound(t *testing.T) {
 // allows it.
 func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 	ctx := context.Background()
-	s, clock := newStore(t, 4096)
+	s, clock := newStoreShare(t, 4096, 1)
 	acquire := func(key string, takeOver bool) (idem.AcquireResult, error) {
 		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Second, Retention: time.Hour, TakeOver: takeOver})
 	}
@@ -248,4 +261,65 @@ func TestUsageFollowsTheRecords(t *testing.T) {
 	if used, _ := s.Usage(); used != 0 {
 		t.Fatalf("Usage after the retention ended = %d; want 0", used)
 	}
+}
+
+// TestTenantShare is issue 22's item 10: one tenant's 300 KiB result in a
+// 256 KiB store made every tenant's new keys 503 for the retention. A
+// tenant may hold a share of the bound (a quarter by default): past it,
+// its own new keys are refused while the other tenants keep acquiring and
+// completing, and every result stored stays until its retention ends.
+func TestTenantShare(t *testing.T) {
+	ctx := context.Background()
+	s, clock := newStore(t, 256<<10)
+	acquire := func(tenant, key string) (idem.AcquireResult, error) {
+		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: tenant, Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
+	}
+	run := func(tenant, key string, body int) {
+		t.Helper()
+		res, err := acquire(tenant, key)
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire %s/%s = %+v, %v; want acquired", tenant, key, res, err)
+		}
+		ref := idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
+		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: make([]byte, body)}, Retention: time.Hour}); err != nil {
+			t.Fatalf("Complete %s/%s: %v", tenant, key, err)
+		}
+	}
+	// The issue's case: one result larger than the whole store.
+	run("mallory", "huge", 300<<10)
+	if _, err := acquire("mallory", "next"); !errors.Is(err, idem.ErrStoreFull) {
+		t.Fatalf("Acquire of the tenant over its share = %v; want ErrStoreFull", err)
+	}
+	run("alice", "a-1", 1<<10)
+	// A tenant fills its share with many small results; the others go on.
+	n := 0
+	for ; ; n++ {
+		if n > 1000 {
+			t.Fatal("a tenant stored 1,000 results of 4 KiB in a 256 KiB store")
+		}
+		res, err := acquire("bob", fmt.Sprint("b-", n))
+		if errors.Is(err, idem.ErrStoreFull) {
+			break
+		}
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire bob/b-%d = %+v, %v", n, res, err)
+		}
+		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence},
+			Result: idem.Result{Status: 201, Body: make([]byte, 4<<10)}, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if share := int64(n) * (4<<10 + 256); share > 64<<10+4<<10+256 || n < 10 {
+		t.Fatalf("bob stored %d results of 4 KiB (%d bytes) before his share was full; want about a quarter of 256 KiB", n, share)
+	}
+	run("alice", "a-2", 1<<10)
+	run("carol", "c-1", 1<<10)
+	// Every stored result still replays, the huge one included.
+	for _, id := range []idem.ID{{Tenant: "mallory", Key: "huge"}, {Tenant: "bob", Key: "b-0"}, {Tenant: "alice", Key: "a-1"}} {
+		if rec, err := s.Get(ctx, id); err != nil || rec.State != idem.StateCompleted {
+			t.Fatalf("Get %v = %+v, %v; want its stored result", id, rec, err)
+		}
+	}
+	clock.Advance(2 * time.Hour)
+	run("mallory", "after-retention", 1<<10)
 }

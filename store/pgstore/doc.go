@@ -9,9 +9,20 @@
 // and the fence of the lease in its WHERE clause. Lease deadlines and
 // retention ends are computed from the database's clock_timestamp(), never
 // from the application's clock; a row past its end is absent to every
-// query, and the reaper (Store.Reap) deletes it later. No index covers a
+// query, and the store's reaper deletes it later. No index covers a
 // column that Complete or Extend changes, so PostgreSQL can update those
 // rows in place (HOT updates); the reaper has its own column, reap_at.
+//
+// # Reaper
+//
+// New starts a goroutine that deletes the rows whose life ended, every
+// minute (Options.ReapInterval), in statements of at most 1,000 rows, each
+// its own short transaction that skips the rows others hold (FOR UPDATE
+// SKIP LOCKED), until a statement finds fewer due rows: it never holds a
+// long lock, and several processes on one schema share the work. Close
+// stops it; the pool stays the caller's to close. A negative ReapInterval
+// turns it off, for a process that calls Store.Reap itself, or that uses
+// only the guardrail (no records to reap).
 //
 // # Fences
 //
@@ -21,6 +32,19 @@
 // key, including after release, delete and expiry, and whatever happens to
 // a Redis in front of it (store/layered). PostgreSQL does not lose a
 // committed write, which Redis's asynchronous replication can.
+//
+// The sequence is kept at or above the database's clock in microseconds,
+// as the memory and Redis stores floor their fences: a fence is at least
+// its acquisition time in microseconds and at most about a second above
+// it.
+// Fences of every store are thus comparable, and a team that moves from
+// Redis to PostgreSQL keeps getting fences above the ones its fenced rows
+// hold. The sequence only goes up: after the clock steps back, fences keep
+// counting from the highest. Moving the sequence up, at most once a second,
+// waits for the acquisitions in flight to commit: do not hold locks on the
+// store's rows in a transaction of your own. See
+// migrations/005_fence_clock.sql and docs/deployment.md ("Fences across
+// stores").
 //
 // # Guardrail
 //

@@ -24,8 +24,9 @@ func databaseURL() string {
 }
 
 // The engine on PostgreSQL: Migrate creates the store's tables (the
-// `idem migrate` command runs it too), New opens the store on them. A
-// record survives a restart, and a fence is never handed out twice.
+// `idem migrate` command runs it too), New opens the store on them and
+// starts its reaper of expired rows, which Close stops. A record survives
+// a restart, and a fence is never handed out twice.
 // (Without a reachable database the example stops at Migrate.)
 func ExampleNew() {
 	ctx := context.Background()
@@ -44,6 +45,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
+	defer store.Close() // stops its reaper of expired rows
 	engine, err := idem.New(store, nil)
 	if err != nil {
 		panic(err)
@@ -151,6 +153,7 @@ func Example_articleFlow() {
 	if err != nil {
 		panic(err)
 	}
+	defer store.Close()
 	engine, err := idem.New(store, nil)
 	if err != nil {
 		panic(err)

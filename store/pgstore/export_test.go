@@ -14,3 +14,9 @@ func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 // Schema returns the schema that holds the store's tables, for the tests.
 func (s *Store) Schema() string { return s.schema }
+
+// NewWithReapHook is New with a function the reaper calls after each
+// pass, with the rows the pass looked at and its error.
+func NewWithReapHook(pool *pgxpool.Pool, opts *Options, onReap func(looked int, err error)) (*Store, error) {
+	return newStore(pool, opts, onReap)
+}

@@ -34,10 +34,12 @@ func viaProxy(t *testing.T, s *pgstore.Store) (*pgstore.Store, *faultproxy.Proxy
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	ps, err := pgstore.New(pool, &pgstore.Options{Schema: s.Schema()})
+	// No reaper: its statements would go through the proxy's faults.
+	ps, err := pgstore.New(pool, &pgstore.Options{Schema: s.Schema(), ReapInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ps.Close() })
 	return ps, p
 }
 

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/recordcodec"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Errors of this package.
@@ -31,39 +28,6 @@ var (
 	// wrote it (or it was settled already, or is missing).
 	ErrStaleFence = errors.New("pgstore: stale fencing token")
 )
-
-// Options configures a Store. A nil *Options means all defaults.
-type Options struct {
-	// Schema holds the store's tables and its fence sequence, as created
-	// by Migrate. Empty means DefaultSchema ("idem"). Lower-case letters,
-	// digits and underscores only.
-	Schema string
-}
-
-// Store is an idem.Store on PostgreSQL. It is safe for concurrent use.
-type Store struct {
-	pool   *pgxpool.Pool
-	schema string
-	q      queries
-}
-
-// New returns a store on pool, whose tables Migrate has created.
-func New(pool *pgxpool.Pool, opts *Options) (*Store, error) {
-	if pool == nil {
-		return nil, fmt.Errorf("%w: nil pool", ErrConfig)
-	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Schema == "" {
-		o.Schema = DefaultSchema
-	}
-	if err := checkSchema(o.Schema); err != nil {
-		return nil, err
-	}
-	return &Store{pool: pool, schema: o.Schema, q: newQueries(o.Schema)}, nil
-}
 
 // recordColumns are read by scanRecord, in this order. The lease ends at
 // lease_until, or at expires_at in a row an older version wrote
@@ -99,13 +63,17 @@ func newQueries(schema string) queries {
 		// next to the row lock and commit that the INSERT pays anyway, and
 		// a plain INSERT is cheaper than a CTE that also reads the row on
 		// every acquisition. The row lives the lease ($5) plus the
-		// retention: $6 is their sum.
+		// retention: $6 is their sum. One reading of the clock sets the
+		// acquisition time, the deadlines and the fence's floor
+		// (migrations/005_fence_clock.sql); the fence is above the row's
+		// even if someone set the sequence back.
 		acquire: r.Replace(`INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at,
 		lease_until, expires_at, reap_at)
-	VALUES ($1, $2, 'P', $3, nextval('S.fence_seq'), $4, clock_timestamp(), clock_timestamp() + $5 * interval '1 microsecond',
-		clock_timestamp() + $6 * interval '1 microsecond', clock_timestamp() + $6 * interval '1 microsecond')
+	SELECT $1, $2, 'P', $3, S.next_fence('S.fence_seq', c.now), $4, c.now, c.now + $5 * interval '1 microsecond',
+		c.now + $6 * interval '1 microsecond', c.now + $6 * interval '1 microsecond'
+	FROM (SELECT clock_timestamp() AS now) c
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
-		SET state = 'P', owner = excluded.owner, fence = excluded.fence, fingerprint = excluded.fingerprint,
+		SET state = 'P', owner = excluded.owner, fence = greatest(excluded.fence, r.fence + 1), fingerprint = excluded.fingerprint,
 			acquired_at = excluded.acquired_at, lease_until = excluded.lease_until, expires_at = excluded.expires_at,
 			reap_at = excluded.reap_at, completed_at = NULL, status = NULL, header = NULL, body = NULL,
 			reason = NULL, claim_owner = NULL, claim_until = NULL,
@@ -180,34 +148,11 @@ ORDER BY tenant_id, idempotency_key LIMIT $3`),
 		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
 		del: r.Replace(`WITH gone AS (
-	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2
+	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND ($3::bigint = 0 OR fence = $3)
 	RETURNING expires_at > clock_timestamp() AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
-		// The reaper takes up to $1 due rows (reap_at passed, see
-		// migrations/003_reap_at.sql), deletes those that have expired and
-		// moves the others to their end. SKIP LOCKED lets several reapers,
-		// and acquisitions taking over an expired row, run at once without
-		// waiting for each other. Both branches compare with one instant,
-		// the statement's start, so no row is both deleted and moved; a row
-		// changed meanwhile is checked again in its latest version.
-		reap: r.Replace(`WITH due AS (
-	SELECT tenant_id, idempotency_key FROM S.records
-	WHERE reap_at <= statement_timestamp()
-	ORDER BY reap_at
-	LIMIT $1 FOR UPDATE SKIP LOCKED
-), gone AS (
-	DELETE FROM S.records r USING due
-	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
-		AND r.expires_at <= statement_timestamp()
-	RETURNING 1
-), moved AS (
-	UPDATE S.records r SET reap_at = r.expires_at FROM due
-	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
-		AND r.expires_at > statement_timestamp()
-	RETURNING 1
-)
-SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM moved)`),
+		reap:    r.Replace(reapSQL),
 		reserve: r.Replace(`INSERT INTO S.reservations (tenant_id, idempotency_key, fence) VALUES ($1, $2, $3)`),
 		settle: r.Replace(`UPDATE S.reservations SET fence = $3, outcome = $4, settled_at = clock_timestamp()
 WHERE tenant_id = $1 AND idempotency_key = $2 AND fence <= $3 AND settled_at IS NULL`),
@@ -417,7 +362,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	if p.After != "" {
 		var err error
 		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidRequest, p.After)
+			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidCursor, p.After)
 		}
 	}
 	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
@@ -460,10 +405,14 @@ func cursor(id idem.ID) string {
 func parseCursor(c string) (idem.ID, error) {
 	n, rest, ok := strings.Cut(c, ":")
 	size, err := strconv.Atoi(n)
-	if !ok || err != nil || size < 0 || size > len(rest) || rest[size:] == "" {
+	if !ok || err != nil || size < 0 || size > len(rest) {
 		return idem.ID{}, errors.New("malformed")
 	}
-	return idem.ID{Tenant: rest[:size], Key: rest[size:]}, nil
+	id := idem.ID{Tenant: rest[:size], Key: rest[size:]}
+	if err := idem.ValidateTenant(id.Tenant); err != nil {
+		return idem.ID{}, err
+	}
+	return id, idem.ValidateKey(id.Key)
 }
 
 // Get implements idem.Store.
@@ -479,120 +428,12 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	var live bool
-	if err := s.pool.QueryRow(ctx, s.q.del, id.Tenant, id.Key).Scan(&live); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.del, p.Tenant, p.Key, p.Fence).Scan(&live); err != nil {
 		return false, fmt.Errorf("pgstore: delete: %w", err)
 	}
 	return live, nil
-}
-
-// Reap looks at up to batch due records, deletes those that have expired
-// and returns how many it looked at. A record is due at the end of the
-// lease it was acquired with; one still live then (its lease was extended,
-// or it was completed with a retention) is not deleted but moved to its
-// real end, so the reaper looks at each record at most once per lease
-// extension and once more at its end, however long its retention. A
-// record whose end comes before its first lease ends is deleted when that
-// lease would have ended; every query treats it as absent from its end on.
-//
-// Several reapers may run at once: each skips the rows another has
-// locked. Call it until it returns less than batch to empty the backlog; a
-// bounded batch keeps each transaction short.
-func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
-	if batch <= 0 {
-		return 0, fmt.Errorf("%w: reap batch %d, want > 0", ErrConfig, batch)
-	}
-	var deleted, moved int
-	if err := s.pool.QueryRow(ctx, s.q.reap, batch).Scan(&deleted, &moved); err != nil {
-		return 0, fmt.Errorf("pgstore: reap: %w", err)
-	}
-	return deleted + moved, nil
-}
-
-// row is one row of recordColumns.
-type row struct {
-	rec       idem.Record
-	abandoned bool           // PROCESSING with its lease ended: rec says UNKNOWN
-	takeover  *idem.Takeover // set by the acquisition that took the row over
-}
-
-// scanRow reads recordColumns, then the destinations in post.
-func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
-	var (
-		state                  string
-		completed, takenAt     *time.Time
-		status                 *int32
-		takenFence             *int64
-		reason                 *string
-		header, body           []byte
-		leaseEnd               time.Time
-		leaseMicros, lifeMicro int64
-	)
-	rec := idem.Record{ID: id}
-	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
-		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt}, post...)
-	if err := rows.Scan(dest...); err != nil {
-		return row{}, err
-	}
-	r := row{}
-	if completed != nil {
-		rec.CompletedAt = *completed
-	}
-	if reason != nil {
-		rec.Reason = *reason
-	}
-	rec.TTL = time.Duration(lifeMicro) * time.Microsecond
-	switch state {
-	case "P":
-		rec.State = idem.StateProcessing
-		rec.TTL = time.Duration(leaseMicros) * time.Microsecond
-		if leaseMicros <= 0 {
-			// Reported as the next Acquire without TakeOver will make it.
-			r.abandoned = true
-			rec.State, rec.Reason, rec.CompletedAt = idem.StateUnknown, idem.ReasonAbandoned, leaseEnd
-			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
-		}
-		if takenFence != nil && takenAt != nil {
-			r.takeover = &idem.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
-		}
-	case "U":
-		rec.State = idem.StateUnknown
-	case "C":
-		rec.State = idem.StateCompleted
-		h, err := recordcodec.ParseHeader(header)
-		if err != nil {
-			return row{}, err
-		}
-		res := &idem.Result{Header: h, Body: body}
-		if status != nil {
-			res.Status = int(*status)
-		}
-		rec.Result = res
-	default:
-		return row{}, fmt.Errorf("corrupt record: state %q", state)
-	}
-	r.rec = rec
-	return r, nil
-}
-
-// isConnectionError reports an error of the connection rather than one the
-// server returned for the statement: the statement may or may not have run.
-func isConnectionError(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// admin_shutdown and friends: the server terminated the backend.
-		return strings.HasPrefix(pgErr.Code, "57P")
-	}
-	return true
-}
-
-// nonNil stores an empty body as an empty bytea, not NULL.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
 }
 
 var _ idem.Store = (*Store)(nil)

@@ -17,17 +17,30 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// newStore returns a store in a schema of its own, migrated.
+// newStore returns a store in a schema of its own, migrated, with its
+// reaper on (closed when t ends).
 func newStore(t testing.TB) *pgstore.Store {
+	t.Helper()
+	return newStoreOpts(t, nil)
+}
+
+// newStoreOpts is newStore with opts, whose Schema it sets.
+func newStoreOpts(t testing.TB, opts *pgstore.Options) *pgstore.Store {
 	t.Helper()
 	pool, schema := testenv.Postgres(t)
 	if err := pgstore.Migrate(context.Background(), pool, schema); err != nil {
 		t.Fatal(err)
 	}
-	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	o := pgstore.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Schema = schema
+	s, err := pgstore.New(pool, &o)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
@@ -57,8 +70,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".schema_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 {
-		t.Fatalf("%d migrations recorded; want 4, each once", n)
+	if n != 5 {
+		t.Fatalf("%d migrations recorded; want 5, each once", n)
 	}
 }
 
@@ -83,7 +96,7 @@ func TestBadOptions(t *testing.T) {
 // TestReapConcurrent expires many rows and reaps them with several reapers
 // at once: every expired row is deleted exactly once, live rows stay.
 func TestReapConcurrent(t *testing.T) {
-	s := newStore(t)
+	s := newStoreOpts(t, &pgstore.Options{ReapInterval: -1}) // these tests count what Reap does
 	ctx := context.Background()
 	const expired, live, batch = 300, 20, 25
 	for i := range expired + live {
@@ -142,7 +155,7 @@ func TestReapConcurrent(t *testing.T) {
 // Extend must reach it before the first lease ends: a second is margin
 // enough on a loaded machine.
 func TestReapMovesLiveRecords(t *testing.T) {
-	s := newStore(t)
+	s := newStoreOpts(t, &pgstore.Options{ReapInterval: -1}) // these tests count what Reap does
 	ctx := context.Background()
 	const lease = time.Second
 	acquire := func(key string) idem.LeaseRef {
@@ -206,10 +219,11 @@ func TestMigrateUpgrade(t *testing.T) {
 	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
 		t.Fatalf("Migrate on top of version 2: %v", err)
 	}
-	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
 	if n, err := s.Reap(ctx, 10); err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2 (the old rows are due at once)", n, err)
 	}

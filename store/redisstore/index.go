@@ -141,7 +141,7 @@ const (
 )
 
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = errors.New("redisstore: bad list cursor")
+var errBadCursor = fmt.Errorf("redisstore: %w", idem.ErrInvalidCursor)
 
 // ListUnknown implements idem.Store. The order is that of the index
 // (and, on Redis Cluster, of the slots): by tenant, then key.
@@ -218,8 +218,9 @@ func (s *Store) parseCursor(p idem.ListParams) (int, string, error) {
 	}
 	n, after, ok := strings.Cut(p.After, ":")
 	i, err := strconv.Atoi(n)
-	if !ok || err != nil || i < 0 || i >= s.index.count() ||
-		(after != "" && !p.AllTenants && !strings.HasPrefix(after, tenantOf(p.Tenant))) {
+	id, member := parseMember(after)
+	if !ok || err != nil || i < 0 || i >= s.index.count() || !member || (!p.AllTenants && id.Tenant != p.Tenant) ||
+		idem.ValidateTenant(id.Tenant) != nil || idem.ValidateKey(id.Key) != nil {
 		return 0, "", fmt.Errorf("%w %q", errBadCursor, p.After)
 	}
 	return i, after, nil

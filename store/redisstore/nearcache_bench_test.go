@@ -40,7 +40,7 @@ func BenchmarkNearCache(b *testing.B) {
 		new  func(b *testing.B) idem.Store
 	}{
 		{"memory", func(b *testing.B) idem.Store { // the ceiling: no network at all
-			s, err := memstore.New(nil)
+			s, err := memstore.New(&memstore.Options{TenantShare: 1}) // one tenant's keys
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -204,7 +204,7 @@ func TestNearCacheStaleWindow(t *testing.T) {
 			var rs []staleRound
 			for range rounds {
 				rs = append(rs, staleWindowRound(t, s, inv, 8, func(id idem.ID) (bool, error) {
-					return s.Delete(context.Background(), id)
+					return s.Delete(context.Background(), idem.DeleteParams{ID: id})
 				}))
 			}
 			if sum := summary(t, rs); sum.stale > 0 {
@@ -225,7 +225,7 @@ func TestNearCacheStaleWindow(t *testing.T) {
 			var rs []staleRound
 			for range rounds {
 				rs = append(rs, staleWindowRound(t, s, inv, replayers, func(id idem.ID) (bool, error) {
-					return other.Delete(context.Background(), id)
+					return other.Delete(context.Background(), idem.DeleteParams{ID: id})
 				}))
 			}
 			if sum := summary(t, rs); sum.staleInvalid > 0 {
@@ -315,7 +315,7 @@ func TestNearCacheRemovalNotUndone(t *testing.T) {
 		}()
 		<-c.ran
 	}
-	if ok, err := s.Delete(ctx, id); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err != nil || !ok {
 		t.Fatalf("Delete = %v, %v", ok, err)
 	}
 	close(c.release)

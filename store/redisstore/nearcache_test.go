@@ -256,7 +256,7 @@ func TestNearCacheSeesOtherClients(t *testing.T) {
 		t.Fatalf("replay = %+v, %d hits; want a cache hit", a, st)
 	}
 	drain()
-	if ok, err := other.Delete(ctx, id); err != nil || !ok {
+	if ok, err := other.Delete(ctx, idem.DeleteParams{ID: id}); err != nil || !ok {
 		t.Fatalf("Delete through the other client = %v, %v", ok, err)
 	}
 	waitInvalidation()
@@ -273,7 +273,7 @@ func TestNearCacheSeesOtherClients(t *testing.T) {
 		t.Fatalf("replay = %+v; want fence %d", a, oldFence)
 	}
 	drain()
-	if _, err := other.Delete(ctx, id); err != nil {
+	if _, err := other.Delete(ctx, idem.DeleteParams{ID: id}); err != nil {
 		t.Fatal(err)
 	}
 	waitInvalidation()
@@ -315,7 +315,7 @@ func TestNearCacheOwnDeleteSeenAtOnce(t *testing.T) {
 		completeKey(t, s, id, nearResult)
 		replay(t, s, id)
 		replay(t, s, id)
-		if ok, err := s.Delete(context.Background(), id); err != nil || !ok {
+		if ok, err := s.Delete(context.Background(), idem.DeleteParams{ID: id}); err != nil || !ok {
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
 		if a := replay(t, s, id); !a.Acquired {

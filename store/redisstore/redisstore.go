@@ -392,18 +392,18 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 }
 
 // Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if s.near != nil {
-		s.near.removing(s.recordKey(id))
+		s.near.removing(s.recordKey(p.ID))
 	}
-	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
+	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(p.ID), []any{fenceGraceMs, p.Fence})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
 		// when its invalidation is read, which may come after this reply
 		// (on another of the client's connections, or later on this one).
 		// From here on saw ignores the replies to scripts sent before.
-		s.near.removing(s.recordKey(id))
+		s.near.removing(s.recordKey(p.ID))
 	}
 	if err != nil {
 		return false, fmt.Errorf("redisstore: delete: %w", err)

@@ -229,7 +229,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
-	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema})
+	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1}) // the guardrail only: no records to reap
 	if err != nil {
 		t.Fatal(err)
 	}

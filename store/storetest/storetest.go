@@ -90,12 +90,14 @@ func Run(t *testing.T, h Harness) {
 		{"StaleOwnerCannotTouchTakenOverKey", testStaleOwner},
 		{"WrongOwnerOrFenceIsLost", testWrongOwnerOrFence},
 		{"FenceIncreases", testFenceIncreases},
+		{"FenceAtLeastTheClock", testFenceClockFloor},
 		{"RecordOutlivesLeaseThenExpires", testLeaseExpires},
 		{"ExtendKeepsLeaseAlive", testExtend},
 		{"ExtendAfterLeaseEndFailsAndRevivesNothing", testExtendAfterExpiry},
 		{"ResultExpires", testResultExpires},
 		{"Release", testRelease},
 		{"Delete", testDelete},
+		{"DeleteByFence", testDeleteByFence},
 		{"FingerprintKept", testFingerprint},
 		{"TenantsAndKeysDoNotCollide", testNoCollision},
 		{"LargeAndBinaryBodies", testBodies},
@@ -120,6 +122,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownPages", testListPages},
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
+
+		// What operators ask (admin.go).
+		{"ListUnknownRefusesForeignCursors", testListBadCursor},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -377,62 +382,6 @@ func testWrongOwnerOrFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 }
 
-func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration)) {
-	id := newID(t)
-	var fences []int64
-	ctx := context.Background()
-	ref := mustAcquire(t, s, id, long) // released
-	fences = append(fences, ref.Fence)
-	if err := s.Release(ctx, ref); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	// expires: lease and retention end
-	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
-	fences = append(fences, ref.Fence)
-	advance(3 * short)
-	ref = mustAcquire(t, s, id, short) // abandoned, taken over
-	fences = append(fences, ref.Fence)
-	advance(2 * short)
-	ref = mustTakeOver(t, s, id, ref, long) // marked UNKNOWN, resolved as not executed
-	fences = append(fences, ref.Fence)
-	if err := markUnknown(s, ref, "test", long); err != nil {
-		t.Fatalf("MarkUnknown: %v", err)
-	}
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
-		t.Fatalf("Resolve: %v", err)
-	}
-	ref = mustAcquire(t, s, id, long) // completed, then deleted
-	fences = append(fences, ref.Fence)
-	if err := complete(s, ref, idem.Result{}, long); err != nil {
-		t.Fatalf("Complete: %v", err)
-	}
-	if _, err := s.Delete(ctx, id); err != nil {
-		t.Fatalf("Delete: %v", err)
-	}
-	ref = mustAcquire(t, s, id, long)
-	fences = append(fences, ref.Fence)
-	for i := 1; i < len(fences); i++ {
-		if fences[i] <= fences[i-1] {
-			t.Fatalf("fences %v do not strictly increase (after release, expiry, takeover, resolve, delete)", fences)
-		}
-	}
-	// Back-to-back cycles, faster than any clock tick.
-	last := ref.Fence
-	if err := s.Release(ctx, ref); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	for range 50 {
-		r := mustAcquire(t, s, id, long)
-		if r.Fence <= last {
-			t.Fatalf("fence %d after %d in back-to-back cycles", r.Fence, last)
-		}
-		last = r.Fence
-		if err := s.Release(ctx, r); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
-	}
-}
-
 // testLeaseExpires: a PROCESSING record outlives its lease by the
 // retention (an ended lease is not a free key: the owner's work may have
 // run), and then ends.
@@ -546,7 +495,7 @@ func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Delete(ctx, done); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: done}); err != nil || !ok {
 		t.Fatalf("Delete(completed) = %v, %v; want true, nil", ok, err)
 	}
 	if _, ok := get(t, s, done); ok {
@@ -554,14 +503,14 @@ func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 	running := newID(t)
 	ref = mustAcquire(t, s, running, long)
-	if ok, err := s.Delete(ctx, running); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: running}); err != nil || !ok {
 		t.Fatalf("Delete(processing) = %v, %v; want true, nil", ok, err)
 	}
 	wantLost(t, "Complete after Delete", complete(s, ref, idem.Result{}, long))
 	if _, ok := get(t, s, running); ok {
 		t.Fatal("Complete after Delete re-created the record")
 	}
-	if ok, err := s.Delete(ctx, newID(t)); err != nil || ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: newID(t)}); err != nil || ok {
 		t.Fatalf("Delete(absent) = %v, %v; want false, nil", ok, err)
 	}
 }

@@ -718,7 +718,7 @@ func testListForgets(t *testing.T, s idem.Store, advance func(time.Duration)) {
 	if err := complete(s, refs["c-completed"], idem.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Delete(ctx, refs["d-deleted"].ID); err != nil || !ok {
+	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: refs["d-deleted"].ID}); err != nil || !ok {
 		t.Fatalf("Delete = %v, %v", ok, err)
 	}
 	advance(2 * short)

@@ -99,6 +99,7 @@ func (u *upstream) lookup(w http.ResponseWriter, tenant, key string) {
 	}
 	w.Header().Set(idemhttp.HeaderKey, key)
 	w.Header().Set(gateway.FenceHeader, fence)
+	w.Header().Set("Idempotency-Tenant", tenant)
 	w.Header().Set(gateway.OriginalStatusHeader, "201")
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, `{"charge":%q,"found_by":"lookup"}`, key)

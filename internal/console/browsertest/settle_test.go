@@ -99,15 +99,16 @@ func TestConsoleSettlesUnknownKeys(t *testing.T) {
 		t.Fatalf("retry of inv-7 after the reconciliation = %d replayed=%v %s; want the lookup's answer replayed", status, replayed, body)
 	}
 
-	// Delete inv-8 (where the admin API refuses to delete an UNKNOWN key
-	// unless forced, the console offers to force it).
+	// Delete inv-8: the admin API refuses to delete an UNKNOWN key unless
+	// forced, and the console offers to force it.
 	h.openKey(t, ctx, "globex", "inv-8")
 	run(t, ctx, "deleting", chromedp.Click(chromedp.CSS("#action-delete")))
-	if res := confirm(t, ctx, ""); strings.HasPrefix(res, "result failed") {
-		run(t, ctx, "forcing", chromedp.Click(chromedp.CSS("#force-delete")))
-		if res := confirm(t, ctx, ""); !strings.HasPrefix(res, "result ok") {
-			t.Fatalf("force-deleting inv-8: %s", res)
-		}
+	if res := confirm(t, ctx, ""); !strings.HasPrefix(res, "result failed") || !strings.Contains(res, "key_unknown") {
+		t.Fatalf("deleting the UNKNOWN inv-8: %s; want it refused (409 key_unknown)", res)
+	}
+	run(t, ctx, "forcing", chromedp.Click(chromedp.CSS("#force-delete")))
+	if res := confirm(t, ctx, ""); !strings.HasPrefix(res, "result ok") {
+		t.Fatalf("force-deleting inv-8: %s", res)
 	}
 	run(t, ctx, "the key deleted", chromedp.WaitVisible(chromedp.CSS("#no-record")))
 

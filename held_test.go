@@ -1,0 +1,198 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// holdEvents records what a HoldObserver is told.
+type holdEvents struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (o *holdEvents) StoreCall(context.Context, string, time.Duration, error) {}
+func (o *holdEvents) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *holdEvents) Held(id idem.ID, op string, ev idem.HoldEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events = append(o.events, fmt.Sprintf("%s %s %s", id.Key, op, ev))
+}
+
+func (o *holdEvents) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return strings.Join(o.events, ", ")
+}
+
+// A held completion whose lease was taken over meanwhile is refused by
+// the store (owner and fence) and dropped: the new owner's record stays.
+func TestHeldCompletionOfALeaseTakenOverIsDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newOutageStore(mustMem(t))
+		var obs holdEvents
+		opts := &idem.Options{LeaseDuration: 100 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun}
+		o := *opts
+		o.Observer = &obs
+		e := newEngine(t, s, &o)
+		ctx := context.Background()
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		s.start(outageRefuse, false)
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
+			t.Fatalf("Complete during the outage = %v; want nil (held)", err)
+		}
+		time.Sleep(200 * time.Millisecond) // the lease ends; another process, which reaches the store, takes the key over
+		other := newEngine(t, s.Store, opts)
+		b := begin(t, other, req)
+		if b.Outcome != idem.Acquired || b.Lease.Takeover() == nil {
+			t.Fatalf("takeover = %v; want Acquired taking over", b.Outcome)
+		}
+		if err := b.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("second")}); err != nil {
+			t.Fatal(err)
+		}
+		s.end()
+		flush(t, e)
+		if got, want := obs.String(), "k complete held, k complete dropped"; got != want {
+			t.Errorf("hold events %q; want %q", got, want)
+		}
+		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "second" {
+			t.Fatalf("after the dropped completion = %v %q; want the new owner's result", r.Outcome, r.Result.Body)
+		}
+	})
+}
+
+// The hold is bounded in count and in bytes: past either bound a
+// finalize fails as before, as a store error.
+func TestTheHoldIsBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newOutageStore(mustMem(t))
+		var obs holdEvents
+		e := newEngine(t, s, &idem.Options{MaxHeld: 2, MaxHeldBytes: 4 << 10, Observer: &obs})
+		ctx := context.Background()
+		a, b, c := begin(t, e, idem.Request{Key: "a"}), begin(t, e, idem.Request{Key: "b"}), begin(t, e, idem.Request{Key: "c"})
+		s.start(outageRefuse, false)
+		if err := a.Lease.Complete(ctx, idem.Result{Body: make([]byte, 5<<10)}); !errors.Is(err, idem.ErrStore) {
+			t.Errorf("Complete of 5 KiB into a 4 KiB hold = %v; want ErrStore", err)
+		}
+		if err := a.Lease.Complete(ctx, idem.Result{Body: []byte("small")}); err != nil {
+			t.Errorf("Complete of a small result = %v; want nil (held)", err)
+		}
+		if err := b.Lease.Release(ctx); err != nil {
+			t.Errorf("second finalize = %v; want nil (held)", err)
+		}
+		if err := c.Lease.MarkUnknown(ctx, "timeout"); !errors.Is(err, idem.ErrStore) {
+			t.Errorf("third finalize into a hold of 2 = %v; want ErrStore", err)
+		}
+		s.end()
+		flush(t, e)
+		want := "a complete refused, a complete held, b release held, c mark_unknown refused, "
+		if got := obs.String() + ", "; !strings.HasPrefix(got, want) || strings.Count(got, "stored") != 2 {
+			t.Errorf("hold events %q; want %q and then both stored", got, want)
+		}
+		if r := begin(t, e, idem.Request{Key: "a"}); r.Outcome != idem.Replayed || string(r.Result.Body) != "small" {
+			t.Errorf("a after the outage = %v; want its held result replayed", r.Outcome)
+		}
+		c.Lease.MarkUnknown(ctx, "timeout") // the store is back: the caller's own retry
+	})
+}
+
+// A store that stays down past the lease: the held completion is given
+// up when its time runs out, and the key is what the store makes of an
+// ended lease (UNKNOWN); this process no longer answers from it.
+func TestHeldCompletionRunsOutOfTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newOutageStore(mustMem(t))
+		var obs holdEvents
+		e := newEngine(t, s, &idem.Options{Observer: &obs})
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		s.start(outageRefuse, false)
+		start := time.Now()
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("lost")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(25 * time.Second)
+		if r := begin(t, e, req); r.Outcome != idem.Replayed {
+			t.Fatalf("retry 25s into a 30s lease = %v; want the held result", r.Outcome)
+		}
+		time.Sleep(10 * time.Second)
+		if got, want := obs.String(), "k complete held, k complete dropped"; got != want {
+			t.Errorf("hold events %q after %v; want %q", got, time.Since(start), want)
+		}
+		s.end()
+		if r := begin(t, e, req); r.Outcome != idem.Unknown || r.Record.Reason != idem.ReasonAbandoned {
+			t.Fatalf("retry after the hold gave up = %v %+v; want Unknown (abandoned)", r.Outcome, r.Record)
+		}
+	})
+}
+
+// Flush stores what is held, or says how much is still held when its
+// context ends first; an operator's Delete drops what is held for the key.
+func TestFlushAndDelete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, e := outageEngine(t, nil)
+		ctx := context.Background()
+		a, b := begin(t, e, idem.Request{Key: "a"}), begin(t, e, idem.Request{Key: "b"})
+		s.start(outageRefuse, false)
+		a.Lease.Complete(ctx, idem.Result{Body: []byte("a")})
+		b.Lease.Complete(ctx, idem.Result{Body: []byte("b")})
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if err := e.Flush(short); err == nil || !strings.Contains(err.Error(), "2 finalizations still held") {
+			t.Fatalf("Flush during the outage = %v; want an error counting 2 held", err)
+		}
+		s.end()
+		if ok, err := e.ForceDelete(ctx, idem.ID{Key: "b"}); err != nil || !ok { // b is PROCESSING in the store: only a forced delete takes it
+			t.Fatalf("Delete = %v, %v", ok, err)
+		}
+		flush(t, e)
+		if r := begin(t, e, idem.Request{Key: "a"}); r.Outcome != idem.Replayed {
+			t.Errorf("a after Flush = %v; want Replayed", r.Outcome)
+		}
+		r := begin(t, e, idem.Request{Key: "b"})
+		if r.Outcome != idem.Acquired {
+			t.Fatalf("b after an operator's Delete = %v; want Acquired: the held result went with the key", r.Outcome)
+		}
+		r.Lease.Release(ctx)
+	})
+}
+
+// Do returns the work's output when its Complete is held, and the retry
+// gets the output replayed.
+func TestDoWithAHeldCompletion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, e := outageEngine(t, nil)
+		ctx := context.Background()
+		req := idem.Request{Key: "job"}
+		runs := 0
+		work := func(context.Context, int64) ([]byte, error) {
+			runs++
+			s.start(outageRefuse, false) // the store fails right after the work
+			return []byte("done"), nil
+		}
+		if out, replayed, err := e.Do(ctx, req, work); err != nil || replayed || string(out) != "done" {
+			t.Fatalf("Do = %q %v %v; want the output", out, replayed, err)
+		}
+		if out, replayed, err := e.Do(ctx, req, work); err != nil || !replayed || string(out) != "done" || runs != 1 {
+			t.Fatalf("second Do = %q %v %v after %d runs; want the output replayed, one run", out, replayed, err, runs)
+		}
+		s.end()
+		flush(t, e)
+	})
+}
+
+func TestHoldEventNames(t *testing.T) {
+	got := fmt.Sprint(idem.HoldStarted, idem.HoldStored, idem.HoldDropped, idem.HoldRefused, idem.HoldEvent(9))
+	if want := "held stored dropped refused HoldEvent(9)"; got != want {
+		t.Fatalf("names = %q; want %q", got, want)
+	}
+}

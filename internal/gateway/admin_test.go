@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// Issue 22, item 8: a --reconcile-url that New refuses is quoted without
+// its password, as --upstream is.
+func TestReconcileURLPasswordRedacted(t *testing.T) {
+	const secret = "hunter2"
+	up, _ := url.Parse("http://127.0.0.1:1")
+	for _, bad := range []string{
+		"http://user:" + secret + "@host/lookup",          // no {key}
+		"ftp://user:" + secret + "@host/lookup/{key}",     // not http
+		"http://user:" + secret + "@[::1/lookup/{key}",    // does not parse
+		"http://user:" + secret + "@h:p%zz/lookup/{key}",  // does not parse
+		"https://user:" + secret + "@/lookup/{key}?x=%zz", // no host
+	} {
+		_, err := New(Config{Upstream: up, Store: newMemStore(t), ReconcileURL: bad})
+		if err == nil {
+			t.Errorf("New(--reconcile-url %q) succeeded", bad)
+			continue
+		}
+		if strings.Contains(err.Error(), secret) || !strings.Contains(err.Error(), "--reconcile-url") {
+			t.Errorf("New(--reconcile-url %q) = %v; want an error about --reconcile-url without the password", bad, err)
+		}
+	}
+}
+
+func newMemStore(t *testing.T) idem.Store {
+	t.Helper()
+	s, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// adminGateway is a gateway on a memory store whose admin API tests call
+// in process.
+func adminGateway(t *testing.T, cfg Config) *Gateway {
+	t.Helper()
+	if cfg.Upstream == nil {
+		cfg.Upstream, _ = url.Parse("http://127.0.0.1:1")
+	}
+	return newTestGateway(t, cfg)
+}
+
+// admin makes one admin API call and returns the status and the body.
+func admin(t *testing.T, g *Gateway, method, path, body string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if g.cfg.AdminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+g.cfg.AdminToken)
+	}
+	w := httptest.NewRecorder()
+	g.AdminHandler().ServeHTTP(w, req)
+	b, _ := io.ReadAll(w.Result().Body)
+	if w.Code >= 400 && w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Errorf("%s %s = %d with Content-Type %q; want application/problem+json", method, path, w.Code, w.Header().Get("Content-Type"))
+	}
+	return w.Code, string(b)
+}
+
+// unknownKey makes id UNKNOWN through the engine and returns its fence.
+func unknownKey(t *testing.T, e *idem.Engine, id idem.ID) int64 {
+	t.Helper()
+	ctx := context.Background()
+	att, err := e.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key})
+	if err != nil || att.Outcome != idem.Acquired {
+		t.Fatalf("Begin(%+v) = %+v, %v", id, att, err)
+	}
+	if err := att.Lease.MarkUnknown(ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return att.Lease.Fence()
+}
+
+// Issue 22, item 12: a resolution followed by more data is refused, and
+// nothing changes.
+func TestResolveRefusesTrailingData(t *testing.T) {
+	g := adminGateway(t, Config{})
+	id := idem.ID{Tenant: "acme", Key: "trailing"}
+	fence := unknownKey(t, g.Engine(), id)
+	good := fmt.Sprintf(`{"fence":%d,"outcome":"not_executed"}`, fence)
+	for _, tail := range []string{" x", `{"fence":1}`, "\n{}", " ]", `"`} {
+		code, body := admin(t, g, "POST", "/v1/keys/acme/trailing/resolve", good+tail)
+		if code != 400 || !strings.Contains(body, `"resolve_invalid"`) {
+			t.Errorf("resolve %q = %d %s; want 400 resolve_invalid", good+tail, code, body)
+		}
+	}
+	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != idem.StateUnknown {
+		t.Fatalf("after refused resolutions: %+v, %v; want the key still UNKNOWN", rec, err)
+	}
+	if code, body := admin(t, g, "POST", "/v1/keys/acme/trailing/resolve", good+" \r\n\t"); code != 204 {
+		t.Fatalf("resolve with trailing white space = %d %s; want 204", code, body)
+	}
+}
+
+// Issue 22, item 12: a resolution's size follows --max-response, and a
+// larger one is refused with 413 before it is read whole.
+func TestResolveBodyBound(t *testing.T) {
+	resolution := func(fence int64, body string) string {
+		b, _ := json.Marshal(map[string]any{"fence": fence, "outcome": "completed", "status": 201, "body": body})
+		return string(b)
+	}
+	g := adminGateway(t, Config{}) // --max-response 1 MiB
+	id := idem.ID{Tenant: "acme", Key: "big"}
+	fence := unknownKey(t, g.Engine(), id)
+	for _, size := range []int{3 << 20, 1<<20 + 1} { // over the JSON bound; within it, a body over --max-response
+		code, body := admin(t, g, "POST", "/v1/keys/acme/big/resolve", resolution(fence, strings.Repeat("x", size)))
+		if code != 413 || !strings.Contains(body, `"resolve_too_large"`) {
+			t.Errorf("a resolution with a %d-byte body = %d %.300s; want 413 resolve_too_large", size, code, body)
+		}
+	}
+	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != idem.StateUnknown {
+		t.Fatalf("after refused resolutions: %+v, %v; want the key still UNKNOWN", rec, err)
+	}
+	if code, body := admin(t, g, "POST", "/v1/keys/acme/big/resolve", resolution(fence, strings.Repeat("x", 1<<20))); code != 204 {
+		t.Fatalf("a resolution with a body of --max-response = %d %.300s; want 204", code, body)
+	}
+
+	g = adminGateway(t, Config{MaxResponse: 4 << 20})
+	fence = unknownKey(t, g.Engine(), id)
+	if code, body := admin(t, g, "POST", "/v1/keys/acme/big/resolve", resolution(fence, strings.Repeat("x", 3<<20))); code != 204 {
+		t.Fatalf("--max-response 4MiB, a 3 MiB body = %d %.300s; want 204", code, body)
+	}
+}
+
+// Issue 22, item 12: every tenant is addressable in the admin API's paths
+// and its tenant parameter: a segment of n dashes is the tenant of n-1
+// dashes ("-" is the empty tenant); every other segment is the tenant
+// itself, percent-decoded.
+func TestAdminReachesEveryTenant(t *testing.T) {
+	g := adminGateway(t, Config{})
+	for segment, tenant := range map[string]string{"-": "", "--": "-", "---": "--", "-x": "-x", "x-": "x-",
+		"%2E": ".", "%2E%2E": "..", "a%2Fb": "a/b", "%25": "%"} {
+		id := idem.ID{Tenant: tenant, Key: "k"}
+		fence := unknownKey(t, g.Engine(), id)
+		code, body := admin(t, g, "GET", "/v1/keys/"+segment+"/k", "")
+		var rec RecordView
+		if code != 200 || json.Unmarshal([]byte(body), &rec) != nil || rec.Tenant != tenant || rec.Fence != fence {
+			t.Errorf("GET /v1/keys/%s/k = %d %s; want tenant %q's record", segment, code, body, tenant)
+		}
+		code, body = admin(t, g, "GET", "/v1/keys?state=unknown&tenant="+segment, "")
+		var page KeyPage
+		if code != 200 || json.Unmarshal([]byte(body), &page) != nil || len(page.Keys) != 1 || page.Keys[0].Tenant != tenant {
+			t.Errorf("GET /v1/keys?state=unknown&tenant=%s = %d %s; want tenant %q's one key", segment, code, body, tenant)
+		}
+		code, body = admin(t, g, "POST", "/v1/keys/"+segment+"/k/resolve", fmt.Sprintf(`{"fence":%d,"outcome":"not_executed"}`, fence))
+		if code != 204 {
+			t.Errorf("resolve /v1/keys/%s/k = %d %s; want 204", segment, code, body)
+		}
+	}
+}
+
+// Issue 22, item 12: an --admin-token that could never match a request's
+// Authorization header is refused at start.
+func TestBlankAdminTokenRefused(t *testing.T) {
+	up, _ := url.Parse("http://127.0.0.1:1")
+	for _, token := range []string{" ", "\t", " s3cret", "s3cret ", "s3c\nret", "s3c\x00ret"} {
+		_, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: token})
+		if err == nil || !strings.Contains(err.Error(), "--admin-token") {
+			t.Errorf("New(--admin-token %q) = %v; want an error naming --admin-token", token, err)
+		}
+	}
+	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret"}); err != nil {
+		t.Errorf("New(--admin-token with an inner space) = %v; want it accepted", err)
+	}
+}
+
+// Issue 22, item 7: a list cursor the store did not make for this
+// listing (malformed, or another tenant's) is the client's error: 400
+// cursor_invalid, not 503 store_unavailable.
+func TestAdminListRefusesBadCursors(t *testing.T) {
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) {
+			g := adminGateway(t, Config{Store: newStore(t)})
+			for _, id := range []idem.ID{{Tenant: "acme", Key: "a"}, {Tenant: "acme", Key: "b"}, {Tenant: "globex", Key: "a"}} {
+				unknownKey(t, g.Engine(), id)
+			}
+			code, body := admin(t, g, "GET", "/v1/keys?state=unknown&tenant=acme&limit=1", "")
+			var page KeyPage
+			if code != 200 || json.Unmarshal([]byte(body), &page) != nil || page.Next == "" {
+				t.Fatalf("first page = %d %s; want one key and a next", code, body)
+			}
+			for _, query := range []string{"after=x", "tenant=acme&after=x", "tenant=acme&after=%FF", "tenant=globex&after=" + url.QueryEscape(page.Next)} {
+				code, body := admin(t, g, "GET", "/v1/keys?state=unknown&"+query, "")
+				if code != 400 || !strings.Contains(body, `"cursor_invalid"`) {
+					t.Errorf("GET /v1/keys?state=unknown&%s = %d %s; want 400 cursor_invalid", query, code, body)
+				}
+			}
+			if code, body := admin(t, g, "GET", "/v1/keys?state=unknown&tenant=acme&after="+url.QueryEscape(page.Next), ""); code != 200 || !strings.Contains(body, `"key":"b"`) {
+				t.Fatalf("second page = %d %s; want key b", code, body)
+			}
+		})
+	}
+}

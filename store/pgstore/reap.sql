@@ -1,0 +1,27 @@
+-- reap: the reaper's statement (Store.Reap). S. is the store's schema.
+-- $1: the most rows it looks at. Returns how many it deleted and how many
+-- it moved.
+--
+-- It takes up to $1 due rows (reap_at passed, see migrations/003_reap_at.sql),
+-- deletes those that have expired and moves the others to their end. SKIP
+-- LOCKED lets several reapers, and acquisitions taking over an expired row,
+-- run at once without waiting for each other. Both branches compare with
+-- one instant, the statement's start, so no row is both deleted and moved;
+-- a row changed meanwhile is checked again in its latest version.
+WITH due AS (
+	SELECT tenant_id, idempotency_key FROM S.records
+	WHERE reap_at <= statement_timestamp()
+	ORDER BY reap_at
+	LIMIT $1 FOR UPDATE SKIP LOCKED
+), gone AS (
+	DELETE FROM S.records r USING due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at <= statement_timestamp()
+	RETURNING 1
+), moved AS (
+	UPDATE S.records r SET reap_at = r.expires_at FROM due
+	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
+		AND r.expires_at > statement_timestamp()
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM moved)

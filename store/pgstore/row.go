@@ -1,0 +1,98 @@
+package pgstore
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/recordcodec"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// row is one row of recordColumns.
+type row struct {
+	rec       idem.Record
+	abandoned bool           // PROCESSING with its lease ended: rec says UNKNOWN
+	takeover  *idem.Takeover // set by the acquisition that took the row over
+}
+
+// scanRow reads recordColumns, then the destinations in post.
+func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
+	var (
+		state                  string
+		completed, takenAt     *time.Time
+		status                 *int32
+		takenFence             *int64
+		reason                 *string
+		header, body           []byte
+		leaseEnd               time.Time
+		leaseMicros, lifeMicro int64
+	)
+	rec := idem.Record{ID: id}
+	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
+		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt}, post...)
+	if err := rows.Scan(dest...); err != nil {
+		return row{}, err
+	}
+	r := row{}
+	if completed != nil {
+		rec.CompletedAt = *completed
+	}
+	if reason != nil {
+		rec.Reason = *reason
+	}
+	rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+	switch state {
+	case "P":
+		rec.State = idem.StateProcessing
+		rec.TTL = time.Duration(leaseMicros) * time.Microsecond
+		if leaseMicros <= 0 {
+			// Reported as the next Acquire without TakeOver will make it.
+			r.abandoned = true
+			rec.State, rec.Reason, rec.CompletedAt = idem.StateUnknown, idem.ReasonAbandoned, leaseEnd
+			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+		}
+		if takenFence != nil && takenAt != nil {
+			r.takeover = &idem.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
+		}
+	case "U":
+		rec.State = idem.StateUnknown
+	case "C":
+		rec.State = idem.StateCompleted
+		h, err := recordcodec.ParseHeader(header)
+		if err != nil {
+			return row{}, err
+		}
+		res := &idem.Result{Header: h, Body: body}
+		if status != nil {
+			res.Status = int(*status)
+		}
+		rec.Result = res
+	default:
+		return row{}, fmt.Errorf("corrupt record: state %q", state)
+	}
+	r.rec = rec
+	return r, nil
+}
+
+// isConnectionError reports an error of the connection rather than one the
+// server returned for the statement: the statement may or may not have run.
+func isConnectionError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// admin_shutdown and friends: the server terminated the backend.
+		return strings.HasPrefix(pgErr.Code, "57P")
+	}
+	return true
+}
+
+// nonNil stores an empty body as an empty bytea, not NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
