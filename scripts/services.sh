@@ -7,7 +7,8 @@
 #   without persistence, PostgreSQL's newest cluster;
 # - on a fresh Debian machine, as root, apt-get installs what is missing
 #   (gcc, redis-server, postgresql, nats-server, prometheus for its
-#   promtool, systemd for systemd-analyze; about a minute), and the new
+#   promtool, systemd for systemd-analyze, chromium for the console's
+#   browser test; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
@@ -68,6 +69,9 @@ fi
 # systemd-analyze checks deploy/systemd/idem.service (verify, security).
 # On a machine without systemd as init the package only brings the tools.
 command -v systemd-analyze >/dev/null || install systemd "systemd-analyze, for the checks of the systemd unit" "" --no-install-recommends
+# Chromium runs the console's end-to-end test (internal/console/browsertest),
+# headless; with its recommends, for the fonts of its screenshots.
+command -v chromium >/dev/null || install chromium "Chromium, for the console's browser test"
 
 if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
   say "Redis: IDEM_TEST_REDIS_URL names it, left alone"

@@ -21,4 +21,6 @@ phase "examples/natsconsumer, its own module: go vet, then its fault test on NAT
 (cd examples/natsconsumer && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 phase "interop: stripe-go against idem serve on memory, Redis and PostgreSQL (its own module, about 30s)"
 (cd interop && go vet ./... && go test -race -count=1 -timeout 5m ./...)
+phase "the operator's console in headless Chromium, driven by chromedp (internal/console/browsertest, its own module, about 30s)"
+(cd internal/console/browsertest && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 phase "every test passed"

@@ -53,7 +53,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	reconcileEvery := fs.Duration("reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
 	reconcileRate := fs.Float64("reconcile-rate", idem.DefaultReconcileRate, "most lookups the background sweep starts per second")
 	reconcileConcurrency := fs.Int("reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
-	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys); empty turns it off")
+	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
 	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
 	errorFormat := fs.String("error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")

@@ -82,6 +82,10 @@ type Config struct {
 	// (idem.DefaultReconcileRate, idem.DefaultReconcileConcurrency).
 	ReconcileRate        float64
 	ReconcileConcurrency int
+	// StatsEvery is the interval of the samples of the gateway's counters
+	// that the admin API keeps for the console's overview (the last 360);
+	// zero: 10s, an hour of them.
+	StatsEvery time.Duration
 	// ErrorFormat is the shape of error answers to proxied requests
 	// (problem+json, or Stripe's error object); the admin API always
 	// answers problem+json. The stripe format also brings Stripe's rules
@@ -119,6 +123,7 @@ type Gateway struct {
 	registry *prometheus.Registry
 	proxy    http.Handler
 	admin    http.Handler
+	stats    *statsRing // sampled while Run serves the admin API
 
 	// stopping ends, with cause errShutdown, the upstream calls still
 	// running when the shutdown timeout ends; inflight counts the proxied
@@ -171,7 +176,7 @@ func New(cfg Config) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		opts.Reconcile = rc.reconcile
+		opts.Reconcile = reportingTo(rc.reconcile)
 	} else if cfg.ReconcileEvery > 0 {
 		return nil, errors.New("gateway: --reconcile-every needs --reconcile-url")
 	}
@@ -201,14 +206,14 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, engine: engine, registry: reg}
+	g := &Gateway{cfg: cfg, engine: engine, registry: reg, stats: newStatsRing(reg, cfg.StatsEvery)}
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
 	rejected := func(r *http.Request) {
 		tel.outcome(idemhttp.OutcomeRejected)
 		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
 	}
 	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
-	g.admin = adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse)
+	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse))
 	return g, nil
 }
 
@@ -361,6 +366,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	if adminAddr != nil {
 		warnAdmin(g.cfg, adminAddr)
+		defer inBackground(ctx, g.stats.run)()
 	}
 	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.Redacted(), "admin", fmt.Sprint(adminAddr),
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
