@@ -1,0 +1,103 @@
+package check
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// History is what one run recorded.
+type History struct {
+	Ops     []Op
+	Given   []Given
+	Effects []Effect
+}
+
+// Verdict is what the checker found in one history.
+type Verdict struct {
+	// Linearizable is porcupine's answer: Ok, Illegal, or Unknown when it
+	// ran out of time (counted apart, never as a pass of a violation).
+	Linearizable porcupine.CheckResult
+	Violations   []Violation
+	info         porcupine.LinearizationInfo
+	model        porcupine.Model
+}
+
+// Failed reports whether the history breaks the model or an invariant.
+func (v Verdict) Failed() bool { return len(v.Violations) > 0 }
+
+// Check checks h: linearizability against the model of a key (with
+// porcupine, within timeout), then the invariants the model does not
+// state by itself: the effects, the fences and the results given.
+func Check(h History, o Options, timeout time.Duration) Verdict {
+	m := Model(o)
+	ops := make([]porcupine.Operation, len(h.Ops))
+	for i, op := range h.Ops {
+		ops[i] = porcupine.Operation{ClientId: op.Client, Input: op.In, Call: op.Call, Output: op.Out, Return: op.Return}
+	}
+	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	v := Verdict{Linearizable: res, info: info, model: m}
+	if res == porcupine.Illegal {
+		v.Violations = append(v.Violations, Violation{"linearizability", illegalKeys(m, info, ops),
+			"no order of the store's state machine explains the history (see visualization.html)"})
+	}
+	dels := deletes(h.Ops)
+	v.Violations = append(v.Violations, checkEffects(h.Effects, dels)...)
+	v.Violations = append(v.Violations, checkFences(h.Ops)...)
+	v.Violations = append(v.Violations, checkGiven(h.Given, h.Effects, dels)...)
+	return v
+}
+
+// illegalKeys names the keys whose partition is not linearizable.
+func illegalKeys(m porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation) string {
+	var keys []string
+	for _, part := range m.Partition(ops) {
+		if porcupine.CheckOperationsTimeout(m, part, 10*time.Second) != porcupine.Illegal {
+			continue
+		}
+		keys = append(keys, part[0].Input.(Input).Key)
+		if len(keys) == 5 {
+			keys = append(keys, "...")
+			break
+		}
+	}
+	return strings.Join(keys, ",")
+}
+
+// Write puts what a reader needs to see a failed run in dir: the seed and
+// configuration (seed.txt), the violations (violations.txt), the history
+// (history.json) and porcupine's visualization (visualization.html), and
+// VIOLATION, the marker scripts/mutate.sh looks for.
+func (v Verdict) Write(dir, config string, seed int64, h History) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var b strings.Builder
+	for _, x := range v.Violations {
+		fmt.Fprintln(&b, x)
+	}
+	hist, err := MarshalHistory(h.Ops, h.Given)
+	if err != nil {
+		return err
+	}
+	files := map[string]string{
+		"seed.txt": fmt.Sprintf("config %s\nseed %d\nrerun: IDEM_CHECK=%s IDEM_CHECK_SEED=%d go test -count=1 -run TestCampaign ./internal/check/\n",
+			config, seed, config, seed),
+		"violations.txt": b.String(),
+		"history.json":   string(hist),
+		"VIOLATION":      config + "\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	if v.Linearizable != porcupine.Illegal {
+		return nil
+	}
+	return porcupine.VisualizePath(v.model, v.info, filepath.Join(dir, "visualization.html"))
+}
