@@ -72,7 +72,7 @@ func illegalKeys(m porcupine.Model, info porcupine.LinearizationInfo, ops []porc
 // configuration (seed.txt), the violations (violations.txt), the history
 // (history.json) and porcupine's visualization (visualization.html), and
 // VIOLATION, the marker scripts/mutate.sh looks for.
-func (v Verdict) Write(dir, config string, seed int64, h History) error {
+func (v Verdict) Write(dir, config string, seed uint64, h History) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}

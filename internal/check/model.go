@@ -34,6 +34,9 @@ type state struct {
 // never came: the next operation that names the record's fence binds it.
 const unknownFence = -1
 
+// anyTook stands for an acquisition whose taken-over fence was not told.
+const anyTook = -2
+
 // Options tune the model to what a configuration promises.
 type Options struct {
 	// Staleness is how long after a Delete returned a near cache may still
@@ -139,6 +142,12 @@ func (m *model) apply(v state, in Input, out Output) []state {
 		if out.Acquired || info {
 			m.acquired(v, in, out, add)
 		}
+		if own := out.Rec; own != nil && own.State == 'P' && own.Owner == in.Owner && own.FP == in.FP {
+			// The caller's own record: an earlier execution of this call
+			// (a client that resent it after a cut connection) acquired
+			// the key; the engine takes it as its lease.
+			m.acquired(v, in, Output{Acquired: true, Fence: own.Fence, Took: anyTook}, add)
+		}
 		if !out.Acquired || info {
 			m.readAcquire(v, in, out, add)
 		}
@@ -181,10 +190,10 @@ func (m *model) acquired(v state, in Input, out Output, add func(state)) {
 		return
 	}
 	if !out.Info {
-		if out.Took != took && (took != unknownFence || out.Took <= v.Last) {
+		if out.Took != took && out.Took != anyTook && (took != unknownFence || out.Took <= v.Last) {
 			return
 		}
-		if out.Fence <= max(v.Last, out.Took) {
+		if out.Fence <= max(v.Last, out.Took, took) {
 			return // fences strictly increase
 		}
 	}

@@ -1,0 +1,227 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Workload says how clients use the engines in a run.
+type Workload struct {
+	Clients   int           // goroutines sending requests
+	Keys      int           // idempotency keys they share
+	Processes int           // engines, each on its own store client (one application server each)
+	Duration  time.Duration // how long clients send requests
+	Lease     time.Duration // the engines' lease
+	// Timed is false when the store's clock jumps (see recStore).
+	Timed bool
+}
+
+// process is one application server: an engine on its own store client.
+type process struct {
+	eng     *idem.Engine
+	useDo   bool // Engine.Do, else Begin and the Lease
+	dedup   bool // TakeoverRun: the ledger deduplicates by key
+	stall   float64
+	ledger  *Ledger
+	rec     *Recorder
+	tenant  string
+	timeout time.Duration
+}
+
+var errNotStarted = errors.New("check: the lease ended before the effect; not started")
+
+// newProcess builds a process of the run on store s, its options drawn
+// from rng: half use Do, half Begin; some take over ended leases
+// (TakeoverRun) instead of turning them UNKNOWN; some renew their lease
+// and some do not (a stall then outlives the lease); some reconcile
+// UNKNOWN keys with the ledger.
+func newProcess(s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
+	o := &idem.Options{LeaseDuration: w.Lease, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ReconcileTimeout: w.Lease}
+	if rng.IntN(2) == 0 {
+		o.RenewEvery = -1
+	}
+	p := &process{useDo: rng.IntN(2) == 0, ledger: l, rec: rec, tenant: tenant, stall: 0.05, timeout: 4 * w.Lease}
+	if rng.IntN(3) == 0 {
+		o.Takeover, p.dedup = idem.TakeoverRun, true
+	} else if rng.IntN(2) == 0 {
+		o.Reconcile = func(ctx context.Context, r idem.Record) (idem.Resolution, error) {
+			if v, ok := l.Lookup(keyOf(r.ID), r.Fence); ok {
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(v)}}, nil
+			}
+			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
+		}
+	}
+	var err error
+	p.eng, err = idem.New(s, o)
+	return p, err
+}
+
+// ledgerFault draws what the ledger does to one call: mostly nothing; a
+// refusal (the work did not run, the key is released); or a lost reply
+// (the work ran, the outcome is unknown to the caller).
+func ledgerFault(rng *rand.Rand) fault {
+	switch r := rng.Float64(); {
+	case r < 0.04:
+		return refuse
+	case r < 0.08:
+		return loseReply
+	}
+	return noFault
+}
+
+// sleep waits d, or less if ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// request runs one request for key on p.
+func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease time.Duration) {
+	fp := "fp"
+	if rng.IntN(50) == 0 {
+		fp = "fp-other" // a key reused for another request: Mismatch
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	req := idem.Request{Tenant: p.tenant, Key: key, Fingerprint: fp}
+	id := p.tenant + "/" + key
+	stallBefore, stallAfter := rng.Float64() < p.stall, rng.Float64() < p.stall
+	f := ledgerFault(rng)
+	call := p.rec.Now()
+	if p.useDo {
+		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+			if stallBefore {
+				sleep(ctx, lease*3/2)
+			}
+			if ctx.Err() != nil {
+				return nil, errNotStarted
+			}
+			v, err := p.ledger.Apply(id, fence, p.dedup, f)
+			switch {
+			case errors.Is(err, errLedgerReplyLost):
+				return nil, idem.OutcomeUnknown(err)
+			case err != nil:
+				return nil, err
+			}
+			if stallAfter {
+				sleep(context.WithoutCancel(ctx), lease*3/2)
+			}
+			return []byte(v), nil
+		})
+		if err == nil {
+			p.rec.give(Given{Key: id, Body: string(out), Replay: replayed, Call: call, Return: p.rec.Now()})
+		}
+		return
+	}
+	att, err := p.eng.Begin(ctx, req)
+	if err != nil {
+		return
+	}
+	switch att.Outcome {
+	case idem.Replayed:
+		r := att.Result
+		p.rec.give(Given{Key: id, Body: string(r.Body), Full: EncodeResult(r.Status, r.Header, r.Body), Replay: true,
+			Call: call, Return: p.rec.Now()})
+	case idem.Acquired:
+		p.work(ctx, att.Lease, id, f, stallBefore, stallAfter, lease, call)
+	}
+}
+
+// work is the work of an acquired lease through the Lease API: check the
+// lease right before the effect, then complete, mark unknown or release
+// by what the ledger answered.
+func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, stallBefore, stallAfter bool, lease time.Duration, call int64) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.FinalizeTimeout)
+	defer cancel()
+	if stallBefore {
+		sleep(ctx, lease*3/2)
+	}
+	if l.Check() != nil {
+		_ = l.Release(fctx)
+		return
+	}
+	v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f)
+	switch {
+	case errors.Is(err, errLedgerReplyLost):
+		_ = l.MarkUnknown(fctx, "ledger reply lost")
+		return
+	case err != nil:
+		_ = l.Release(fctx)
+		return
+	}
+	if stallAfter {
+		sleep(fctx, lease*3/2)
+	}
+	res := idem.Result{Body: []byte(v)}
+	if l.Complete(fctx, res) == nil {
+		p.rec.give(Given{Key: id, Body: v, Full: EncodeResult(0, nil, res.Body), Call: call, Return: p.rec.Now()})
+	}
+}
+
+// operate is what an operator does to key: delete it (rarely), or
+// resolve it by the ledger's answer when it is UNKNOWN.
+func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	id := idem.ID{Tenant: p.tenant, Key: key}
+	if rng.IntN(4) == 0 {
+		_, _ = p.eng.Delete(ctx, id)
+		return
+	}
+	rec, err := p.eng.Get(ctx, id)
+	if err != nil || rec.State != idem.StateUnknown {
+		return
+	}
+	var res *idem.Result
+	if v, ok := p.ledger.Lookup(keyOf(id), rec.Fence); ok {
+		res = &idem.Result{Body: []byte(v)}
+	}
+	_ = p.eng.Resolve(ctx, id, rec.Fence, res)
+}
+
+// clients runs w.Clients clients over procs until ctx ends or the
+// duration passes, each with its own random source from seed.
+func clients(ctx context.Context, w Workload, seed uint64, procs []*process, keys []string) {
+	ctx, cancel := context.WithTimeout(ctx, w.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range w.Clients {
+		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				key := keys[rng.IntN(len(keys))]
+				p := procs[rng.IntN(len(procs))]
+				if rng.IntN(25) == 0 {
+					p.operate(ctx, rng, key)
+				} else {
+					p.request(ctx, rng, key, w.Lease)
+				}
+				sleep(ctx, time.Duration(rng.IntN(int(w.Lease/10)+1)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runKeys names the keys of one run: unique to its seed, so runs on one
+// server never share a key.
+func runKeys(seed uint64, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "r" + strconv.FormatUint(seed, 36) + "-k" + strconv.Itoa(i)
+	}
+	return keys
+}
