@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,8 @@ func configs() []config {
 		{name: "redis", safe: true, setup: redisEnv(""), work: work},
 		{name: "redis-coalesce", safe: true, setup: redisEnv("coalesce=on"), work: work},
 		{name: "redis-nearcache", safe: true, setup: redisEnv("near_cache=on&coalesce=on"), work: work},
+		{name: "postgres", safe: true, setup: pgEnv, work: work},
+		{name: "layered", safe: true, setup: layeredEnv, work: work},
 		{name: "redis-nopersist", safe: false, setup: redisNoPersistEnv, work: work},
 	}
 }
@@ -117,3 +120,5 @@ func openRedis(addr, query string) func(ctx context.Context, prefix string) (ide
 		return st, func() { _ = closeFn() }, nil
 	}
 }
+
+func itoa(n int) string { return strconv.Itoa(n) }
