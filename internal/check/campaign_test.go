@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
+	"github.com/redis/go-redis/v9"
 )
 
 // config is one store configuration of the campaign.
@@ -78,6 +78,7 @@ func campaignFromEnv(t *testing.T) campaign {
 // every run's history.
 func TestCampaign(t *testing.T) {
 	c := campaignFromEnv(t)
+	redis.SetLogger(quietLogger{}) // go-redis logs every failed dial while a server is down
 	for _, cfg := range configs() {
 		if c.only != nil && !slices.Contains(c.only, cfg.name) {
 			continue
@@ -106,12 +107,16 @@ func (c campaign) runConfig(t *testing.T, cfg config) {
 		done++
 		total.Ops += st.Ops
 		total.Faults += st.Faults
-		v := Check(h, Options{Staleness: int64(env.Staleness), Slack: int64(5 * time.Millisecond)}, time.Minute)
-		if v.Linearizable == porcupine.Unknown {
+		v := Check(h, Options{Staleness: int64(env.Staleness), Slack: int64(5 * time.Millisecond)}, 20*time.Second)
+		if v.Inconclusive > 0 {
 			inconclusive++
+			dir := filepath.Join(c.out, fmt.Sprintf("%s-%d-inconclusive", cfg.name, seed))
+			if err := writeHistory(dir, h); err != nil {
+				t.Log(err)
+			}
 		}
-		t.Logf("%s seed %d: %d ops, %d faults (%s), %d effects, %d results given: %s, %d violations",
-			cfg.name, seed, st.Ops, st.Faults, strings.Join(st.Nemeses, ", "), len(h.Effects), len(h.Given), v.Linearizable, len(v.Violations))
+		t.Logf("%s seed %d: %d ops, %d faults (%s), %d effects, %d results given: %s (%d keys inconclusive), %d violations",
+			cfg.name, seed, st.Ops, st.Faults, strings.Join(st.Nemeses, ", "), len(h.Effects), len(h.Given), v.Linearizable, v.Inconclusive, len(v.Violations))
 		if !v.Failed() {
 			continue
 		}
@@ -158,4 +163,20 @@ func appendSummary(t *testing.T, dir, line string) {
 	}
 	defer f.Close()
 	fmt.Fprintf(f, "%s %s\n", time.Now().UTC().Format(time.RFC3339), line)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// writeHistory keeps the history of a run the checker could not decide.
+func writeHistory(dir string, h History) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := MarshalHistory(h.Ops, h.Given)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "history.json"), b, 0o644)
 }

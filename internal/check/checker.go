@@ -19,11 +19,13 @@ type History struct {
 
 // Verdict is what the checker found in one history.
 type Verdict struct {
-	// Linearizable is porcupine's answer: Ok, Illegal, or Unknown when it
-	// ran out of time (counted apart, never as a pass of a violation).
+	// Linearizable is porcupine's answer: Ok, Illegal, or Unknown when
+	// it ran out of time on some key (and found no key Illegal).
 	Linearizable porcupine.CheckResult
+	// Inconclusive counts the keys porcupine ran out of time on.
+	Inconclusive int
 	Violations   []Violation
-	info         porcupine.LinearizationInfo
+	info         porcupine.LinearizationInfo // of the first key found Illegal
 	model        porcupine.Model
 }
 
@@ -31,41 +33,41 @@ type Verdict struct {
 func (v Verdict) Failed() bool { return len(v.Violations) > 0 }
 
 // Check checks h: linearizability against the model of a key (with
-// porcupine, within timeout), then the invariants the model does not
-// state by itself: the effects, the fences and the results given.
+// porcupine, each key within timeout), then the invariants the model does
+// not state by itself: the effects, the fences and the results given.
 func Check(h History, o Options, timeout time.Duration) Verdict {
 	m := Model(o)
 	ops := make([]porcupine.Operation, len(h.Ops))
 	for i, op := range h.Ops {
 		ops[i] = porcupine.Operation{ClientId: op.Client, Input: op.In, Call: op.Call, Output: op.Out, Return: op.Return}
 	}
-	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
-	v := Verdict{Linearizable: res, info: info, model: m}
-	if res == porcupine.Illegal {
-		v.Violations = append(v.Violations, Violation{"linearizability", illegalKeys(m, info, ops),
-			"no order of the store's state machine explains the history (see visualization.html)"})
+	v := Verdict{Linearizable: porcupine.Ok, model: m}
+	var illegal []string
+	for _, part := range m.Partition(ops) {
+		res, info := porcupine.CheckOperationsVerbose(m, part, timeout)
+		switch res {
+		case porcupine.Illegal:
+			if len(illegal) == 0 {
+				v.info = info
+			}
+			illegal = append(illegal, part[0].Input.(Input).Key)
+			v.Linearizable = porcupine.Illegal
+		case porcupine.Unknown:
+			v.Inconclusive++
+			if v.Linearizable == porcupine.Ok {
+				v.Linearizable = porcupine.Unknown
+			}
+		}
+	}
+	for _, key := range illegal {
+		v.Violations = append(v.Violations, Violation{"linearizability", key,
+			"no order of the store's state machine explains the key's history (visualization.html shows the first such key)"})
 	}
 	dels := deletes(h.Ops)
 	v.Violations = append(v.Violations, checkEffects(h.Effects, dels)...)
 	v.Violations = append(v.Violations, checkFences(h.Ops)...)
 	v.Violations = append(v.Violations, checkGiven(h.Given, h.Effects, dels)...)
 	return v
-}
-
-// illegalKeys names the keys whose partition is not linearizable.
-func illegalKeys(m porcupine.Model, info porcupine.LinearizationInfo, ops []porcupine.Operation) string {
-	var keys []string
-	for _, part := range m.Partition(ops) {
-		if porcupine.CheckOperationsTimeout(m, part, 10*time.Second) != porcupine.Illegal {
-			continue
-		}
-		keys = append(keys, part[0].Input.(Input).Key)
-		if len(keys) == 5 {
-			keys = append(keys, "...")
-			break
-		}
-	}
-	return strings.Join(keys, ",")
 }
 
 // Write puts what a reader needs to see a failed run in dir: the seed and

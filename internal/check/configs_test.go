@@ -22,6 +22,10 @@ const lease = 300 * time.Millisecond
 // work is the workload of a configuration on one server.
 var work = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 4 * time.Second, Lease: lease}
 
+// topoWork is the workload on a replicated topology: longer, since a
+// failover takes seconds.
+var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 8 * time.Second, Lease: lease}
+
 // configs are the configurations of the campaign, in the order of
 // docs/failure-model.md.
 func configs() []config {
@@ -30,9 +34,12 @@ func configs() []config {
 		{name: "redis", safe: true, setup: redisEnv(""), work: work},
 		{name: "redis-coalesce", safe: true, setup: redisEnv("coalesce=on"), work: work},
 		{name: "redis-nearcache", safe: true, setup: redisEnv("near_cache=on&coalesce=on"), work: work},
+		{name: "sentinel-acks", safe: true, setup: sentinelEnv(1), work: topoWork},
+		{name: "cluster-acks", safe: true, setup: clusterEnv(1), work: topoWork},
 		{name: "postgres", safe: true, setup: pgEnv, work: work},
 		{name: "layered", safe: true, setup: layeredEnv, work: work},
 		{name: "redis-nopersist", safe: false, setup: redisNoPersistEnv, work: work},
+		{name: "sentinel-noacks", safe: false, setup: sentinelEnv(0), work: topoWork},
 	}
 }
 

@@ -88,8 +88,9 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// request runs one request for key on p.
-func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease time.Duration) {
+// request runs one request for key on p. It reports whether the store
+// failed (the client backs off, as it would on a 503).
+func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease time.Duration) (storeFailed bool) {
 	fp := "fp"
 	if rng.IntN(50) == 0 {
 		fp = "fp-other" // a key reused for another request: Mismatch
@@ -124,11 +125,11 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 		if err == nil {
 			p.rec.give(Given{Key: id, Body: string(out), Replay: replayed, Call: call, Return: p.rec.Now()})
 		}
-		return
+		return errors.Is(err, idem.ErrStore)
 	}
 	att, err := p.eng.Begin(ctx, req)
 	if err != nil {
-		return
+		return errors.Is(err, idem.ErrStore)
 	}
 	switch att.Outcome {
 	case idem.Replayed:
@@ -138,6 +139,7 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 	case idem.Acquired:
 		p.work(ctx, att.Lease, id, f, stallBefore, stallAfter, lease, call)
 	}
+	return false
 }
 
 // work is the work of an acquired lease through the Lease API: check the
@@ -204,12 +206,13 @@ func clients(ctx context.Context, w Workload, seed uint64, procs []*process, key
 			for ctx.Err() == nil {
 				key := keys[rng.IntN(len(keys))]
 				p := procs[rng.IntN(len(procs))]
+				pause := time.Duration(rng.IntN(int(w.Lease/10) + 1))
 				if rng.IntN(25) == 0 {
 					p.operate(ctx, rng, key)
-				} else {
-					p.request(ctx, rng, key, w.Lease)
+				} else if p.request(ctx, rng, key, w.Lease) {
+					pause = 2 * w.Lease // the store is down: back off
 				}
-				sleep(ctx, time.Duration(rng.IntN(int(w.Lease/10)+1)))
+				sleep(ctx, pause)
 			}
 		})
 	}
