@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology check check-short mutate
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,3 +38,12 @@ demo: ## the gateway in front of a toy payment API, under a burst of duplicates
 test-topology: ## the long multi-node Redis tests (cluster resharding, Sentinel failovers)
 	scripts/services.sh
 	IDEM_TEST_TOPOLOGY=long go test -race -count=1 -timeout 20m -run 'TestCluster|TestSentinel' ./store/redisstore/
+
+check-short: ## the check campaign, short: one run of every store configuration under its nemeses (about 3 min; non-zero on a violation)
+	scripts/check.sh short
+
+check: ## the check campaign, long: 50 runs of every store configuration (about an hour); figures in check-out/summary.txt
+	nice scripts/check.sh long
+
+mutate: ## apply each mutation of internal/check/mutations to a copy of the tree and check that the harness catches it
+	scripts/mutate.sh

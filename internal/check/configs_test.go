@@ -24,7 +24,7 @@ var work = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 4 * time.Secon
 
 // topoWork is the workload on a replicated topology: longer, since a
 // failover takes seconds.
-var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 8 * time.Second, Lease: lease}
+var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.Second, Lease: lease}
 
 // configs are the configurations of the campaign, in the order of
 // docs/failure-model.md.

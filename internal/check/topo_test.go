@@ -121,11 +121,16 @@ func (n SentinelFailover) Inject(ctx context.Context, _ *rand.Rand) (func() erro
 }
 
 // sentinelEnv: a primary with two replicas under three Sentinels; acks
-// is Options.ReplicaAcks.
+// is Options.ReplicaAcks. Without acks only the failover after link loss
+// runs: the one that must lose writes.
 func sentinelEnv(acks int) func(t *testing.T) *Env {
 	return func(t *testing.T) *Env {
 		topo := redistopo.StartSentinel(t, 2, 3)
 		uri := "redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName
+		nemeses := []Nemesis{SentinelFailover{Topo: topo, LinkLoss: true}}
+		if acks > 0 {
+			nemeses = append(nemeses, SentinelFailover{Topo: topo})
+		}
 		return &Env{
 			NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
 				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
@@ -134,7 +139,7 @@ func sentinelEnv(acks int) func(t *testing.T) *Env {
 				}
 				return s, func() { _ = closeFn() }, nil
 			},
-			Nemeses: []Nemesis{SentinelFailover{Topo: topo, LinkLoss: true}, SentinelFailover{Topo: topo}},
+			Nemeses: nemeses,
 		}
 	}
 }
