@@ -174,7 +174,8 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 }
 
 // operate is what an operator does to key: delete it (rarely), or
-// resolve it by the ledger's answer when it is UNKNOWN.
+// resolve it by the ledger's answer when it is UNKNOWN (and sometimes
+// when it is not).
 func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
@@ -184,9 +185,12 @@ func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
 		return
 	}
 	rec, err := p.eng.Get(ctx, id)
-	if err != nil || rec.State != idem.StateUnknown {
+	if err != nil || (rec.State != idem.StateUnknown && rng.IntN(3) > 0) {
 		return
 	}
+	// Resolve by the ledger's word; now and then on a record that is not
+	// UNKNOWN, as an operator acting on an old listing does: the store
+	// must refuse it.
 	var res *idem.Result
 	if v, ok := p.ledger.Lookup(keyOf(id), rec.Fence); ok {
 		res = &idem.Result{Body: []byte(v)}
