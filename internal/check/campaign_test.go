@@ -174,7 +174,7 @@ func writeHistory(dir string, h History) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, err := MarshalHistory(h.Ops, h.Given)
+	b, err := MarshalHistory(h)
 	if err != nil {
 		return err
 	}

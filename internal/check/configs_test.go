@@ -37,6 +37,7 @@ func configs() []config {
 		{name: "sentinel-acks", safe: true, setup: sentinelEnv(1), work: topoWork},
 		{name: "cluster-acks", safe: true, setup: clusterEnv(1), work: topoWork},
 		{name: "postgres", safe: true, setup: pgEnv, work: work},
+		{name: "gateways", safe: true, setup: gatewayEnv, work: work},
 		{name: "layered", safe: true, setup: layeredEnv, work: work},
 		{name: "redis-nopersist", safe: false, setup: redisNoPersistEnv, work: work},
 		{name: "sentinel-noacks", safe: false, setup: sentinelEnv(0), work: topoWork},

@@ -35,6 +35,11 @@ type Env struct {
 	// Staleness is how long after a delete a near cache may replay the
 	// deleted record (Options.Staleness).
 	Staleness time.Duration
+	// Clients, when set, replaces the engines of a run: its clients reach
+	// the store through processes the recorder does not see (HTTP to
+	// gateways), record the results they are given and their deletes
+	// (Recorder.external), and the history is held to the invariants.
+	Clients func(ctx context.Context, w Workload, seed uint64, rec *Recorder, l *Ledger, tenant string, keys []string)
 	// StartRun, when set, runs before each run (a fresh in-process store).
 	StartRun func() error
 	// Settle, when set, runs after each run's faults are healed, until
@@ -85,6 +90,10 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 			c()
 		}
 	}()
+	keys := runKeys(seed, w.Keys)
+	if env.Clients != nil {
+		return runExternal(ctx, env, w, seed, rng, mix, st, rec, ledger, tenant, keys)
+	}
 	for range w.Processes {
 		s, closeStore, err := env.NewStore(ctx, fmt.Sprintf("chk:%d:", seed))
 		if err != nil {
@@ -97,7 +106,6 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 		}
 		procs = append(procs, p)
 	}
-	keys := runKeys(seed, w.Keys)
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
@@ -118,6 +126,24 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 	}
 	h := History{Ops: rec.Ops(), Given: rec.Given(), Effects: ledger.Effects()}
 	st.Ops = len(h.Ops)
+	return h, st, nil
+}
+
+// runExternal is Run for an Env with Clients.
+func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *rand.Rand, mix []Nemesis, st RunStats,
+	rec *Recorder, ledger *Ledger, tenant string, keys []string) (History, RunStats, error) {
+	nctx, stopNemesis := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var nemErr error
+	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w.Lease) })
+	env.Clients(ctx, w, seed, rec, ledger, tenant, keys)
+	stopNemesis()
+	wg.Wait()
+	if nemErr != nil {
+		return History{}, st, nemErr
+	}
+	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External()}
+	st.Ops = len(h.Given) + len(h.External)
 	return h, st, nil
 }
 
