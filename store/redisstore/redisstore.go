@@ -223,10 +223,10 @@ type Options struct {
 	// Prefix starts every Redis key the store writes. Zero means "idem:".
 	// It may not hold '{' or '}', which would break the hash tag.
 	Prefix string
-	// ReplicaAcks is how many replicas must acknowledge the write of an
-	// acquire, a complete, a mark unknown and a resolve (Redis WAIT, on
-	// the connection that ran the script) before the store reports
-	// success. Zero means no waiting.
+	// ReplicaAcks is how many replicas must acknowledge every write
+	// (acquire, complete, extend, release, mark unknown, resolve, delete;
+	// not a reconciliation claim) (Redis WAIT, on the connection that ran
+	// the script) before the store reports success. Zero means no waiting.
 	// When too few acknowledge in time the call fails with an error
 	// wrapping ErrNotReplicated; a failed acquire releases the record it
 	// wrote. It needs a *redis.Client, a Sentinel failover client or a
@@ -475,13 +475,13 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID),
+	return s.transition(ctx, "extend", s.write, extendScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.run, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
+	return s.transition(ctx, "release", s.write, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // MarkUnknown implements idem.Store. With Options.ReplicaAcks it waits
@@ -612,18 +612,20 @@ func (s *Store) Delete(ctx context.Context, id idem.ID) (bool, error) {
 	if s.near != nil {
 		s.near.forget(s.recordKey(id))
 	}
-	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
+	r, notReplicated, err := s.write(ctx, deleteScript, s.indexedKeys(id), []any{fenceGraceMs})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
 		// when the invalidation, which follows the reply, is read.
 		s.near.forget(s.recordKey(id))
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("redisstore: delete: %w", err)
-	}
-	if r.kind != replyInt {
+	case r.kind != replyInt:
 		return false, fmt.Errorf("redisstore: delete: bad reply %+v", r)
+	case notReplicated != nil:
+		return r.num == 1, fmt.Errorf("redisstore: delete: %w", notReplicated)
 	}
 	return r.num == 1, nil
 }
