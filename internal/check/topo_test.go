@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func inSync(ctx context.Context, addr string) (bool, error) {
 type SentinelFailover struct {
 	Topo     *redistopo.Sentinel
 	LinkLoss bool
+	Last     *atomic.Int64 // when the last failover began (unix ns), for Settle
 }
 
 // Name implements Nemesis.
@@ -100,6 +102,7 @@ func (n SentinelFailover) Inject(ctx context.Context, _ *rand.Rand) (func() erro
 		sleep(ctx, lease)
 	}
 	primary.Kill()
+	n.Last.Store(time.Now().UnixNano())
 	for _, r := range replicas {
 		if n.LinkLoss {
 			_ = r.Resume()
@@ -127,11 +130,19 @@ func sentinelEnv(acks int) func(t *testing.T) *Env {
 	return func(t *testing.T) *Env {
 		topo := redistopo.StartSentinel(t, 2, 3)
 		uri := "redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName
-		nemeses := []Nemesis{SentinelFailover{Topo: topo, LinkLoss: true}}
+		last := &atomic.Int64{}
+		nemeses := []Nemesis{SentinelFailover{Topo: topo, LinkLoss: true, Last: last}}
 		if acks > 0 {
-			nemeses = append(nemeses, SentinelFailover{Topo: topo})
+			nemeses = append(nemeses, SentinelFailover{Topo: topo, Last: last})
 		}
 		return &Env{
+			// A Sentinel starts no failover of a master within twice its
+			// failover timeout (5s here) of the last: the next run's must
+			// not wait for it.
+			Settle: func(ctx context.Context) error {
+				sleep(ctx, time.Until(time.Unix(0, last.Load()).Add(11*time.Second)))
+				return nil
+			},
 			NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
 				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
 				if err != nil {
