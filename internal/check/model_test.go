@@ -183,3 +183,22 @@ func TestInvariants(t *testing.T) {
 		t.Errorf("a result that is no effect: %v", v)
 	}
 }
+
+// TestRunMemory is one short run of the memory configuration in the
+// default suite (under -race there): the harness itself stays race-free,
+// and a run of correct code has no violation.
+func TestRunMemory(t *testing.T) {
+	w := work
+	w.Duration = time.Second
+	env := memoryEnv(t)
+	h, st, err := Run(t.Context(), env, w, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ops == 0 || len(h.Effects) == 0 {
+		t.Fatalf("the run did nothing: %+v, %d effects", st, len(h.Effects))
+	}
+	if v := Check(h, Options{Slack: int64(5 * time.Millisecond)}, 20*time.Second); v.Failed() {
+		t.Fatalf("violations in a run of the memory store: %v", v.Violations)
+	}
+}
