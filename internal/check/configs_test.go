@@ -71,16 +71,23 @@ func privateRedis(t *testing.T, name string, args ...string) (*redisproc.Server,
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Kill)
-	p, err := faultproxy.New(s.Addr)
+	return s, proxyTo(t, s.Addr)
+}
+
+// proxyTo starts a fault proxy in front of addr, closed when t ends.
+func proxyTo(t *testing.T, addr string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	return s, p
+	return p
 }
 
-// redisNemeses are the faults of one Redis server behind a proxy.
-func redisNemeses(what string, s *redisproc.Server, p *faultproxy.Proxy) []Nemesis {
+// serverNemeses are the faults of one server process of the harness's
+// own behind a fault proxy.
+func serverNemeses(what string, s Process, p *faultproxy.Proxy) []Nemesis {
 	return []Nemesis{
 		Pause{What: what, P: s},
 		Crash{What: what, P: s},
@@ -100,7 +107,7 @@ const staleness = lease/2 + 100*time.Millisecond
 func redisEnv(query string) func(t *testing.T) *Env {
 	return func(t *testing.T) *Env {
 		s, p := privateRedis(t, "redis", "--appendonly", "yes", "--appendfsync", "always")
-		env := &Env{NewStore: openRedis(p.Addr(), query), Nemeses: redisNemeses("redis", s, p)}
+		env := &Env{NewStore: openRedis(p.Addr(), query), Nemeses: serverNemeses("redis", s, p)}
 		if strings.Contains(query, "near_cache=on") {
 			env.Staleness = staleness
 		}

@@ -173,28 +173,17 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // gatewayClients runs the HTTP clients of a gateway run.
 func gatewayClients(ctx context.Context, w Workload, seed uint64, gs []*gatewayProc, rec *Recorder, tenant string, keys []string) {
-	ctx, cancel := context.WithTimeout(ctx, w.Duration)
-	defer cancel()
 	hc := &http.Client{Timeout: 4 * w.Lease}
 	defer hc.CloseIdleConnections()
-	var wg sync.WaitGroup
-	for c := range w.Clients {
-		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				key := keys[rng.IntN(len(keys))]
-				g := gs[rng.IntN(len(gs))]
-				pause := time.Duration(rng.IntN(int(w.Lease/10) + 1))
-				if rng.IntN(40) == 0 {
-					adminDelete(ctx, hc, rec, g, tenant, key)
-				} else if gatewayRequest(ctx, hc, rec, g, tenant, key) {
-					pause = 2 * w.Lease
-				}
-				sleep(ctx, pause)
-			}
-		})
-	}
-	wg.Wait()
+	clientLoop(ctx, w, seed, func(ctx context.Context, rng *rand.Rand) bool {
+		key := keys[rng.IntN(len(keys))]
+		g := gs[rng.IntN(len(gs))]
+		if rng.IntN(40) == 0 {
+			adminDelete(ctx, hc, rec, g, tenant, key)
+			return false
+		}
+		return gatewayRequest(ctx, hc, rec, g, tenant, key)
+	})
 }
 
 // gatewayRequest sends one request; it reports a 503 or a failed call

@@ -158,21 +158,17 @@ func (r *Recorder) begin() (lane int, call int64) {
 // end records an operation begun with begin. An Info output returns at
 // infinity: it may take effect at any later time.
 func (r *Recorder) end(lane int, call int64, in Input, out Output) {
-	ret := r.Now()
-	if out.Info {
-		ret = math.MaxInt64
-	}
-	in.Call, in.Return = call, ret
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lanes[lane] = false
-	r.ops = append(r.ops, Op{Client: lane, Call: call, Return: ret, In: in, Out: out})
+	r.finish(&r.ops, lane, call, in, out)
 }
 
 // external records an operation made on the store through something the
 // recorder does not see (a gateway's admin API): the invariants use it,
 // the model does not.
 func (r *Recorder) external(lane int, call int64, in Input, out Output) {
+	r.finish(&r.ext, lane, call, in, out)
+}
+
+func (r *Recorder) finish(to *[]Op, lane int, call int64, in Input, out Output) {
 	ret := r.Now()
 	if out.Info {
 		ret = math.MaxInt64
@@ -181,7 +177,14 @@ func (r *Recorder) external(lane int, call int64, in Input, out Output) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lanes[lane] = false
-	r.ext = append(r.ext, Op{Client: lane, Call: call, Return: ret, In: in, Out: out})
+	*to = append(*to, Op{Client: lane, Call: call, Return: ret, In: in, Out: out})
+}
+
+// Ops returns the operations recorded so far.
+func (r *Recorder) Ops() []Op {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ops)
 }
 
 // External returns the operations recorded with external.
@@ -196,13 +199,6 @@ func (r *Recorder) give(g Given) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.given = append(r.given, g)
-}
-
-// Ops returns the operations recorded so far.
-func (r *Recorder) Ops() []Op {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.ops)
 }
 
 // Given returns the results handed to clients so far.

@@ -40,22 +40,7 @@ func privatePG(t *testing.T) (*pgproc.Server, *faultproxy.Proxy) {
 	if err := pgstore.Migrate(t.Context(), pool, pgstore.DefaultSchema); err != nil {
 		t.Fatal(err)
 	}
-	p, err := faultproxy.New("127.0.0.1:" + itoa(s.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return s, p
-}
-
-func pgNemeses(what string, s *pgproc.Server, p *faultproxy.Proxy) []Nemesis {
-	return []Nemesis{
-		Pause{What: what, P: s},
-		Crash{What: what, P: s},
-		Net{What: what, Proxy: p, Mode: faultproxy.DropEverySecond},
-		Net{What: what, Proxy: p, Mode: faultproxy.Delay, Delay: lease / 2},
-		Net{What: what, Proxy: p, Mode: faultproxy.Partition},
-	}
+	return s, proxyTo(t, "127.0.0.1:"+itoa(s.Port))
 }
 
 // openPG opens a pgstore on a pool of its own through the proxy.
@@ -83,7 +68,7 @@ func pgEnv(t *testing.T) *Env {
 	s, p := privatePG(t)
 	return &Env{
 		NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) { return openPG(s, p) },
-		Nemeses:  pgNemeses("postgres", s, p),
+		Nemeses:  serverNemeses("postgres", s, p),
 	}
 }
 
@@ -109,7 +94,7 @@ func layeredEnv(t *testing.T) *Env {
 			}
 			return st, func() { c.Close(); closePG() }, nil
 		},
-		Nemeses: append(pgNemeses("postgres", s, p), Crash{What: "redis mirror without persistence", P: r},
+		Nemeses: append(serverNemeses("postgres", s, p), Crash{What: "redis mirror without persistence", P: r},
 			Pause{What: "redis mirror", P: r}, Net{What: "redis mirror", Proxy: rp, Mode: faultproxy.DropEverySecond}),
 	}
 }

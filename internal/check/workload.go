@@ -199,8 +199,24 @@ func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
 }
 
 // clients runs w.Clients clients over procs until ctx ends or the
-// duration passes, each with its own random source from seed.
+// duration passes.
 func clients(ctx context.Context, w Workload, seed uint64, procs []*process, keys []string) {
+	clientLoop(ctx, w, seed, func(ctx context.Context, rng *rand.Rand) bool {
+		key := keys[rng.IntN(len(keys))]
+		p := procs[rng.IntN(len(procs))]
+		if rng.IntN(25) == 0 {
+			p.operate(ctx, rng, key)
+			return false
+		}
+		return p.request(ctx, rng, key, w.Lease)
+	})
+}
+
+// clientLoop runs w.Clients clients, each with its own random source from
+// seed, that call step until ctx ends or the duration passes, pausing up
+// to a tenth of a lease between steps, and two leases after a step that
+// reports the store down (a client backs off on a 503).
+func clientLoop(ctx context.Context, w Workload, seed uint64, step func(ctx context.Context, rng *rand.Rand) (storeDown bool)) {
 	ctx, cancel := context.WithTimeout(ctx, w.Duration)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -208,13 +224,9 @@ func clients(ctx context.Context, w Workload, seed uint64, procs []*process, key
 		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				key := keys[rng.IntN(len(keys))]
-				p := procs[rng.IntN(len(procs))]
 				pause := time.Duration(rng.IntN(int(w.Lease/10) + 1))
-				if rng.IntN(25) == 0 {
-					p.operate(ctx, rng, key)
-				} else if p.request(ctx, rng, key, w.Lease) {
-					pause = 2 * w.Lease // the store is down: back off
+				if step(ctx, rng) {
+					pause = 2 * w.Lease
 				}
 				sleep(ctx, pause)
 			}
