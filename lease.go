@@ -194,7 +194,10 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // the lease ended, Release still deletes the record while it is this
 // lease's own and untouched, or UNKNOWN only because a retry found the
 // lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
-// it returns ErrLeaseLost and changes nothing.
+// it returns ErrLeaseLost and changes nothing. A lease that took over an
+// attempt (Takeover is set) carries that attempt's unknown outcome: after
+// a failure of its own work, mark it unknown rather than release it, as
+// Do does.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.finalize(ctx, "release", func(ctx context.Context) error {
 		return l.e.store.Release(ctx, l.ref)
