@@ -148,11 +148,20 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, stallBefore, stallAfter bool, lease time.Duration, call int64) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.FinalizeTimeout)
 	defer cancel()
+	// Nothing ran: release, unless the lease took over an attempt whose
+	// outcome is unknown (Lease.Release).
+	notRun := func() {
+		if l.Takeover() != nil {
+			_ = l.MarkUnknown(fctx, "failed after a takeover")
+			return
+		}
+		_ = l.Release(fctx)
+	}
 	if stallBefore {
 		sleep(ctx, lease*3/2)
 	}
 	if l.Check() != nil {
-		_ = l.Release(fctx)
+		notRun()
 		return
 	}
 	v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f)
@@ -161,7 +170,7 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 		_ = l.MarkUnknown(fctx, "ledger reply lost")
 		return
 	case err != nil:
-		_ = l.Release(fctx)
+		notRun()
 		return
 	}
 	if stallAfter {
