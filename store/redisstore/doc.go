@@ -64,7 +64,9 @@
 // complete, extend, release, mark unknown, resolve, delete) the store sends
 // WAIT on the connection that ran the script (a
 // pipeline to the primary that owns the key's slot) and fails closed, with
-// ErrNotReplicated, when fewer replicas acknowledge in time; a failed
+// ErrNotReplicated, when fewer replicas acknowledge in time (a refusal
+// too: a node whose replicas do not answer may be a stale primary, so its
+// "lease lost" or its record is not the store's word); a failed
 // acquire releases its record, so the work never starts on a lease that
 // only the primary knows. It does not make Redis durable: WAIT counts
 // replicas that received the write, not ones that persisted it; a failover

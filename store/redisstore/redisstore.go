@@ -436,6 +436,9 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// be replicated like a fresh acquisition, or released.
 		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
+	if notReplicated != nil { // the record of a node that may be a stale primary (see transition)
+		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", notReplicated)
+	}
 	s.sawRecord(rec)
 	return idem.AcquireResult{Record: rec}, nil
 }
@@ -498,7 +501,10 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s: %w", op, err)
-	case r.kind == replyInt && r.num == 1 && notReplicated != nil:
+	case notReplicated != nil:
+		// A refusal too: a node whose replicas do not answer may be a
+		// stale primary (an old one restarted empty after a failover),
+		// whose word on the lease is not the store's.
 		return fmt.Errorf("redisstore: %s: %w", op, notReplicated)
 	case r.kind == replyInt && r.num == 1:
 		return nil
@@ -543,7 +549,7 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	case r.kind != replyInt:
 		return fmt.Errorf("redisstore: resolve: bad reply %+v", r)
-	case r.num == 1 && notReplicated != nil:
+	case notReplicated != nil: // a refusal too (see transition)
 		return fmt.Errorf("redisstore: resolve: %w", notReplicated)
 	case r.num == 1:
 		return nil
