@@ -34,7 +34,7 @@ func configs() []config {
 		{name: "redis", safe: true, setup: redisEnv(""), work: work},
 		{name: "redis-coalesce", safe: true, setup: redisEnv("coalesce=on"), work: work},
 		{name: "redis-nearcache", safe: true, setup: redisEnv("near_cache=on&coalesce=on"), work: work},
-		{name: "sentinel-acks", safe: true, setup: sentinelEnv(1), work: topoWork},
+		{name: "sentinel-acks", safe: true, setup: sentinelEnv(2), work: topoWork},
 		{name: "cluster-acks", safe: true, setup: clusterEnv(1), work: topoWork},
 		{name: "postgres", safe: true, setup: pgEnv, work: work},
 		{name: "gateways", safe: true, setup: gatewayEnv, work: work},
