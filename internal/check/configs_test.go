@@ -30,17 +30,17 @@ var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.S
 // docs/failure-model.md.
 func configs() []config {
 	return []config{
-		{name: "memory", safe: true, setup: memoryEnv, work: work},
-		{name: "redis", safe: true, setup: redisEnv(""), work: work},
-		{name: "redis-coalesce", safe: true, setup: redisEnv("coalesce=on"), work: work},
-		{name: "redis-nearcache", safe: true, setup: redisEnv("near_cache=on&coalesce=on"), work: work},
-		{name: "sentinel-acks", safe: true, setup: sentinelEnv(2), work: topoWork},
-		{name: "cluster-acks", safe: true, setup: clusterEnv(1), work: topoWork},
-		{name: "postgres", safe: true, setup: pgEnv, work: work},
-		{name: "gateways", safe: true, setup: gatewayEnv, work: work},
-		{name: "layered", safe: true, setup: layeredEnv, work: work},
-		{name: "redis-nopersist", safe: false, setup: redisNoPersistEnv, work: work},
-		{name: "sentinel-noacks", safe: false, setup: sentinelEnv(0), work: topoWork},
+		{name: "memory", promise: "safe", setup: memoryEnv, work: work},
+		{name: "redis", promise: "safe", setup: redisEnv(""), work: work},
+		{name: "redis-coalesce", promise: "safe", setup: redisEnv("coalesce=on"), work: work},
+		{name: "redis-nearcache", promise: "safe", setup: redisEnv("near_cache=on&coalesce=on"), work: work},
+		{name: "sentinel-acks", promise: "narrowed", setup: sentinelEnv(2), work: topoWork},
+		{name: "cluster-acks", promise: "narrowed", setup: clusterEnv(1), work: topoWork},
+		{name: "postgres", promise: "safe", setup: pgEnv, work: work},
+		{name: "gateways", promise: "safe", setup: gatewayEnv, work: work},
+		{name: "layered", promise: "safe", setup: layeredEnv, work: work},
+		{name: "redis-nopersist", promise: "unsafe", setup: redisNoPersistEnv, work: work},
+		{name: "sentinel-noacks", promise: "unsafe", setup: sentinelEnv(0), work: topoWork},
 	}
 }
 

@@ -83,14 +83,17 @@ func (l *Ledger) Apply(key string, fence int64, dedup bool, f fault) (string, er
 	return e.Value, nil
 }
 
-// Lookup returns the value of the effect of (key, fence), or promises
-// that no call with that fence (or a lower one) will be applied.
+// Lookup is a provider's lookup by key: the value of the latest effect of
+// key with a fence up to fence (an UNKNOWN record's attempt, or one it
+// took over), or, when there is none, a promise that no call with such a
+// fence will be applied later.
 func (l *Ledger) Lookup(key string, fence int64) (string, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, e := range l.byKey[key] {
-		if e.Fence == fence {
-			return e.Value, true
+	effs := l.byKey[key]
+	for i := len(effs) - 1; i >= 0; i-- {
+		if effs[i].Fence <= fence {
+			return effs[i].Value, true
 		}
 	}
 	l.maxSeen[key] = max(l.maxSeen[key], fence)
