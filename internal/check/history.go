@@ -36,6 +36,17 @@ func (k Kind) String() string { return kindNames[min(int(k), len(kindNames)-1)] 
 // MarshalText writes the name, for the JSON history.
 func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 
+// UnmarshalText reads a name MarshalText wrote.
+func (k *Kind) UnmarshalText(b []byte) error {
+	for i, n := range kindNames {
+		if i > 0 && n == string(b) {
+			*k = Kind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("check: unknown operation %q", b)
+}
+
 // Input is what a client asked of the store: the method and its parameters.
 type Input struct {
 	Kind     Kind

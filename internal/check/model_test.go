@@ -1,7 +1,9 @@
 package check
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"testing"
 	"time"
 
@@ -182,6 +184,12 @@ func TestInvariants(t *testing.T) {
 	if v := checkGiven(given[:1], effects[1:], nil); len(v) != 1 {
 		t.Errorf("a result that is no effect: %v", v)
 	}
+	// An execution that overlaps a replay of the result before a delete:
+	// the delete fits between the replay and the execution's end.
+	overlap := []Given{{Key: "k", Body: "v2", Call: 10, Return: 100}, {Key: "k", Body: "v1", Call: 40, Return: 45}}
+	if v := checkGiven(overlap, effects, deletes([]Op{del})); len(v) != 0 {
+		t.Errorf("an execution overlapping a delete and an older replay: %v", v)
+	}
 }
 
 // TestRunMemory is one short run of the memory configuration in the
@@ -200,5 +208,37 @@ func TestRunMemory(t *testing.T) {
 	}
 	if v := Check(h, Options{Slack: int64(5 * time.Millisecond)}, 20*time.Second); v.Failed() {
 		t.Fatalf("violations in a run of the memory store: %v", v.Violations)
+	}
+}
+
+// TestRecheck checks a history written by a run again, with the checker
+// as it is now: IDEM_CHECK_HISTORY=check-out/CONFIG-SEED/history.json
+// (IDEM_CHECK_STALENESS=250ms for the near cache's configuration).
+func TestRecheck(t *testing.T) {
+	path := os.Getenv("IDEM_CHECK_HISTORY")
+	if path == "" {
+		t.Skip("IDEM_CHECK_HISTORY names a history.json to check again")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h History
+	if err := json.Unmarshal(b, &h); err != nil {
+		t.Fatal(err)
+	}
+	for i := range h.Ops { // Input's copies of the times are the Op's
+		h.Ops[i].In.Call, h.Ops[i].In.Return = h.Ops[i].Call, h.Ops[i].Return
+	}
+	var stale time.Duration
+	if v := os.Getenv("IDEM_CHECK_STALENESS"); v != "" {
+		if stale, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := Check(h, Options{Staleness: int64(stale), Slack: int64(5 * time.Millisecond)}, time.Minute)
+	t.Logf("%s: %d ops: %s, %d violations", path, len(h.Ops), v.Linearizable, len(v.Violations))
+	for _, x := range v.Violations {
+		t.Error(x)
 	}
 }
