@@ -163,7 +163,8 @@ func (u *upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // a request that takes a while
-	v, err := l.Apply(r.Header.Get("X-Check-Key"), fence, false, noFault)
+	began, _ := strconv.ParseInt(r.Header.Get("X-Check-Began"), 10, 64)
+	v, err := l.Apply(r.Header.Get("X-Check-Key"), fence, false, noFault, began)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
@@ -195,6 +196,7 @@ func gatewayRequest(ctx context.Context, hc *http.Client, rec *Recorder, g *gate
 	req.Header.Set("X-Tenant-ID", tenant)
 	req.Header.Set("X-Check-Key", id)
 	call := rec.Now()
+	req.Header.Set("X-Check-Began", strconv.FormatInt(call, 10))
 	resp, err := hc.Do(req)
 	if err != nil {
 		return true

@@ -39,16 +39,17 @@ func deletedBetween(dels []Op, after, before int64) bool {
 }
 
 // checkEffects: the side effect ran at most once per key, unless an
-// operator deleted the key between two effects. A release, a resolution
-// as not executed, an expiry: none of them may come after an effect and
-// let it run again.
+// operator deleted the key after the first effect's request began (the
+// delete may have ended its attempt's lease) and before the second effect.
+// A release, a resolution as not executed, an expiry: none of them may
+// come after an effect and let it run again.
 func checkEffects(effects []Effect, dels map[string][]Op) []Violation {
 	var out []Violation
 	last := map[string]Effect{}
 	for _, e := range effects {
 		prev, seen := last[e.Key]
 		last[e.Key] = e
-		if seen && !deletedBetween(dels[e.Key], prev.At, e.At) {
+		if seen && !deletedBetween(dels[e.Key], prev.Began, e.At) {
 			out = append(out, Violation{"double-effect", e.Key, fmt.Sprintf(
 				"effect of fence %d at %v after the effect of fence %d at %v, and no delete between", e.Fence, ms(e.At), prev.Fence, ms(prev.At))})
 		}

@@ -26,6 +26,10 @@ type Effect struct {
 	Fence int64
 	Value string
 	At    int64 // the recorder's clock
+	// Began is when the client's request that ran it was sent: before
+	// its attempt acquired the key. A delete after that may have ended
+	// the attempt's lease, and lets the work run again.
+	Began int64
 }
 
 // Ledger is the world outside idem where the work has its effect: a
@@ -61,7 +65,7 @@ const (
 // Apply runs the effect of key under fence and returns its value. With
 // dedup (the provider deduplicates by key: what TakeoverRun needs) an
 // effect already applied for the key is returned instead of a new one.
-func (l *Ledger) Apply(key string, fence int64, dedup bool, f fault) (string, error) {
+func (l *Ledger) Apply(key string, fence int64, dedup bool, f fault, began int64) (string, error) {
 	if f == refuse {
 		return "", errLedgerRefused
 	}
@@ -74,7 +78,7 @@ func (l *Ledger) Apply(key string, fence int64, dedup bool, f fault) (string, er
 		return "", errLedgerStale
 	}
 	l.maxSeen[key] = fence
-	e := Effect{Key: key, Fence: fence, Value: fmt.Sprintf("charge:%s:f%d:%d", key, fence, len(l.all)), At: l.rec.Now()}
+	e := Effect{Key: key, Fence: fence, Value: fmt.Sprintf("charge:%s:f%d:%d", key, fence, len(l.all)), At: l.rec.Now(), Began: began}
 	l.byKey[key] = append(l.byKey[key], e)
 	l.all = append(l.all, e)
 	if f == loseReply {

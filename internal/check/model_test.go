@@ -160,13 +160,22 @@ func TestModelStaleness(t *testing.T) {
 
 func TestInvariants(t *testing.T) {
 	del := Op{Call: 50, Return: 60, In: Input{Kind: KDelete, Key: "k"}}
-	effects := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 10}, {Key: "k", Fence: 2, Value: "v2", At: 40}}
+	effects := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 10, Began: 5}, {Key: "k", Fence: 2, Value: "v2", At: 40, Began: 30}}
 	if v := checkEffects(effects, nil); len(v) != 1 {
 		t.Errorf("two effects, no delete: %v", v)
 	}
 	effects[1].At = 70
 	if v := checkEffects(effects, deletes([]Op{del})); len(v) != 0 {
 		t.Errorf("two effects around a delete: %v", v)
+	}
+	// A delete while the first request was in flight, before its effect:
+	// its lease was lost, and the work may run again.
+	inFlight := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 62, Began: 45}, {Key: "k", Fence: 2, Value: "v2", At: 90, Began: 80}}
+	if v := checkEffects(inFlight, deletes([]Op{del})); len(v) != 0 {
+		t.Errorf("a delete during the first request: %v", v)
+	}
+	if v := checkEffects(inFlight, nil); len(v) != 1 {
+		t.Errorf("the same without the delete: %v", v)
 	}
 	acq := func(f, call, ret int64) Op {
 		return Op{Call: call, Return: ret, In: Input{Kind: KAcquire, Key: "k"}, Out: Output{Acquired: true, Fence: f}}

@@ -110,7 +110,7 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 			if ctx.Err() != nil {
 				return nil, errNotStarted
 			}
-			v, err := p.ledger.Apply(id, fence, p.dedup, f)
+			v, err := p.ledger.Apply(id, fence, p.dedup, f, call)
 			switch {
 			case errors.Is(err, errLedgerReplyLost):
 				return nil, idem.OutcomeUnknown(err)
@@ -164,7 +164,7 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 		notRun()
 		return
 	}
-	v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f)
+	v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
 	switch {
 	case errors.Is(err, errLedgerReplyLost):
 		_ = l.MarkUnknown(fctx, "ledger reply lost")
