@@ -94,13 +94,13 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 	if env.Clients != nil {
 		return runExternal(ctx, env, w, seed, rng, mix, st, rec, ledger, tenant, keys)
 	}
-	for range w.Processes {
+	for i := range w.Processes {
 		s, closeStore, err := env.NewStore(ctx, fmt.Sprintf("chk:%d:", seed))
 		if err != nil {
 			return History{}, st, err
 		}
 		closers = append(closers, closeStore)
-		p, err := newProcess(&recStore{s: s, rec: rec, timed: w.Timed}, w, rng, ledger, rec, tenant)
+		p, err := newProcess(i, &recStore{s: s, rec: rec, timed: w.Timed}, w, rng, ledger, rec, tenant)
 		if err != nil {
 			return History{}, st, err
 		}

@@ -38,21 +38,22 @@ type process struct {
 
 var errNotStarted = errors.New("check: the lease ended before the effect; not started")
 
-// newProcess builds a process of the run on store s, its options drawn
-// from rng: half use Do, half Begin; some take over ended leases
-// (TakeoverRun) instead of turning them UNKNOWN; some renew their lease
-// and some do not (a stall then outlives the lease); some reconcile
-// UNKNOWN keys with the ledger.
-func newProcess(s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
+// newProcess builds process i of the run on store s: one in three takes
+// over ended leases (TakeoverRun) instead of turning them UNKNOWN, one in
+// three reconciles UNKNOWN keys with the ledger; every other one renews
+// its lease (in the others a stall outlives it); each uses Do or Begin as
+// rng draws.
+func newProcess(i int, s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
 	o := &idem.Options{LeaseDuration: w.Lease, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		ReconcileTimeout: w.Lease}
-	if rng.IntN(2) == 0 {
+	if i%2 == 0 {
 		o.RenewEvery = -1
 	}
 	p := &process{useDo: rng.IntN(2) == 0, ledger: l, rec: rec, tenant: tenant, stall: 0.05, timeout: 4 * w.Lease}
-	if rng.IntN(3) == 0 {
+	switch i % 3 { // every run has each policy (with three processes)
+	case 0:
 		o.Takeover, p.dedup = idem.TakeoverRun, true
-	} else if rng.IntN(2) == 0 {
+	case 1:
 		o.Reconcile = func(ctx context.Context, r idem.Record) (idem.Resolution, error) {
 			if v, ok := l.Lookup(keyOf(r.ID), r.Fence); ok {
 				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(v)}}, nil
