@@ -236,8 +236,12 @@ func TestRecheck(t *testing.T) {
 	if err := json.Unmarshal(b, &h); err != nil {
 		t.Fatal(err)
 	}
-	for i := range h.Ops { // Input's copies of the times are the Op's
-		h.Ops[i].In.Call, h.Ops[i].In.Return = h.Ops[i].Call, h.Ops[i].Return
+	for i, op := range h.Ops {
+		if op.In.Kind == KAcquire && op.Out.Err != "" { // as recStore classifies it now
+			op.Out, op.Return = Output{Info: true}, math.MaxInt64
+		}
+		op.In.Call, op.In.Return = op.Call, op.Return // Input's copies of the times are the Op's
+		h.Ops[i] = op
 	}
 	var stale time.Duration
 	if v := os.Getenv("IDEM_CHECK_STALENESS"); v != "" {

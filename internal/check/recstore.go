@@ -69,6 +69,12 @@ func (r *recStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acqu
 	lane, call := r.rec.begin()
 	res, err := r.s.Acquire(ctx, p)
 	out := classify(err)
+	if out.Err != "" {
+		// Acquire refuses nothing: an ErrLeaseLost here is that of the
+		// release of an acquisition that failed closed (ReplicaAcks), and
+		// what the acquire did is unknown.
+		out = Output{Info: true, Detail: err.Error()}
+	}
 	if err == nil {
 		if res.Acquired {
 			out.Acquired, out.Fence = true, res.Record.Fence
