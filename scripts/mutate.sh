@@ -4,7 +4,7 @@
 # names the configuration to run and what it breaks). For each, the
 # committed tree is copied to a temporary directory, the patch applied,
 # and the configuration run (IDEM_CHECK_EXPECT=violation: up to
-# IDEM_MUTATE_RUNS runs, default 5, stopping at the first violation). A
+# IDEM_MUTATE_RUNS runs, default 10, stopping at the first violation). A
 # mutation the checker does not catch fails the script. It prints one line
 # per mutation: caught or not, the run (seed) that caught it and the
 # violations found; the histories go to check-out/mutations/NAME/.
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-runs=${IDEM_MUTATE_RUNS:-5}
+runs=${IDEM_MUTATE_RUNS:-10}
 out=$root/check-out/mutations
 mkdir -p "$out"
 names=("$@")
