@@ -1,6 +1,7 @@
 package check
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,8 +45,11 @@ func freeAddr(t *testing.T) string {
 // start runs the process and waits until its admin API answers.
 func (g *gatewayProc) start(ctx context.Context) error {
 	cmd := exec.Command(g.bin, append([]string{"serve", "--listen", g.listen, "--admin", g.admin}, g.args...)...)
-	cmd.Env = append(os.Environ(), "IDEM_ADMIN_TOKEN=")
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	// No admin token from this environment: the admin API listens on
+	// loopback. (An empty IDEM_ADMIN_TOKEN is refused at start.)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "IDEM_ADMIN_TOKEN=") })
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -56,7 +62,7 @@ func (g *gatewayProc) start(ctx context.Context) error {
 	for {
 		select {
 		case <-done:
-			return errors.New("idem serve exited at start")
+			return fmt.Errorf("idem serve exited at start: %s", stderr.Bytes())
 		default:
 		}
 		if resp, err := http.Get("http://" + g.admin + "/healthz"); err == nil {
