@@ -60,7 +60,7 @@ func openPG(s *pgproc.Server, p *faultproxy.Proxy) (*pgstore.Store, func(), erro
 		pool.Close()
 		return nil, nil, err
 	}
-	return st, pool.Close, nil
+	return st, func() { st.Close(); pool.Close() }, nil // Close stops the store's reaper
 }
 
 // pgEnv: a PostgreSQL server of the test's own behind the fault proxy.
