@@ -105,7 +105,7 @@ type Config struct {
 	// settings above. Nil: every request gets them.
 	Routes []Route
 	Logger *slog.Logger // nil: slog.Default()
-	Tracer        trace.Tracer // nil: no traces
+	Tracer trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is

@@ -20,7 +20,9 @@ type StatusOverrides struct {
 	Unknown []string `yaml:"unknown"`
 }
 
-func (s StatusOverrides) isEmpty() bool { return s.Store == nil && s.Release == nil && s.Unknown == nil }
+func (s StatusOverrides) isEmpty() bool {
+	return s.Store == nil && s.Release == nil && s.Unknown == nil
+}
 
 // compile returns the route's status policy: base with the overrides.
 func (s StatusOverrides) compile(base func(int) idemhttp.Disposition) (func(int) idemhttp.Disposition, error) {
