@@ -10,28 +10,16 @@ import (
 	"time"
 )
 
-// A SIGHUP (systemctl reload) is logged and the gateway keeps serving,
-// then stops cleanly on SIGTERM. Go's default for SIGHUP ended the
-// process.
+// A SIGHUP (systemctl reload) without --config is logged and the gateway
+// keeps serving, then stops cleanly on SIGTERM. Go's default for SIGHUP
+// ended the process.
 func TestSIGHUPKeepsServing(t *testing.T) {
 	up := newUpstream(t, 0)
 	g := startGateway(t, "--upstream", up.URL)
 	if err := g.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	// The log is another process's: there is nothing to wait on but polling.
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(20 * time.Second)
-	for !strings.Contains(g.logText(), "reload requested") {
-		select {
-		case err := <-g.done:
-			t.Fatalf("idem serve exited on SIGHUP: %v\n%s", err, g.logText())
-		case <-deadline:
-			t.Fatalf("no \"reload requested\" in the log after SIGHUP:\n%s", g.logText())
-		case <-tick.C:
-		}
-	}
+	g.waitForLog(t, "nothing to reload", 1)
 	if a := post(t, "http://"+g.addr, "after-sighup", "{}"); a.status != 201 || up.count("after-sighup") != 1 {
 		t.Fatalf("a request after SIGHUP = %d %s, %d executions; want 201, once", a.status, a.body, up.count("after-sighup"))
 	}
@@ -74,5 +62,24 @@ func TestSystemdEnvFileNamesFlags(t *testing.T) {
 	g := startGateway(t, "--upstream", up.URL) // the flags override the file's addresses and upstream
 	if a := post(t, "http://"+g.addr, "env-file", "{}"); a.status != 201 {
 		t.Fatalf("a request to a gateway configured by idem.env = %d %s; want 201", a.status, a.body)
+	}
+}
+
+// waitForLog waits until the gateway's log holds text n times, failing
+// the test if the process exits or 20 s pass first.
+func (g *gatewayProc) waitForLog(t *testing.T, text string, n int) {
+	t.Helper()
+	// The log is another process's: there is nothing to wait on but polling.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for strings.Count(g.logText(), text) < n {
+		select {
+		case err := <-g.done:
+			t.Fatalf("idem serve exited: %v\n%s", err, g.logText())
+		case <-deadline:
+			t.Fatalf("%q is not %d times in the log:\n%s", text, n, g.logText())
+		case <-tick.C:
+		}
 	}
 }
