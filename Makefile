@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check screenshots
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check screenshots check check-short mutate
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -44,3 +44,11 @@ systemd-check: ## boot deploy/systemd/idem.service in a systemd-nspawn container
 
 screenshots: ## the console's screenshots in docs/console, taken by its browser test in headless Chromium
 	cd internal/console/browsertest && IDEM_SCREENSHOTS=1 go test -count=1 ./...
+check-short: ## the check campaign, short: one run of every store configuration under its nemeses (about 3 min; non-zero on a violation)
+	scripts/check.sh short
+
+check: ## the check campaign, long: 50 runs of every store configuration (about an hour); figures in check-out/summary.txt
+	nice scripts/check.sh long
+
+mutate: ## apply each mutation of internal/check/mutations to a copy of the tree and check that the harness catches it
+	scripts/mutate.sh

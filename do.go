@@ -22,7 +22,9 @@ const FinalizeTimeout = 10 * time.Second
 //
 // If fn returns an error the key is released, so a later call runs fn
 // again, and the error is returned: return an error only when the work
-// did not take effect. When it may have (a request sent and not answered,
+// did not take effect. A lease that took over an attempt whose lease
+// ended (TakeoverRun) is not released but marked UNKNOWN: that attempt
+// may have had its effect. When it may have (a request sent and not answered,
 // a timeout), wrap the error with OutcomeUnknown: the key turns UNKNOWN and
 // no later call runs fn until the outcome is reconciled. An error that
 // wraps a context error (context.Canceled, context.DeadlineExceeded) or
@@ -74,6 +76,12 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown) || cutShort(err):
 		e.markUnknown(finalCtx, l, req, err.Error())
+		return nil, false, err
+	case err != nil && l.Takeover() != nil:
+		// The work failed before its effect, but this lease took the key
+		// over from an attempt whose outcome is unknown: a release would
+		// let a retry run again what that attempt may have done.
+		e.markUnknown(finalCtx, l, req, "failed after taking over an attempt of unknown outcome: "+err.Error())
 		return nil, false, err
 	case err != nil:
 		fctx, cancel := finalCtx()

@@ -203,7 +203,10 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // it returns ErrLeaseLost and changes nothing. A Release the store did
 // not take is held and retried as Complete's result is: else the key
 // would stay PROCESSING until its lease ends, and then turn UNKNOWN,
-// although the work provably did not run.
+// although the work provably did not run. A lease that took over an
+// attempt (Takeover is set) carries that attempt's unknown outcome: after
+// a failure of its own work, mark it unknown rather than release it, as
+// Do does.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.finalize(ctx, &finalization{op: opRelease, ref: l.ref, fingerprint: l.fp})
 }

@@ -179,6 +179,38 @@ func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 	})
 }
 
+// TestDoNeverReleasesATakeover: under TakeoverRun, a retry takes over an
+// attempt whose lease ended (it may have charged), and its own work fails
+// before its charge. Do used to release the key, and the next call ran the
+// work again although the first attempt's outcome was never known (found
+// by internal/check: a double effect). The key turns UNKNOWN instead.
+func TestDoNeverReleasesATakeover(t *testing.T) {
+	eachStore(t, func(t *testing.T, s idem.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
+		req := idem.Request{Key: "taken-over-then-failed", LeaseDuration: 50 * time.Millisecond}
+		stalled := begin(t, e, req) // charges, then stalls past its lease
+		<-stalled.Lease.Context().Done()
+		retryReq := req
+		retryReq.LeaseDuration = time.Minute
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			_, _, err = e.Do(context.Background(), retryReq, func(context.Context, int64) ([]byte, error) {
+				return nil, errors.New("refused before the charge")
+			})
+			if !errors.Is(err, idem.ErrInFlight) {
+				break
+			}
+		}
+		if err == nil || errors.Is(err, idem.ErrInFlight) {
+			t.Fatalf("Do of the takeover = %v; want the work's error", err)
+		}
+		rec, err := e.Get(context.Background(), req.ID())
+		if err != nil || rec.State != idem.StateUnknown {
+			t.Fatalf("after the takeover's work failed: %+v, %v; want UNKNOWN (the attempt taken over may have charged)", rec, err)
+		}
+	})
+}
+
 // markUnknown leaves req's key UNKNOWN and returns its record.
 func markUnknown(t *testing.T, e *idem.Engine, req idem.Request) idem.Record {
 	t.Helper()

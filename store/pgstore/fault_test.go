@@ -70,6 +70,36 @@ func TestLostReplyAfterAcquire(t *testing.T) {
 	}
 }
 
+// TestLostReplyAfterAcquireLeaseEnded: the server took the key, the reply
+// was lost, and the 1ms lease ended before the retry read the row. The row
+// is still the call's own (nothing ran under it): the retry reports it
+// acquired, neither turning it UNKNOWN as abandoned (a key nobody ever
+// worked on, left for a reconciliation) nor, with TakeOver, taking over the
+// call's own attempt under a new fence. Found by internal/check.
+func TestLostReplyAfterAcquireLeaseEnded(t *testing.T) {
+	s, proxy := viaProxy(t, newStore(t))
+	ctx := context.Background()
+	for _, takeOver := range []bool{false, true} {
+		id := idem.ID{Tenant: "acme", Key: "ended-" + strconv.FormatBool(takeOver)}
+		proxy.DropReplyOnce(commandComplete("INSERT 0 1"))
+		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp",
+			LeaseDuration: time.Millisecond, Retention: time.Hour, TakeOver: takeOver})
+		if proxy.Dropped() == 0 {
+			t.Fatal("no reply was dropped: the fault did not bite")
+		}
+		if err != nil || !res.Acquired || res.Record.Owner != "me" || res.Record.State != idem.StateProcessing || res.Takeover != nil {
+			t.Fatalf("TakeOver %v: Acquire after a lost reply and an ended lease = %+v, %v; want acquired by me, no takeover", takeOver, res, err)
+		}
+		rec, err := s.Get(ctx, id)
+		if err != nil || rec.Fence != res.Record.Fence || rec.Owner != "me" {
+			t.Fatalf("TakeOver %v: the row is %+v, %v; want the first try's, fence %d", takeOver, rec, err, res.Record.Fence)
+		}
+		if err := s.Release(ctx, idem.LeaseRef{ID: id, Owner: "me", Fence: res.Record.Fence}); err != nil {
+			t.Fatalf("TakeOver %v: release of the ended lease: %v", takeOver, err)
+		}
+	}
+}
+
 // TestLostReplyAfterComplete: the COMPLETED row was written but the reply
 // lost; the engine's retry of Complete succeeds and keeps the result.
 func TestLostReplyAfterComplete(t *testing.T) {

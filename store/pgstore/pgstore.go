@@ -174,11 +174,19 @@ const acquireTries = 4
 // by nobody until the lease ends.
 func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
 	var err error
-	for range acquireTries {
+	for try := range acquireTries {
 		var (
 			res   idem.AcquireResult
 			found bool
 		)
+		if try > 0 && err != nil && p.TakeOver {
+			// The lost try may have taken the key, and its lease may have
+			// ended since: the statement would take over this very call's
+			// row. Look for it first.
+			if res, found, err = s.own(ctx, p); err == nil && found {
+				return res, nil
+			}
+		}
 		res, found, err = s.acquireOnce(ctx, p)
 		switch {
 		case err == nil && found:
@@ -210,6 +218,14 @@ func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem
 	switch {
 	case err != nil || !ok:
 		return idem.AcquireResult{}, false, err
+	case r.owned(p.Owner):
+		// A PROCESSING row with our owner token is ours: owner tokens are
+		// unique per attempt, so an earlier try of this very call took it,
+		// and its reply was lost. Its lease may have ended meanwhile:
+		// still ours, not an abandoned attempt (nothing ran under it); the
+		// engine's deadline, counted from before the first try, has ended
+		// with it.
+		return r.acquired(), true, nil
 	case r.abandoned && p.TakeOver: // the lease ended after the INSERT looked: it takes over now
 		return idem.AcquireResult{}, false, nil
 	case r.abandoned:
@@ -217,12 +233,30 @@ func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem
 		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, idem.ReasonAbandoned, p.Retention.Microseconds())
 		return idem.AcquireResult{Record: r.rec}, ok, err
 	}
-	// A PROCESSING row with our owner token is ours: owner tokens are
-	// unique per attempt, so an earlier try of this very call took it.
-	if r.rec.State == idem.StateProcessing && r.rec.Owner == p.Owner {
-		return idem.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
-	}
 	return idem.AcquireResult{Record: r.rec}, true, nil
+}
+
+// own reads the key's row and reports it acquired when it is this call's
+// own PROCESSING row (its lease ended or not).
+func (s *Store) own(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, bool, error) {
+	r, ok, err := s.queryRow(ctx, s.q.get, p.Tenant, p.Key)
+	if err != nil || !ok || !r.owned(p.Owner) {
+		return idem.AcquireResult{}, false, err
+	}
+	return r.acquired(), true, nil
+}
+
+// owned reports whether r is a PROCESSING row (its lease ended or not) of
+// owner.
+func (r row) owned(owner string) bool {
+	return r.rec.Owner == owner && (r.rec.State == idem.StateProcessing || r.abandoned)
+}
+
+// acquired is the answer to the acquisition of r by its owner.
+func (r row) acquired() idem.AcquireResult {
+	rec := r.rec
+	rec.State, rec.Reason = idem.StateProcessing, ""
+	return idem.AcquireResult{Acquired: true, Record: rec, Takeover: r.takeover}
 }
 
 // queryRow runs sql, which returns recordColumns of at most one row, and

@@ -67,16 +67,21 @@
 //
 // # Replica acknowledgement
 //
-// Options.ReplicaAcks narrows that window: after an acquire, a complete,
-// a mark unknown and a resolve the store sends WAIT on the connection that ran the script (a
+// Options.ReplicaAcks narrows that window: after every write (acquire,
+// complete, extend, release, mark unknown, resolve, delete) the store sends
+// WAIT on the connection that ran the script (a
 // pipeline to the primary that owns the key's slot) and fails closed, with
-// ErrNotReplicated, when fewer replicas acknowledge in time; a failed
+// ErrNotReplicated, when fewer replicas acknowledge in time (a refusal
+// too: a node whose replicas do not answer may be a stale primary, so its
+// "lease lost" or its record is not the store's word); a failed
 // acquire releases its record, so the work never starts on a lease that
 // only the primary knows. It does not make Redis durable: WAIT counts
 // replicas that received the write, not ones that persisted it; a failover
 // may still promote a replica that missed it (a Sentinel or cluster
 // failover picks the most up-to-date replica it can see, not necessarily
-// one that acknowledged); and extends and releases are not waited for.
+// one that acknowledged). A reconciliation claim is not waited for: a
+// claim lost in a failover lets a second reconciler ask, and the claim
+// check of Resolve lets only the current claim's verdict land.
 // Pair it with min-replicas-to-write on the primary, which bounds how long
 // a primary cut off from its replicas keeps accepting writes.
 // docs/deployment.md has the measured effect.

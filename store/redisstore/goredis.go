@@ -14,13 +14,24 @@ type goredisRunner struct {
 	c       redis.Scripter
 	p       pipeliner            // nil when the client has no pipeline
 	cluster *redis.ClusterClient // the client when it is one, for followTopology
+	// once runs the scripts, each call sent at most once (see once.go);
+	// nil for a client without Process, which go-redis's Script runs.
+	once processor
+}
+
+// script runs s on the client.
+func (r goredisRunner) script(ctx context.Context, s *script, keys []string, args []any) *redis.Cmd {
+	if r.once == nil {
+		return s.goredis.Run(ctx, r.c, keys, args...)
+	}
+	return runScriptOnce(ctx, r.once, s, keys, args)
 }
 
 // pipeliner is the part of a go-redis client that rangeByLex uses.
 type pipeliner interface{ Pipeline() redis.Pipeliner }
 
 func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args []any) (reply, error) {
-	v, err := s.goredis.Run(ctx, r.c, keys, args...).Result()
+	v, err := r.script(ctx, s, keys, args).Result()
 	// TRYAGAIN: a cluster slot is migrating and the script's keys are
 	// split between the two nodes for a moment; the script did not run.
 	// go-redis retries it only briefly, so the store waits a little more
@@ -31,14 +42,14 @@ func (r goredisRunner) run(ctx context.Context, s *script, keys []string, args [
 			return reply{}, errors.Join(err, ctx.Err())
 		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
 		}
-		v, err = s.goredis.Run(ctx, r.c, keys, args...).Result()
+		v, err = r.script(ctx, s, keys, args).Result()
 	}
 	followTopology(r.cluster, err)
 	return goredisReply(v, err)
 }
 
 func (r goredisRunner) runBatch(ctx context.Context, keys []string, args []any) ([]answer, error) {
-	v, err := batchScript.goredis.Run(ctx, r.c, keys, args...).Result()
+	v, err := r.script(ctx, batchScript, keys, args).Result()
 	if err != nil {
 		followTopology(r.cluster, err)
 		return nil, err

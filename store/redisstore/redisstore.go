@@ -22,10 +22,10 @@ type Options struct {
 	// Prefix starts every Redis key the store writes. Zero means "idem:".
 	// It may not hold '{' or '}', which would break the hash tag.
 	Prefix string
-	// ReplicaAcks is how many replicas must acknowledge the write of an
-	// acquire, a complete, a mark unknown and a resolve (Redis WAIT, on
-	// the connection that ran the script) before the store reports
-	// success. Zero means no waiting.
+	// ReplicaAcks is how many replicas must acknowledge every write
+	// (acquire, complete, extend, release, mark unknown, resolve, delete;
+	// not a reconciliation claim) (Redis WAIT, on the connection that ran
+	// the script) before the store reports success. Zero means no waiting.
 	// When too few acknowledge in time the call fails with an error
 	// wrapping ErrNotReplicated; a failed acquire releases the record it
 	// wrote. It needs a *redis.Client, a Sentinel failover client or a
@@ -127,6 +127,7 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	r := goredisRunner{c: client}
 	r.p, _ = client.(pipeliner)
 	r.cluster, _ = client.(*redis.ClusterClient)
+	r.once, _ = client.(processor)
 	mode := indexSingle
 	switch client.(type) {
 	case *redis.ClusterClient:
@@ -237,6 +238,9 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// be replicated like a fresh acquisition, or released.
 		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
+	if notReplicated != nil { // the record of a node that may be a stale primary (see transition)
+		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", notReplicated)
+	}
 	s.sawRecord(rec, mark)
 	return idem.AcquireResult{Record: rec}, nil
 }
@@ -257,13 +261,13 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 
 // Extend implements idem.Store.
 func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
-	return s.transition(ctx, "extend", s.run, extendScript, s.keys(p.ID),
+	return s.transition(ctx, "extend", s.write, extendScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.run, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
+	return s.transition(ctx, "release", s.write, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // MarkUnknown implements idem.Store. With Options.ReplicaAcks it waits
@@ -280,7 +284,10 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 	switch {
 	case err != nil:
 		return fmt.Errorf("redisstore: %s: %w", op, err)
-	case r.kind == replyInt && r.num == 1 && notReplicated != nil:
+	case notReplicated != nil:
+		// A refusal too: a node whose replicas do not answer may be a
+		// stale primary (an old one restarted empty after a failover),
+		// whose word on the lease is not the store's.
 		return fmt.Errorf("redisstore: %s: %w", op, notReplicated)
 	case r.kind == replyInt && r.num == 1:
 		return nil
@@ -325,7 +332,7 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 		return fmt.Errorf("redisstore: resolve: %w", err)
 	case r.kind != replyInt:
 		return fmt.Errorf("redisstore: resolve: bad reply %+v", r)
-	case r.num == 1 && notReplicated != nil:
+	case notReplicated != nil: // a refusal too (see transition)
 		return fmt.Errorf("redisstore: resolve: %w", notReplicated)
 	case r.num == 1:
 		return nil
@@ -396,7 +403,7 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
-	r, err := s.r.run(ctx, deleteScript, s.indexedKeys(p.ID), []any{fenceGraceMs, p.Fence})
+	r, notReplicated, err := s.write(ctx, deleteScript, s.indexedKeys(p.ID), []any{fenceGraceMs, p.Fence})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only
@@ -405,11 +412,13 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 		// From here on saw ignores the replies to scripts sent before.
 		s.near.removing(s.recordKey(p.ID))
 	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return false, fmt.Errorf("redisstore: delete: %w", err)
-	}
-	if r.kind != replyInt {
+	case r.kind != replyInt:
 		return false, fmt.Errorf("redisstore: delete: bad reply %+v", r)
+	case notReplicated != nil:
+		return r.num == 1, fmt.Errorf("redisstore: delete: %w", notReplicated)
 	}
 	return r.num == 1, nil
 }

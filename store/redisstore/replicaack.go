@@ -165,9 +165,18 @@ func runOnce(ctx context.Context, node *redis.Client, asking bool, s *script, ke
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		return e, w
 	}
-	e, w := run(func(pipe redis.Pipeliner) *redis.Cmd { return s.goredis.EvalSha(ctx, pipe, keys, args...) })
+	// Sent at most once (see once.go): go-redis does not re-send a
+	// pipeline that holds such a call.
+	eval := func(sha bool) func(pipe redis.Pipeliner) *redis.Cmd {
+		return func(pipe redis.Pipeliner) *redis.Cmd {
+			cmd := evalCmd(ctx, s, sha, keys, args)
+			_ = pipe.Process(ctx, onceCmd{cmd})
+			return cmd
+		}
+	}
+	e, w := run(eval(true))
 	if redis.HasErrorPrefix(e.Err(), "NOSCRIPT") {
-		e, w = run(func(pipe redis.Pipeliner) *redis.Cmd { return s.goredis.Eval(ctx, pipe, keys, args...) })
+		e, w = run(eval(false))
 	}
 	r, err := goredisReply(e.Result())
 	if err != nil {

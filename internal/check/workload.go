@@ -1,0 +1,262 @@
+package check
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Workload says how clients use the engines in a run.
+type Workload struct {
+	Clients   int           // goroutines sending requests
+	Keys      int           // idempotency keys they share
+	Processes int           // engines, each on its own store client (one application server each)
+	Duration  time.Duration // how long clients send requests
+	Lease     time.Duration // the engines' lease
+	// Timed is false when the store's clock jumps (see recStore).
+	Timed bool
+}
+
+// process is one application server: an engine on its own store client.
+type process struct {
+	eng     *idem.Engine
+	useDo   bool // Engine.Do, else Begin and the Lease
+	dedup   bool // TakeoverRun: the ledger deduplicates by key
+	stall   float64
+	ledger  *Ledger
+	rec     *Recorder
+	tenant  string
+	timeout time.Duration
+}
+
+var errNotStarted = errors.New("check: the lease ended before the effect; not started")
+
+// newProcess builds process i of the run on store s: one in three takes
+// over ended leases (TakeoverRun) instead of turning them UNKNOWN, one in
+// three reconciles UNKNOWN keys with the ledger; every other one renews
+// its lease (in the others a stall outlives it); each uses Do or Begin as
+// rng draws.
+func newProcess(i int, s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
+	o := &idem.Options{LeaseDuration: w.Lease, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ReconcileTimeout: w.Lease}
+	if i%2 == 0 {
+		o.RenewEvery = -1
+	}
+	p := &process{useDo: rng.IntN(2) == 0, ledger: l, rec: rec, tenant: tenant, stall: 0.05, timeout: 4 * w.Lease}
+	switch i % 3 { // every run has each policy (with three processes)
+	case 0:
+		o.Takeover, p.dedup = idem.TakeoverRun, true
+	case 1:
+		o.Reconcile = func(ctx context.Context, r idem.Record) (idem.Resolution, error) {
+			if v, ok := l.Lookup(keyOf(r.ID), r.Fence); ok {
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(v)}}, nil
+			}
+			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
+		}
+	}
+	var err error
+	p.eng, err = idem.New(s, o)
+	return p, err
+}
+
+// ledgerFault draws what the ledger does to one call: mostly nothing; a
+// refusal (the work did not run, the key is released); or a lost reply
+// (the work ran, the outcome is unknown to the caller).
+func ledgerFault(rng *rand.Rand) fault {
+	switch r := rng.Float64(); {
+	case r < 0.04:
+		return refuse
+	case r < 0.08:
+		return loseReply
+	}
+	return noFault
+}
+
+// sleep waits d, or less if ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// request runs one request for key on p. It reports whether the store
+// failed (the client backs off, as it would on a 503).
+func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease time.Duration) (storeFailed bool) {
+	fp := "fp"
+	if rng.IntN(50) == 0 {
+		fp = "fp-other" // a key reused for another request: Mismatch
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	req := idem.Request{Tenant: p.tenant, Key: key, Fingerprint: fp}
+	id := p.tenant + "/" + key
+	stallBefore, stallAfter := rng.Float64() < p.stall, rng.Float64() < p.stall
+	f := ledgerFault(rng)
+	call := p.rec.Now()
+	if p.useDo {
+		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+			if stallBefore {
+				sleep(ctx, lease*3/2)
+			}
+			if ctx.Err() != nil {
+				return nil, errNotStarted
+			}
+			v, err := p.ledger.Apply(id, fence, p.dedup, f, call)
+			switch {
+			case errors.Is(err, errLedgerReplyLost):
+				return nil, idem.OutcomeUnknown(err)
+			case err != nil:
+				return nil, err
+			}
+			if stallAfter {
+				sleep(context.WithoutCancel(ctx), lease*3/2)
+			}
+			return []byte(v), nil
+		})
+		if err == nil {
+			p.rec.give(Given{Key: id, Body: string(out), Replay: replayed, Call: call, Return: p.rec.Now()})
+		}
+		return errors.Is(err, idem.ErrStore)
+	}
+	att, err := p.eng.Begin(ctx, req)
+	if err != nil {
+		return errors.Is(err, idem.ErrStore)
+	}
+	switch att.Outcome {
+	case idem.Replayed:
+		r := att.Result
+		p.rec.give(Given{Key: id, Body: string(r.Body), Full: EncodeResult(r.Status, r.Header, r.Body), Replay: true,
+			Call: call, Return: p.rec.Now()})
+	case idem.Acquired:
+		p.work(ctx, att.Lease, id, f, stallBefore, stallAfter, lease, call)
+	}
+	return false
+}
+
+// work is the work of an acquired lease through the Lease API: check the
+// lease right before the effect, then complete, mark unknown or release
+// by what the ledger answered.
+func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, stallBefore, stallAfter bool, lease time.Duration, call int64) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.FinalizeTimeout)
+	defer cancel()
+	// Nothing ran: release, unless the lease took over an attempt whose
+	// outcome is unknown (Lease.Release).
+	notRun := func() {
+		if l.Takeover() != nil {
+			_ = l.MarkUnknown(fctx, "failed after a takeover")
+			return
+		}
+		_ = l.Release(fctx)
+	}
+	if stallBefore {
+		sleep(ctx, lease*3/2)
+	}
+	if l.Check() != nil {
+		notRun()
+		return
+	}
+	v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
+	switch {
+	case errors.Is(err, errLedgerReplyLost):
+		_ = l.MarkUnknown(fctx, "ledger reply lost")
+		return
+	case err != nil:
+		notRun()
+		return
+	}
+	if stallAfter {
+		sleep(fctx, lease*3/2)
+	}
+	res := idem.Result{Body: []byte(v)}
+	if l.Complete(fctx, res) == nil {
+		p.rec.give(Given{Key: id, Body: v, Full: EncodeResult(0, nil, res.Body), Call: call, Return: p.rec.Now()})
+	}
+}
+
+// operate is what an operator does to key: delete it (rarely), or
+// resolve it by the ledger's answer when it is UNKNOWN (and sometimes
+// when it is not).
+func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	id := idem.ID{Tenant: p.tenant, Key: key}
+	if rng.IntN(4) == 0 {
+		// Delete removes a COMPLETED key only (fence-checked); ForceDelete
+		// any, the operator's knowing choice to let it run again.
+		if rng.IntN(2) == 0 {
+			_, _ = p.eng.ForceDelete(ctx, id)
+		} else {
+			_, _ = p.eng.Delete(ctx, id)
+		}
+		return
+	}
+	rec, err := p.eng.Get(ctx, id)
+	if err != nil || (rec.State != idem.StateUnknown && rng.IntN(3) > 0) {
+		return
+	}
+	// Resolve by the ledger's word; now and then on a record that is not
+	// UNKNOWN, as an operator acting on an old listing does: the store
+	// must refuse it.
+	var res *idem.Result
+	if v, ok := p.ledger.Lookup(keyOf(id), rec.Fence); ok {
+		res = &idem.Result{Body: []byte(v)}
+	}
+	_ = p.eng.Resolve(ctx, id, rec.Fence, res)
+}
+
+// clients runs w.Clients clients over procs until ctx ends or the
+// duration passes.
+func clients(ctx context.Context, w Workload, seed uint64, procs []*process, keys []string) {
+	clientLoop(ctx, w, seed, func(ctx context.Context, rng *rand.Rand) bool {
+		key := keys[rng.IntN(len(keys))]
+		p := procs[rng.IntN(len(procs))]
+		if rng.IntN(25) == 0 {
+			p.operate(ctx, rng, key)
+			return false
+		}
+		return p.request(ctx, rng, key, w.Lease)
+	})
+}
+
+// clientLoop runs w.Clients clients, each with its own random source from
+// seed, that call step until ctx ends or the duration passes, pausing up
+// to a tenth of a lease between steps, and two leases after a step that
+// reports the store down (a client backs off on a 503).
+func clientLoop(ctx context.Context, w Workload, seed uint64, step func(ctx context.Context, rng *rand.Rand) (storeDown bool)) {
+	ctx, cancel := context.WithTimeout(ctx, w.Duration)
+	defer cancel()
+	var wg sync.WaitGroup
+	for c := range w.Clients {
+		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				pause := time.Duration(rng.IntN(int(w.Lease/10) + 1))
+				if step(ctx, rng) {
+					pause = 2 * w.Lease
+				}
+				sleep(ctx, pause)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runKeys names the keys of one run: unique to its seed, so runs on one
+// server never share a key.
+func runKeys(seed uint64, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "r" + strconv.FormatUint(seed, 36) + "-k" + strconv.Itoa(i)
+	}
+	return keys
+}
