@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -115,5 +117,44 @@ func TestExampleConfigLoads(t *testing.T) {
 	want := []string{"POST /v1/charges", "POST /v1/exports", "POST /v1/search", "POST /v1/orders", "POST /v1/charges/{id}/refunds"}
 	if !slices.Equal(patterns, want) || !s.cfg.Routes[2].PassThrough || *s.cfg.Routes[1].Wait != 5*time.Minute {
 		t.Fatalf("routes %q; want %q, search passed through, exports waiting 5m", patterns, want)
+	}
+}
+
+// docs/deployment.md's table of top-level settings lists every flag of
+// idem serve but --config, and says "restart" for exactly the settings a
+// reload refuses to change.
+func TestConfigDocsListEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	help, err := exec.Command(binary, "help", "serve").CombinedOutput()
+	if err != nil {
+		t.Fatalf("idem help serve: %v\n%s", err, help)
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| `--([a-z-]+)` \\| .* \\| (yes|restart)[^|]* \\|$").FindAllStringSubmatch(string(doc), -1) {
+		if m[1] != m[2] {
+			t.Errorf("the row of %s names the flag --%s", m[1], m[2])
+		}
+		rows[m[1]] = m[3]
+	}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(help), -1) {
+		name := m[1]
+		want := "yes"
+		if slices.Contains(restartOnly, name) {
+			want = "restart"
+		}
+		switch got, ok := rows[name]; {
+		case name == "config":
+		case !ok:
+			t.Errorf("docs/deployment.md has no row for %s", name)
+		case got != want:
+			t.Errorf("docs/deployment.md says %s for %s; a reload's answer is %s", got, name, want)
+		}
+		delete(rows, name)
+	}
+	for name := range rows {
+		t.Errorf("docs/deployment.md has a row for %s, which is no flag", name)
 	}
 }
