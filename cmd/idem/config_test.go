@@ -4,7 +4,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -128,10 +127,6 @@ func TestConfigDocsListEveryFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	help, err := exec.Command(binary, "help", "serve").CombinedOutput()
-	if err != nil {
-		t.Fatalf("idem help serve: %v\n%s", err, help)
-	}
 	rows := map[string]string{}
 	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| `--([a-z-]+)` \\| .* \\| (yes|restart)[^|]* \\|$").FindAllStringSubmatch(string(doc), -1) {
 		if m[1] != m[2] {
@@ -139,8 +134,7 @@ func TestConfigDocsListEveryFlag(t *testing.T) {
 		}
 		rows[m[1]] = m[3]
 	}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(help), -1) {
-		name := m[1]
+	for _, name := range serveFlagNames(t) {
 		want := "yes"
 		if slices.Contains(restartOnly, name) {
 			want = "restart"

@@ -37,13 +37,9 @@ func TestSystemdEnvFileNamesFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	help, err := exec.Command(binary, "help", "serve").CombinedOutput()
-	if err != nil {
-		t.Fatalf("idem help serve: %v\n%s", err, help)
-	}
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(help), -1) {
-		flags[m[1]] = true
+	for _, name := range serveFlagNames(t) {
+		flags[name] = true
 	}
 	assignments := regexp.MustCompile(`(?m)^(#?)IDEM_([A-Z_]+)=(.*)$`).FindAllStringSubmatch(string(env), -1)
 	if len(assignments) == 0 {
@@ -82,4 +78,19 @@ func (g *gatewayProc) waitForLog(t *testing.T, text string, n int) {
 		case <-tick.C:
 		}
 	}
+}
+
+// serveFlagNames returns the names of idem serve's flags, as its help
+// lists them.
+func serveFlagNames(t *testing.T) []string {
+	t.Helper()
+	help, err := exec.Command(binary, "help", "serve").CombinedOutput()
+	if err != nil {
+		t.Fatalf("idem help serve: %v\n%s", err, help)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(string(help), -1) {
+		names = append(names, m[1])
+	}
+	return names
 }
