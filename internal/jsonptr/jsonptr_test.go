@@ -5,7 +5,11 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestParse(t *testing.T) {
 	for _, c := range []struct {
