@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -21,7 +22,64 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
+	s, err := loadServe(args)
+	if err != nil {
+		return err
+	}
+	level := new(slog.LevelVar)
+	level.Set(s.logLevel)
+	logger, err := newLogger(stderr, s.logFormat, level)
+	if err != nil {
+		return err
+	}
+	var running atomic.Pointer[gateway.Gateway]
+	defer watchReload(ctx, logger, func() { reloadServe(running.Load(), args, s, level, logger) })()
+	storeOpts := s.storeOpts
+	storeOpts.Logger = logger
+	store, closeStore, err := gateway.OpenStore(ctx, s.storeURI, &storeOpts)
+	if err != nil {
+		return s.file.explain(fmt.Errorf("%w: --store: %w", errUsage, err))
+	}
+	defer closeStore()
+	cfg := s.cfg
+	cfg.Store, cfg.Logger = store, logger
+	if s.otlp != "" {
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(s.otlp), otlptracehttp.WithInsecure())
+		if err != nil {
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		defer tp.Shutdown(context.WithoutCancel(ctx))
+		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		return s.file.explain(fmt.Errorf("%w: %w", errUsage, err))
+	}
+	running.Store(g)
+	return g.Run(ctx, nil)
+}
+
+// serveSetup is what idem serve is told by its flags, their IDEM_
+// variables and its config file, checked: everything but the store, the
+// logger and the tracer, which runServe makes from it.
+type serveSetup struct {
+	cfg       gateway.Config
+	storeURI  string
+	storeOpts gateway.StoreOptions
+	logFormat string
+	logLevel  slog.Level
+	otlp      string
+	file      *configFile       // nil without --config
+	fixed     map[string]string // the values of the restartOnly flags
+}
+
+// loadServe reads the flags, then their IDEM_ variables, then the config
+// file for what neither gave, and checks them. runServe calls it at start
+// and again on each SIGHUP.
+func loadServe(args []string) (*serveSetup, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configPath := fs.String("config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line or as an IDEM_ variable wins over the file (docs/deployment.md, \"Configuration file\")")
 	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
 	upstream := fs.String("upstream", "", "URL of the HTTP API behind the gateway (required)")
 	storeURI := fs.String("store", "memory", "where keys live: "+gateway.StoreURIHelp)
@@ -64,102 +122,97 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	otlp := fs.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	logger, err := newLogger(stderr, *logFormat, *logLevel)
-	if err != nil {
-		return err
-	}
-	defer watchReload(ctx, logger)()
-	up, err := url.Parse(*upstream)
-	if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
-	}
-	if flagSet(fs, "admin-token") && *adminToken == "" {
-		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
-			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
-	}
-	var policy idem.TakeoverPolicy
-	switch *takeover {
-	case "unknown":
-	case "run":
-		policy = idem.TakeoverRun
-	default:
-		return fmt.Errorf("%w: --takeover %q: want unknown or run", errUsage, *takeover)
-	}
-	if *reconcileEvery > 0 && *reconcileURL == "" {
-		return fmt.Errorf("%w: --reconcile-every needs --reconcile-url", errUsage)
-	}
-	if !(*reconcileRate > 0) || *reconcileConcurrency < 1 {
-		return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, *reconcileRate, *reconcileConcurrency)
-	}
-	format, err := idemhttp.ParseErrorFormat(*errorFormat)
-	if err != nil {
-		return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
-	}
-	if *storeTimeout <= 0 {
-		return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, *storeTimeout)
-	}
-	if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
-		return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
-	}
-	storeOpts := &gateway.StoreOptions{Logger: logger}
-	if flagSet(fs, "memory-limit") {
-		storeOpts.MemoryLimit = int64(memoryLimit)
-	}
-	if flagSet(fs, "memory-tenant-share") {
-		if !(*memoryTenantShare > 0 && *memoryTenantShare <= 1) {
-			return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, *memoryTenantShare)
+	s := &serveSetup{storeURI: *storeURI, logFormat: *logFormat, otlp: *otlp, fixed: map[string]string{}}
+	if *configPath != "" {
+		f, err := loadConfigFile(*configPath, fs)
+		if err == nil {
+			err = f.apply(fs)
 		}
-		storeOpts.MemoryTenantShare = *memoryTenantShare
-	}
-	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, storeOpts)
-	if err != nil {
-		return fmt.Errorf("%w: --store: %w", errUsage, err)
-	}
-	defer closeStore()
-	cfg := gateway.Config{
-		Listen: *listen, Upstream: up, Store: store, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
-		Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
-		Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
-		ShutdownTimeout: *shutdownTimeout, Logger: logger, Takeover: policy, ReconcileURL: *reconcileURL,
-		ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
-		ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
-		AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
-		ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
-		ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),
-	}
-	if cfg.ReplayHeaders == nil {
-		cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
-	}
-	if flagSet(fs, "tenant-from") {
-		cfg.TenantFrom = append([]string{}, splitSources(*tenantFrom)...) // given empty: an error, not the default
-	}
-	if *otlp != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(*otlp), otlptracehttp.WithInsecure())
 		if err != nil {
-			return fmt.Errorf("--otlp-endpoint: %w", err)
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-		defer tp.Shutdown(context.WithoutCancel(ctx))
-		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
+		s.file = f
 	}
-	g, err := gateway.New(cfg)
+	for _, name := range restartOnly {
+		s.fixed[name] = fs.Lookup(name).Value.String()
+	}
+	err := func() error {
+		if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
+			return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+		}
+		up, err := url.Parse(*upstream)
+		if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+			return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
+		}
+		if flagSet(fs, "admin-token") && *adminToken == "" {
+			return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
+				"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
+		}
+		var policy idem.TakeoverPolicy
+		switch *takeover {
+		case "unknown":
+		case "run":
+			policy = idem.TakeoverRun
+		default:
+			return fmt.Errorf("%w: --takeover %q: want unknown or run", errUsage, *takeover)
+		}
+		if !(*reconcileRate > 0) || *reconcileConcurrency < 1 {
+			return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, *reconcileRate, *reconcileConcurrency)
+		}
+		format, err := idemhttp.ParseErrorFormat(*errorFormat)
+		if err != nil {
+			return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
+		}
+		if *storeTimeout <= 0 {
+			return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, *storeTimeout)
+		}
+		if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
+			return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
+		}
+		if flagSet(fs, "memory-limit") {
+			s.storeOpts.MemoryLimit = int64(memoryLimit)
+		}
+		if flagSet(fs, "memory-tenant-share") {
+			if !(*memoryTenantShare > 0 && *memoryTenantShare <= 1) {
+				return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, *memoryTenantShare)
+			}
+			s.storeOpts.MemoryTenantShare = *memoryTenantShare
+		}
+		s.cfg = gateway.Config{
+			Listen: *listen, Upstream: up, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
+			Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
+			Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
+			ShutdownTimeout: *shutdownTimeout, Takeover: policy, ReconcileURL: *reconcileURL,
+			ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
+			ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
+			AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
+			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
+			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),
+		}
+		if s.cfg.ReplayHeaders == nil {
+			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
+		}
+		if flagSet(fs, "tenant-from") {
+			s.cfg.TenantFrom = append([]string{}, splitSources(*tenantFrom)...) // given empty: an error, not the default
+		}
+		if s.file != nil {
+			s.cfg.Routes = s.file.routes
+		}
+		return nil
+	}()
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return nil, s.file.explain(err)
 	}
-	return g.Run(ctx, nil)
+	return s, nil
 }
 
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, level)
-	}
-	opts := &slog.HandlerOptions{Level: lv}
+func newLogger(w io.Writer, format string, level *slog.LevelVar) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

@@ -13,6 +13,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -99,8 +100,12 @@ type Config struct {
 	// top of idemhttp's own; nil: DefaultReplayHeaders. Set-Cookie,
 	// Authorization and hop-by-hop headers are refused.
 	ReplayHeaders []string
-	Logger        *slog.Logger // nil: slog.Default()
-	Tracer        trace.Tracer // nil: no traces
+	// Routes are the policies of the requests their patterns match (the
+	// config file's routes); a request no route matches gets the
+	// settings above. Nil: every request gets them.
+	Routes []Route
+	Logger *slog.Logger // nil: slog.Default()
+	Tracer trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is
@@ -124,6 +129,18 @@ type Gateway struct {
 	proxy    http.Handler
 	admin    http.Handler
 	stats    *statsRing // sampled while Run serves the admin API
+
+	// What every policy shares: the transport to the upstream (and its
+	// pool), the tenant of a request and the headers it depends on.
+	transport  http.RoundTripper
+	tenant     func(*http.Request) (string, error)
+	keyed      []string
+	tel        *telemetry
+	reconciles bool // the engine has a Reconcile: a reconcile URL was configured at start
+
+	// current is the policy new requests run under; Reload swaps it.
+	current atomic.Pointer[policy]
+	reloads *reloadTelemetry
 
 	// stopping ends, with cause errShutdown, the upstream calls still
 	// running when the shutdown timeout ends; inflight counts the proxied
@@ -164,58 +181,63 @@ func New(cfg Config) (*Gateway, error) {
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	registerMemoryUsage(reg, cfg.Store)
-	replayHeaders := cfg.ReplayHeaders
-	if replayHeaders == nil {
-		replayHeaders = DefaultReplayHeaders
+	g := &Gateway{cfg: cfg, registry: reg, stats: newStatsRing(reg, cfg.StatsEvery), transport: cfg.Transport,
+		tenant: tenantFunc(sources, cfg.AllowAnonymous), keyed: keyedHeaders(sources), tel: tel, reloads: newReloadTelemetry(reg)}
+	if g.transport == nil {
+		g.transport = NewUpstreamTransport()
 	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
 		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
-	if cfg.ReconcileURL != "" {
-		rc, err := newReconciler(cfg, replayHeaders)
-		if err != nil {
-			return nil, err
-		}
-		opts.Reconcile = reportingTo(rc.reconcile)
+	if cfg.hasReconcileURL() {
+		g.reconciles = true
+		opts.Reconcile = reportingTo(func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			return g.current.Load().reconcile(ctx, rec)
+		})
 	} else if cfg.ReconcileEvery > 0 {
-		return nil, errors.New("gateway: --reconcile-every needs --reconcile-url")
+		return nil, errors.New("gateway: --reconcile-every needs --reconcile-url (or a route's reconcile-url)")
 	}
 	engine, err := idem.New(cfg.Store, opts)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	g.engine = engine
 	obs.countUnknown(engine)
-	mw, err := idemhttp.New(engine, &idemhttp.Options{
-		Methods:    cfg.Methods,
-		RequireKey: cfg.RequireKey,
-		MaxBody:    cfg.MaxBody,
-		Wait:       cfg.Wait,
-		FailOpen:   cfg.FailOpen,
-		Logger:     cfg.Logger,
-		OnOutcome: func(r *http.Request, o idemhttp.Outcome) {
-			tel.outcome(o)
-			logOutcome(cfg.Logger, r, o)
-		},
-		Tenant:            tenantFunc(sources, cfg.AllowAnonymous),
-		MaxResponseBuffer: cfg.MaxResponse,
-		ErrorFormat:       cfg.ErrorFormat,
-		MismatchStatus:    cfg.MismatchStatus,
-		ReplayHeaders:     replayHeaders,
-		StatusPolicy:      statusPolicy(cfg.ErrorFormat),
-	})
+	p, err := g.compile(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	g := &Gateway{cfg: cfg, engine: engine, registry: reg, stats: newStatsRing(reg, cfg.StatsEvery)}
+	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	rejected := func(r *http.Request) {
-		tel.outcome(idemhttp.OutcomeRejected)
-		logOutcome(cfg.Logger, r, idemhttp.OutcomeRejected)
-	}
-	g.proxy = g.tracked(g.traced(refuseHopByHopKeys(mw(g.reverseProxy(tel)), cfg.Methods, keyedHeaders(sources), cfg.ErrorFormat, rejected)))
+	g.proxy = g.tracked(g.traced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
+	})))
 	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse))
 	return g, nil
 }
+
+// hasReconcileURL reports whether c has a reconcile URL, top-level or a route's.
+func (c *Config) hasReconcileURL() bool {
+	if c.ReconcileURL != "" {
+		return true
+	}
+	for _, rt := range c.Routes {
+		if rt.ReconcileURL != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// onOutcome counts and logs what the middleware did with a request.
+func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome) {
+	g.tel.outcome(o)
+	logOutcome(g.cfg.Logger, r, o)
+}
+
+// rejected counts and logs a request the gateway refused before the
+// middleware saw it.
+func (g *Gateway) rejected(r *http.Request) { g.onOutcome(r, idemhttp.OutcomeRejected) }
 
 // Handler returns the proxy with idempotency in front, for tests that serve
 // it themselves.
@@ -237,14 +259,12 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 	})
 }
 
-func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
-	transport := g.cfg.Transport
-	if transport == nil {
-		transport = NewUpstreamTransport()
-	}
+// reverseProxy forwards to p's upstream, over the gateway's transport.
+func (g *Gateway) reverseProxy(p *policy) http.Handler {
+	transport := g.transport
 	_, traced := transport.(*http.Transport)
 	transport = neverResend{transport}
-	upstream := g.cfg.Upstream
+	upstream := p.cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -256,16 +276,16 @@ func (g *Gateway) reverseProxy(tel *telemetry) http.Handler {
 			defer span.End()
 			start := time.Now()
 			resp, err := forward(transport, r.WithContext(ctx))
-			tel.upstreamSeconds.Observe(time.Since(start).Seconds())
+			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
 			if err != nil {
 				span.RecordError(err)
 			}
 			return resp, err
 		}),
-		ErrorHandler: g.upstreamError,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { g.upstreamError(w, r, err, &p.cfg) },
 		BufferPool:   CopyBuffers{},
 	}
-	timeout := g.cfg.UpstreamTimeout
+	timeout := p.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, stop := context.WithCancelCause(r.Context())
 		defer stop(nil)

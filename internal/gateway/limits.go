@@ -52,9 +52,16 @@ func DefaultMaxConns() int {
 
 // writeTimeout is the write deadline of a request, counted by net/http
 // from the end of its headers: reading the body, the wait for another
-// attempt with the key, the upstream call and sending the answer.
+// attempt with the key (the longest of any route), the upstream call and
+// sending the answer.
 func (c *Config) writeTimeout() time.Duration {
-	return c.ReadTimeout + c.Wait + c.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+	wait := c.Wait
+	for _, rt := range c.Routes {
+		if rt.Wait != nil {
+			wait = max(wait, *rt.Wait)
+		}
+	}
+	return c.ReadTimeout + wait + c.UpstreamTimeout + idem.FinalizeTimeout + answerTime
 }
 
 // publicServer is the proxy's server with the limits of the Config.

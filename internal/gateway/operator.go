@@ -50,11 +50,11 @@ func writeJSON(w http.ResponseWriter, v any) {
 // serveStats answers GET /v1/stats: the ring of samples of the gateway's
 // counters.
 func (g *Gateway) serveStats(w http.ResponseWriter, r *http.Request) {
-	u := g.cfg.Upstream
+	u := g.current.Load().cfg.Upstream
 	writeJSON(w, statsPage{
 		IntervalMillis: g.stats.every.Milliseconds(),
 		Upstream:       (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(),
-		Reconcile:      g.cfg.ReconcileURL != "",
+		Reconcile:      g.reconciles,
 		Samples:        g.stats.snapshot(),
 	})
 }
@@ -101,7 +101,7 @@ type reconcileView struct {
 }
 
 func (g *Gateway) serveReconcile(w http.ResponseWriter, r *http.Request) {
-	if g.cfg.ReconcileURL == "" {
+	if !g.reconciles {
 		idemhttp.WriteProblem(w, http.StatusConflict, CodeReconcileUnavailable,
 			"the gateway has no --reconcile-url: there is no lookup to ask. Resolve the key with POST .../resolve")
 		return

@@ -35,26 +35,22 @@ type reconciler struct {
 	client   *http.Client
 }
 
-// newReconciler returns the lookup of cfg.ReconcileURL; replayHeaders are
-// the --replay-headers, whose values a reconciled result keeps as an
-// ordinary one does.
-func newReconciler(cfg Config, replayHeaders []string) (*reconciler, error) {
-	if !strings.Contains(cfg.ReconcileURL, "{key}") {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must hold {key}", RedactURL(cfg.ReconcileURL))
+// newReconciler returns the lookup of a reconcile URL template (flag is
+// where it was set, for errors); replayHeaders are the --replay-headers,
+// whose values a reconciled result keeps as an ordinary one does.
+func newReconciler(flag, template, token string, transport http.RoundTripper, replayHeaders []string) (*reconciler, error) {
+	if !strings.Contains(template, "{key}") {
+		return nil, fmt.Errorf("gateway: %s %q must hold {key}", flag, RedactURL(template))
 	}
-	u, err := url.Parse(expandTemplate(cfg.ReconcileURL, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
+	u, err := url.Parse(expandTemplate(template, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: --reconcile-url %q must be an http:// or https:// URL template", RedactURL(cfg.ReconcileURL))
-	}
-	transport := cfg.Transport
-	if transport == nil {
-		transport = NewUpstreamTransport()
+		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, RedactURL(template))
 	}
 	keep := slices.Concat(replayedByDefault, replayHeaders)
 	for i, name := range keep {
 		keep[i] = http.CanonicalHeaderKey(name)
 	}
-	return &reconciler{template: cfg.ReconcileURL, token: cfg.ReconcileToken, keep: keep,
+	return &reconciler{template: template, token: token, keep: keep,
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is no answer of the lookup
 		}}}, nil

@@ -121,8 +121,9 @@ func rewriteIdempotencyHeaders(in, out *http.Request) {
 // fate by what the upstream may have seen: when no byte of the request
 // reached it, the key is released and the client may retry; once the
 // request may have reached it, the outcome is unknown and the key turns
-// UNKNOWN, so no retry sends it again until it is reconciled.
-func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+// UNKNOWN, so no retry sends it again until it is reconciled. cfg is the
+// request's policy's.
+func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error, cfg *Config) {
 	ctx := r.Context()
 	cause := context.Cause(ctx)
 	c, tracked := ctx.Value(upstreamCallKey{}).(*upstreamCall)
@@ -138,12 +139,12 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		if leaseEnded {
 			g.cfg.Logger.Warn("idem: not forwarded: the lease ended first", "err", err)
 			w.Header().Set("Retry-After", "1")
-			g.cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost,
+			cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost,
 				"the idempotency lease ended before the request was forwarded; it was not sent: retry with the same key")
 			return
 		}
 		g.cfg.Logger.Warn("idem: upstream unreachable; nothing was sent", "err", err)
-		g.cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached; the request was not sent: retry with the same key")
+		cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached; the request was not sent: retry with the same key")
 		return
 	}
 	reason := "the request was sent upstream and no complete response came back: " + err.Error()
@@ -153,17 +154,17 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	case errors.Is(cause, errShutdown):
 		reason = errShutdown.Error()
 	case timedOut:
-		reason = fmt.Sprintf("the upstream did not answer within %v", g.cfg.UpstreamTimeout)
+		reason = fmt.Sprintf("the upstream did not answer within %v", cfg.UpstreamTimeout)
 	}
 	idemhttp.SetDisposition(ctx, idemhttp.DispositionUnknown, reason)
 	g.cfg.Logger.Warn("idem: upstream outcome unknown; the key is UNKNOWN", "reason", reason)
 	const after = "; the request may have taken effect, and the key is UNKNOWN: a retry with it gets the result once it is reconciled, never a second execution"
 	switch {
 	case leaseEnded:
-		g.cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease ended while the upstream call ran"+after)
+		cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost, "the idempotency lease ended while the upstream call ran"+after)
 	case timedOut:
-		g.cfg.ErrorFormat.WriteError(w, http.StatusGatewayTimeout, CodeUpstreamTimeout, reason+after)
+		cfg.ErrorFormat.WriteError(w, http.StatusGatewayTimeout, CodeUpstreamTimeout, reason+after)
 	default:
-		g.cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamNoResponse, "no complete response came back from the upstream"+after)
+		cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamNoResponse, "no complete response came back from the upstream"+after)
 	}
 }

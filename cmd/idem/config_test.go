@@ -1,0 +1,154 @@
+package main
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// checkConfig loads idem serve's settings from args and the config file
+// text (written as cfg.yaml, whose path is appended as --config), and
+// builds a gateway on a memory store with them: every error a start
+// would meet before it listens.
+func checkConfig(t *testing.T, text string, args ...string) (*serveSetup, *gateway.Gateway, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "cfg.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(args, "--config") {
+		args = append(args, "--config", path)
+	}
+	s, err := loadServe(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := s.cfg
+	cfg.Store, _ = memstore.New(nil)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	g, err := gateway.New(cfg)
+	return s, g, s.file.explain(err)
+}
+
+// A bad file names the file, the line and the field, and is a usage
+// error (exit status 2: restarting cannot fix it).
+func TestConfigErrorsNameLineAndField(t *testing.T) {
+	const up = "upstream: http://127.0.0.1:1\n"
+	for _, c := range []struct{ text, want string }{
+		{up + "lease: 30s\nleese: 5s\n", "cfg.yaml:3: leese: unknown field"},
+		{up + "config: other.yaml\n", "cfg.yaml:2: config: unknown field"},
+		{up + "lease: 30s\nlease: 5s\n", "cfg.yaml:3: lease: set twice (first at line 2)"},
+		{up + "lease: [1, 2]\n", "cfg.yaml:2: lease: want a single value"},
+		{up + "lease: 5 min\n", `cfg.yaml:2: lease: invalid value "5 min": parse error`},
+		{up + "require-key: maybe\n", `cfg.yaml:2: require-key: invalid value "maybe"`},
+		{up + "methods: {a: b}\n", "cfg.yaml:2: methods: want a list"},
+		{up + "takeover: maybe\n", `--takeover "maybe": want unknown or run (set at ` + "CFG:2)"},
+		{up + "lease: [\n", "cfg.yaml: yaml: line 2: did not find expected node content"},
+		{up + "routes:\n  - match: POST /a\n    lesae: 1s\n", "cfg.yaml:4: routes[0].lesae: unknown field; the fields here are match, name, pass-through"},
+		{up + "routes:\n  - match: POST /a\n    lease: 5 min\n", `cfg.yaml:4: routes[0].lease: "5 min" is not a duration`},
+		{up + "routes:\n  - match: POST /a\n    require-key: yes\n", `cfg.yaml:4: routes[0].require-key: "yes": want true or false`},
+		{up + "routes:\n  - match: POST /a\n    methods: POST\n", "cfg.yaml:4: routes[0].methods: want a list"},
+		{up + "routes:\n  - match: POST /a\n    wait:\n", "cfg.yaml:4: routes[0].wait: no value"},
+		{up + "routes:\n  match: POST /a\n", "cfg.yaml:3: routes: want a list"},
+		{up + "routes:\n  - match: POST /a/{x\n", "cfg.yaml:3: routes[0].match: "},
+		{up + "routes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", `cfg.yaml:4: routes[1].match: "POST /x/{b}" conflicts with routes[0] "POST /{a}/x" (CFG:3)`},
+		{up + "routes:\n  - match: POST /a\n    fingerprint:\n      ignore: [request_id]\n", "cfg.yaml:5: routes[0].fingerprint.ignore[0]: jsonptr: \"request_id\" does not start with /"},
+		{up + "routes:\n  - match: POST /a\n    statuses:\n      store: [409]\n      release: [5xx, 700]\n", "cfg.yaml:6: routes[0].statuses.release[1]: \"700\": want a status"},
+		{up + "routes:\n  - match: POST /a\n    key-from: json:/id\n    pass-through: true\n", "cfg.yaml:5: routes[0].pass-through: a pass-through route"},
+		{up + "routes:\n  - match: POST /a\n    reconcile-url: http://x/{key}\n", "cfg.yaml:3: routes[0].name: a route with its own reconcile-url needs a name"},
+	} {
+		_, _, err := checkConfig(t, c.text)
+		if err == nil {
+			t.Errorf("%s: no error; want %q", c.text, c.want)
+			continue
+		}
+		got := err.Error()
+		if i := strings.Index(got, "cfg.yaml"); i >= 0 {
+			dir := got[:i]
+			dir = dir[strings.LastIndexAny(dir, " (")+1:]
+			got = strings.ReplaceAll(got, dir+"cfg.yaml", "cfg.yaml")
+		}
+		want := strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
+		if !strings.Contains(got, want) || !errors.Is(err, errUsage) {
+			t.Errorf("%s:\n got %v\nwant %q, a usage error", c.text, got, want)
+		}
+	}
+}
+
+// A flag on the command line, then its IDEM_ variable, win over the
+// file's top-level setting; the file wins over the flag's default.
+func TestFlagsAndVariablesOverrideTheFile(t *testing.T) {
+	t.Setenv("IDEM_WAIT", "3s")
+	s, _, err := checkConfig(t, "upstream: http://file.example\nlease: 1m\nwait: 2s\nretention: 2h\nmethods: [put, PATCH]\n",
+		"--lease", "5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.Lease != 5*time.Second || s.cfg.Wait != 3*time.Second || s.cfg.Retention != 2*time.Hour ||
+		s.cfg.Upstream.Host != "file.example" || !slices.Equal(s.cfg.Methods, []string{"PUT", "PATCH"}) ||
+		s.cfg.UpstreamTimeout != 30*time.Second {
+		t.Fatalf("lease %v, wait %v, retention %v, upstream %v, methods %v, upstream timeout %v; "+
+			"want the flag's 5s, the variable's 3s, the file's 2h, file.example, [PUT PATCH] and the default 30s",
+			s.cfg.Lease, s.cfg.Wait, s.cfg.Retention, s.cfg.Upstream, s.cfg.Methods, s.cfg.UpstreamTimeout)
+	}
+}
+
+// deploy/idem.yaml, the example the docs and the systemd unit point at,
+// loads and builds a gateway.
+func TestExampleConfigLoads(t *testing.T) {
+	s, _, err := checkConfig(t, "", "--config", "../../deploy/idem.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, rt := range s.cfg.Routes {
+		patterns = append(patterns, rt.Pattern)
+	}
+	want := []string{"POST /v1/charges", "POST /v1/exports", "POST /v1/search", "POST /v1/orders", "POST /v1/charges/{id}/refunds"}
+	if !slices.Equal(patterns, want) || !s.cfg.Routes[2].PassThrough || *s.cfg.Routes[1].Wait != 5*time.Minute {
+		t.Fatalf("routes %q; want %q, search passed through, exports waiting 5m", patterns, want)
+	}
+}
+
+// docs/deployment.md's table of top-level settings lists every flag of
+// idem serve but --config, and says "restart" for exactly the settings a
+// reload refuses to change.
+func TestConfigDocsListEveryFlag(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/deployment.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| `--([a-z-]+)` \\| .* \\| (yes|restart)[^|]* \\|$").FindAllStringSubmatch(string(doc), -1) {
+		if m[1] != m[2] {
+			t.Errorf("the row of %s names the flag --%s", m[1], m[2])
+		}
+		rows[m[1]] = m[3]
+	}
+	for _, name := range serveFlagNames(t) {
+		want := "yes"
+		if slices.Contains(restartOnly, name) {
+			want = "restart"
+		}
+		switch got, ok := rows[name]; {
+		case name == "config":
+		case !ok:
+			t.Errorf("docs/deployment.md has no row for %s", name)
+		case got != want:
+			t.Errorf("docs/deployment.md says %s for %s; a reload's answer is %s", got, name, want)
+		}
+		delete(rows, name)
+	}
+	for name := range rows {
+		t.Errorf("docs/deployment.md has a row for %s, which is no flag", name)
+	}
+}

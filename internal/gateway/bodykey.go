@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/jsonptr"
+)
+
+// keySource wraps next, the route's middleware, with the route's key
+// source: the Idempotency-Key header (nothing to do) or a JSON body field.
+func (rt Route) keySource(next http.Handler, o idemhttp.Options) (http.Handler, error) {
+	spec, ok := strings.CutPrefix(rt.KeyFrom, "json:")
+	switch {
+	case rt.KeyFrom == "" || rt.KeyFrom == "header":
+		return next, nil
+	case !ok:
+		return nil, fmt.Errorf("%q: want header, or json: and a JSON Pointer (json:/request_id)", rt.KeyFrom)
+	}
+	ptr, err := jsonptr.Parse(spec)
+	if err == nil && len(ptr) == 0 {
+		err = errors.New(`json: needs a pointer to a field, e.g. json:/request_id`)
+	}
+	if err != nil {
+		return nil, err
+	}
+	maxBody := o.MaxBody
+	if maxBody == 0 {
+		maxBody = 1 << 20 // idemhttp's default
+	}
+	return &bodyKey{next: next, ptr: ptr, methods: o.Methods, required: o.RequireKey, maxBody: maxBody, format: o.ErrorFormat, onReject: o.OnOutcome}, nil
+}
+
+// bodyKey takes a protected request's key from a string field of its JSON
+// body and hands the request on with that key as its Idempotency-Key
+// header. From there the key is one value everywhere, as a header key is:
+// the middleware validates it by the same rule (1 to 255 printable ASCII
+// characters, no space at either end), and the store, the upstream (which
+// gets it in Idempotency-Key, the body untouched), the reconcile lookup,
+// the logs and the admin API all see the same bytes.
+//
+// A request that also sends the header must send the same key; one that
+// sends only the header keeps it (so a client, or a route switched from
+// the header to a field, is not cut off); one with neither is a request
+// without a key. The body is read once, bounded by MaxBody: nothing is
+// allocated past what the client may send anyway.
+type bodyKey struct {
+	next     http.Handler
+	ptr      jsonptr.Pointer
+	methods  []string
+	required bool
+	maxBody  int64
+	format   idemhttp.ErrorFormat
+	onReject func(*http.Request, idemhttp.Outcome)
+}
+
+func (b *bodyKey) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !slices.Contains(b.methods, r.Method) {
+		b.next.ServeHTTP(w, r)
+		return
+	}
+	body, ok := b.readBody(w, r)
+	if !ok {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	key, found, err := b.field(r, body)
+	_, hasHeader := r.Header[idemhttp.HeaderKey]
+	switch {
+	case err != nil:
+		b.reject(w, r, http.StatusBadRequest, idemhttp.CodeKeyInvalid, "the body field "+b.ptr.String()+" "+err.Error())
+		return
+	case !found && !hasHeader && b.required:
+		b.reject(w, r, http.StatusBadRequest, idemhttp.CodeKeyRequired,
+			"this endpoint requires an idempotency key: the string field "+b.ptr.String()+" of a JSON body, or an Idempotency-Key header")
+		return
+	case found && hasHeader:
+		if h, err := idemhttp.KeyFromHeader(r.Header); err == nil && h != key {
+			b.reject(w, r, http.StatusBadRequest, idemhttp.CodeKeyInvalid,
+				"the Idempotency-Key header and the body field "+b.ptr.String()+" name different keys: send one, or the same in both")
+			return
+		} // a bad header: the middleware answers key_invalid
+	case found:
+		r.Header[idemhttp.HeaderKey] = []string{headerForm(key)}
+	}
+	b.next.ServeHTTP(w, r)
+}
+
+// field returns the key in the body field, validated and in the one form a
+// key has, and whether the body has the field. A field that is not a
+// string, or not a valid key, or that the body names twice on its path
+// (readers disagree on which counts), is an error.
+func (b *bodyKey) field(r *http.Request, body []byte) (string, bool, error) {
+	if !isJSONBody(r, body) {
+		return "", false, nil
+	}
+	raw, found, err := jsonptr.Lookup(body, b.ptr)
+	switch {
+	case errors.Is(err, jsonptr.ErrDuplicate):
+		return "", false, errors.New("is named more than once on its path: which one counts is ambiguous")
+	case err != nil || !found:
+		return "", false, err
+	case raw[0] != '"':
+		return "", false, errors.New("must be a JSON string")
+	}
+	var s string
+	json.Unmarshal(raw, &s) // valid; a lone surrogate or bad UTF-8 turns into U+FFFD, which the key rule refuses
+	key, err := idemhttp.KeyFromHeader(http.Header{idemhttp.HeaderKey: {quote(s)}})
+	if err != nil {
+		return "", false, fmt.Errorf("is not a valid key: %w", err)
+	}
+	return key, true, nil
+}
+
+// headerForm writes key as an Idempotency-Key value that KeyFromHeader
+// reads back as key: bare (as Stripe's clients send keys), or quoted
+// (RFC 9651) when it holds a comma or a double quote.
+func headerForm(key string) string {
+	if !strings.ContainsAny(key, `,"`) {
+		return key
+	}
+	return quote(key)
+}
+
+var quoteEscapes = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
+
+// quote writes s as an RFC 9651 string, leaving every other byte as it is
+// for KeyFromHeader to judge.
+func quote(s string) string { return `"` + quoteEscapes.Replace(s) + `"` }
+
+// readBody reads the whole body, up to maxBody, answering the request
+// itself (413, 400) when it cannot, as the middleware would.
+func (b *bodyKey) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	tooLarge := func() ([]byte, bool) {
+		b.reject(w, r, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge,
+			"the request body is over the limit of "+strconv.FormatInt(b.maxBody, 10)+" bytes")
+		return nil, false
+	}
+	if r.ContentLength > b.maxBody {
+		return tooLarge()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.maxBody))
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		return tooLarge()
+	}
+	if err != nil {
+		b.reject(w, r, http.StatusBadRequest, idemhttp.CodeBodyUnreadable, "reading the request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+func (b *bodyKey) reject(w http.ResponseWriter, r *http.Request, status int, code, detail string) {
+	b.format.WriteError(w, status, code, detail)
+	b.onReject(r, idemhttp.OutcomeRejected)
+}

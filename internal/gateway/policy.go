@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// policy is one compiled configuration: the handler of every proxied
+// request, and the reconcile lookups. It is immutable once built: a
+// reload compiles a new one and swaps it in, and a request runs to its
+// end under the one it loaded when it came in.
+type policy struct {
+	cfg     Config
+	handler http.Handler
+	// reconcilers are the lookups, by the route name a key's fingerprint
+	// carries ("": the top-level --reconcile-url's).
+	reconcilers map[string]*reconciler
+}
+
+// compile builds the policy of cfg's reloadable settings on the
+// gateway's engine, store and listeners.
+func (g *Gateway) compile(cfg Config) (*policy, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Scheme == "" || cfg.Upstream.Host == "" {
+		return nil, errors.New("gateway: --upstream must be an absolute http(s) URL")
+	}
+	p := &policy{cfg: cfg, reconcilers: map[string]*reconciler{}}
+	if cfg.ReplayHeaders == nil {
+		p.cfg.ReplayHeaders = DefaultReplayHeaders
+	}
+	if cfg.UpstreamTimeout == 0 {
+		p.cfg.UpstreamTimeout = 30 * time.Second
+	}
+	if cfg.ReconcileURL != "" {
+		rc, err := newReconciler("--reconcile-url", cfg.ReconcileURL, cfg.ReconcileToken, g.transport, p.cfg.ReplayHeaders)
+		if err != nil {
+			return nil, err
+		}
+		p.reconcilers[""] = rc
+	}
+	proxy := g.reverseProxy(p)
+	fallback, err := g.routeHandler(p, Route{}, proxy)
+	if err != nil {
+		return nil, err
+	}
+	p.handler = fallback
+	if len(cfg.Routes) > 0 {
+		handlers := make([]http.Handler, len(cfg.Routes))
+		for i, rt := range cfg.Routes {
+			if handlers[i], err = g.routeHandler(p, rt, proxy); err != nil {
+				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
+			}
+		}
+		if p.handler, err = newRouteTable(cfg.Routes, handlers, fallback); err != nil {
+			return nil, err
+		}
+	}
+	if len(p.reconcilers) > 0 && !g.reconciles {
+		return nil, errors.New("gateway: a reconcile URL needs a gateway started with one (--reconcile-url or a route's): the engine reconciles or not from its start; restart to add the first")
+	}
+	return p, nil
+}
+
+// routeHandler builds the handler of one route; the zero Route is the
+// top level's, for the requests no route matches.
+func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Handler, error) {
+	cfg := p.cfg
+	if rt.PassThrough {
+		if !rt.protectionUnset() {
+			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match and name")}
+		}
+		return proxy, nil
+	}
+	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
+		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
+		Tenant: g.tenant, MaxResponseBuffer: cfg.MaxResponse, ErrorFormat: cfg.ErrorFormat,
+		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome}
+	if err := rt.override(&o); err != nil {
+		return nil, err
+	}
+	fp, err := rt.Fingerprint.compile()
+	if err != nil {
+		return nil, inField("fingerprint", err)
+	}
+	if rt.ReconcileURL != "" {
+		if rt.Name == "" {
+			return nil, &FieldError{Path: "name", Err: errors.New("a route with its own reconcile-url needs a name: its keys carry it, so that their lookup asks this route's URL")}
+		}
+		rc, err := newReconciler("reconcile-url", rt.ReconcileURL, cfg.ReconcileToken, g.transport, cfg.ReplayHeaders)
+		if err != nil {
+			return nil, &FieldError{Path: "reconcile-url", Err: err}
+		}
+		p.reconcilers[rt.Name] = rc
+		fp = tagFingerprint(rt.Name, fp)
+	}
+	o.Fingerprint = fp
+	if o.StatusPolicy, err = rt.Statuses.compile(statusPolicy(cfg.ErrorFormat)); err != nil {
+		return nil, inField("statuses", err)
+	}
+	mw, err := idemhttp.New(g.engine, &o)
+	if err != nil {
+		return nil, err
+	}
+	if o.Methods == nil {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	h := refuseHopByHopKeys(mw(proxy), o.Methods, g.keyed, cfg.ErrorFormat, g.rejected)
+	if h, err = rt.keySource(h, o); err != nil {
+		return nil, &FieldError{Path: "key-from", Err: err}
+	}
+	return g.withWriteDeadline(h, cfg, o.Wait), nil
+}
+
+// protectionUnset reports whether rt sets none of the options of a
+// protected route.
+func (rt Route) protectionUnset() bool {
+	return rt.Methods == nil && rt.RequireKey == nil && rt.Lease == nil && rt.Retention == nil && rt.Wait == nil &&
+		rt.KeyFrom == "" && rt.Fingerprint.isWhole() && rt.Statuses.isEmpty() && rt.ReconcileURL == ""
+}
+
+// override applies the route's own settings to the top level's options.
+func (rt Route) override(o *idemhttp.Options) error {
+	if rt.Methods != nil {
+		if len(rt.Methods) == 0 {
+			return &FieldError{Path: "methods", Err: errors.New("an empty list protects nothing: say pass-through: true")}
+		}
+		o.Methods = nil
+		for _, m := range rt.Methods {
+			o.Methods = append(o.Methods, strings.ToUpper(strings.TrimSpace(m)))
+		}
+	}
+	if rt.RequireKey != nil {
+		o.RequireKey = *rt.RequireKey
+	}
+	for _, d := range []struct {
+		name string
+		v    *time.Duration
+		to   *time.Duration
+		zero bool // zero is a valid value
+	}{{"lease", rt.Lease, &o.LeaseDuration, false}, {"retention", rt.Retention, &o.Retention, false}, {"wait", rt.Wait, &o.Wait, true}} {
+		switch {
+		case d.v == nil:
+		case *d.v < 0 || (*d.v == 0 && !d.zero):
+			return &FieldError{Path: d.name, Err: fmt.Errorf("%v: want a positive duration", *d.v)}
+		case d.name == "lease" && *d.v < time.Millisecond:
+			return &FieldError{Path: d.name, Err: fmt.Errorf("%v is under the 1ms resolution of stores", *d.v)}
+		default:
+			*d.to = *d.v
+		}
+	}
+	return nil
+}
+
+// withWriteDeadline gives the requests of a route whose wait needs more
+// time than the public server's write timeout (set at start from the
+// longest wait then) the time they need: a reload may lengthen a wait or
+// the upstream timeout, and the server would otherwise cut the answer.
+func (g *Gateway) withWriteDeadline(next http.Handler, cfg Config, wait time.Duration) http.Handler {
+	need := g.cfg.ReadTimeout + wait + cfg.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+	if need <= g.cfg.writeTimeout() {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(need)) // a writer without deadlines keeps none
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routeTagPrefix begins the fingerprint of a key taken on a route with its
+// own reconcile URL: route:NAME:HEX. A record keeps its fingerprint, so the
+// lookup of an UNKNOWN key, made from the record alone (by a retry, the
+// sweep or the console), knows the route it came from.
+const routeTagPrefix = "route:"
+
+func tagFingerprint(name string, fp func(*http.Request, []byte) string) func(*http.Request, []byte) string {
+	tag := routeTagPrefix + name + ":"
+	return func(r *http.Request, body []byte) string { return tag + fp(r, body) }
+}
+
+// reconcile is the engine's Reconcile: the lookup of the route the key's
+// fingerprint names, else the top-level one, in the running policy.
+func (p *policy) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+	name := ""
+	if rest, ok := strings.CutPrefix(rec.Fingerprint, routeTagPrefix); ok {
+		name, _, _ = strings.Cut(rest, ":")
+	}
+	rc, ok := p.reconcilers[name]
+	switch {
+	case ok:
+		return rc.reconcile(ctx, rec)
+	case name != "":
+		return idem.Resolution{}, fmt.Errorf("the key was taken on route %q, which has no reconcile-url in the running configuration: it stays UNKNOWN until one is configured or an operator resolves it", name)
+	}
+	return idem.Resolution{Verdict: idem.VerdictUnknown}, nil // no top-level lookup: only an operator can tell
+}

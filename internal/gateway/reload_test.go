@@ -1,0 +1,201 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// reloadGateway serves a gateway in front of up with cfg's routes.
+func reloadGateway(t *testing.T, up *routeUpstream, cfg Config) (*Gateway, *routeClient) {
+	t.Helper()
+	cfg.Upstream, _ = url.Parse(up.URL)
+	cfg.AllowAnonymous = true
+	if cfg.Store == nil {
+		cfg.Store, _ = memstore.New(nil)
+	}
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(g.Handler())
+	t.Cleanup(srv.Close)
+	return g, &routeClient{t: t, up: up, g: g, srv: srv}
+}
+
+// A request in flight across a reload finishes under the policy it started
+// with: its 503, which its route stored, is stored, though the new policy
+// would release it; the request after the reload runs under the new one.
+func TestInFlightRequestKeepsItsPolicyAcrossReload(t *testing.T) {
+	up := newRouteUpstream(t)
+	storing := []Route{{Pattern: "POST /slow/{status}", Statuses: StatusOverrides{Store: []string{"503"}}}}
+	g, c := reloadGateway(t, up, Config{Routes: storing})
+	done := make(chan reply, 1)
+	go func() { done <- c.send("POST", "/slow/503", "old", "{}") }()
+	<-up.arrived
+	if err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL)}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	close(up.release)
+	c.want("the request in flight", <-done, http.StatusServiceUnavailable, false)
+	c.want("its retry, after the reload", c.send("POST", "/slow/503", "old", "{}"), http.StatusServiceUnavailable, true)
+	c.want("a new request", c.send("POST", "/slow/503", "new", "{}"), http.StatusServiceUnavailable, false)
+	c.want("its retry, released by the new policy", c.send("POST", "/slow/503", "new", "{}"), http.StatusServiceUnavailable, false)
+	if c.runs("old") != 1 || c.runs("new") != 2 {
+		t.Fatalf("runs: old %d, new %d; want 1 (stored under the old policy) and 2", c.runs("old"), c.runs("new"))
+	}
+}
+
+// A reload that fails keeps the running configuration, says why, and
+// shows in the metrics; the next good one is applied.
+func TestBadReloadKeepsTheRunningConfig(t *testing.T) {
+	up := newRouteUpstream(t)
+	required := []Route{{Pattern: "POST /v1/charges", RequireKey: ptr(true)}}
+	g, c := reloadGateway(t, up, Config{Routes: required})
+	metric := func(name string, labels ...string) float64 {
+		for _, mf := range must(g.registry.Gather()) {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if len(labels) == 0 || m.GetLabel()[0].GetValue() == labels[0] {
+					if m.Counter != nil {
+						return m.Counter.GetValue()
+					}
+					return m.Gauge.GetValue()
+				}
+			}
+		}
+		t.Fatalf("no metric %s%v", name, labels)
+		return 0
+	}
+	started := metric("idem_config_last_reload_success_timestamp_seconds")
+	if started < float64(time.Now().Add(-time.Minute).Unix()) || metric("idem_config_last_reload_successful") != 1 {
+		t.Fatalf("at start: last success %v, successful %v; want now and 1", started, metric("idem_config_last_reload_successful"))
+	}
+	conflicting := Config{Upstream: mustURL(t, up.URL), Routes: []Route{
+		{Pattern: "POST /v1/{a}/x"}, {Pattern: "POST /v1/x/{b}", Source: "idem.yaml:9"}}}
+	for _, bad := range []func() (Config, error){
+		func() (Config, error) { return Config{}, errors.New("idem.yaml:3: lease: bad") },
+		func() (Config, error) { return conflicting, nil },
+	} {
+		if err := g.Reload(bad); err == nil {
+			t.Fatal("a bad reload succeeded")
+		}
+	}
+	c.want("a charge without a key after the bad reloads", c.send("POST", "/v1/charges", "", "{}"), http.StatusBadRequest, false)
+	if f, s := metric("idem_config_reloads_total", "failure"), metric("idem_config_last_reload_successful"); f != 2 || s != 0 {
+		t.Fatalf("failures %v, successful %v; want 2 and 0", f, s)
+	}
+	if err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL)}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	c.want("a charge without a key after a good reload", c.send("POST", "/v1/charges", "", "{}"), http.StatusCreated, false)
+	if n, s := metric("idem_config_reloads_total", "success"), metric("idem_config_last_reload_successful"); n != 1 || s != 1 {
+		t.Fatalf("successes %v, successful %v; want 1 and 1", n, s)
+	}
+	if got := metric("idem_config_last_reload_success_timestamp_seconds"); got < started {
+		t.Fatalf("last success %v went back from %v", got, started)
+	}
+}
+
+// A bad route is an error that names its field, as the config file
+// names it, for cmd/idem to add the line.
+func TestRouteErrorsNameTheField(t *testing.T) {
+	up := newRouteUpstream(t)
+	u := mustURL(t, up.URL)
+	store, _ := memstore.New(nil)
+	for _, c := range []struct {
+		routes    []Route
+		path, msg string
+	}{
+		{[]Route{{Pattern: "POST /a"}, {Pattern: "POST /{x}"}, {Pattern: "POST /{y}", Source: "f.yaml:7"}},
+			"routes[2].match", `"POST /{y}" conflicts with routes[1] "POST /{x}"`},
+		{[]Route{{Pattern: "POST /{x}/b"}, {Pattern: "POST /a/{y}"}}, "routes[1].match", "conflicts with routes[0]"},
+		{[]Route{{Pattern: "POST /a/{x"}}, "routes[0].match", "bad wildcard"},
+		{[]Route{{Pattern: ""}}, "routes[0].match", "a pattern is required"},
+		{[]Route{{Pattern: "/a", Lease: ptr(time.Duration(0))}}, "routes[0].lease", "want a positive duration"},
+		{[]Route{{Pattern: "/a", Wait: ptr(-time.Second)}}, "routes[0].wait", "want a positive duration"},
+		{[]Route{{Pattern: "/a", Methods: []string{}}}, "routes[0].methods", "pass-through"},
+		{[]Route{{Pattern: "/a", PassThrough: true, Wait: ptr(time.Second)}}, "routes[0].pass-through", "no other option"},
+		{[]Route{{Pattern: "/a", KeyFrom: "body:/id"}}, "routes[0].key-from", "want header, or json:"},
+		{[]Route{{Pattern: "/a", KeyFrom: "json:id"}}, "routes[0].key-from", "does not start with /"},
+		{[]Route{{Pattern: "/a", Fingerprint: FingerprintRule{Ignore: []string{"/a", "/b~2"}}}}, "routes[0].fingerprint.ignore[1]", "~ must be followed by 0 or 1"},
+		{[]Route{{Pattern: "/a", Fingerprint: FingerprintRule{Only: []string{""}}}}, "routes[0].fingerprint.only[0]", "the whole body"},
+		{[]Route{{Pattern: "/a", Fingerprint: FingerprintRule{Only: []string{"/a"}, Ignore: []string{"/b"}}}}, "routes[0].fingerprint", "not both"},
+		{[]Route{{Pattern: "/a", Statuses: StatusOverrides{Store: []string{"409"}, Unknown: []string{"409"}}}}, "routes[0].statuses.unknown[0]", "already listed in store[0]"},
+		{[]Route{{Pattern: "/a", Statuses: StatusOverrides{Release: []string{"6xx"}}}}, "routes[0].statuses.release[0]", "want a status from 100 to 599"},
+		{[]Route{{Pattern: "/a", ReconcileURL: u.String() + "/{key}"}}, "routes[0].name", "needs a name"},
+		{[]Route{{Pattern: "/a", Name: "a", ReconcileURL: u.String()}}, "routes[0].reconcile-url", "must hold {key}"},
+		{[]Route{{Pattern: "/a", Name: "a b"}}, "routes[0].name", "want up to 64 letters"},
+		{[]Route{{Pattern: "/a", Name: "x"}, {Pattern: "/b", Name: "x", Source: "f.yaml:3"}}, "routes[1].name", "routes[0] too"},
+	} {
+		_, err := New(Config{Upstream: u, Store: store, Routes: c.routes, Logger: slog.New(slog.DiscardHandler)})
+		fe, ok := errors.AsType[*FieldError](err)
+		if !ok || fe.Path != c.path || !strings.Contains(fe.Err.Error(), c.msg) || strings.Contains(err.Error(), "registered at") {
+			t.Errorf("routes %+v: %v; want a FieldError about %s saying %q", c.routes, err, c.path, c.msg)
+		}
+	}
+}
+
+// A route whose lookup is gone from the running configuration leaves its
+// UNKNOWN keys UNKNOWN: no other route's lookup is asked for them (its
+// "never ran" would run the request again). The retry itself now falls
+// under the top level, whose fingerprint differs: 422, never a run.
+func TestReloadWithoutTheRoutesLookupKeepsItsKeysUnknown(t *testing.T) {
+	up := newRouteUpstream(t)
+	routes := []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges", ReconcileURL: up.URL + "/lookup/charges/{key}"}}
+	g, c := reloadGateway(t, up, Config{ReconcileURL: up.URL + "/lookup/top/{key}", Routes: routes})
+	c.want("a charge lost in a gateway timeout", c.send("POST", "/v1/charges/504", "k", "{}"), http.StatusGatewayTimeout, false)
+	if err := g.Reload(func() (Config, error) {
+		return Config{Upstream: mustURL(t, up.URL), ReconcileURL: up.URL + "/lookup/top/{key}"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.want("the retry", c.send("POST", "/v1/charges/504", "k", "{}"), http.StatusUnprocessableEntity, false)
+	v, rec, err := g.Engine().Reconcile(context.Background(), idem.ID{Key: "k"}) // as the sweep and the console do
+	if v != idem.VerdictUnknown || rec.State != idem.StateUnknown {
+		t.Fatalf("Reconcile = %v, %v, %v; want the key left UNKNOWN", v, rec.State, err)
+	}
+	if len(up.lookups) != 0 || c.runs("k") != 1 {
+		t.Fatalf("lookups %q, runs %d; want none and 1", up.lookups, c.runs("k"))
+	}
+}
+
+// A gateway started without any reconcile URL cannot get one by reload:
+// the engine reconciles or not from its start.
+func TestReloadCannotAddTheFirstReconcileURL(t *testing.T) {
+	up := newRouteUpstream(t)
+	g, _ := reloadGateway(t, up, Config{})
+	err := g.Reload(func() (Config, error) {
+		return Config{Upstream: mustURL(t, up.URL), ReconcileURL: up.URL + "/lookup/{key}"}, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("Reload adding a reconcile URL = %v; want an error saying to restart", err)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

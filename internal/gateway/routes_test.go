@@ -1,0 +1,325 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// routeUpstream counts the executions of each key, answers a path that
+// ends in /NNN with that status, holds a path under /slow/ until release
+// is closed, and answers a lookup (GET /lookup...) 404 "never ran",
+// recording which lookup was asked.
+type routeUpstream struct {
+	*httptest.Server
+	release chan struct{}
+	arrived chan struct{} // a value per request held under /slow/
+
+	mu      sync.Mutex
+	runs    map[string]int // by the Idempotency-Key the upstream got
+	bodies  []string
+	lookups []string
+}
+
+func newRouteUpstream(t *testing.T) *routeUpstream {
+	u := &routeUpstream{release: make(chan struct{}), arrived: make(chan struct{}, 16), runs: map[string]int{}}
+	u.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get(idemhttp.HeaderKey)
+		if strings.HasPrefix(r.URL.Path, "/lookup") {
+			u.mu.Lock()
+			u.lookups = append(u.lookups, r.URL.Path)
+			u.mu.Unlock()
+			w.Header().Set(idemhttp.HeaderKey, key)
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.runs[key]++
+		u.bodies = append(u.bodies, string(b))
+		u.mu.Unlock()
+		if strings.HasPrefix(r.URL.Path, "/slow/") {
+			u.arrived <- struct{}{}
+			<-u.release
+		}
+		status := http.StatusCreated
+		if i := strings.LastIndexByte(r.URL.Path, '/'); i >= 0 {
+			if s, err := strconv.Atoi(r.URL.Path[i+1:]); err == nil && s >= 200 {
+				status = s
+			}
+		}
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "run %d of %s", u.count(key), key)
+	}))
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *routeUpstream) count(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.runs[key]
+}
+
+// routeClient sends requests to a gateway with routes.
+type routeClient struct {
+	t   *testing.T
+	up  *routeUpstream
+	g   *Gateway
+	srv *httptest.Server
+	key string // a prefix that keeps the cases' keys apart
+
+	acquired chan struct{} // a value each time a key was looked up in the store
+}
+
+// reply is what the gateway answered.
+type reply struct {
+	status   int
+	replayed bool
+	code     string // the problem's code, if any
+	body     string
+}
+
+// send sends method path with body (as JSON) and the header pairs;
+// key, when not empty, is sent as Idempotency-Key (prefixed).
+func (c *routeClient) send(method, path, key, body string, hdr ...string) reply {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idemhttp.HeaderKey, c.key+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.srv.Client().Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, replayed: resp.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(b)}
+	if i := strings.Index(r.body, `"code":"`); i >= 0 {
+		r.code, _, _ = strings.Cut(r.body[i+8:], `"`)
+	}
+	return r
+}
+
+func (c *routeClient) runs(key string) int { return c.up.count(c.key + key) }
+
+// record returns the stored record of key (the anonymous tenant's).
+func (c *routeClient) record(key string) idem.Record {
+	c.t.Helper()
+	rec, err := c.g.Engine().Get(context.Background(), idem.ID{Key: c.key + key})
+	if err != nil {
+		c.t.Fatalf("Get %s: %v", key, err)
+	}
+	return rec
+}
+
+func (c *routeClient) want(what string, got reply, status int, replayed bool) {
+	c.t.Helper()
+	if got.status != status || got.replayed != replayed {
+		c.t.Fatalf("%s = %d (replayed %v) %s; want %d (replayed %v)", what, got.status, got.replayed, got.body, status, replayed)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// routeCases are the route options, each checked against the behaviour
+// of the top level (no route) where the option makes a difference.
+var routeCases = []struct {
+	name   string
+	cfg    func(c *Config, up *routeUpstream)
+	routes []Route
+	check  func(c *routeClient)
+}{
+	{name: "match picks the most specific pattern; a cleaned path gets its route", routes: []Route{
+		{Pattern: "POST /v1/charges/{id}", RequireKey: ptr(true)},
+		{Pattern: "POST /v1/charges/search", PassThrough: true},
+	}, check: func(c *routeClient) {
+		c.want("a charge without a key", c.send("POST", "/v1/charges/ch_1", "", "{}"), http.StatusBadRequest, false)
+		c.want("the same through //", c.send("POST", "/v1//charges/ch_1", "", "{}"), http.StatusBadRequest, false)
+		c.want("search, more specific, without a key", c.send("POST", "/v1/charges/search", "", "{}"), http.StatusCreated, false)
+		c.want("a path no route matches", c.send("POST", "/v1/other", "", "{}"), http.StatusCreated, false)
+	}},
+	{name: "pass-through", routes: []Route{{Pattern: "POST /v1/search", PassThrough: true}}, check: func(c *routeClient) {
+		for range 2 {
+			c.want("a search", c.send("POST", "/v1/search", "s", "{}"), http.StatusCreated, false)
+		}
+		c.want("the top level", c.send("POST", "/v1/charges", "c", "{}"), http.StatusCreated, false)
+		c.want("the top level's retry", c.send("POST", "/v1/charges", "c", "{}"), http.StatusCreated, true)
+		if c.runs("s") != 2 || c.runs("c") != 1 {
+			c.t.Fatalf("runs: search %d, charge %d; want 2 (not protected) and 1", c.runs("s"), c.runs("c"))
+		}
+	}},
+	{name: "methods", routes: []Route{{Pattern: "/v1/items/{id}", Methods: []string{"put"}}}, check: func(c *routeClient) {
+		c.want("a PUT", c.send("PUT", "/v1/items/1", "p", "{}"), http.StatusCreated, false)
+		c.want("its retry", c.send("PUT", "/v1/items/1", "p", "{}"), http.StatusCreated, true)
+		c.want("a POST", c.send("POST", "/v1/items/1", "q", "{}"), http.StatusCreated, false)
+		c.want("another POST", c.send("POST", "/v1/items/1", "q", "{}"), http.StatusCreated, false)
+	}},
+	{name: "require-key", routes: []Route{{Pattern: "POST /v1/charges", RequireKey: ptr(true)}}, check: func(c *routeClient) {
+		got := c.send("POST", "/v1/charges", "", "{}")
+		c.want("a charge without a key", got, http.StatusBadRequest, false)
+		if got.code != idemhttp.CodeKeyRequired {
+			c.t.Fatalf("code %q; want %s", got.code, idemhttp.CodeKeyRequired)
+		}
+		c.want("elsewhere without a key", c.send("POST", "/v1/refunds", "", "{}"), http.StatusCreated, false)
+	}},
+	{name: "lease", routes: []Route{{Pattern: "POST /slow/exports", Lease: ptr(5 * time.Minute)}}, check: func(c *routeClient) {
+		done := make(chan reply, 1)
+		go func() { done <- c.send("POST", "/slow/exports", "e", "{}") }()
+		<-c.up.arrived // the lease was taken before
+		rec := c.record("e")
+		close(c.up.release)
+		c.want("the export", <-done, http.StatusCreated, false)
+		if rec.State != idem.StateProcessing || rec.TTL <= time.Minute || rec.TTL > 5*time.Minute {
+			c.t.Fatalf("in flight: %v with %v to live; want PROCESSING with the route's 5m lease (the top level's is 30s)", rec.State, rec.TTL)
+		}
+	}},
+	{name: "retention", routes: []Route{{Pattern: "POST /v1/quotes", Retention: ptr(time.Hour)}}, check: func(c *routeClient) {
+		c.send("POST", "/v1/quotes", "q", "{}")
+		c.send("POST", "/v1/charges", "c", "{}")
+		if rec := c.record("q"); rec.TTL <= 50*time.Minute || rec.TTL > time.Hour {
+			c.t.Fatalf("a quote is kept %v; want the route's hour", rec.TTL)
+		}
+		if rec := c.record("c"); rec.TTL <= 23*time.Hour {
+			c.t.Fatalf("a charge is kept %v; want the top level's 24h", rec.TTL)
+		}
+	}},
+	{name: "wait", routes: []Route{{Pattern: "POST /slow/waits", Wait: ptr(time.Minute)}}, check: func(c *routeClient) {
+		first, second := make(chan reply, 1), make(chan reply, 1)
+		go func() { first <- c.send("POST", "/slow/waits", "w", "{}") }()
+		<-c.acquired // the first holds the key
+		go func() { second <- c.send("POST", "/slow/waits", "w", "{}") }()
+		<-c.acquired // the second found it in flight: without a wait it answers 409 now
+		close(c.up.release)
+		c.want("the first", <-first, http.StatusCreated, false)
+		c.want("the second, which waited", <-second, http.StatusCreated, true)
+	}},
+	{name: "key-from json", routes: []Route{{Pattern: "POST /v1/orders", KeyFrom: "json:/request_id", RequireKey: ptr(true)}}, check: func(c *routeClient) {
+		body := func(id string) string { return `{"request_id":"` + c.key + id + `","amount":1}` }
+		c.want("an order keyed by its body", c.send("POST", "/v1/orders", "", body("o1")), http.StatusCreated, false)
+		c.want("its retry", c.send("POST", "/v1/orders", "", body("o1")), http.StatusCreated, true)
+		c.want("its retry with the same key in the header too", c.send("POST", "/v1/orders", "o1", body("o1")), http.StatusCreated, true)
+		if got := c.send("POST", "/v1/orders", "o2", body("o1")); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyInvalid {
+			c.t.Fatalf("header and field disagreeing = %d %s; want 400 key_invalid", got.status, got.body)
+		}
+		if got := c.send("POST", "/v1/orders", "", `{"request_id":7}`); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyInvalid {
+			c.t.Fatalf("a number as the key = %d %s; want 400 key_invalid", got.status, got.body)
+		}
+		if got := c.send("POST", "/v1/orders", "", `{"amount":1}`); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyRequired {
+			c.t.Fatalf("no key anywhere = %d %s; want 400 key_required", got.status, got.body)
+		}
+		c.want("the header alone", c.send("POST", "/v1/orders", "o3", `{"amount":1}`), http.StatusCreated, false)
+		if c.runs("o1") != 1 || c.runs("o3") != 1 {
+			c.t.Fatalf("runs o1 %d, o3 %d; want 1 each, under the key the upstream got in Idempotency-Key", c.runs("o1"), c.runs("o3"))
+		}
+	}},
+	{name: "fingerprint ignore", routes: []Route{{Pattern: "POST /v1/transfers", Fingerprint: FingerprintRule{Ignore: []string{"/request_id", "/meta/sent_at"}}}}, check: func(c *routeClient) {
+		c.want("a transfer", c.send("POST", "/v1/transfers", "t", `{"amount":5,"request_id":"a","meta":{"sent_at":1}}`), http.StatusCreated, false)
+		c.want("a retry with new ids", c.send("POST", "/v1/transfers", "t", `{"request_id":"b","amount":5,"meta":{"sent_at":2}}`), http.StatusCreated, true)
+		c.want("another amount", c.send("POST", "/v1/transfers", "t", `{"amount":6,"request_id":"c"}`), http.StatusUnprocessableEntity, false)
+		c.want("at the top level", c.send("POST", "/v1/charges", "c", `{"amount":5,"request_id":"a"}`), http.StatusCreated, false)
+		c.want("a new id there", c.send("POST", "/v1/charges", "c", `{"amount":5,"request_id":"b"}`), http.StatusUnprocessableEntity, false)
+	}},
+	{name: "fingerprint only", routes: []Route{{Pattern: "POST /v1/payouts", Fingerprint: FingerprintRule{Only: []string{"/amount", "/currency"}}}}, check: func(c *routeClient) {
+		c.want("a payout", c.send("POST", "/v1/payouts", "p", `{"amount":5,"currency":"eur","note":"x"}`), http.StatusCreated, false)
+		c.want("another note", c.send("POST", "/v1/payouts", "p", `{"currency":"eur","amount":5,"note":"y"}`), http.StatusCreated, true)
+		c.want("another currency", c.send("POST", "/v1/payouts", "p", `{"amount":5,"currency":"usd"}`), http.StatusUnprocessableEntity, false)
+		c.want("no currency", c.send("POST", "/v1/payouts", "p", `{"amount":5}`), http.StatusUnprocessableEntity, false)
+	}},
+	{name: "statuses", routes: []Route{{Pattern: "POST /v1/holds/{status}", Statuses: StatusOverrides{
+		Store: []string{"503"}, Release: []string{"5xx"}, Unknown: []string{"409"}}}}, check: func(c *routeClient) {
+		c.want("a 503, stored", c.send("POST", "/v1/holds/503", "s", "{}"), http.StatusServiceUnavailable, false)
+		c.want("its retry", c.send("POST", "/v1/holds/503", "s", "{}"), http.StatusServiceUnavailable, true)
+		c.want("a 500, released", c.send("POST", "/v1/holds/500", "r", "{}"), http.StatusInternalServerError, false)
+		c.want("its retry, run again", c.send("POST", "/v1/holds/500", "r", "{}"), http.StatusInternalServerError, false)
+		c.want("a 409, unknown", c.send("POST", "/v1/holds/409", "u", "{}"), http.StatusConflict, false)
+		if got := c.send("POST", "/v1/holds/409", "u", "{}"); got.code != idemhttp.CodeOutcomeUnknown {
+			c.t.Fatalf("the 409's retry = %d %s; want 503 outcome_unknown", got.status, got.body)
+		}
+		c.want("a 500 at the top level, stored", c.send("POST", "/v1/other/500", "t", "{}"), http.StatusInternalServerError, false)
+		c.want("its retry", c.send("POST", "/v1/other/500", "t", "{}"), http.StatusInternalServerError, true)
+		if c.runs("s") != 1 || c.runs("r") != 2 || c.runs("u") != 1 || c.runs("t") != 1 {
+			c.t.Fatalf("runs: stored %d, released %d, unknown %d, top %d; want 1, 2, 1, 1", c.runs("s"), c.runs("r"), c.runs("u"), c.runs("t"))
+		}
+	}},
+	{name: "reconcile-url", cfg: func(cfg *Config, up *routeUpstream) { cfg.ReconcileURL = up.URL + "/lookup/top/{key}" },
+		routes: []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges", ReconcileURL: "{upstream}/lookup/charges/{key}"}},
+		check: func(c *routeClient) {
+			c.want("a charge lost in a gateway timeout", c.send("POST", "/v1/charges/504", "r", "{}"), http.StatusGatewayTimeout, false)
+			c.want("at the top level", c.send("POST", "/v1/other/504", "t", "{}"), http.StatusGatewayTimeout, false)
+			// Each retry asks its route's lookup, which says "never ran": it runs again.
+			c.want("the charge's retry", c.send("POST", "/v1/charges/504", "r", "{}"), http.StatusGatewayTimeout, false)
+			c.want("the other's retry", c.send("POST", "/v1/other/504", "t", "{}"), http.StatusGatewayTimeout, false)
+			c.up.mu.Lock()
+			defer c.up.mu.Unlock()
+			want := []string{"/lookup/charges/" + c.key + "r", "/lookup/top/" + c.key + "t"}
+			if fmt.Sprint(c.up.lookups) != fmt.Sprint(want) || c.up.runs[c.key+"r"] != 2 {
+				c.t.Fatalf("lookups %q, runs %d; want %q and a second run", c.up.lookups, c.up.runs[c.key+"r"], want)
+			}
+		}},
+}
+
+// acquireSpans sends a value on acquired each time the gateway took or
+// looked up a key in the store (its idem.acquire span ended), as long as
+// there is room: a case that reads them reads them all.
+type acquireSpans struct {
+	sdktrace.SpanProcessor
+	acquired chan struct{}
+}
+
+func (a acquireSpans) OnEnd(s sdktrace.ReadOnlySpan) {
+	if s.Name() == "idem.acquire" {
+		select {
+		case a.acquired <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Every route option, on the memory store and on Redis.
+func TestRouteOptions(t *testing.T) {
+	for storeName, newStore := range testenv.Stores() {
+		for _, rc := range routeCases {
+			t.Run(storeName+"/"+rc.name, func(t *testing.T) {
+				up := newRouteUpstream(t)
+				u, _ := url.Parse(up.URL)
+				acquired := make(chan struct{}, 64)
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(acquireSpans{sdktrace.NewSimpleSpanProcessor(nil), acquired}))
+				defer tp.Shutdown(context.Background())
+				cfg := Config{Upstream: u, Store: newStore(t), AllowAnonymous: true, Logger: slog.New(slog.DiscardHandler), Tracer: tp.Tracer("test")}
+				if rc.cfg != nil {
+					rc.cfg(&cfg, up)
+				}
+				for _, rt := range rc.routes {
+					rt.ReconcileURL = strings.ReplaceAll(rt.ReconcileURL, "{upstream}", up.URL)
+					cfg.Routes = append(cfg.Routes, rt)
+				}
+				g, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				srv := httptest.NewServer(g.Handler())
+				defer srv.Close()
+				rc.check(&routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t), acquired: acquired})
+			})
+		}
+	}
+}
