@@ -224,6 +224,16 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Completes the failover cut are held and retried in the background;
+	// they are stored (or dropped, if the failover lost their record)
+	// before the topology stops, as the gateway does at shutdown.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := engine.Flush(ctx); err != nil {
+			t.Errorf("Flush after the failover: %v", err)
+		}
+	})
 	ctx := context.Background()
 	pool, schema := testenv.Postgres(t)
 	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
