@@ -316,7 +316,17 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	return charge, nil
 }
 
+// Close stores what the engine holds (a finalization the store did not
+// take in time) before the store client closes, as the gateway does at
+// shutdown. A held finalization is dropped when its lease and
+// FinalizeTimeout have both passed, so the wait is bounded by them.
 func (w *idemWorker) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), idem.FinalizeTimeout+w.env.Lease+time.Second)
+	defer cancel()
+	// An error means the wait ran out with finalizations still held: the
+	// run's verdict reads every key's stored state, so what they would have
+	// stored is judged there, not here.
+	_ = w.eng.Flush(ctx)
 	if w.rdb != nil {
 		w.rdb.Close()
 	}
