@@ -137,6 +137,22 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 // connections. fsync is off: a crash of the process loses nothing the
 // kernel has, and these servers never outlive a crash of the machine.
 func (s *Server) Restart(ctx context.Context) error {
+	// The backends of a killed server may still be exiting, attached to
+	// its shared memory, when the postmaster is gone: the new postmaster
+	// then refuses to start. It is started again until they are gone.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := s.start(ctx, deadline)
+		if err == nil || !strings.Contains(err.Error(), "pre-existing shared memory block") || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// start starts postgres once and waits until it accepts connections, or
+// it exits, or deadline passes.
+func (s *Server) start(ctx context.Context, deadline time.Time) error {
 	s.mu.Lock()
 	if s.done != nil && !closed(s.done) {
 		s.mu.Unlock()
@@ -164,7 +180,6 @@ func (s *Server) Restart(ctx context.Context) error {
 	}()
 	s.cmd, s.done = cmd, done
 	s.mu.Unlock()
-	deadline := time.Now().Add(time.Minute)
 	for {
 		if closed(done) {
 			return fmt.Errorf("pgproc: postgres exited at start: %s", s.Log(5))
