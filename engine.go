@@ -280,9 +280,17 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	}
 	if e.held.n.Load() > 0 {
 		// This process holds the key's outcome that its store does not
-		// have yet (Options.MaxHeld): it is the answer.
-		if att, ok := e.held.answer(req.ID(), req.Fingerprint); ok {
-			return att, nil
+		// have yet (Options.MaxHeld): it is the answer, unless the store
+		// has moved past it (an operator deleted the key elsewhere and it
+		// ran again under a higher fence: the held finalization is stale,
+		// and its retry will find so). A store that does not answer does
+		// not move it past: the held outcome stands.
+		if att, fence, ok := e.held.answer(req.ID(), req.Fingerprint); ok {
+			rec, err := e.Get(ctx, req.ID())
+			if err != nil || rec.Fence <= fence {
+				return att, nil
+			}
+			e.held.supersede(req.ID(), fence)
 		}
 	}
 	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,

@@ -70,6 +70,39 @@ func TestHeldCompletionOfALeaseTakenOverIsDropped(t *testing.T) {
 	})
 }
 
+// A held completion answers for its key only while the store has nothing
+// newer: once an operator deleted the key elsewhere and it ran again, the
+// store's newer attempt is the answer, before the held one's retry finds
+// its lease gone (found by the check campaign on Redis).
+func TestHeldCompletionYieldsToANewerAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, e := outageEngine(t, nil)
+		ctx := context.Background()
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		s.start(outageRefuse, false)
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
+			t.Fatalf("Complete during the outage = %v; want nil (held)", err)
+		}
+		other := newEngine(t, s.Store, nil) // another process, which reaches the store
+		if ok, err := other.ForceDelete(ctx, idem.ID{Key: "k"}); err != nil || !ok {
+			t.Fatalf("ForceDelete = %v, %v", ok, err)
+		}
+		b := begin(t, other, req)
+		if b.Outcome != idem.Acquired {
+			t.Fatalf("after the delete = %v; want Acquired", b.Outcome)
+		}
+		if err := b.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("second")}); err != nil {
+			t.Fatal(err)
+		}
+		s.end() // the held completion's retry has not run yet
+		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "second" {
+			t.Fatalf("Begin where the store has a newer attempt = %v %q; want the store's result %q", r.Outcome, r.Result.Body, "second")
+		}
+		flush(t, e)
+	})
+}
+
 // The hold is bounded in count and in bytes: past either bound a
 // finalize fails as before, as a store error.
 func TestTheHoldIsBounded(t *testing.T) {

@@ -147,20 +147,33 @@ func (h *hold) add(f *finalization, leaseEnd time.Time, cause error) bool {
 }
 
 // answer is the outcome of a Begin for id from a held Complete or
-// MarkUnknown: this process knows the key's outcome before its store does.
-func (h *hold) answer(id ID, fingerprint string) (Attempt, bool) {
+// MarkUnknown, and that attempt's fence: this process knows the key's
+// outcome before its store does.
+func (h *hold) answer(id ID, fingerprint string) (Attempt, int64, bool) {
 	h.mu.Lock()
 	f := h.answers[id]
 	h.mu.Unlock()
 	if f == nil {
-		return Attempt{}, false
+		return Attempt{}, 0, false
 	}
 	rec := Record{ID: id, State: StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
 		CompletedAt: f.heldAt, TTL: f.retention, Reason: f.reason}
 	if f.op == opComplete {
 		rec.State, rec.Result = StateCompleted, &f.result
 	}
-	return h.e.decide(rec, fingerprint), true
+	return h.e.decide(rec, fingerprint), f.ref.Fence, true
+}
+
+// supersede stops answering for id from the held attempt with this fence:
+// the store holds a newer attempt of the key. The finalization stays held
+// until its retry finds the lease gone.
+func (h *hold) supersede(id ID, fence int64) {
+	h.mu.Lock()
+	if f := h.answers[id]; f != nil && f.ref.Fence == fence {
+		delete(h.answers, id)
+	}
+	h.mu.Unlock()
+	h.wake()
 }
 
 // holds reports whether a finalization of the attempt with this owner
