@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 )

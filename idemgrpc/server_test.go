@@ -12,7 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

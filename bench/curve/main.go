@@ -41,7 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 )
 
 // config is what the flags say.

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 )
 

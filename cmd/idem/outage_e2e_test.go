@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 )
 

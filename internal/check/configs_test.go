@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )

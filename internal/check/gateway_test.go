@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 )
 
 // gatewayProc is one `idem serve` process of the harness's own, on fixed

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 )
 
 // Process is a server process of the harness's own that a nemesis can

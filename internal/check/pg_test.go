@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/testinfra/pgproc"
 	"github.com/idemkit/idem/store/layered"
 	"github.com/idemkit/idem/store/pgstore"

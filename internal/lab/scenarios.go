@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/ctxtime"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )

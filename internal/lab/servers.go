@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 )

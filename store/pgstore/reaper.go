@@ -2,15 +2,9 @@ package pgstore
 
 import (
 	"context"
-	_ "embed"
 	"fmt"
 	"time"
 )
-
-// reapSQL is Reap's statement.
-//
-//go:embed reap.sql
-var reapSQL string
 
 // reapBatch is the most rows one statement of the reaper looks at, and
 // reapTimeout bounds how long one statement may take: each is its own

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 

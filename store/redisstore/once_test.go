@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"github.com/idemkit/idem/store/redisstore"
 )

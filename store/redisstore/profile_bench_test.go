@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/faultproxy"
+	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"

@@ -1,5 +1,5 @@
 // Package redisproc starts and stops redis-server processes of our own on
-// loopback, for the tests' topologies (internal/redistopo) and the breach
+// loopback, for the tests' topologies (internal/testinfra/redistopo) and the breach
 // lab (internal/lab): free ports, a directory per server, kill, pause,
 // resume and restart. It only ever signals processes it started.
 package redisproc

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/testinfra/redisproc"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"

@@ -1,0 +1,82 @@
+package pgstore
+
+import (
+	"embed"
+	"strings"
+)
+
+// queryFiles holds the store's statements, one a file. Each file opens
+// with a comment (its name, the method that runs it, what its parameters
+// are, and why it is written so), which is not sent; S. stands for the
+// store's schema, and {record_columns}, {lease_ended} and {unknown_now}
+// for the fragments below.
+//
+//go:embed queries/*.sql
+var queryFiles embed.FS
+
+// recordColumns are read by scanRecord, in this order. The lease ends at
+// lease_until, or at expires_at in a row an older version wrote
+// (migrations/004_unknown.sql).
+const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body, reason,
+	coalesce(lease_until, expires_at),
+	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
+	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint,
+	taken_fence, taken_acquired_at`
+
+// leaseEnded is true for a row whose lease has ended (by the database's clock).
+const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`
+
+// unknownNow matches a live row that is UNKNOWN, or PROCESSING with its
+// lease ended (abandoned: Get reports it UNKNOWN).
+const unknownNow = `expires_at > clock_timestamp() AND (state = 'U' OR (state = 'P' AND ` + leaseEnded + `))`
+
+// fragments splices the fragments into a statement.
+var fragments = strings.NewReplacer("{record_columns}", recordColumns, "{lease_ended}", leaseEnded, "{unknown_now}", unknownNow)
+
+// queries holds the SQL of the store, with the schema spliced in.
+type queries struct {
+	acquire, abandon, complete, completedByUs, extend, release, markUnknown string
+	claim, resolveCompleted, resolveDeleted, listTenant, listAll            string
+	get, del, reap                                                          string
+	reserve, settle, reservation                                            string
+}
+
+func newQueries(schema string) queries {
+	r := strings.NewReplacer("S.", schema+".")
+	q := func(name string) string { return r.Replace(statement(name)) }
+	return queries{
+		acquire:          q("acquire"),
+		abandon:          q("abandon"),
+		complete:         q("complete"),
+		completedByUs:    q("completed_by_us"),
+		extend:           q("extend"),
+		release:          q("release"),
+		markUnknown:      q("mark_unknown"),
+		claim:            q("claim"),
+		resolveCompleted: q("resolve_completed"),
+		resolveDeleted:   q("resolve_deleted"),
+		listTenant:       q("list_tenant"),
+		listAll:          q("list_all"),
+		get:              q("get"),
+		del:              q("delete"),
+		reap:             q("reap"),
+		reserve:          q("reserve"),
+		settle:           q("settle"),
+		reservation:      q("reservation"),
+	}
+}
+
+// statement is queries/name.sql without its opening comment and final
+// newline, with the fragments spliced in. The files are embedded, so a
+// missing one is a mistake in this package that every test of it finds.
+func statement(name string) string {
+	b, err := queryFiles.ReadFile("queries/" + name + ".sql")
+	if err != nil {
+		panic("pgstore: " + err.Error())
+	}
+	sql := string(b)
+	for strings.HasPrefix(sql, "--") {
+		_, sql, _ = strings.Cut(sql, "\n")
+	}
+	return fragments.Replace(strings.TrimSuffix(sql, "\n"))
+}

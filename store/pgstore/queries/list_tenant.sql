@@ -1,0 +1,7 @@
+-- list_tenant (Store.ListUnknown of one tenant): $1 tenant, $2 the last
+-- key of the page before, $3 the limit. It walks the partial index
+-- records_unknown (keyset pagination); reason IS NOT NULL is its
+-- predicate.
+SELECT {record_columns}, tenant_id, idempotency_key FROM S.records
+WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND tenant_id = $1 AND idempotency_key > $2
+ORDER BY idempotency_key LIMIT $3
