@@ -16,7 +16,7 @@ bench: ## the Go benchmarks, with ratios against the naive lock and the bare han
 	scripts/services.sh
 	go test -run '^$$' -bench . -benchmem ./...
 
-bench-gateway: ## the gateway on loopback against the upstream and a bare Go proxy (docs/benchmarks.md)
+bench-gateway: ## idem serve against a pooled bare Go proxy and the naive SET NX EX gateway, 1/32/128 clients (docs/benchmarks.md)
 	scripts/services.sh
 	go run ./bench/gateway
 

@@ -51,11 +51,13 @@
 //     trailers the handler set are not stored;
 //   - a retry while the first still runs: ABORTED, the code gRPC's
 //     guidance gives for "retry the whole transaction", with a RetryInfo
-//     whose delay is the method's recent average duration, within 1s and
-//     the rest of the lease (not the whole lease), and the same delay in
-//     the trailer grpc-retry-pushback-ms, which a service config retry
-//     policy reads (the store-down and lease-ended answers below carry
-//     both too);
+//     whose delay is the method's recent average duration, in
+//     milliseconds, at most the rest of the lease (100ms before the
+//     method has finished a call), and the same delay in the trailer
+//     grpc-retry-pushback-ms, which a service config retry policy reads
+//     (the store-down and lease-ended answers below carry both too).
+//     With Options.Wait it first waits, up to Wait and its own deadline,
+//     for the running call, and is answered what that call answered;
 //   - the same key with a different method or message: FAILED_PRECONDITION;
 //   - the store unreachable: UNAVAILABLE with a RetryInfo, and the handler
 //     does not run (fail closed); a full bounded store: RESOURCE_EXHAUSTED;

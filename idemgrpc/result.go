@@ -141,18 +141,26 @@ func (d *durations) add(method string, elapsed time.Duration) {
 	}
 }
 
-// minRetryDelay is the shortest RetryInfo given to a call in flight.
-const minRetryDelay = time.Second
+// noHistoryDelay is the RetryInfo of a call in flight for a method that
+// has not finished a call yet: short, so that a quick call's duplicate is
+// not kept waiting, and repeated by a retry policy until the first
+// answer is there.
+const noHistoryDelay = 100 * time.Millisecond
 
 // estimate is when a call that found the key in flight should come back:
-// the method's recent average duration, within [1s, the rest of the
-// lease] (the lease bounds the wait: when it ends, the key is settled one
-// way or another). Without history, 1s.
+// the method's recent average duration, at least 1ms (the pushback
+// trailer's resolution) and at most the rest of the lease (when it ends,
+// the key is settled one way or another). Without history, noHistoryDelay.
+// There is no floor of a second: grpc-go's retry policy waits exactly the
+// pushback, and a 50ms call's duplicate would wait a second for it.
 func (d *durations) estimate(method string, leaseLeft time.Duration) time.Duration {
 	d.mu.RLock()
-	avg := d.avg[method]
+	avg, ok := d.avg[method]
 	d.mu.RUnlock()
-	return max(minRetryDelay, min(avg, leaseLeft))
+	if !ok {
+		avg = noHistoryDelay
+	}
+	return max(time.Millisecond, min(avg.Round(time.Millisecond), leaseLeft))
 }
 
 // EncodeResult returns the stored form of an answer, resp or the status

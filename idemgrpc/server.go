@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -63,6 +64,13 @@ type Options struct {
 	// operator can settle it). Zero means no RetryInfo: retrying is
 	// pointless until someone resolves the key.
 	UnknownRetryAfter time.Duration
+	// Wait is how long a call that finds its key in flight waits for the
+	// running call to finish, and is answered what it answered (a replay)
+	// instead of ABORTED, as Restate attaches a duplicate to its running
+	// call and idemhttp's Options.Wait does. The wait ends early when the
+	// caller's deadline or cancellation comes; a call still in flight then
+	// is answered ABORTED. Zero means no wait.
+	Wait time.Duration
 	// LeaseDuration and Retention override the engine's for these
 	// methods. Zero means the engine's.
 	LeaseDuration time.Duration
@@ -90,14 +98,14 @@ func NewServerInterceptor(e *idem.Engine, o *Options) (grpc.UnaryServerIntercept
 	switch {
 	case opt.Tenant == nil && !opt.AllowAnonymous:
 		return nil, errors.New("idemgrpc: NewServerInterceptor: set Tenant, or AllowAnonymous for a service without tenants")
-	case opt.UnknownRetryAfter < 0, opt.LeaseDuration < 0, opt.Retention < 0:
-		return nil, errors.New("idemgrpc: NewServerInterceptor: negative UnknownRetryAfter, LeaseDuration or Retention")
+	case opt.UnknownRetryAfter < 0, opt.LeaseDuration < 0, opt.Retention < 0, opt.Wait < 0:
+		return nil, errors.New("idemgrpc: NewServerInterceptor: negative UnknownRetryAfter, LeaseDuration, Retention or Wait")
 	case (opt.LeaseDuration > 0 && opt.LeaseDuration < time.Millisecond) || (opt.Retention > 0 && opt.Retention < time.Millisecond):
 		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: LeaseDuration %v or Retention %v is under the 1ms resolution of stores", opt.LeaseDuration, opt.Retention)
 	}
 	s := &server{e: e, require: opt.RequireKey, keyField: protoreflect.Name(opt.KeyField), tenant: opt.Tenant,
 		anonymous: opt.AllowAnonymous, policy: opt.StatusPolicy, unknownAfter: opt.UnknownRetryAfter,
-		lease: opt.LeaseDuration, retention: opt.Retention, log: opt.Logger, durations: newDurations()}
+		lease: opt.LeaseDuration, retention: opt.Retention, wait: opt.Wait, log: opt.Logger, durations: newDurations()}
 	if opt.KeyField != "" && !s.keyField.IsValid() {
 		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: KeyField %q is not a protobuf field name", opt.KeyField)
 	}
@@ -113,6 +121,9 @@ func NewServerInterceptor(e *idem.Engine, o *Options) (grpc.UnaryServerIntercept
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	if s.wait > 0 {
+		s.finished = &await.Waiters{}
+	}
 	return s.intercept, nil
 }
 
@@ -127,6 +138,8 @@ type server struct {
 	unknownAfter time.Duration
 	lease        time.Duration
 	retention    time.Duration
+	wait         time.Duration
+	finished     *await.Waiters // wakes the waiting calls (Wait) when a call of this server finishes their key; nil without Wait
 	log          *slog.Logger
 	durations    *durations
 }
@@ -165,7 +178,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// once it has started it runs to completion and is recorded, so that
 	// the caller's retry gets the replay rather than a second execution.
 	detached := context.WithoutCancel(ctx)
-	att, err := s.e.Begin(detached, idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention})
+	ireq := idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention}
+	att, err := s.e.Begin(detached, ireq)
+	if err == nil && att.Outcome == idem.InFlight && s.wait > 0 {
+		att, err = s.finished.Turn(detached, ctx.Done(), s.e, ireq, att, s.wait)
+	}
 	if err != nil {
 		return nil, s.beginFailed(ctx, info.FullMethod, err)
 	}
@@ -299,6 +316,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 		fctx := x.finalizeContext(detached)
 		defer fctx.Cancel()
 		s.finalizeErr(info.FullMethod, l.MarkUnknown(fctx, "the handler panicked"))
+		s.finished.Wake(l.Ref().ID)
 		resp, err = nil, unknownStatus(codes.Internal, "the handler panicked", l.Fence(), 0)
 	}()
 	resp, err = handler(&x.ctx, req)
@@ -306,7 +324,9 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 	elapsed := time.Since(start)
 	fctx := x.finalizeContext(detached)
 	defer fctx.Cancel()
-	return s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
+	resp, err = s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
+	s.finished.Wake(l.Ref().ID)
+	return resp, err
 }
 
 // call is what a protected call needs beyond the request, in one

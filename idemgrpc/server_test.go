@@ -151,7 +151,7 @@ func TestStatusPolicy(t *testing.T) {
 }
 
 // TestBurst: 100 calls with one key at once run the handler once; every
-// other call is answered ABORTED with a RetryInfo of at least 1s and at
+// other call is answered ABORTED with a RetryInfo of at least 1ms and at
 // most the lease, and a later call replays.
 func TestBurst(t *testing.T) {
 	eachStore(t, func(t *testing.T, st idem.Store) {
@@ -181,7 +181,7 @@ func TestBurst(t *testing.T) {
 				case codes.Aborted:
 					s, _ := status.FromError(err)
 					d, has := idemgrpc.RetryDelay(s)
-					if !has || d < time.Second || d > lease || idemgrpc.ErrorInfo(s) != idemgrpc.ReasonKeyInFlight {
+					if !has || d < time.Millisecond || d > lease || idemgrpc.ErrorInfo(s) != idemgrpc.ReasonKeyInFlight {
 						t.Errorf("in flight answered %v with RetryInfo %v (%v)", err, d, has)
 					}
 					aborted++
@@ -780,6 +780,71 @@ func TestLeaseEnds(t *testing.T) {
 	}
 	_, _, err = charge(ctx, conn, "k", "1")
 	wantStatus(t, err, codes.Unknown, idemgrpc.ReasonOutcomeUnknown)
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
+
+// TestWaitAttaches: with Options.Wait, a call that finds its key in flight
+// waits for the running call and is answered what it answered, replayed,
+// instead of ABORTED; the handler runs once.
+func TestWaitAttaches(t *testing.T) {
+	eachStore(t, func(t *testing.T, base idem.Store) {
+		ctx := testContext(t)
+		st := &faultStore{Store: base, acquired: make(chan struct{}, 2)}
+		release := make(chan struct{})
+		svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+			<-release
+			return pay(ctx, in)
+		}}
+		go func() {
+			<-st.acquired // the call that runs
+			<-st.acquired // the duplicate, which found the key in flight and now waits
+			close(release)
+		}()
+		conn := serve(t, newEngine(t, st, nil), &idemgrpc.Options{AllowAnonymous: true, Wait: time.Minute}, svc)
+		first := make(chan error, 1)
+		go func() {
+			_, _, err := charge(ctx, conn, "attach", "5")
+			first <- err
+		}()
+		got, replayed, err := charge(ctx, conn, "attach", "5")
+		if err != nil || got != "paid 5" {
+			t.Fatalf("the duplicate got %q, %v; want the first call's answer", got, err)
+		}
+		if err := <-first; err != nil {
+			t.Fatalf("the first call: %v", err)
+		}
+		if !replayed && st.acquires() != 2 {
+			t.Fatalf("the duplicate was not a replay (%d acquires)", st.acquires())
+		}
+		if c := svc.calls.Load(); c != 1 {
+			t.Fatalf("handler ran %d times, want 1", c)
+		}
+	})
+}
+
+// TestWaitEnds: a duplicate whose Wait runs out while the first call
+// still runs is answered ABORTED with the pushback, as without Wait.
+func TestWaitEnds(t *testing.T) {
+	ctx := testContext(t)
+	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 1)}
+	release := make(chan struct{})
+	defer close(release)
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		<-release
+		return pay(ctx, in)
+	}}
+	conn := serve(t, newEngine(t, st, nil), &idemgrpc.Options{AllowAnonymous: true, Wait: 20 * time.Millisecond}, svc)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		charge(ctx, conn, "held", "5")
+	}()
+	defer func() { <-first }() // after release
+	<-st.acquired
+	_, _, err := charge(ctx, conn, "held", "5")
+	wantStatus(t, err, codes.Aborted, idemgrpc.ReasonKeyInFlight)
 	if c := svc.calls.Load(); c != 1 {
 		t.Fatalf("handler ran %d times, want 1", c)
 	}

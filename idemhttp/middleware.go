@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
 )
 
@@ -167,8 +167,7 @@ type middleware struct {
 	// finished wakes requests waiting (Options.Wait) for a key that a
 	// request of this middleware holds, as soon as it is finalized; waiters
 	// also poll the store, which covers keys held by other processes.
-	mu       sync.Mutex
-	finished map[idem.ID]*waiters
+	finished *await.Waiters // nil without Options.Wait
 }
 
 func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
@@ -249,7 +248,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		m.replayHeaders = append(m.replayHeaders, c)
 	}
 	if m.wait > 0 {
-		m.finished = make(map[idem.ID]*waiters)
+		m.finished = &await.Waiters{}
 	}
 	return m, nil
 }
@@ -388,7 +387,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	ctx := context.WithoutCancel(r.Context())
 	att, err := m.e.Begin(ctx, req)
 	if err == nil && att.Outcome == idem.InFlight && m.wait > 0 {
-		att, err = m.waitTurn(ctx, r, req, att)
+		att, err = m.finished.Turn(ctx, r.Context().Done(), m.e, req, att, m.wait)
 	}
 	if err != nil {
 		m.beginFailed(next, w, r, err)
@@ -495,84 +494,9 @@ func retryAfterSeconds(d time.Duration) int {
 	return max(1, int((d+time.Second-1)/time.Second))
 }
 
-// waitTurn waits up to m.wait for the in-flight request to finish and
-// returns the attempt that ends the wait: a replay, a lease of our own
-// (the other request released the key), a mismatch, or still in flight
-// when the wait is over or the client has gone.
-func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Request, att idem.Attempt) (_ idem.Attempt, err error) {
-	deadline := time.Now().Add(m.wait)
-	poll := 5 * time.Millisecond
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	w := m.watch(req.ID())
-	defer m.unwatch(req.ID(), w)
-	for att.Outcome == idem.InFlight {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return att, nil
-		}
-		timer.Reset(min(poll, left))
-		select {
-		case <-r.Context().Done():
-			return att, nil
-		case <-m.wakeup(w):
-		case <-timer.C:
-		}
-		poll = min(2*poll, 100*time.Millisecond)
-		if att, err = m.e.Begin(ctx, req); err != nil {
-			return att, err
-		}
-	}
-	return att, nil
-}
-
-// waiters are the requests of this process waiting (Options.Wait) for one
-// key; ch is closed, and replaced, each time a request of this process
-// finishes the key. A key is in the map only while someone waits on it, so
-// keys finished by other processes leave nothing behind.
-type waiters struct {
-	ch chan struct{}
-	n  int
-}
-
-func (m *middleware) watch(id idem.ID) *waiters {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w, ok := m.finished[id]
-	if !ok {
-		w = &waiters{ch: make(chan struct{})}
-		m.finished[id] = w
-	}
-	w.n++
-	return w
-}
-
-func (m *middleware) unwatch(id idem.ID, w *waiters) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if w.n--; w.n == 0 {
-		delete(m.finished, id)
-	}
-}
-
-func (m *middleware) wakeup(w *waiters) <-chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return w.ch
-}
-
-// wakeWaiters tells this process's waiters for id that the key finished.
-func (m *middleware) wakeWaiters(id idem.ID) {
-	if m.finished == nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if w, ok := m.finished[id]; ok {
-		close(w.ch)
-		w.ch = make(chan struct{})
-	}
-}
+// wakeWaiters tells this process's waiters for id (Options.Wait) that
+// the key finished.
+func (m *middleware) wakeWaiters(id idem.ID) { m.finished.Wake(id) }
 
 // replay answers with a stored result, marked Idempotent-Replayed, and
 // echoes the request's Idempotency-Key (Stripe's SDKs read it back).

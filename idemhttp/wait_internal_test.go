@@ -42,9 +42,7 @@ func TestWaitersLeaveNothingBehind(t *testing.T) {
 				m.serve(handler, rec, req)
 			}()
 			synctest.Wait() // the request waits for the other process's key
-			m.mu.Lock()
-			watched := len(m.finished)
-			m.mu.Unlock()
+			watched := m.finished.Len()
 			if watched != 1 {
 				t.Fatalf("%d wake-up entries while one request waits; want 1", watched)
 			}
@@ -54,9 +52,7 @@ func TestWaitersLeaveNothingBehind(t *testing.T) {
 				t.Fatalf("waiter for %s got %d; want the other process's 201 replayed", key, rec.Code)
 			}
 		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if n := len(m.finished); n != 0 {
+		if n := m.finished.Len(); n != 0 {
 			t.Fatalf("%d wake-up entries left after every wait ended; want 0", n)
 		}
 	})

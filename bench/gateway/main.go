@@ -1,14 +1,13 @@
-// Command gateway measures the idem gateway on loopback, in one run: the
-// upstream called directly, through a bare Go reverse proxy (the floor every
-// Go gateway pays for the extra hop), and through the idem gateway on the
-// memory store and on Redis, with unique keys and with replays. It prints a
-// Markdown table of req/s, p50 and p99, and ratios against the bare proxy.
+// Command gateway measures the idem gateway on loopback against the two
+// peers a team would compare it with, in one run: a bare Go reverse proxy
+// whose transport pools connections as the gateway's does (the floor every
+// Go gateway pays for the extra hop), and the naive `SET NX EX` gateway
+// they would write instead (naive.go). Every row takes its turn in each
+// round, at each client count, so a change of load on a shared machine
+// falls on every row alike; the tables give per-round figures' medians and
+// ratios computed within each round.
 //
-//	go run ./bench/gateway -duration 5s -concurrency 32 -redis redis://127.0.0.1:6379/0
-//
-// With -near-cache (the default) the Redis rows are run again with
-// ?near_cache=on; with -coalesce (the default) again with ?coalesce=on,
-// and, with both flags, with ?coalesce=on&near_cache=on.
+//	go run ./bench/gateway -clients 1,32,128 -duration 1s -rounds 3 -redis redis://127.0.0.1:6379/0
 package main
 
 import (
@@ -24,26 +23,35 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
-	duration := flag.Duration("duration", 5*time.Second, "load per configuration")
-	concurrency := flag.Int("concurrency", 32, "concurrent clients")
-	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the redis rows; empty skips them")
-	rounds := flag.Int("rounds", 5, "rounds: the rows take turns, duration/rounds each per round")
-	nearCache := flag.Bool("near-cache", true, "add redis rows with ?near_cache=on (replays from process memory)")
-	coalesce := flag.Bool("coalesce", true, "add redis rows with ?coalesce=on, the gateway's default (scripts in flight at once go out as one batch)")
+	duration := flag.Duration("duration", time.Second, "load per row, client count and round")
+	clientsFlag := flag.String("clients", "1,32,128", "comma-separated client counts")
+	concurrency := flag.Int("concurrency", 0, "one client count (overrides -clients)")
+	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the naive gateway and the redis rows; empty skips them")
+	rounds := flag.Int("rounds", 3, "rounds: the rows take turns in each")
+	coalesceOff := flag.Bool("coalesce-off", true, "add an idem redis row with ?coalesce=off")
+	nearCache := flag.Bool("near-cache", false, "add an idem redis row with ?near_cache=on")
+	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and idem")
 	flag.Parse()
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
+	}
+	clients, err := parseClients(*clientsFlag, *concurrency)
+	if err != nil {
+		log.Fatal(err)
 	}
 
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -54,16 +62,11 @@ func main() {
 	}))
 	defer upstream.Close()
 	upURL, _ := url.Parse(upstream.URL)
-	// Two baselines: the reverse proxy as Go ships it (the floor the issue
-	// names), and the same proxy with the gateway's connection and buffer
-	// pools, which isolates the cost of idempotency alone.
+	// The bare proxy pools upstream connections as the gateway does: Go's
+	// http.DefaultTransport keeps 2 idle connections per host, and under
+	// 32 clients it would dial for most requests and flatter the gateway.
 	bareProxy := httputil.NewSingleHostReverseProxy(upURL)
-	bareProxy.Transport = gateway.NewUpstreamTransport() // Go's 2 idle connections per host would measure dialling
-	pooledProxy := httputil.NewSingleHostReverseProxy(upURL)
-	pooledProxy.Transport = gateway.NewUpstreamTransport()
-	pooledProxy.BufferPool = gateway.CopyBuffers{}
-	pooled := httptest.NewServer(pooledProxy)
-	defer pooled.Close()
+	bareProxy.Transport = gateway.NewUpstreamTransport()
 	bare := httptest.NewServer(bareProxy)
 	defer bare.Close()
 
@@ -71,64 +74,141 @@ func main() {
 		name, base string
 		replay     bool
 	}
-	targets := []target{{"upstream direct", upstream.URL, false}, {"bare Go reverse proxy", bare.URL, false},
-		{"bare Go reverse proxy, pooled buffers", pooled.URL, false}}
+	targets := []target{{"bare Go reverse proxy (pooled)", bare.URL, false}}
 	stores := []string{"memory"}
 	if *redisURI != "" {
+		opt, err := redis.ParseURL(*redisURI)
+		if err != nil {
+			log.Fatal(err)
+		}
+		opt.PoolSize = 1024 // as many connections as clients: a team sizes its pool for its load
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			log.Fatalf("redis: %v", err)
+		}
+		naive := httptest.NewServer(newNaiveGateway(rdb, upURL, gateway.NewUpstreamTransport(), "naivebench:"+rand.Text()+":"))
+		defer naive.Close()
+		targets = append(targets, target{"naive SET NX EX gateway (go-redis)", naive.URL, false})
+		if *replays {
+			targets = append(targets, target{"naive SET NX EX gateway, replays", naive.URL, true})
+		}
 		sep := "?"
 		if strings.Contains(*redisURI, "?") {
 			sep = "&"
 		}
-		// The gateway coalesces by default: the plain rows say coalesce=off.
-		stores = append(stores, *redisURI+sep+"coalesce=off")
+		stores = append(stores, *redisURI) // coalesced, the default
+		if *coalesceOff {
+			stores = append(stores, *redisURI+sep+"coalesce=off")
+		}
 		if *nearCache {
-			stores = append(stores, *redisURI+sep+"coalesce=off&near_cache=on")
-		}
-		if *coalesce {
-			stores = append(stores, *redisURI+sep+"coalesce=on")
-		}
-		if *nearCache && *coalesce {
-			stores = append(stores, *redisURI+sep+"coalesce=on&near_cache=on")
+			stores = append(stores, *redisURI+sep+"near_cache=on")
 		}
 	}
 	for _, uri := range stores {
 		addr, stop := startGateway(uri, upURL)
 		defer stop()
-		name := "idem, " + strings.SplitN(uri, ":", 2)[0] + " store"
-		switch near, co := strings.Contains(uri, "near_cache=on"), strings.Contains(uri, "coalesce=on"); {
-		case near && co:
-			name += " (coalesce, near cache)"
-		case near:
+		name := "idem serve, " + strings.SplitN(uri, ":", 2)[0] + " store"
+		switch {
+		case strings.Contains(uri, "coalesce=off"):
+			name += " (coalesce=off)"
+		case strings.Contains(uri, "near_cache=on"):
 			name += " (near cache)"
-		case co:
-			name += " (coalesce)"
+		case strings.HasPrefix(uri, "redis"):
+			name += " (coalesced, the default)"
 		}
-		targets = append(targets, target{name + ", unique keys", "http://" + addr, false}, target{name + ", replays", "http://" + addr, true})
+		targets = append(targets, target{name, "http://" + addr, false})
+		if *replays {
+			targets = append(targets, target{name + ", replays", "http://" + addr, true})
+		}
 	}
 
-	// The rows take turns, duration/rounds each per round, so a change of
-	// load on a shared machine falls on every row alike.
-	samples := make([]sample, len(targets))
+	// rows[c][i][round]
+	rows := make([][][]result, len(clients))
+	for c := range clients {
+		rows[c] = make([][]result, len(targets))
+	}
 	for round := range *rounds {
-		for i, tg := range targets {
-			samples[i].add(load(tg.base, tg.replay, *concurrency, *duration/time.Duration(*rounds)))
+		for c, n := range clients {
+			for i, tg := range targets {
+				rows[c][i] = append(rows[c][i], load(tg.base, tg.replay, n, *duration))
+			}
 		}
-		log.Printf("round %d of %d done", round+1, *rounds)
+		log.Printf("round %d of %d done (%s)", round+1, *rounds, loadAverage())
 	}
-	results := make([]result, len(targets))
-	for i, tg := range targets {
-		results[i] = samples[i].result(*duration)
-		log.Printf("%s: %.0f req/s", tg.name, results[i].rps)
+	naiveRow := slices.IndexFunc(targets, func(t target) bool { return strings.HasPrefix(t.name, "naive") })
+	for c, n := range clients {
+		fmt.Printf("\n%d client(s):\n\n", n)
+		fmt.Printf("| path | req/s | x bare proxy | x naive | p50 | p99 | p50 added over bare | p99 added over bare | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		bareRounds := rows[c][0]
+		for i, tg := range targets {
+			rs := rows[c][i]
+			var naiveRounds []result
+			if naiveRow >= 0 {
+				naiveRounds = rows[c][naiveRow]
+			}
+			xNaive := "-"
+			if naiveRounds != nil {
+				xNaive = fmt.Sprintf("%.2fx", medianOf(rs, func(k int, r result) float64 { return r.rps / naiveRounds[k].rps }))
+			}
+			var errs int64
+			for _, r := range rs {
+				errs += r.errors
+			}
+			fmt.Printf("| %s | %.0f | %.2fx | %s | %v | %v | %v | %v | %d |\n", tg.name,
+				medianOf(rs, func(_ int, r result) float64 { return r.rps }),
+				medianOf(rs, func(k int, r result) float64 { return r.rps / bareRounds[k].rps }),
+				xNaive,
+				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.p50) })),
+				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.p99) })),
+				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p50 - bareRounds[k].p50) })),
+				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p99 - bareRounds[k].p99) })),
+				errs)
+		}
 	}
-	baseline, pooledBase := results[1], results[2]
-	fmt.Printf("| path | req/s | vs direct | vs bare proxy | vs pooled proxy | p50 | p99 | p99 added over bare proxy | errors |\n|---|---|---|---|---|---|---|---|---|\n")
-	for i, tg := range targets {
-		r := results[i]
-		fmt.Printf("| %s | %.0f | %.2fx | %.2fx | %.2fx | %v | %v | %v | %d |\n", tg.name, r.rps, r.rps/results[0].rps, r.rps/baseline.rps,
-			r.rps/pooledBase.rps, r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond), (r.p99 - baseline.p99).Round(time.Microsecond), r.errors)
+	fmt.Printf("\nMedians of %d rounds, %v per row per round (the rows take turns; ratios and added latencies are computed within each round), GOMAXPROCS=%d, %s; load generator, peers, gateway, upstream and Redis share the machine.\n",
+		*rounds, *duration, runtime.GOMAXPROCS(0), loadAverage())
+}
+
+func parseClients(s string, one int) ([]int, error) {
+	if one > 0 {
+		return []int{one}, nil
 	}
-	fmt.Printf("\n%d clients, %v per row in %d rounds (the rows take turns), GOMAXPROCS=%d; load generator, proxies and upstream share the machine.\n",
-		*concurrency, *duration, *rounds, runtimeProcs())
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-clients: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func medianOf(rs []result, f func(int, result) float64) float64 {
+	vs := make([]float64, len(rs))
+	for k, r := range rs {
+		vs[k] = f(k, r)
+	}
+	slices.Sort(vs)
+	if len(vs)%2 == 1 {
+		return vs[len(vs)/2]
+	}
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+}
+
+func us(ns float64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "load average unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "load average unknown"
+	}
+	return "load average " + strings.Join(f[:3], " ")
 }
 
 func startGateway(uri string, upstream *url.URL) (string, func()) {
@@ -152,33 +232,17 @@ func startGateway(uri string, upstream *url.URL) (string, func()) {
 	return <-addrs, func() { cancel(); <-done; closeStore() }
 }
 
+// result is what one row measured in one round.
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
 }
 
-// sample is what the rounds of one row measured.
-type sample struct {
-	lat    []time.Duration // of the requests that succeeded
-	errors int64
-}
-
-func (s *sample) add(o sample) { s.lat, s.errors = append(s.lat, o.lat...), s.errors+o.errors }
-
-// result summarises the sample of requests made in d.
-func (s *sample) result(d time.Duration) result {
-	slices.Sort(s.lat)
-	if len(s.lat) == 0 {
-		return result{errors: s.errors}
-	}
-	return result{rps: float64(len(s.lat)) / d.Seconds(), p50: s.lat[len(s.lat)/2], p99: s.lat[len(s.lat)*99/100], errors: s.errors}
-}
-
-// load runs a closed loop of concurrent clients for d. With replay, every
-// request reuses one of a few keys completed beforehand.
-func load(base string, replay bool, concurrency int, d time.Duration) sample {
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: concurrency, MaxConnsPerHost: concurrency}}
+// load runs a closed loop of n clients for d. With replay, every request
+// reuses one of a few keys completed beforehand.
+func load(base string, replay bool, n int, d time.Duration) result {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}}
 	defer client.CloseIdleConnections()
 	run := rand.Text()
 	send := func(key string) (time.Duration, bool) {
@@ -203,16 +267,16 @@ func load(base string, replay bool, concurrency int, d time.Duration) sample {
 		}
 	}
 	var seq, errs atomic.Int64
-	lat := make([][]time.Duration, concurrency)
+	lat := make([][]time.Duration, n)
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
-	for w := range concurrency {
+	for w := range n {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				n := seq.Add(1)
-				key := fmt.Sprintf("%s-%d", run, n)
+				k := seq.Add(1)
+				key := fmt.Sprintf("%s-%d", run, k)
 				if replay {
-					key = replayKeys[n%int64(len(replayKeys))]
+					key = replayKeys[k%int64(len(replayKeys))]
 				}
 				took, ok := send(key)
 				if !ok {
@@ -224,7 +288,10 @@ func load(base string, replay bool, concurrency int, d time.Duration) sample {
 		})
 	}
 	wg.Wait()
-	return sample{lat: slices.Concat(lat...), errors: errs.Load()}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return result{errors: errs.Load()}
+	}
+	return result{rps: float64(len(all)) / d.Seconds(), p50: all[len(all)/2], p99: all[len(all)*99/100], errors: errs.Load()}
 }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

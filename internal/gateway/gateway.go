@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/url"
 	"sync"
@@ -21,7 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The codes of the gateway's own problem responses (docs/problems.md), next
@@ -161,9 +161,6 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Tracer == nil {
-		cfg.Tracer = noop.NewTracerProvider().Tracer("")
-	}
 	if cfg.UpstreamTimeout == 0 {
 		cfg.UpstreamTimeout = 30 * time.Second
 	}
@@ -250,8 +247,12 @@ func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 func (g *Gateway) Engine() *idem.Engine { return g.engine }
 
 // traced opens the request's span, under which the store calls and the
-// upstream call are recorded.
+// upstream call are recorded. Without a tracer there is no span at all: a
+// no-op tracer still costs a context and a request copy per request.
 func (g *Gateway) traced(next http.Handler) http.Handler {
+	if g.cfg.Tracer == nil {
+		return next
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.request "+r.Method, trace.WithSpanKind(trace.SpanKindServer))
 		defer span.End()
@@ -272,12 +273,17 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 			rewriteIdempotencyHeaders(pr.In, pr.Out)
 		},
 		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
-			ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
-			defer span.End()
+			var span trace.Span
+			if g.cfg.Tracer != nil {
+				var ctx context.Context
+				ctx, span = g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
+				defer span.End()
+				r = r.WithContext(ctx)
+			}
 			start := time.Now()
-			resp, err := forward(transport, r.WithContext(ctx))
+			resp, err := forward(transport, r)
 			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
-			if err != nil {
+			if err != nil && span != nil {
 				span.RecordError(err)
 			}
 			return resp, err
@@ -291,7 +297,10 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 		defer stop(nil)
 		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
 		if traced {
-			ctx = context.WithValue(ctx, upstreamCallKey{}, new(upstreamCall))
+			// The hooks go into the context here, once, with the record
+			// they fill: forward then sends the request as it is.
+			c := new(upstreamCall)
+			ctx = httptrace.WithClientTrace(context.WithValue(ctx, upstreamCallKey{}, c), c.hooks())
 		}
 		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
 		defer cancel()

@@ -16,7 +16,7 @@ import (
 // telemetry turns the engine's and the middleware's events into Prometheus
 // metrics and OpenTelemetry spans.
 type telemetry struct {
-	tracer          trace.Tracer
+	tracer          trace.Tracer // nil: no spans
 	requests        *prometheus.CounterVec
 	leaseEvents     *prometheus.CounterVec
 	storeSeconds    *prometheus.HistogramVec
@@ -81,6 +81,9 @@ func (t *telemetry) StoreCall(ctx context.Context, op string, elapsed time.Durat
 		result = "error"
 	}
 	t.storeSeconds.WithLabelValues(op, result).Observe(elapsed.Seconds())
+	if t.tracer == nil {
+		return
+	}
 	end := time.Now()
 	_, span := t.tracer.Start(ctx, "idem."+op, trace.WithTimestamp(end.Add(-elapsed)), trace.WithSpanKind(trace.SpanKindClient))
 	if err != nil {

@@ -57,7 +57,7 @@ func TestNearCacheOnMetrics(t *testing.T) {
 
 // redisGateway serves a gateway on the test Redis, its store URI given
 // option (a query parameter), in front of upstream, until the test ends.
-func redisGateway(t *testing.T, option, upstream string) (*Gateway, *httptest.Server) {
+func redisGateway(t testing.TB, option, upstream string) (*Gateway, *httptest.Server) {
 	t.Helper()
 	uri := testenv.RedisURL()
 	if strings.Contains(uri, "?") {

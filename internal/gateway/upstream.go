@@ -33,6 +33,7 @@ const PreviousFenceHeader = "Idempotency-Previous-Fence"
 type upstreamCall struct {
 	gotConn atomic.Bool // the transport had a connection for the request
 	wrote   atomic.Bool // the transport started writing the request's header
+	trace   httptrace.ClientTrace
 }
 
 type upstreamCallKey struct{}
@@ -45,17 +46,19 @@ var errNotForwarded = errors.New("gateway: not forwarded: the lease ended first"
 // timeout ends.
 var errShutdown = errors.New("gateway: shut down with the request in flight")
 
-// trace returns the hooks that watch the transport write the request. A
-// transport that retries on a fresh connection calls them again; what they
-// record only ever grows, so the verdict stays on the safe side.
-func (c *upstreamCall) trace() *httptrace.ClientTrace {
+// hooks returns the hooks that watch the transport write the request, in
+// c itself (one allocation with the record, not one per hook struct). A
+// transport that retries on a fresh connection calls them again; what
+// they record only ever grows, so the verdict stays on the safe side.
+func (c *upstreamCall) hooks() *httptrace.ClientTrace {
 	wrote := func() { c.wrote.Store(true) }
-	return &httptrace.ClientTrace{
+	c.trace = httptrace.ClientTrace{
 		GotConn:          func(httptrace.GotConnInfo) { c.gotConn.Store(true) },
 		WroteHeaderField: func(string, []string) { wrote() },
 		WroteHeaders:     wrote,
 		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote() },
 	}
+	return &c.trace
 }
 
 // writeBufferSize is the size of the buffer net/http writes a request
@@ -85,10 +88,7 @@ func forward(transport http.RoundTripper, r *http.Request) (*http.Response, erro
 			return nil, fmt.Errorf("%w: %w", errNotForwarded, err)
 		}
 	}
-	if c, ok := r.Context().Value(upstreamCallKey{}).(*upstreamCall); ok {
-		r = r.WithContext(httptrace.WithClientTrace(r.Context(), c.trace()))
-	}
-	return transport.RoundTrip(r)
+	return transport.RoundTrip(r) // with the hooks reverseProxy put in r's context
 }
 
 // rewriteIdempotencyHeaders sets the headers the upstream gets about the
