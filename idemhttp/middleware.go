@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,6 +164,7 @@ type middleware struct {
 	format        ErrorFormat
 	mismatch      int         // the status of key_mismatch
 	durations     *routeTimes // recent execution times, for Retry-After
+	expiry        []string    // the value of HeaderExpiry
 
 	// finished wakes requests waiting (Options.Wait) for a key that a
 	// request of this middleware holds, as soon as it is finalized; waiters
@@ -197,6 +199,8 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	case o.Tenant != nil && o.TenantHeader != "":
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
 	}
+	retention := cmp.Or(m.retention, e.Retention())
+	m.expiry = []string{expiryValue(retention, retention)}
 	if m.mismatch == 0 {
 		m.mismatch = m.format.MismatchStatus()
 	}
@@ -375,6 +379,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
 		return
 	}
+	// Every answer to a keyed request publishes the expiry policy (set
+	// before the handler runs: a proxied upstream's own value is added to it).
+	w.Header()[HeaderExpiry] = m.expiry
 	body, ok := m.readBody(w, r)
 	if !ok {
 		return
