@@ -204,6 +204,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 	return e, nil
 }
 
+// Retention is how long the engine keeps a completed result by default
+// (Options.Retention), for servers that publish their expiry policy.
+func (e *Engine) Retention() time.Duration { return e.retention }
+
 // Request names the key an attempt is for.
 type Request struct {
 	Tenant        string

@@ -145,6 +145,7 @@ func (m *middleware) leaseEnded(detached context.Context, w http.ResponseWriter,
 		m.log.Error("idemhttp: releasing a key whose lease ended before the handler ran", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	m.wakeWaiters(l.Ref().ID)
+	w.Header().Del(HeaderRepeatabilityResult) // it did not run: neither accepted nor rejected
 	w.Header().Set("Retry-After", "1")
 	m.writeError(w, http.StatusServiceUnavailable, CodeLeaseLost,
 		"the idempotency lease ended before the request could run ("+cause.Error()+"); it did not run: retry with the same key")

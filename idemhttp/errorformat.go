@@ -102,6 +102,7 @@ var stripeShapes = map[string]stripeShape{
 	CodeInternal:           {typ: StripeTypeAPI},
 	CodeOutcomeUnknown:     {typ: StripeTypeAPI, retry: true},
 	CodeLeaseLost:          {typ: StripeTypeAPI, retry: true},
+	CodeFirstSentStale:     {typ: StripeTypeIdempotency},
 	"upstream_unreachable": {typ: StripeTypeAPI, retry: true},
 	"upstream_no_response": {typ: StripeTypeAPI, retry: true},
 	"upstream_timeout":     {typ: StripeTypeAPI, retry: true},

@@ -2,6 +2,7 @@ package idemhttp
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +92,13 @@ type Options struct {
 	// MismatchStatus is the status of a key_mismatch answer. Zero means
 	// the format's: 422 for problem, 400 for stripe.
 	MismatchStatus int
+	// Repeatability understands OASIS Repeatable Requests (the Azure REST
+	// API guidelines): a Repeatability-Request-ID is a key, as an
+	// Idempotency-Key is; it needs a Repeatability-First-Sent, and a
+	// request first sent longer ago than keys are kept gets 412 (code
+	// first_sent_stale) without running; answers carry
+	// Repeatability-Result. False ignores those headers.
+	Repeatability bool
 	// OnOutcome, when set, is called once per request with what the
 	// middleware did, for metrics. It runs on the request's goroutine
 	// and must be fast.
@@ -163,6 +171,9 @@ type middleware struct {
 	format        ErrorFormat
 	mismatch      int         // the status of key_mismatch
 	durations     *routeTimes // recent execution times, for Retry-After
+	expiry        []string    // the value of HeaderExpiry
+	tracked       time.Duration
+	repeatability bool
 
 	// finished wakes requests waiting (Options.Wait) for a key that a
 	// request of this middleware holds, as soon as it is finalized; waiters
@@ -181,7 +192,8 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
 		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
 		unknownAfter: o.UnknownRetryAfter, format: o.ErrorFormat, mismatch: o.MismatchStatus, durations: newRouteTimes(),
-		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome}
+		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome,
+		repeatability: o.Repeatability}
 	switch {
 	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0, o.UnknownRetryAfter < 0:
 		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration, Retention or UnknownRetryAfter")
@@ -196,6 +208,9 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	case o.Tenant != nil && o.TenantHeader != "":
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
 	}
+	retention := cmp.Or(m.retention, e.Retention())
+	m.expiry = []string{expiryValue(retention, retention)}
+	m.tracked = retention // how long a key is remembered
 	if m.mismatch == 0 {
 		m.mismatch = m.format.MismatchStatus()
 	}
@@ -349,7 +364,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.report(r, OutcomePassed)
 		return
 	}
-	key, err := KeyFromHeader(r.Header)
+	key, rp, err := m.keyOf(r)
 	switch {
 	case errors.Is(err, ErrNoKey) && !m.requireKey:
 		next.ServeHTTP(w, r)
@@ -374,6 +389,16 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
 		return
 	}
+	// Every answer to a keyed request publishes the expiry policy (set
+	// before the handler runs: a proxied upstream's own value is added to it).
+	w.Header()[HeaderExpiry] = m.expiry
+	if rp.stale(m.tracked) {
+		rp.mark(w, "rejected")
+		m.reject(w, r, http.StatusPreconditionFailed, CodeFirstSentStale, "the request was first sent ("+
+			rp.firstSent.UTC().Format(http.TimeFormat)+") longer ago than this server keeps keys ("+m.tracked.String()+
+			"): an earlier send may have run and been forgotten; it is not run")
+		return
+	}
 	body, ok := m.readBody(w, r)
 	if !ok {
 		return
@@ -395,6 +420,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	switch att.Outcome {
 	case idem.Acquired:
+		rp.mark(w, "accepted")
 		m.execute(ctx, next, w, r, att.Lease)
 	case idem.Replayed:
 		if reason := att.Result.Header.Get(notReplayableHeader); reason != "" {
@@ -403,6 +429,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 			m.report(r, OutcomeNotReplayable)
 			return
 		}
+		rp.mark(w, "accepted")
 		m.replay(w, r, att.Result)
 		m.report(r, OutcomeReplayed)
 	case idem.InFlight:
@@ -410,6 +437,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.writeError(w, http.StatusConflict, CodeKeyInFlight, "a request with this key is being processed; retry after Retry-After")
 		m.report(r, OutcomeConflict)
 	case idem.Mismatch:
+		rp.mark(w, "rejected")
 		m.writeError(w, m.mismatch, CodeKeyMismatch, "this key was used for a request with a different method, path, query, content type or body")
 		m.report(r, OutcomeMismatch)
 	case idem.Unknown:
@@ -507,7 +535,9 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Re
 			h[name] = slices.Clone(vs) // the stored result is shared and read-only
 		}
 	}
-	h[HeaderKey] = slices.Clone(r.Header[HeaderKey]) // validated: exactly one value
+	if vs, ok := r.Header[HeaderKey]; ok {
+		h[HeaderKey] = slices.Clone(vs) // validated: exactly one value
+	}
 	h.Set(HeaderReplayed, "true")
 	w.WriteHeader(res.Status)
 	w.Write(res.Body)

@@ -43,6 +43,7 @@ var problemTitles = map[string]string{
 	CodeInternal:         "Internal error",
 	CodeOutcomeUnknown:   "The outcome of the request with this Idempotency-Key is unknown",
 	CodeLeaseLost:        "The idempotency lease ended",
+	CodeFirstSentStale:   "Repeatability-First-Sent is older than keys are kept",
 }
 
 // Problem is the body of a problem response (RFC 9457) with the extension

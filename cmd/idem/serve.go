@@ -86,6 +86,7 @@ func loadServe(args []string) (*serveSetup, error) {
 	storeTimeout := fs.Duration("store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
+	repeatability := fs.Bool("repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
 	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
 	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
@@ -193,6 +194,7 @@ func loadServe(args []string) (*serveSetup, error) {
 			AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
 			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),
+			Repeatability: *repeatability,
 		}
 		if s.cfg.ReplayHeaders == nil {
 			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

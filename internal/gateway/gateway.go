@@ -100,6 +100,9 @@ type Config struct {
 	// top of idemhttp's own; nil: DefaultReplayHeaders. Set-Cookie,
 	// Authorization and hop-by-hop headers are refused.
 	ReplayHeaders []string
+	// Repeatability understands OASIS Repeatable Requests
+	// (idemhttp.Options.Repeatability): Repeatability-Request-ID as a key.
+	Repeatability bool
 	// Routes are the policies of the requests their patterns match (the
 	// config file's routes); a request no route matches gets the
 	// settings above. Nil: every request gets them.

@@ -80,7 +80,8 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
 		Tenant: g.tenant, MaxResponseBuffer: cfg.MaxResponse, ErrorFormat: cfg.ErrorFormat,
-		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome}
+		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
+		Repeatability: cfg.Repeatability}
 	if err := rt.override(&o); err != nil {
 		return nil, err
 	}
