@@ -797,16 +797,16 @@ func TestWaitAttaches(t *testing.T) {
 			<-release
 			return pay(ctx, in)
 		}}
-		go func() {
-			<-st.acquired // the call that runs
-			<-st.acquired // the duplicate, which found the key in flight and now waits
-			close(release)
-		}()
 		conn := serve(t, newEngine(t, st, nil), &idemgrpc.Options{AllowAnonymous: true, Wait: time.Minute}, svc)
 		first := make(chan error, 1)
 		go func() {
 			_, _, err := charge(ctx, conn, "attach", "5")
 			first <- err
+		}()
+		<-st.acquired // the first call runs; only now is the duplicate sent
+		go func() {
+			<-st.acquired // the duplicate, which found the key in flight and now waits
+			close(release)
 		}()
 		got, replayed, err := charge(ctx, conn, "attach", "5")
 		if err != nil || got != "paid 5" {
@@ -830,7 +830,6 @@ func TestWaitEnds(t *testing.T) {
 	ctx := testContext(t)
 	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 1)}
 	release := make(chan struct{})
-	defer close(release)
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-release
 		return pay(ctx, in)
@@ -841,7 +840,7 @@ func TestWaitEnds(t *testing.T) {
 		defer close(first)
 		charge(ctx, conn, "held", "5")
 	}()
-	defer func() { <-first }() // after release
+	defer func() { close(release); <-first }() // the first call ends, then the test
 	<-st.acquired
 	_, _, err := charge(ctx, conn, "held", "5")
 	wantStatus(t, err, codes.Aborted, idemgrpc.ReasonKeyInFlight)
