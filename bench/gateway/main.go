@@ -25,6 +25,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +46,8 @@ func main() {
 	coalesceOff := flag.Bool("coalesce-off", true, "add an idem redis row with ?coalesce=off")
 	nearCache := flag.Bool("near-cache", false, "add an idem redis row with ?near_cache=on")
 	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and idem")
+	only := flag.String("only", "", "run only the rows whose name contains this (the bare proxy stays, as the baseline)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured load to this file")
 	flag.Parse()
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
@@ -123,6 +126,20 @@ func main() {
 		}
 	}
 
+	if *only != "" {
+		targets = slices.DeleteFunc(targets, func(t target) bool { return t.base != bare.URL && !strings.Contains(t.name, *only) })
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+	}
 	// rows[c][i][round]
 	rows := make([][][]result, len(clients))
 	for c := range clients {

@@ -296,8 +296,13 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 	}
 	timeout := p.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// One cancellable context ends the call on the timeout and on the
+		// shutdown, each with its cause: a context.WithTimeoutCause on top
+		// of it would be a second cancel context registered in the first.
 		ctx, stop := context.WithCancelCause(r.Context())
 		defer stop(nil)
+		timer := time.AfterFunc(timeout, func() { stop(errUpstreamTimeout) })
+		defer timer.Stop()
 		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
 		if traced {
 			// The hooks go into the context here, once, with the record
@@ -305,8 +310,6 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 			c := new(upstreamCall)
 			ctx = httptrace.WithClientTrace(context.WithValue(ctx, upstreamCallKey{}, c), c.hooks())
 		}
-		ctx, cancel := context.WithTimeoutCause(ctx, timeout, errUpstreamTimeout)
-		defer cancel()
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
