@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -30,24 +30,8 @@ func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
 	return e
 }
 
-// eachStore runs f on each store of testenv.Stores. The memory store runs
-// inside a synctest bubble, where the engine's heartbeat, deadlines and
-// backoff run on a fake clock that moves only when every goroutine of the
-// test waits: waiting out a lease takes no real time, and no scheduler
-// delay can make a lease end early. Redis runs in real time: there the
-// server's clock is what is under test, and the test's margins must hold
-// on a loaded machine.
-func eachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
-	for name, newStore := range testenv.Stores() {
-		t.Run(name, func(t *testing.T) {
-			if name == "memory" {
-				synctest.Test(t, func(t *testing.T) { f(t, newStore(t)) })
-				return
-			}
-			f(t, newStore(t))
-		})
-	}
-}
+// eachStore runs f on each store, the memory store in a synctest bubble.
+var eachStore = storekit.EachStore
 
 func begin(t *testing.T, e *idem.Engine, req idem.Request) idem.Attempt {
 	t.Helper()
@@ -372,44 +356,13 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 }
 
-// flakyStore fails the next n calls of one operation with a network-like
-// error, around a real store.
-type flakyStore struct {
-	idem.Store
-	op string
-	n  atomic.Int32
-}
-
-var errFlaky = errors.New("injected: connection reset by peer")
-
-func (f *flakyStore) fail(op string) error {
-	if op == f.op && f.n.Add(-1) >= 0 {
-		return errFlaky
-	}
-	return nil
-}
-
-func (f *flakyStore) Complete(ctx context.Context, p idem.CompleteParams) error {
-	if err := f.fail("complete"); err != nil {
-		return err
-	}
-	return f.Store.Complete(ctx, p)
-}
-
-func (f *flakyStore) Extend(ctx context.Context, p idem.ExtendParams) error {
-	if err := f.fail("extend"); err != nil {
-		return err
-	}
-	return f.Store.Extend(ctx, p)
-}
-
 // TestCompleteRetriesTransientStoreErrors runs in a bubble: the backoff
 // between tries takes no real time.
 func TestCompleteRetriesTransientStoreErrors(t *testing.T) { synctest.Test(t, testCompleteRetries) }
 
 func testCompleteRetries(t *testing.T) {
-	f := &flakyStore{Store: mustMem(t), op: "complete"}
-	f.n.Store(2)
+	f := &storekit.Faulty{Store: mustMem(t)}
+	f.FailNext(storekit.OpComplete, 2)
 	e := newEngine(t, f, nil)
 	a := begin(t, e, idem.Request{Key: "k"})
 	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
@@ -418,24 +371,24 @@ func testCompleteRetries(t *testing.T) {
 	if r := begin(t, e, idem.Request{Key: "k"}); r.Outcome != idem.Replayed {
 		t.Fatalf("after retried Complete: %v; want Replayed", r.Outcome)
 	}
-	f.n.Store(100)
+	f.FailNext(storekit.OpComplete, 100)
 	a = begin(t, e, idem.Request{Key: "k2"})
 	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete on a failing store = %v; want nil: the result is held", err)
 	}
-	f.n.Store(0)
+	f.FailNext(storekit.OpComplete, 0)
 	flush(t, e)
 	if r := begin(t, newEngine(t, f, nil), idem.Request{Key: "k2"}); r.Outcome != idem.Replayed {
 		t.Fatalf("after the held Complete was stored: %v; want Replayed", r.Outcome)
 	}
 	// Without the hold, a Complete that failed is the caller's to retry.
 	e = newEngine(t, f, &idem.Options{MaxHeld: -1})
-	f.n.Store(100)
+	f.FailNext(storekit.OpComplete, 100)
 	a = begin(t, e, idem.Request{Key: "k3"})
-	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, errFlaky) {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, storekit.ErrInjected) {
 		t.Fatalf("Complete on a failing store without the hold = %v; want ErrStore wrapping the cause", err)
 	}
-	f.n.Store(0)
+	f.FailNext(storekit.OpComplete, 0)
 	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete retried by the caller after the store recovered = %v; want nil", err)
 	}
@@ -443,15 +396,15 @@ func testCompleteRetries(t *testing.T) {
 
 func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &flakyStore{Store: mustMem(t), op: "extend"}
-		f.n.Store(2)
+		f := &storekit.Faulty{Store: mustMem(t)}
+		f.FailNext(storekit.OpExtend, 2)
 		e := newEngine(t, f, &idem.Options{LeaseDuration: 200 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
 		a := begin(t, e, idem.Request{Key: "k"})
 		time.Sleep(400 * time.Millisecond) // the bubble's clock: two leases, twenty beats
 		if err := a.Lease.Context().Err(); err != nil {
 			t.Fatalf("two failed renewals ended the lease: %v", context.Cause(a.Lease.Context()))
 		}
-		if n := f.n.Load(); n >= 0 {
+		if n := f.FailsLeft(storekit.OpExtend); n > 0 {
 			t.Fatalf("%d injected failures left; want both used by the heartbeat", n)
 		}
 		a.Lease.Release(context.Background())
@@ -540,25 +493,13 @@ func TestLeaseEndsAtTheDeadlineWhileARenewalHangs(t *testing.T) {
 	})
 }
 
-// deadlineStore records the deadline of the context Complete is called with.
-type deadlineStore struct {
-	idem.Store
-	completeDeadline chan time.Time
-}
-
-func (d *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
-	dl, _ := ctx.Deadline()
-	d.completeDeadline <- dl
-	return d.Store.Complete(ctx, p)
-}
-
 // TestDoFinalizeTimeoutStartsWhenTheWorkEnds runs in a bubble, whose clock
 // stands still while no goroutine waits: the deadline of the Complete is
 // exactly the store timeout (shorter than FinalizeTimeout) after the work
 // returned, however long the work took.
 func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := &deadlineStore{Store: mustMem(t), completeDeadline: make(chan time.Time, 1)}
+		s := storekit.NewDeadlineStore(mustMem(t))
 		e := newEngine(t, s, nil)
 		var returned time.Time
 		_, _, err := e.Do(context.Background(), idem.Request{Key: "slow"}, func(context.Context, int64) ([]byte, error) {
@@ -569,7 +510,7 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left := (<-s.completeDeadline).Sub(returned); left != min(idem.FinalizeTimeout, idem.DefaultStoreTimeout) {
+		if left := (<-s.CompleteDeadline).Sub(returned); left != min(idem.FinalizeTimeout, idem.DefaultStoreTimeout) {
 			t.Fatalf("Complete had %v after the work returned; want %v", left, min(idem.FinalizeTimeout, idem.DefaultStoreTimeout))
 		}
 	})
@@ -604,34 +545,10 @@ func TestInvalidRequestOptions(t *testing.T) {
 	}
 }
 
-// lostReplyStore runs the next n calls of one operation on the real store
-// and then reports a network error, as when the reply is lost on the way back.
-type lostReplyStore struct {
-	idem.Store
-	op string
-	n  atomic.Int32
-}
-
-func (s *lostReplyStore) lost(op string, err error) error {
-	if err == nil && op == s.op && s.n.Add(-1) >= 0 {
-		return errFlaky
-	}
-	return err
-}
-
-func (s *lostReplyStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	res, err := s.Store.Acquire(ctx, p)
-	return res, s.lost("acquire", err)
-}
-
-func (s *lostReplyStore) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.lost("release", s.Store.Release(ctx, p))
-}
-
 func TestAcquireWhoseReplyWasLost(t *testing.T) {
 	eachStore(t, func(t *testing.T, store idem.Store) {
-		s := &lostReplyStore{Store: store, op: "acquire"}
-		s.n.Store(1)
+		s := &storekit.Faulty{Store: store}
+		s.LoseNext(storekit.OpAcquire, 1)
 		e := newEngine(t, s, nil)
 		a := begin(t, e, idem.Request{Key: "lost-reply"})
 		if a.Outcome != idem.Acquired {
@@ -664,8 +581,8 @@ func (o *leaseEvents) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
 func TestReleaseWhoseReplyWasLost(t *testing.T) { synctest.Test(t, testReleaseWhoseReplyWasLost) }
 
 func testReleaseWhoseReplyWasLost(t *testing.T) {
-	s := &lostReplyStore{Store: mustMem(t), op: "release"}
-	s.n.Store(1)
+	s := &storekit.Faulty{Store: mustMem(t)}
+	s.LoseNext(storekit.OpRelease, 1)
 	var obs leaseEvents
 	e := newEngine(t, s, &idem.Options{Observer: &obs})
 	a := begin(t, e, idem.Request{Key: "k"})

@@ -2,15 +2,15 @@ package idemgrpc_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"google.golang.org/grpc"
@@ -64,58 +64,35 @@ func BenchmarkInterceptor(b *testing.B) {
 	}
 }
 
-// benchPair makes b.N timed calls on conn (with the keys key gives), each
-// batch after an untimed batch of as many on bare, and reports the ratio
-// of their times.
+// benchPair makes b.N timed calls on conn (with the keys key gives) and
+// as many untimed on bare, batch by batch (storekit.Compare), and reports
+// x-bare, the ratio of their times.
 func benchPair(b *testing.B, bare, conn *grpc.ClientConn, key func(int64) string) {
 	const batch, clients = 40, 4
-	ctx := context.Background()
 	in := wrapperspb.String("100 EUR")
-	send := func(conn *grpc.ClientConn, k string) {
-		ctx := ctx
-		if k != "" {
-			ctx = metadata.AppendToOutgoingContext(ctx, idemgrpc.MetadataKey, k)
-		}
-		out := new(wrapperspb.StringValue)
-		if err := conn.Invoke(ctx, chargeMethod, in, out); err != nil || out.GetValue() != "paid 100 EUR" {
-			b.Errorf("%q, %v", out.GetValue(), err)
+	call := func(conn *grpc.ClientConn, key func(int64) string) storekit.Call {
+		return func(ctx context.Context, i int64) error {
+			if key != nil {
+				ctx = metadata.AppendToOutgoingContext(ctx, idemgrpc.MetadataKey, key(i))
+			}
+			out := new(wrapperspb.StringValue)
+			if err := conn.Invoke(ctx, chargeMethod, in, out); err != nil || out.GetValue() != "paid 100 EUR" {
+				return fmt.Errorf("%q, %v", out.GetValue(), err)
+			}
+			return nil
 		}
 	}
-	var seq atomic.Int64
-	run := func(conn *grpc.ClientConn, n int, key func(int64) string) time.Duration {
-		start := time.Now()
-		var left atomic.Int64
-		left.Store(int64(n))
-		var wg sync.WaitGroup
-		for range clients {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					k := ""
-					if key != nil {
-						k = key(seq.Add(1))
-					}
-					send(conn, k)
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
+	protected, unprotected := call(conn, key), call(bare, nil)
+	if err := protected(context.Background(), -1); err != nil { // the replay's first execution, alone
+		b.Fatal(err)
 	}
-	send(conn, key(0)) // the replay's first execution, alone
-	run(bare, batch, nil)
-	run(conn, batch, key)
-	var bareTime, time time.Duration
+	for i := range batch { // warm both servers and the connections
+		unprotected(context.Background(), 0)
+		protected(context.Background(), int64(-2-i))
+	}
 	b.ReportAllocs()
-	b.ResetTimer()
-	for done := 0; done < b.N; done += batch {
-		n := min(batch, b.N-done)
-		b.StopTimer()
-		bareTime += run(bare, n, nil)
-		b.StartTimer()
-		time += run(conn, n, key)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(bareTime)/float64(time), "x-bare")
+	storekit.Compare(b, storekit.Pace{Workers: clients, Chunk: batch}, protected,
+		storekit.Baseline{Name: "bare", Ratio: "x-bare", Call: unprotected})
 }
 
 // BenchmarkDuplicateOfSlowCall: a duplicate sent while the first call of a
@@ -132,7 +109,7 @@ func BenchmarkDuplicateOfSlowCall(b *testing.B) {
 		"retryableStatusCodes": ["ABORTED"]}}]}`
 	for _, mode := range []string{"pushback", "wait"} {
 		b.Run(mode, func(b *testing.B) {
-			st := &faultStore{Store: memStore(b), acquired: make(chan struct{}, 1)}
+			st := newFaultStore(memStore(b), make(chan struct{}, 1))
 			svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 				time.Sleep(slow) // the method's work
 				return pay(ctx, in)

@@ -2,7 +2,6 @@ package idemgrpc_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/store/memstore"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -190,12 +189,9 @@ func memStore(t testing.TB) idem.Store {
 	return s
 }
 
-// eachStore runs f against the in-memory store and the real Redis.
-func eachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
-	for name, newStore := range testenv.Stores() {
-		t.Run(name, func(t *testing.T) { f(t, newStore(t)) })
-	}
-}
+// eachStore runs f on each store, in real time: the server's goroutines
+// wait on the network, which a synctest bubble does not count as blocked.
+var eachStore = storekit.EachStoreRealTime
 
 // charge calls the test method with key in the metadata ("" sends none)
 // and returns the answer's value, the error and whether it was replayed.
@@ -215,11 +211,11 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
-// faultStore is a real store whose next Acquire calls fail, as an
-// unreachable store's would.
+// faultStore is a real store that fails the calls storekit.Faulty is told
+// to (failAcquires: the next n Acquire calls, as an unreachable store's
+// would) and records the key of every Acquire.
 type faultStore struct {
-	idem.Store
-	failAcquires atomic.Int64
+	storekit.Faulty
 
 	mu   sync.Mutex
 	keys []string // guarded by mu: the key of every Acquire
@@ -227,7 +223,11 @@ type faultStore struct {
 	acquired chan struct{} // when set, told of every Acquire while its buffer has room
 }
 
-var errInjected = errors.New("injected: connection refused")
+func newFaultStore(s idem.Store, acquired chan struct{}) *faultStore {
+	return &faultStore{Faulty: storekit.Faulty{Store: s}, acquired: acquired}
+}
+
+func (s *faultStore) failAcquires(n int) { s.FailNext(storekit.OpAcquire, n) }
 
 func (s *faultStore) acquires() int {
 	s.mu.Lock()
@@ -247,8 +247,5 @@ func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Ac
 			}
 		}()
 	}
-	if s.failAcquires.Add(-1) >= 0 {
-		return idem.AcquireResult{}, errInjected
-	}
-	return s.Store.Acquire(ctx, p)
+	return s.Faulty.Acquire(ctx, p)
 }

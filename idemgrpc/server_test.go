@@ -211,7 +211,7 @@ func TestBurst(t *testing.T) {
 // interceptor retries ABORTED after the server's RetryInfo.
 func TestBurstClient(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 256)}
+	st := newFaultStore(memStore(t), make(chan struct{}, 256))
 	release := make(chan struct{})
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-release
@@ -264,8 +264,8 @@ func TestMismatch(t *testing.T) {
 // it once the store is back.
 func TestStoreDown(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t)}
-	st.failAcquires.Store(2) // the engine asks twice before it gives up
+	st := newFaultStore(memStore(t), nil)
+	st.failAcquires(2) // the engine asks twice before it gives up
 	svc := &service{}
 	conn := serve(t, newEngine(t, st, nil), nil, svc)
 	_, _, err := charge(ctx, conn, "k", "1")
@@ -277,7 +277,7 @@ func TestStoreDown(t *testing.T) {
 		t.Fatalf("handler ran %d times with the store down", c)
 	}
 
-	st.failAcquires.Store(2)
+	st.failAcquires(2)
 	ci, err := idemgrpc.NewClientInterceptor(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -485,8 +485,8 @@ func TestLeaseInHandler(t *testing.T) {
 // attached; the server's pushback trailer paces them.
 func TestServiceConfigRetry(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t)}
-	st.failAcquires.Store(2) // the first attempt finds the store down
+	st := newFaultStore(memStore(t), nil)
+	st.failAcquires(2) // the first attempt finds the store down
 	svc := &service{}
 	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 1})
 	if err != nil {
@@ -521,7 +521,7 @@ func TestClientUnknownBounded(t *testing.T) {
 	}{{after: 10 * time.Millisecond, wantAcquires: 1 + 3}, {after: 0, wantAcquires: 1 + 1}} {
 		t.Run(tc.after.String(), func(t *testing.T) {
 			ctx := testContext(t)
-			st := &faultStore{Store: memStore(t)}
+			st := newFaultStore(memStore(t), nil)
 			svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 				return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
 			}}
@@ -551,7 +551,7 @@ func TestClientUnknownBounded(t *testing.T) {
 // key, finds it in flight, waits the RetryInfo and gets the replay.
 func TestPerAttemptTimeout(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 16)}
+	st := newFaultStore(memStore(t), make(chan struct{}, 16))
 	release := make(chan struct{})
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-release
@@ -673,7 +673,7 @@ func TestRequestID(t *testing.T) {
 // replay; the handler ran once, to completion.
 func TestConnectionCut(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 64)}
+	st := newFaultStore(memStore(t), make(chan struct{}, 64))
 	started, release := make(chan struct{}), make(chan struct{})
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		close(started)
@@ -791,7 +791,7 @@ func TestLeaseEnds(t *testing.T) {
 func TestWaitAttaches(t *testing.T) {
 	eachStore(t, func(t *testing.T, base idem.Store) {
 		ctx := testContext(t)
-		st := &faultStore{Store: base, acquired: make(chan struct{}, 2)}
+		st := newFaultStore(base, make(chan struct{}, 2))
 		release := make(chan struct{})
 		svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 			<-release
@@ -828,7 +828,7 @@ func TestWaitAttaches(t *testing.T) {
 // still runs is answered ABORTED with the pushback, as without Wait.
 func TestWaitEnds(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 1)}
+	st := newFaultStore(memStore(t), make(chan struct{}, 1))
 	release := make(chan struct{})
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		<-release

@@ -1,18 +1,20 @@
 package idemhttp_test
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -76,8 +78,8 @@ func BenchmarkMiddleware(b *testing.B) {
 }
 
 // benchPair sends b.N timed POSTs to h (with the keys key gives; nil sends
-// none), each batch after an untimed batch of as many to bare, and reports
-// the ratio of their times.
+// none) and as many untimed to bare, batch by batch (storekit.Compare),
+// and reports x-bare, the ratio of their times.
 func benchPair(b *testing.B, bare, h http.Handler, key func(int64) string) {
 	const batch, clients = 200, 4
 	bareSrv, srv := httptest.NewServer(bare), httptest.NewServer(h)
@@ -87,58 +89,40 @@ func benchPair(b *testing.B, bare, h http.Handler, key func(int64) string) {
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	const body = `{"amount":100,"currency":"EUR"}`
-	send := func(url string, k string) {
-		req, _ := http.NewRequest("POST", url+"/pay", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if k != "" {
-			req.Header.Set(idemhttp.HeaderKey, k)
-		}
-		res, err := client.Do(req)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		io.Copy(io.Discard, res.Body)
-		res.Body.Close()
-		if res.StatusCode != http.StatusOK {
-			b.Errorf("status %d", res.StatusCode)
+	call := func(url string, key func(int64) string) storekit.Call {
+		return func(_ context.Context, i int64) error {
+			req, _ := http.NewRequest("POST", url+"/pay", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if key != nil {
+				req.Header.Set(idemhttp.HeaderKey, key(i))
+			}
+			res, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", res.StatusCode)
+			}
+			return nil
 		}
 	}
-	var seq atomic.Int64
-	run := func(url string, n int, key func(int64) string) time.Duration {
-		start := time.Now()
-		var left atomic.Int64
-		left.Store(int64(n))
-		var wg sync.WaitGroup
-		for range clients {
-			wg.Go(func() {
-				for left.Add(-1) >= 0 {
-					k := ""
-					if key != nil {
-						k = key(seq.Add(1))
-					}
-					send(url, k)
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
+	protected, unprotected := call(srv.URL, key), call(bareSrv.URL, nil)
 	if key != nil {
-		send(srv.URL, key(0)) // the replay's first execution, alone
+		if err := protected(context.Background(), -1); err != nil { // the replay's first execution, alone
+			b.Fatal(err)
+		}
 	}
-	run(bareSrv.URL, clients, nil) // warm connections
-	run(srv.URL, clients, key)
-	var bareTime, time time.Duration
+	var warm sync.WaitGroup // open the clients' connections
+	for i := range clients {
+		warm.Go(func() {
+			unprotected(context.Background(), 0)
+			protected(context.Background(), int64(-2-i))
+		})
+	}
+	warm.Wait()
 	b.ReportAllocs()
-	b.ResetTimer()
-	for done := 0; done < b.N; done += batch {
-		n := min(batch, b.N-done)
-		b.StopTimer()
-		bareTime += run(bareSrv.URL, n, nil)
-		b.StartTimer()
-		time += run(srv.URL, n, key)
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(bareTime)/float64(time), "x-bare")
+	storekit.Compare(b, storekit.Pace{Workers: clients, Chunk: batch}, protected,
+		storekit.Baseline{Name: "bare", Ratio: "x-bare", Call: unprotected})
 }

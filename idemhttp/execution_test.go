@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -550,19 +551,6 @@ func TestBodyHandedOnIntact(t *testing.T) {
 	})
 }
 
-// deadlineStore is a real store that records the deadline of the context
-// each Complete is called with.
-type deadlineStore struct {
-	idem.Store
-	completeDeadline chan time.Time
-}
-
-func (s *deadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
-	d, _ := ctx.Deadline()
-	s.completeDeadline <- d
-	return s.Store.Complete(ctx, p)
-}
-
 // TestSlowHandlerFinalizes: the bound on recording the result counts from
 // the end of the handler, so a handler that ran long still has the whole
 // finalize bound to store its result (a bound counted from its start
@@ -576,7 +564,7 @@ func TestSlowHandlerFinalizes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := &deadlineStore{Store: mem, completeDeadline: make(chan time.Time, 1)}
+		s := storekit.NewDeadlineStore(mem)
 		const handlerTime = idem.FinalizeTimeout + time.Second
 		returned := make(chan time.Time, 1)
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -592,7 +580,7 @@ func TestSlowHandlerFinalizes(t *testing.T) {
 		// Counted from the handler's start, the deadline would be
 		// handlerTime short of this, and already past.
 		want := min(idem.FinalizeTimeout, idem.DefaultStoreTimeout)
-		if left := (<-s.completeDeadline).Sub(<-returned); left != want {
+		if left := (<-s.CompleteDeadline).Sub(<-returned); left != want {
 			t.Errorf("Complete had %v after the handler returned, want %v", left, want)
 		}
 	})

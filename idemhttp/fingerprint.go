@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idem/internal/httpwire"
 )
 
 // Fingerprint is the default Options.Fingerprint: the hex SHA-256 of the
@@ -42,10 +44,10 @@ func Fingerprint(r *http.Request, body []byte) string {
 	defer f.release()
 	ct := canonicalContentType(r.Header.Get("Content-Type"))
 	b := f.buf[:0]
-	b = appendField(b, r.Method)
-	b = appendField(b, r.URL.EscapedPath())
-	b = appendField(b, r.URL.RawQuery)
-	b = appendField(b, ct)
+	b = httpwire.AppendField(b, r.Method)
+	b = httpwire.AppendField(b, r.URL.EscapedPath())
+	b = httpwire.AppendField(b, r.URL.RawQuery)
+	b = httpwire.AppendField(b, ct)
 	form, isCanonicalForm := []byte(nil), false
 	if isForm(ct) {
 		form, isCanonicalForm = appendCanonicalForm(nil, body)
@@ -79,13 +81,6 @@ func (f *fingerprinter) hexSum() string {
 	var hexSum [2 * sha256.Size]byte
 	hex.Encode(hexSum[:], f.h.Sum(f.sum[:0]))
 	return string(hexSum[:])
-}
-
-// appendField appends s with its length in front, so that no two different
-// sequences of fields hash the same bytes.
-func appendField(b []byte, s string) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // A fingerprinter is the reusable state of one Fingerprint call: the hash,
@@ -174,8 +169,8 @@ func appendCanonicalForm(dst, body []byte) ([]byte, bool) {
 	}
 	slices.SortStableFunc(pairs, func(a, b formPair) int { return strings.Compare(a.group, b.group) })
 	for _, p := range pairs {
-		dst = appendField(dst, p.name)
-		dst = appendField(dst, p.value)
+		dst = httpwire.AppendField(dst, p.name)
+		dst = httpwire.AppendField(dst, p.value)
 		if p.eq {
 			dst = append(dst, '=')
 		} else {

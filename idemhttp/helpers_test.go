@@ -1,52 +1,33 @@
 package idemhttp_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"testing/synctest"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// eachStore runs f against the in-memory store and the real Redis.
-func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
-	for name, newStore := range testenv.Stores() {
-		t.Run(name, func(t *testing.T) { f(t, newStore) })
-	}
-}
-
-// eachStoreInBubble runs f against the in-memory store inside a synctest
-// bubble, where the middleware's Wait, the engine's leases and the
-// finalize timeout run on a fake clock that moves only when every
-// goroutine of the test waits (waiting costs no real time, and no
-// scheduler delay can end a wait early), and against the real Redis in
-// real time. f calls the middleware directly, with a recorder: a server's
-// goroutines wait on the network, which is no durable block, so the
-// bubble's clock would never move.
-func eachStoreInBubble(t *testing.T, f func(t *testing.T, s idem.Store)) {
-	for name, newStore := range testenv.Stores() {
-		t.Run(name, func(t *testing.T) {
-			if name == "memory" {
-				synctest.Test(t, func(t *testing.T) { f(t, newStore(t)) })
-				return
-			}
-			f(t, newStore(t))
-		})
-	}
-}
+// eachStore runs f once for each kind of store, in real time, with its
+// constructor; eachStoreInBubble runs f on each store, the memory store in
+// a synctest bubble, where the middleware's Wait, the engine's leases and
+// the finalize timeout run on a fake clock. A test in the bubble calls the
+// middleware directly, with a recorder: a server's goroutines wait on the
+// network, which is no durable block, so the bubble's clock would never
+// move.
+var (
+	eachStore         = storekit.EachKind
+	eachStoreInBubble = storekit.EachStore
+)
 
 func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
@@ -64,22 +45,6 @@ func newMiddleware(t *testing.T, e *idem.Engine, o *idemhttp.Options) func(http.
 		t.Fatal(err)
 	}
 	return mw
-}
-
-// faultStore is a real store that fails every Acquire while down is set:
-// the store is unreachable.
-type faultStore struct {
-	idem.Store
-	down atomic.Bool
-}
-
-var errInjected = errors.New("injected: connection refused")
-
-func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	if s.down.Load() {
-		return idem.AcquireResult{}, errInjected
-	}
-	return s.Store.Acquire(ctx, p)
 }
 
 // outcomes records what OnOutcome reports.

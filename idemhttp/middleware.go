@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/internal/httpwire"
 )
 
 // Options configures the middleware. A nil *Options means all defaults.
@@ -218,12 +219,12 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	for _, method := range m.methods {
-		if !validToken(method) {
+		if !httpwire.ValidToken(method) {
 			return nil, fmt.Errorf("idemhttp: New: invalid method %q", method)
 		}
 	}
 	if o.TenantHeader != "" {
-		if !validToken(o.TenantHeader) {
+		if !httpwire.ValidToken(o.TenantHeader) {
 			return nil, fmt.Errorf("idemhttp: New: invalid TenantHeader %q", o.TenantHeader)
 		}
 		m.tenant = headerTenant(http.CanonicalHeaderKey(o.TenantHeader))
@@ -257,7 +258,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	}
 	for _, name := range o.ReplayHeaders {
 		c := http.CanonicalHeaderKey(name)
-		if !validToken(name) || forbiddenReplayHeaders[c] {
+		if !httpwire.ValidToken(name) || forbiddenReplayHeaders[c] {
 			return nil, fmt.Errorf("idemhttp: New: header %q may not be replayed", name)
 		}
 		m.replayHeaders = append(m.replayHeaders, c)
@@ -268,37 +269,10 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	return m, nil
 }
 
-// validToken reports whether s is an RFC 9110 token, as method and header
-// names are.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // credentialTenant is the default tenant: the hex SHA-256 of the
 // Authorization header values, "" without them.
 func credentialTenant(r *http.Request) (string, error) {
-	vs := r.Header["Authorization"]
-	if len(vs) == 0 {
-		return "", nil
-	}
-	f := fingerprinters.Get().(*fingerprinter)
-	defer f.release()
-	b := f.buf[:0]
-	for _, v := range vs {
-		b = appendField(b, v)
-	}
-	f.h.Write(b)
-	f.buf = b
-	return f.hexSum(), nil
+	return httpwire.CredentialTenant(r.Header["Authorization"]), nil
 }
 
 func headerTenant(name string) func(*http.Request) (string, error) {

@@ -2,29 +2,16 @@ package idemhttp_test
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"net/http/httptest"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 )
-
-// completeFaultStore is a real store whose Complete fails while down is
-// set: the store went away between the acquire and the completion.
-type completeFaultStore struct {
-	idem.Store
-	down atomic.Bool
-}
-
-func (s *completeFaultStore) Complete(ctx context.Context, p idem.CompleteParams) error {
-	if s.down.Load() {
-		return errInjected
-	}
-	return s.Store.Complete(ctx, p)
-}
 
 // The store fails right when the response is to be stored (the client
 // already has it): the engine holds the response, a retry that reaches
@@ -32,12 +19,12 @@ func (s *completeFaultStore) Complete(ctx context.Context, p idem.CompleteParams
 // every process replays it.
 func TestResponseHeldThroughAStoreOutage(t *testing.T) {
 	eachStoreInBubble(t, func(t *testing.T, store idem.Store) {
-		s := &completeFaultStore{Store: store}
+		s := &storekit.Faulty{Store: store}
 		e := newEngine(t, s, nil)
 		runs := 0
 		h := newMiddleware(t, e, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs++
-			s.down.Store(true) // the store goes away while the handler answers
+			s.FailNext(storekit.OpComplete, math.MaxInt) // the store goes away while the handler answers
 			w.WriteHeader(http.StatusCreated)
 			w.Write([]byte("charged"))
 		}))
@@ -54,7 +41,7 @@ func TestResponseHeldThroughAStoreOutage(t *testing.T) {
 			t.Fatalf("retry while the store fails = %d %q replayed=%q after %d runs; want the 201 replayed from the held response",
 				r.status, r.body, r.header.Get(idemhttp.HeaderReplayed), runs)
 		}
-		s.down.Store(false)
+		s.FailNext(storekit.OpComplete, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := e.Flush(ctx); err != nil {

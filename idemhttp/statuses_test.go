@@ -2,6 +2,7 @@ package idemhttp_test
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 )
 
 // step is one request of a scenario and what it must get.
@@ -167,8 +169,10 @@ func TestStatuses(t *testing.T) {
 	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
-				store := &faultStore{Store: newStore(t)}
-				store.down.Store(tt.storeDown)
+				store := &storekit.Faulty{Store: newStore(t)}
+				if tt.storeDown {
+					store.FailNext(storekit.OpAcquire, math.MaxInt)
+				}
 				var calls atomic.Int64
 				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 					n := calls.Add(1)
@@ -251,7 +255,7 @@ func TestReplayHeaders(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	e := newEngine(t, &faultStore{}, nil)
+	e := newEngine(t, &storekit.Faulty{}, nil)
 	bad := map[string]*idemhttp.Options{
 		"negative MaxBody":                {MaxBody: -1},
 		"negative MaxResponseBuffer":      {MaxResponseBuffer: -1},

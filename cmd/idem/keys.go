@@ -21,11 +21,19 @@ const keysUsage = `idem keys [--store URI] get TENANT KEY
   idem keys [--store URI] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) TENANT KEY
 (TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes)`
 
-// headerFlags collects repeated --header 'Name: value' flags.
-type headerFlags []string
+// headerList is a repeatable --header 'Name: value' flag.
+type headerList [][2]string
 
-func (h *headerFlags) String() string     { return strings.Join(*h, ", ") }
-func (h *headerFlags) Set(v string) error { *h = append(*h, v); return nil }
+func (h *headerList) String() string { return fmt.Sprint(*h) }
+
+func (h *headerList) Set(s string) error {
+	name, value, ok := strings.Cut(s, ":")
+	if !ok || strings.TrimSpace(name) == "" {
+		return errors.New("want 'Name: value'")
+	}
+	*h = append(*h, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
+	return nil
+}
 
 func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
@@ -35,7 +43,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
 	notExecuted := fs.Bool("not-executed", false, "resolve: the request did not take effect; release the key so the next request runs it")
 	status := fs.Int("status", 0, "resolve: the request took effect; record this status and replay it")
-	var headers headerFlags
+	var headers headerList
 	fs.Var(&headers, "header", "resolve: a header of the recorded response, 'Name: value' (repeatable)")
 	body := fs.String("body", "", "resolve: the body of the recorded response")
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
@@ -138,7 +146,7 @@ func listUnknown(ctx context.Context, e *idem.Engine, enc *json.Encoder, oneTena
 }
 
 // resolutionFromFlags builds and checks the operator's resolution.
-func resolutionFromFlags(fence int64, notExecuted bool, status int, headers []string, hasBody bool, body, bodyFile string) (gateway.Resolution, error) {
+func resolutionFromFlags(fence int64, notExecuted bool, status int, headers headerList, hasBody bool, body, bodyFile string) (gateway.Resolution, error) {
 	res := gateway.Resolution{Fence: fence, Outcome: "completed", Status: status}
 	if notExecuted {
 		if status != 0 || len(headers) > 0 || hasBody || bodyFile != "" {
@@ -149,15 +157,11 @@ func resolutionFromFlags(fence int64, notExecuted bool, status int, headers []st
 		if status == 0 {
 			return res, fmt.Errorf("%w: resolve needs --not-executed, or --status for a request that took effect", errUsage)
 		}
-		for _, h := range headers {
-			name, value, ok := strings.Cut(h, ":")
-			if !ok {
-				return res, fmt.Errorf("%w: --header %q: want 'Name: value'", errUsage, h)
-			}
+		for _, kv := range headers {
 			if res.Header == nil {
 				res.Header = http.Header{}
 			}
-			res.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+			res.Header.Add(kv[0], kv[1])
 		}
 		switch {
 		case hasBody && bodyFile != "":

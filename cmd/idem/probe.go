@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/probe"
+	"github.com/idemkit/idem/internal/redact"
 )
 
 // errViolations makes idem probe exit 1 when a check failed, so it can run in CI.
@@ -47,7 +47,7 @@ func runProbe(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	})
 	switch {
 	case errors.Is(err, probe.ErrRemoteTarget):
-		return fmt.Errorf("%w: %s is not on loopback; pass --i-own-this-target if you own it (the probe executes the sample request several times)", errUsage, gateway.RedactURL(fs.Arg(0)))
+		return fmt.Errorf("%w: %s is not on loopback; pass --i-own-this-target if you own it (the probe executes the sample request several times)", errUsage, redact.URL(fs.Arg(0)))
 	case err != nil:
 		return err
 	}
@@ -57,19 +57,5 @@ func runProbe(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if report.Failed() {
 		return errViolations
 	}
-	return nil
-}
-
-// headerList is a repeatable 'Name: value' flag.
-type headerList [][2]string
-
-func (h *headerList) String() string { return fmt.Sprint(*h) }
-
-func (h *headerList) Set(s string) error {
-	name, value, ok := strings.Cut(s, ":")
-	if !ok || strings.TrimSpace(name) == "" {
-		return errors.New("want 'Name: value'")
-	}
-	*h = append(*h, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
 	return nil
 }

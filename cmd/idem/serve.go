@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store/memstore"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -148,7 +149,7 @@ func loadServe(args []string) (*serveSetup, error) {
 		}
 		up, err := url.Parse(*upstream)
 		if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-			return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, gateway.RedactURL(*upstream))
+			return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, redact.URL(*upstream))
 		}
 		if flagSet(fs, "admin-token") && *adminToken == "" {
 			return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
@@ -186,21 +187,21 @@ func loadServe(args []string) (*serveSetup, error) {
 		}
 		s.cfg = gateway.Config{
 			Listen: *listen, Upstream: up, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
-			Methods: splitList(*methods), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
+			Methods: splitList(strings.ToUpper(*methods)), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
 			Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
 			ShutdownTimeout: *shutdownTimeout, Takeover: policy, ReconcileURL: *reconcileURL,
 			ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
 			ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
 			AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
-			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitSources(*replayHeaders),
+			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitList(*replayHeaders),
 			Repeatability: *repeatability,
 		}
 		if s.cfg.ReplayHeaders == nil {
 			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
 		}
 		if flagSet(fs, "tenant-from") {
-			s.cfg.TenantFrom = append([]string{}, splitSources(*tenantFrom)...) // given empty: an error, not the default
+			s.cfg.TenantFrom = append([]string{}, splitList(*tenantFrom)...) // given empty: an error, not the default
 		}
 		if s.file != nil {
 			s.cfg.Routes = s.file.routes
@@ -222,16 +223,6 @@ func newLogger(w io.Writer, format string, level *slog.LevelVar) (*slog.Logger, 
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, strings.ToUpper(f))
-		}
-	}
-	return out
 }
 
 // byteSize is a flag of bytes that also takes KiB, MiB and GiB suffixes.
@@ -263,9 +254,9 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// splitSources splits a --tenant-from list, keeping the case of header and
-// cookie names (cookie names are case-sensitive).
-func splitSources(s string) []string {
+// splitList splits a comma-separated flag, dropping blanks and keeping
+// the case of what it lists (cookie names are case-sensitive).
+func splitList(s string) []string {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
 		if f = strings.TrimSpace(f); f != "" {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
@@ -403,7 +404,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		warnAdmin(g.cfg, adminAddr)
 		defer inBackground(ctx, g.stats.run)()
 	}
-	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", g.cfg.Upstream.Redacted(), "admin", fmt.Sprint(adminAddr),
+	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", redact.URL(g.cfg.Upstream.String()), "admin", fmt.Sprint(adminAddr),
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
 	if ready != nil {
 		ready(ln.Addr(), adminAddr)

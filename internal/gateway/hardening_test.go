@@ -164,10 +164,12 @@ func TestTenantSources(t *testing.T) {
 	}
 	// One Authorization source keeps idemhttp's default tenant, so keys
 	// stored before --tenant-from still replay.
-	auth := req("Authorization", "Bearer alice")
-	got, err := tenant("authorization", false, auth)
-	if err != nil || got != defaultTenant(t, auth) {
-		t.Fatalf("authorization tenant %q, %v; want idemhttp's default %q", got, err, defaultTenant(t, auth))
+	// Both come from internal/httpwire; this holds them to it.
+	for _, auth := range []*http.Request{req("Authorization", "Bearer alice"), req("Authorization", "a", "Authorization", "bc")} {
+		got, err := tenant("authorization", false, auth)
+		if err != nil || got != defaultTenant(t, auth) {
+			t.Fatalf("authorization tenant %q, %v; want idemhttp's default %q", got, err, defaultTenant(t, auth))
+		}
 	}
 	// One header keeps --tenant-header's: the value itself.
 	if got, err := tenant("header:x-tenant-id", false, req("X-Tenant-Id", "acme")); got != "acme" || err != nil {
@@ -240,21 +242,6 @@ func defaultTenant(t *testing.T, r *http.Request) string {
 	r.Header.Set("Idempotency-Key", "k")
 	h.ServeHTTP(httptest.NewRecorder(), r)
 	return tenant
-}
-
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"http://user:hunter2@host/x":      "http://user:xxxxx@host/x",
-		"http://user:hunter2@[::1":        "http://xxxxx@[::1",
-		"http://u:hunter2@h:p%zz/a?b":     "http://xxxxx@h:p%zz/a?b",
-		"u:hunter2@h/x":                   "u:hunter2@h/x", // parses as a path: no authority to redact
-		"http://host:8080/":               "http://host:8080/",
-		"ftp://user:hunter2@host:21/file": "ftp://user:xxxxx@host:21/file",
-	} {
-		if got := RedactURL(in); got != want && strings.Contains(got, "hunter2") {
-			t.Errorf("RedactURL(%q) = %q; want %q", in, got, want)
-		}
-	}
 }
 
 func TestAdminExposure(t *testing.T) {

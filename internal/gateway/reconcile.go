@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/redact"
 )
 
 // OriginalStatusHeader carries, on a reconcile lookup's 200, the status of
@@ -40,11 +41,11 @@ type reconciler struct {
 // whose values a reconciled result keeps as an ordinary one does.
 func newReconciler(flag, template, token string, transport http.RoundTripper, replayHeaders []string) (*reconciler, error) {
 	if !strings.Contains(template, "{key}") {
-		return nil, fmt.Errorf("gateway: %s %q must hold {key}", flag, RedactURL(template))
+		return nil, fmt.Errorf("gateway: %s %q must hold {key}", flag, redact.URL(template))
 	}
 	u, err := url.Parse(expandTemplate(template, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, RedactURL(template))
+		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, redact.URL(template))
 	}
 	keep := slices.Concat(replayedByDefault, replayHeaders)
 	for i, name := range keep {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 )
 
 // The codes of the admin API's answers about UNKNOWN keys.
@@ -155,7 +156,7 @@ func (res Resolution) Result() (*idem.Result, error) {
 		return nil, fmt.Errorf("status %d: want 200..599", res.Status)
 	}
 	for name, vs := range res.Header {
-		if !validToken(name) {
+		if !httpwire.ValidToken(name) {
 			return nil, fmt.Errorf("header name %q is not a valid token", name)
 		}
 		for _, v := range vs {

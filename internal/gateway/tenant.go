@@ -1,15 +1,14 @@
 package gateway
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 )
 
 // TenantSourcesHelp describes the --tenant-from forms.
@@ -34,10 +33,10 @@ func parseTenantSources(specs []string) ([]tenantSource, error) {
 		switch {
 		case s.kind == "authorization" && name == "":
 			s.spec = s.kind
-		case s.kind == "header" && validToken(name):
+		case s.kind == "header" && httpwire.ValidToken(name):
 			s.name = http.CanonicalHeaderKey(name)
 			s.spec = s.kind + ":" + s.name
-		case s.kind == "cookie" && validToken(name):
+		case s.kind == "cookie" && httpwire.ValidToken(name):
 			s.spec = s.kind + ":" + s.name
 		default:
 			return nil, fmt.Errorf("gateway: --tenant-from: bad source %q; want %s", spec, TenantSourcesHelp)
@@ -96,7 +95,6 @@ func (s tenantSource) values(r *http.Request) ([]string, error) {
 // and with lengths in front, so no two different sets of credentials meet.
 func tenantFunc(sources []tenantSource, allowAnonymous bool) func(*http.Request) (string, error) {
 	return func(r *http.Request) (string, error) {
-		h := sha256.New()
 		var b []byte
 		found, plain := 0, ""
 		for _, s := range sources {
@@ -109,11 +107,11 @@ func tenantFunc(sources []tenantSource, allowAnonymous bool) func(*http.Request)
 			}
 			found++
 			if len(sources) > 1 {
-				b = appendField(b, s.spec)
+				b = httpwire.AppendField(b, s.spec)
 				b = binary.BigEndian.AppendUint64(b, uint64(len(vs)))
 			}
 			for _, v := range vs {
-				b = appendField(b, v)
+				b = httpwire.AppendField(b, v)
 			}
 			if s.kind == "header" {
 				plain = vs[0]
@@ -127,8 +125,7 @@ func tenantFunc(sources []tenantSource, allowAnonymous bool) func(*http.Request)
 		case len(sources) == 1 && sources[0].kind == "header":
 			return plain, nil
 		}
-		h.Write(b)
-		return hex.EncodeToString(h.Sum(nil)), nil
+		return httpwire.SumTenant(b), nil
 	}
 }
 
@@ -138,26 +135,4 @@ func specList(sources []tenantSource) string {
 		specs[i] = s.spec
 	}
 	return strings.Join(specs, ", ")
-}
-
-// appendField appends s with its length in front, as idemhttp hashes the
-// Authorization values.
-func appendField(b []byte, s string) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// validToken reports whether s is an RFC 9110 token, as header and cookie
-// names are.
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }

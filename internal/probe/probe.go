@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/ctxtime"
+	"github.com/idemkit/idem/internal/redact"
 )
 
 var (
@@ -219,7 +220,7 @@ func newProber(cfg Config) (*prober, error) {
 	if cfg.Burst < 0 || cfg.Timeout < 0 || cfg.RequestTimeout < 0 {
 		return nil, fmt.Errorf("%w: Burst, Timeout and RequestTimeout must not be negative", ErrInvalidConfig)
 	}
-	p := &prober{cfg: cfg, target: u.Redacted()} // the report never shows a password
+	p := &prober{cfg: cfg, target: redact.URL(u.String())} // the report never shows a password
 	if p.cfg.Method == "" {
 		p.cfg.Method = http.MethodPost
 	}

@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -38,83 +37,11 @@ var benchBody = []byte(`{"id":"ch_3MmlLrLkdIwHu7ix0snN0B15","object":"charge","a
 var benchHeader = http.Header{"Content-Type": {"application/json"}}
 
 // cycle is one acquire+complete of key i.
-type cycle func(ctx context.Context, i int64) error
+type cycle = storekit.Call
 
-// runParallel runs n cycles on benchWorkers goroutines, with unique keys
-// numbered from *next on, and returns the first error.
-func runParallel(n int, next *atomic.Int64, c cycle) error {
-	ctx := context.Background()
-	end := next.Load() + int64(n)
-	var wg sync.WaitGroup
-	var firstErr atomic.Pointer[error]
-	for range benchWorkers {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= end {
-					return
-				}
-				if err := c(ctx, i); err != nil {
-					firstErr.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	next.Store(end) // workers overshoot the counter by one each
-	if p := firstErr.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
-
-// baseline is a cycle c is compared with, and the name of its metrics.
-type baseline struct {
-	name  string
-	cycle cycle
-}
-
-// compare measures c against baselines in the same run: each does b.N
-// cycles, interleaved with c's in chunks, and only c's time counts as
-// ns/op. For each baseline it reports <name>-ns/op and the ratio x_<name>
-// (the baseline's ns/op over c's: above 1 means c is faster).
-func compare(b *testing.B, c cycle, baselines ...baseline) {
-	var next atomic.Int64
-	baseTime := make([]time.Duration, len(baselines))
-	b.ResetTimer()
-	for done, round := 0, 0; done < b.N; round++ {
-		n := min(benchChunk, b.N-done)
-		runBaselines := func() {
-			b.StopTimer()
-			for i, base := range baselines {
-				start := time.Now()
-				if err := runParallel(n, &next, base.cycle); err != nil {
-					b.Fatal(err)
-				}
-				baseTime[i] += time.Since(start)
-			}
-			b.StartTimer()
-		}
-		if round%2 == 0 { // alternate the order, so neither always runs first
-			runBaselines()
-		}
-		if err := runParallel(n, &next, c); err != nil {
-			b.Fatal(err)
-		}
-		if round%2 == 1 {
-			runBaselines()
-		}
-		done += n
-	}
-	b.StopTimer()
-	ns := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
-	for i, base := range baselines {
-		baseNs := float64(baseTime[i].Nanoseconds()) / float64(b.N)
-		b.ReportMetric(baseNs, base.name+"-ns/op")
-		b.ReportMetric(baseNs/ns, "x_"+base.name)
-	}
-}
+// benchPace runs the cycles of a benchmark and its baselines
+// (storekit.Compare): benchWorkers at once, benchChunk at a time.
+var benchPace = storekit.Pace{Workers: benchWorkers, Chunk: benchChunk}
 
 // The hand-written EVALSHA pair the issue measured: a lock taken by a
 // script, and a response stored by a script that checks the lock's owner.
@@ -257,16 +184,16 @@ func BenchmarkCycle(b *testing.B) {
 	clients := benchClients(b)
 	goredisNaive := clients[0].naive
 	for _, c := range clients {
-		baselines := func(prefix string) []baseline {
-			bs := []baseline{{"naive", c.naive(prefix + "naive:")}, {"pair", c.pair(prefix + "pair:")}}
+		baselines := func(prefix string) []storekit.Baseline {
+			bs := []storekit.Baseline{{Name: "naive", Call: c.naive(prefix + "naive:")}, {Name: "pair", Call: c.pair(prefix + "pair:")}}
 			if c.name != "go-redis" {
-				bs = append(bs, baseline{"naive_goredis", goredisNaive(prefix + "naive-goredis:")})
+				bs = append(bs, storekit.Baseline{Name: "naive_goredis", Call: goredisNaive(prefix + "naive-goredis:")})
 			}
 			return bs
 		}
 		b.Run(c.name+"/engine", func(b *testing.B) {
 			prefix := testenv.Prefix(b)
-			compare(b, engineCycle(benchEngine(b, c.store, prefix)), baselines(prefix)...)
+			storekit.Compare(b, benchPace, engineCycle(benchEngine(b, c.store, prefix)), baselines(prefix)...)
 			cleanup(b, prefix)
 		})
 		b.Run(c.name+"/engine-coalesce", func(b *testing.B) {
@@ -280,7 +207,7 @@ func BenchmarkCycle(b *testing.B) {
 				b.Fatal(err)
 			}
 			plain := engineCycle(benchEngine(b, c.store, prefix+"plain:"))
-			compare(b, engineCycle(e), append(baselines(prefix), baseline{"engine", plain})...)
+			storekit.Compare(b, benchPace, engineCycle(e), append(baselines(prefix), storekit.Baseline{Name: "engine", Call: plain})...)
 			if st, _ := s.CoalesceStats(); st.Batches > 0 {
 				b.ReportMetric(float64(st.Carried)/float64(st.Batches), "ops/batch")
 				b.ReportMetric(float64(st.Carried)/float64(st.Carried+st.Single), "batched-share")
@@ -293,7 +220,7 @@ func BenchmarkCycle(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			compare(b, storeCycle(s), baselines(prefix)...)
+			storekit.Compare(b, benchPace, storeCycle(s), baselines(prefix)...)
 			cleanup(b, prefix)
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 )
 
@@ -55,13 +56,13 @@ func BenchmarkCycleCPU(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, run := range []baseline{{"naive", c.naive(prefix + "naive:")}, {"store", storeCycle(s)}} {
-			b.Run(c.name+"/"+run.name, func(b *testing.B) {
+		for _, run := range []storekit.Baseline{{Name: "naive", Call: c.naive(prefix + "naive:")}, {Name: "store", Call: storeCycle(s)}} {
+			b.Run(c.name+"/"+run.Name, func(b *testing.B) {
 				var next atomic.Int64
 				next.Store(time.Now().UnixNano()) // keys unique across the repeated calls of this function
 				redis0, self0 := redisCPU(b), processCPU(b)
 				b.ResetTimer()
-				if err := runParallel(b.N, &next, run.cycle); err != nil {
+				if err := storekit.Run(benchWorkers, b.N, &next, run.Call); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -42,5 +43,5 @@ func BenchmarkFCALL(b *testing.B) {
 	if err := fcall(ctx, -1); err != nil { // loads the library
 		b.Fatal(err)
 	}
-	compare(b, fcall, baseline{"evalsha", evalsha})
+	storekit.Compare(b, benchPace, fcall, storekit.Baseline{Name: "evalsha", Call: evalsha})
 }

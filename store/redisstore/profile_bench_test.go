@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
@@ -89,7 +90,7 @@ func machineIdle() float64 {
 
 func (m *meter) run(b *testing.B, admin *redis.Client, n int, next *atomic.Int64) {
 	s0, g0, i0, t0 := readServerStats(b, admin), processCPU(b), machineIdle(), time.Now()
-	if err := runParallel(n, next, m.cycle); err != nil {
+	if err := storekit.Run(benchWorkers, n, next, m.cycle); err != nil {
 		b.Fatal(err)
 	}
 	wall, i1, g1, s1 := time.Since(t0), machineIdle(), processCPU(b), readServerStats(b, admin)

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
-	"github.com/redis/go-redis/v9"
 )
 
 // fenceGraceMs is how much longer a key lives than its record, keeping the
@@ -108,41 +106,6 @@ func (m *msArg) arg(d time.Duration) any {
 	b := &boxedMs{d: d, arg: d.Milliseconds()}
 	m.last.Store(b)
 	return b.arg
-}
-
-// New returns a store on a go-redis client: *redis.Client, a Sentinel
-// failover client, *redis.ClusterClient or *redis.Ring (on a Ring,
-// ListUnknown fails: its index is spread over the shards). The client
-// must honour context deadlines (see the package documentation).
-func New(client redis.Scripter, opts *Options) (*Store, error) {
-	if client == nil {
-		return nil, errors.New("redisstore: nil client")
-	}
-	if opts != nil && opts.NearCache {
-		return nil, errors.New("redisstore: NearCache needs a rueidis client (NewRueidis): go-redis has no client-side caching")
-	}
-	if opts != nil && opts.Functions {
-		return nil, errors.New("redisstore: Functions needs a rueidis client (NewRueidis)")
-	}
-	r := goredisRunner{c: client}
-	r.p, _ = client.(pipeliner)
-	r.cluster, _ = client.(*redis.ClusterClient)
-	r.once, _ = client.(processor)
-	mode := indexSingle
-	switch client.(type) {
-	case *redis.ClusterClient:
-		mode = indexPerSlot
-	case *redis.Ring:
-		mode = indexSharded
-	}
-	s, err := newStore(r, mode, opts)
-	if err != nil || s.replicas == 0 {
-		return s, err
-	}
-	if s.acks, err = newAcker(client, s.ackTimeout); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 func newStore(r batchRunner, mode indexMode, opts *Options) (*Store, error) {

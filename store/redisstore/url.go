@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -190,46 +191,17 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 	return redis.ParseClusterURL(m.goredisURL(scheme, ""))
 }
 
-// badURL returns an ErrBadURL error for uri, with its password hidden.
+// badURL returns an ErrBadURL error for uri, with its secrets hidden.
 func badURL(uri, why string) error {
-	return fmt.Errorf("%w %q: %s", ErrBadURL, redact(uri), why)
+	return fmt.Errorf("%w %q: %s", ErrBadURL, redact.URL(uri), why)
 }
 
-// redact returns uri with its password replaced by "xxxxx" and its query
-// (which may hold sentinel_password) replaced by "?...".
-func redact(uri string) string {
-	uri, _, hasQuery := strings.Cut(uri, "?")
-	if p := password(uri); p != "" {
-		uri = strings.Replace(uri, ":"+p+"@", ":xxxxx@", 1)
-	}
-	if hasQuery {
-		uri += "?..."
-	}
-	return uri
-}
-
-// password returns the password in uri's user info, or "".
-func password(uri string) string {
-	_, rest, _ := strings.Cut(uri, "://")
-	authority, _, _ := strings.Cut(rest, "/")
-	authority, _, _ = strings.Cut(authority, "?")
-	at := strings.LastIndexByte(authority, '@')
-	if at < 0 {
-		return ""
-	}
-	_, p, _ := strings.Cut(authority[:at], ":")
-	return p
-}
-
-// redactErr returns err's text with any password of uri hidden: go-redis
+// redactErr returns err's text with the secrets of uri hidden: go-redis
 // errors can quote the URL.
 func redactErr(err error, uri string) string {
 	msg := err.Error()
-	if p := password(uri); p != "" {
-		msg = strings.ReplaceAll(msg, p, "xxxxx")
-		if unescaped, uerr := url.PathUnescape(p); uerr == nil && unescaped != "" {
-			msg = strings.ReplaceAll(msg, unescaped, "xxxxx")
-		}
+	for _, secret := range redact.Secrets(uri) {
+		msg = strings.ReplaceAll(msg, secret, redact.Mask)
 	}
 	return msg
 }

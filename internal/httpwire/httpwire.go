@@ -1,0 +1,60 @@
+// Package httpwire holds what idemhttp and the gateway must agree on byte
+// for byte: the RFC 9110 token rule for method, header and cookie names,
+// and the credential tenant, the hex SHA-256 of the Authorization values
+// (docs/reconcile.md documents it for upstreams). A gateway with
+// --tenant-from authorization must give every request the tenant that
+// idemhttp's default gives it, or the keys an older gateway stored would
+// no longer replay; with one function there is nothing to keep in step.
+package httpwire
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+)
+
+// ValidToken reports whether s is an RFC 9110 token, as method, header
+// and cookie names are.
+func ValidToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendField appends s with its length in front (8 bytes, big-endian),
+// so that no two different sequences of fields hash the same bytes.
+func AppendField(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// SumTenant returns the tenant of the hashed bytes b: their hex SHA-256.
+func SumTenant(b []byte) string {
+	sum := sha256.Sum256(b)
+	var h [2 * sha256.Size]byte
+	hex.Encode(h[:], sum[:])
+	return string(h[:])
+}
+
+// CredentialTenant returns the tenant of the credentials vs (the values
+// of the Authorization header, in order): the hex SHA-256 of each value
+// with its length in front, or "" for none.
+func CredentialTenant(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	var buf [256]byte // most credentials fit: no allocation but the result
+	b := buf[:0]
+	for _, v := range vs {
+		b = AppendField(b, v)
+	}
+	return SumTenant(b)
+}

@@ -1,0 +1,66 @@
+package redact
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://host:8080/":                   "http://host:8080/",
+		"http://user:hunter2@host/x":          "http://user:xxxxx@host/x",
+		"https://hunter2@host/x":              "https://xxxxx@host/x",
+		"ftp://user:hunter2@host:21/file":     "ftp://user:xxxxx@host:21/file",
+		"redis://:hunter2@host:6379/1":        "redis://:xxxxx@host:6379/1",
+		"redis://u:p%40ss@host/0?a=b":         "redis://u:xxxxx@host/0?a=b",
+		"http://user:hunter2@[::1":            "http://user:xxxxx@[::1",    // does not parse
+		"http://u:hunter2@h:p%zz/a?b":         "http://u:xxxxx@h:p%zz/a?b", // does not parse
+		"http://h/a@b/c":                      "http://h/a@b/c",            // an @ in the path is no user
+		"u:hunter2@h/x":                       "u:hunter2@h/x",             // no "://": a path, no authority
+		"http://h/p?key={key}&dial_timeout=1": "http://h/p?key={key}&dial_timeout=1",
+		"redis-sentinel://h:26379/0?sentinel_password=hunter2&master_name=m&db=2": "redis-sentinel://h:26379/0?sentinel_password=xxxxx&master_name=m&db=2",
+		"http://h/cb?access_token=hunter2&x=1#id_token=hunter2&state=s":           "http://h/cb?access_token=xxxxx&x=1#id_token=xxxxx&state=s",
+		"http://h/?X-Amz-Signature=hunter2&Api%5FKey=hunter2&PASSWORD=hunter2":    "http://h/?X-Amz-Signature=xxxxx&Api%5FKey=xxxxx&PASSWORD=xxxxx",
+		"postgres://u:hunter2@db/test?sslmode=disable&password=hunter2":           "postgres://u:xxxxx@db/test?sslmode=disable&password=xxxxx",
+	} {
+		got := URL(in)
+		if got != want {
+			t.Errorf("URL(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, "hunter2") && !strings.HasPrefix(in, "u:") {
+			t.Errorf("URL(%q) = %q shows the secret", in, got)
+		}
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	got := Secrets("redis://u:p%40ss@h/0?sentinel_password=sp&db=1#token=t")
+	want := []string{"p%40ss", "p@ss", "sp", "t"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Secrets = %q, want %q", got, want)
+	}
+	if got := Secrets("http://h/x?a=b"); len(got) != 0 {
+		t.Errorf("Secrets of a URL with none = %q", got)
+	}
+}
+
+// FuzzURL checks the rule on any input: a secret that URL finds stands
+// nowhere in its output, unless it also stands in s where it is no secret
+// (the host, the path) or inside the mask.
+func FuzzURL(f *testing.F) {
+	f.Add("redis://u:p@h/0?password=p")
+	f.Add("http://user:hunter2@[::1")
+	f.Fuzz(func(t *testing.T, s string) {
+		out := URL(s)
+		for _, secret := range Secrets(s) {
+			if strings.Count(s, secret) == 1 && !strings.Contains(Mask, secret) && strings.Contains(out, secret) {
+				t.Fatalf("URL(%q) = %q shows %q", s, out, secret)
+			}
+		}
+	})
+}

@@ -1,0 +1,245 @@
+// Package storekit is the kit the tests of idem's packages share for
+// stores: EachStore and its variants run a test on every store, Faulty
+// fails the next N calls of an operation around a real store,
+// DeadlineStore records the deadline its Complete calls are given, and
+// Compare is the paired benchmark that measures a call against a baseline
+// in the same run. Only tests import it.
+package storekit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+)
+
+// EachStore runs f on a new store of each kind in testenv.Stores. The
+// memory store runs inside a synctest bubble, where the engine's
+// heartbeat, deadlines and backoff (and the middleware's Wait) run on a
+// fake clock that moves only when every goroutine of the test waits:
+// waiting out a lease takes no real time, and no scheduler delay can make
+// a lease end early. Redis runs in real time: there the server's clock is
+// what is under test, and the test's margins must hold on a loaded
+// machine.
+func EachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) {
+			if name == "memory" {
+				synctest.Test(t, func(t *testing.T) { f(t, newStore(t)) })
+				return
+			}
+			f(t, newStore(t))
+		})
+	}
+}
+
+// EachStoreRealTime is EachStore with every store in real time, for tests
+// that serve over a network: in a bubble, a goroutine waiting on a socket
+// is not durably blocked, so the bubble's clock would never move.
+func EachStoreRealTime(t *testing.T, f func(t *testing.T, s idem.Store)) {
+	EachKind(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) { f(t, newStore(t)) })
+}
+
+// EachKind runs f once for each kind of store, in real time, with the
+// kind's constructor, for tests that make a store per subtest.
+func EachKind(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
+	for name, newStore := range testenv.Stores() {
+		t.Run(name, func(t *testing.T) { f(t, newStore) })
+	}
+}
+
+// Op names a store operation, for Faulty.
+type Op string
+
+// The operations of idem.Store.
+const (
+	OpAcquire     Op = "acquire"
+	OpComplete    Op = "complete"
+	OpExtend      Op = "extend"
+	OpRelease     Op = "release"
+	OpMarkUnknown Op = "mark unknown"
+	OpClaim       Op = "claim"
+	OpResolve     Op = "resolve"
+	OpList        Op = "list unknown"
+	OpGet         Op = "get"
+	OpDelete      Op = "delete"
+)
+
+// ErrInjected is the error of a call that Faulty fails: a network error,
+// as an unreachable store's.
+var ErrInjected = errors.New("storekit: injected: connection refused")
+
+// Faulty is a real store whose calls fail on demand, with ErrInjected:
+// FailNext fails calls before they reach the store (it is unreachable),
+// LoseNext after they took effect (the reply was lost on the way back).
+// With only Store set it fails nothing. It is safe for concurrent use.
+type Faulty struct {
+	idem.Store
+
+	mu   sync.Mutex
+	fail map[Op]int // guarded by mu: how many calls of each op to fail
+	lose map[Op]int // guarded by mu: how many replies of each op to lose
+}
+
+// FailNext makes the next n calls of op fail without reaching the store.
+// FailNext(op, math.MaxInt) takes the store down for op until
+// FailNext(op, 0) brings it back.
+func (f *Faulty) FailNext(op Op, n int) { f.set(&f.fail, op, n) }
+
+// LoseNext makes the next n calls of op that succeed on the store report
+// ErrInjected: their effect stands, their reply is lost.
+func (f *Faulty) LoseNext(op Op, n int) { f.set(&f.lose, op, n) }
+
+// FailsLeft returns how many calls of op FailNext still has to fail.
+func (f *Faulty) FailsLeft(op Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail[op]
+}
+
+func (f *Faulty) set(m *map[Op]int, op Op, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *m == nil {
+		*m = map[Op]int{}
+	}
+	(*m)[op] = n
+}
+
+// take reports whether a call of op is to be failed, counting it.
+func (f *Faulty) take(m map[Op]int, op Op) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m[op] <= 0 {
+		return false
+	}
+	m[op]--
+	return true
+}
+
+func (f *Faulty) before(op Op) error {
+	if f.take(f.fail, op) {
+		return ErrInjected
+	}
+	return nil
+}
+
+func (f *Faulty) after(op Op, err error) error {
+	if err == nil && f.take(f.lose, op) {
+		return ErrInjected
+	}
+	return err
+}
+
+// Acquire implements idem.Store.
+func (f *Faulty) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+	if err := f.before(OpAcquire); err != nil {
+		return idem.AcquireResult{}, err
+	}
+	res, err := f.Store.Acquire(ctx, p)
+	return res, f.after(OpAcquire, err)
+}
+
+// Complete implements idem.Store.
+func (f *Faulty) Complete(ctx context.Context, p idem.CompleteParams) error {
+	if err := f.before(OpComplete); err != nil {
+		return err
+	}
+	return f.after(OpComplete, f.Store.Complete(ctx, p))
+}
+
+// Extend implements idem.Store.
+func (f *Faulty) Extend(ctx context.Context, p idem.ExtendParams) error {
+	if err := f.before(OpExtend); err != nil {
+		return err
+	}
+	return f.after(OpExtend, f.Store.Extend(ctx, p))
+}
+
+// Release implements idem.Store.
+func (f *Faulty) Release(ctx context.Context, p idem.LeaseRef) error {
+	if err := f.before(OpRelease); err != nil {
+		return err
+	}
+	return f.after(OpRelease, f.Store.Release(ctx, p))
+}
+
+// MarkUnknown implements idem.Store.
+func (f *Faulty) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+	if err := f.before(OpMarkUnknown); err != nil {
+		return err
+	}
+	return f.after(OpMarkUnknown, f.Store.MarkUnknown(ctx, p))
+}
+
+// Claim implements idem.Store.
+func (f *Faulty) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+	if err := f.before(OpClaim); err != nil {
+		return idem.ClaimResult{}, err
+	}
+	res, err := f.Store.Claim(ctx, p)
+	return res, f.after(OpClaim, err)
+}
+
+// Resolve implements idem.Store.
+func (f *Faulty) Resolve(ctx context.Context, p idem.ResolveParams) error {
+	if err := f.before(OpResolve); err != nil {
+		return err
+	}
+	return f.after(OpResolve, f.Store.Resolve(ctx, p))
+}
+
+// ListUnknown implements idem.Store.
+func (f *Faulty) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	if err := f.before(OpList); err != nil {
+		return idem.ListPage{}, err
+	}
+	page, err := f.Store.ListUnknown(ctx, p)
+	return page, f.after(OpList, err)
+}
+
+// Get implements idem.Store.
+func (f *Faulty) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if err := f.before(OpGet); err != nil {
+		return idem.Record{}, err
+	}
+	rec, err := f.Store.Get(ctx, id)
+	return rec, f.after(OpGet, err)
+}
+
+// Delete implements idem.Store.
+func (f *Faulty) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+	if err := f.before(OpDelete); err != nil {
+		return false, err
+	}
+	live, err := f.Store.Delete(ctx, p)
+	return live, f.after(OpDelete, err)
+}
+
+var _ idem.Store = (*Faulty)(nil)
+
+// DeadlineStore is a real store that sends on CompleteDeadline the
+// deadline of the context each Complete is called with (the zero time for
+// none), before it runs the Complete.
+type DeadlineStore struct {
+	idem.Store
+	CompleteDeadline chan time.Time
+}
+
+// NewDeadlineStore returns a DeadlineStore around s whose channel holds
+// one deadline.
+func NewDeadlineStore(s idem.Store) *DeadlineStore {
+	return &DeadlineStore{Store: s, CompleteDeadline: make(chan time.Time, 1)}
+}
+
+// Complete implements idem.Store.
+func (d *DeadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+	dl, _ := ctx.Deadline()
+	d.CompleteDeadline <- dl
+	return d.Store.Complete(ctx, p)
+}
