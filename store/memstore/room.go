@@ -112,3 +112,7 @@ func (h *expiryHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return e
 }
+
+// tombstoneOverhead approximates the bytes a tombstone costs beyond its
+// strings (measured: docs/cost-curve.md, "Tombstones").
+const tombstoneOverhead = 160
