@@ -36,7 +36,8 @@ const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, comp
 	coalesce(lease_until, expires_at),
 	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
 	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint,
-	taken_fence, taken_acquired_at`
+	taken_fence, taken_acquired_at,
+	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0)`
 
 // leaseEnded is true for a row whose lease has ended (by the database's clock).
 const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`
@@ -76,11 +77,12 @@ func newQueries(schema string) queries {
 		SET state = 'P', owner = excluded.owner, fence = greatest(excluded.fence, r.fence + 1), fingerprint = excluded.fingerprint,
 			acquired_at = excluded.acquired_at, lease_until = excluded.lease_until, expires_at = excluded.expires_at,
 			reap_at = excluded.reap_at, completed_at = NULL, status = NULL, header = NULL, body = NULL,
-			reason = NULL, claim_owner = NULL, claim_until = NULL,
+			reason = NULL, claim_owner = NULL, claim_until = NULL, key_until = NULL,
 			-- A live row is taken over; an expired one was absent.
 			taken_fence = CASE WHEN r.expires_at > clock_timestamp() THEN r.fence END,
 			taken_acquired_at = CASE WHEN r.expires_at > clock_timestamp() THEN r.acquired_at END
-		WHERE r.expires_at <= clock_timestamp() OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
+		-- A tombstone (key_until ahead, migrations/006_key_until.sql) is not absent.
+		WHERE (r.expires_at <= clock_timestamp() AND (r.key_until IS NULL OR r.key_until <= clock_timestamp())) OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
 	RETURNING ` + recordColumns),
 		// An Acquire without TakeOver that found the abandoned row of fence
 		// $3 turns it UNKNOWN for the retention ($5), unless it changed.
@@ -94,9 +96,11 @@ RETURNING ` + recordColumns),
 		// is not checked: a late completion of a row still the caller's,
 		// PROCESSING or UNKNOWN, is the truth. reason and the claim are NULL
 		// already on a P row, so that Complete changes no indexed value.
+		// $9, the key retention, above the retention leaves a tombstone.
 		complete: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
-	reason = NULL, claim_owner = NULL, claim_until = NULL
+	reason = NULL, claim_owner = NULL, claim_until = NULL,
+	key_until = CASE WHEN $9::bigint > $5::bigint THEN clock_timestamp() + $9 * interval '1 microsecond' END
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner = $3 AND fence = $4
 	AND expires_at > clock_timestamp()`),
 		completedByUs: r.Replace(`SELECT EXISTS (SELECT 1 FROM S.records
@@ -146,10 +150,10 @@ ORDER BY idempotency_key LIMIT $3`),
 WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND (tenant_id, idempotency_key) > ($1, $2)
 ORDER BY tenant_id, idempotency_key LIMIT $3`),
 		get: r.Replace(`SELECT ` + recordColumns + ` FROM S.records
-WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp()`),
+WHERE tenant_id = $1 AND idempotency_key = $2 AND (expires_at > clock_timestamp() OR key_until > clock_timestamp())`),
 		del: r.Replace(`WITH gone AS (
 	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND ($3::bigint = 0 OR fence = $3)
-	RETURNING expires_at > clock_timestamp() AS live
+	RETURNING expires_at > clock_timestamp() OR coalesce(key_until > clock_timestamp(), false) AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone`),
 		reap:    r.Replace(reapSQL),
@@ -289,7 +293,7 @@ func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, o
 // common case is one statement.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
-		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	if err != nil {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}
