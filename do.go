@@ -56,6 +56,9 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		return nil, false, ErrMismatch
 	case Unknown:
 		return nil, false, &UnknownError{Record: att.Record}
+	case Expired:
+		return nil, false, fmt.Errorf("%w: completed at %s, its result is no longer kept", ErrKeyExpired,
+			att.Record.CompletedAt.UTC().Format(time.RFC3339))
 	}
 	l := att.Lease
 	// The Complete, Release or MarkUnknown after the work runs on a context

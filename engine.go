@@ -17,6 +17,12 @@ type Options struct {
 	LeaseDuration time.Duration
 	// Retention is how long a completed result is replayed. Zero means 24h.
 	Retention time.Duration
+	// KeyRetention is how long, from completion, a completed key is
+	// remembered: past Retention its result is dropped and a tombstone
+	// (StateExpired) stays until KeyRetention ends, so a late retry gets
+	// the Expired outcome instead of running again. Zero, or not above
+	// Retention, keeps none: the key ends with its result.
+	KeyRetention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
 	// work runs. Zero means a third of each lease; negative turns renewal
 	// off. A lease shorter than RenewEvery renews at a third of itself.
@@ -144,6 +150,7 @@ type Engine struct {
 	store            Store
 	lease            time.Duration
 	retention        time.Duration
+	keyRetention     time.Duration
 	renew            time.Duration // as configured: 0 means a third of each lease, negative none
 	maxResult        int
 	log              *slog.Logger
@@ -165,10 +172,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.LeaseDuration < 0 || o.Retention < 0 || o.MaxResultBytes < 0 || o.StoreTimeout < 0 || o.MaxHeldBytes < 0 {
+	if o.LeaseDuration < 0 || o.Retention < 0 || o.KeyRetention < 0 || o.MaxResultBytes < 0 || o.StoreTimeout < 0 || o.MaxHeldBytes < 0 {
 		return nil, errors.New("idem: New: negative LeaseDuration, Retention, MaxResultBytes, StoreTimeout or MaxHeldBytes")
 	}
-	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, renew: o.RenewEvery,
+	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, keyRetention: o.KeyRetention, renew: o.RenewEvery,
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
 		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout,
 		storeTimeout: cmp.Or(o.StoreTimeout, DefaultStoreTimeout)}
@@ -208,6 +215,10 @@ func New(store Store, opts *Options) (*Engine, error) {
 // (Options.Retention), for servers that publish their expiry policy.
 func (e *Engine) Retention() time.Duration { return e.retention }
 
+// KeyRetention is how long the engine remembers a completed key by default
+// (Options.KeyRetention); zero when it keeps no tombstones.
+func (e *Engine) KeyRetention() time.Duration { return e.keyRetention }
+
 // Request names the key an attempt is for.
 type Request struct {
 	Tenant        string
@@ -215,6 +226,7 @@ type Request struct {
 	Fingerprint   string        // a digest of the request; reuse of Key with another one is a Mismatch
 	LeaseDuration time.Duration // zero: the engine's
 	Retention     time.Duration // zero: the engine's
+	KeyRetention  time.Duration // zero: the engine's (Options.KeyRetention)
 }
 
 // Outcome is what Begin decided.
@@ -236,6 +248,11 @@ const (
 	// Attempt.RetryAfter is when asking again may find it reconciled, or
 	// zero when only an operator's Resolve will.
 	Unknown
+	// Expired: the key completed, its result's retention ended and its
+	// key retention did not (Options.KeyRetention): it is not run again,
+	// and there is no result to replay. Attempt.Record says when it
+	// completed (CompletedAt) and with which status (Result.Status).
+	Expired
 )
 
 // String names the outcome.
@@ -251,6 +268,8 @@ func (o Outcome) String() string {
 		return "mismatch"
 	case Unknown:
 		return "unknown"
+	case Expired:
+		return "expired"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
@@ -261,7 +280,7 @@ type Attempt struct {
 	Lease      *Lease        // Acquired
 	Result     *Result       // Replayed; read-only, see Record.Result
 	RetryAfter time.Duration // InFlight, Unknown
-	Record     Record        // the record that decided a Replayed, InFlight, Mismatch or Unknown outcome
+	Record     Record        // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
 }
 
 // Begin starts an attempt at req. On Acquired the lease's heartbeat runs
@@ -279,6 +298,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	// outlast the store's by the truncated fraction.
 	lease := orDefault(req.LeaseDuration, e.lease).Truncate(time.Millisecond)
 	retention := orDefault(req.Retention, e.retention)
+	keyRetention := orDefault(req.KeyRetention, e.keyRetention)
 	if lease < time.Millisecond || retention < time.Millisecond {
 		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
 	}
@@ -299,7 +319,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	}
 	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
 		Retention: retention, TakeOver: e.takeover == TakeoverRun}
-	att, err := e.begin(ctx, p)
+	att, err := e.begin(ctx, p, keyRetention)
 	if err != nil || att.Outcome != Unknown || e.reconcile == nil {
 		return att, err
 	}
@@ -310,7 +330,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	case err != nil:
 		return Attempt{}, err
 	case absent: // resolved not executed, here or by another: run it (once; no second reconciliation)
-		att, err = e.begin(ctx, p)
+		att, err = e.begin(ctx, p, keyRetention)
 		if err == nil && att.Outcome == Unknown {
 			att.RetryAfter = e.reconcileTimeout
 		}
@@ -321,7 +341,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 
 // begin acquires the key once (and once more as the same owner after an
 // error) and decides the outcome from the store's answer.
-func (e *Engine) begin(ctx context.Context, p AcquireParams) (Attempt, error) {
+func (e *Engine) begin(ctx context.Context, p AcquireParams, keyRetention time.Duration) (Attempt, error) {
 	start := time.Now()    // the local deadline counts from before the store saw the request
 	cctx := e.callCtx(ctx) // one store timeout for both tries
 	res, err := e.acquire(cctx, p)
@@ -344,7 +364,7 @@ func (e *Engine) begin(ctx context.Context, p AcquireParams) (Attempt, error) {
 	// and made for this attempt, so only our own earlier try can have written it.
 	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
-		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, res.Takeover)}, nil
+		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, keyRetention, res.Takeover)}, nil
 	}
 	att := e.decide(rec, p.Fingerprint)
 	if att.Outcome == InFlight && e.held.n.Load() > 0 && e.held.holds(rec.Owner) {
@@ -362,6 +382,8 @@ func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 		return Attempt{Outcome: Mismatch, Record: rec}
 	case rec.State == StateCompleted:
 		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}
+	case rec.State == StateExpired:
+		return Attempt{Outcome: Expired, Record: rec}
 	case rec.State == StateUnknown:
 		var after time.Duration
 		if e.reconcile != nil {

@@ -25,12 +25,13 @@ const (
 // release of an orphan, as the engine tries it: while the caller waits,
 // then, if the store did not take it, in the background (hold).
 type finalization struct {
-	op          string
-	ref         LeaseRef // an orphan's fence is not known: it is read from the store
-	fingerprint string   // of the attempt, for answering its retries
-	result      Result   // opComplete
-	reason      string   // opMarkUnknown
-	retention   time.Duration
+	op           string
+	ref          LeaseRef // an orphan's fence is not known: it is read from the store
+	fingerprint  string   // of the attempt, for answering its retries
+	result       Result   // opComplete
+	reason       string   // opMarkUnknown
+	retention    time.Duration
+	keyRetention time.Duration // opComplete
 	// unanswered is set once a try failed without an answer: it may
 	// have taken effect, and the next try may find its work done.
 	unanswered atomic.Bool
@@ -45,7 +46,7 @@ type finalization struct {
 func (f *finalization) call(ctx context.Context, s Store) error {
 	switch f.op {
 	case opComplete:
-		return s.Complete(ctx, CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention})
+		return s.Complete(ctx, CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opMarkUnknown:
 		return s.MarkUnknown(ctx, MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention})
 	case opRelease:

@@ -26,6 +26,13 @@ const (
 	// Engine.Resolve. The record keeps its fingerprint and fence and lives
 	// for the retention, like a completed one.
 	StateUnknown
+	// StateExpired: a tombstone. A COMPLETED record whose retention ended
+	// while its key retention (CompleteParams.KeyRetention) goes on: the
+	// result is gone, the key is not. Record keeps the fingerprint, the
+	// fence, CompletedAt and, in Result, the original Status only (no
+	// header, no body). A retry never runs it again; an Acquire returns it
+	// and acquires nothing.
+	StateExpired
 )
 
 // String returns the state's name as it appears in docs/state-machine.md.
@@ -39,6 +46,8 @@ func (s State) String() string {
 		return "COMPLETED"
 	case StateUnknown:
 		return "UNKNOWN"
+	case StateExpired:
+		return "EXPIRED"
 	}
 	return "State(" + strconv.Itoa(int(s)) + ")"
 }
@@ -146,6 +155,11 @@ type CompleteParams struct {
 	LeaseRef
 	Result    Result
 	Retention time.Duration
+	// KeyRetention is how long, from completion, the key is remembered:
+	// when Retention ends, the record becomes a tombstone (StateExpired)
+	// that lives until KeyRetention ends. Zero, or not above Retention,
+	// keeps none: the key ends with its result.
+	KeyRetention time.Duration
 }
 
 // ExtendParams sets the remaining lease of the PROCESSING record held by
@@ -232,6 +246,11 @@ const (
 
 // Store keeps idempotency records. It is the extension point for new
 // backends: implement it and pass store/storetest.Run.
+//
+// A COMPLETED record whose Complete had a KeyRetention above its Retention
+// becomes a tombstone (StateExpired) when the retention ends, by the
+// store's clock, and stays one until the key retention ends: Acquire and
+// Get return it (Acquire acquires nothing), Delete removes it.
 //
 // A store mints fencing tokens: every Acquire that succeeds on a key gets a
 // fence strictly greater than any fence handed out before for that key, also
@@ -340,6 +359,11 @@ var (
 	// no result is known (see OutcomeUnknown), and is returned, as an
 	// *UnknownError, by Do for a key in state UNKNOWN.
 	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
+	// ErrKeyExpired is returned by Do for a key that completed and whose
+	// result's retention ended within its key retention
+	// (Options.KeyRetention): the work is not run again, and there is no
+	// result to return.
+	ErrKeyExpired = errors.New("idem: key expired: the request ran and its result is no longer kept")
 	// ErrNotUnknown is returned by Resolve for a key that is not UNKNOWN.
 	ErrNotUnknown = errors.New("idem: key is not in state UNKNOWN")
 	// ErrStaleFence is returned by Resolve when the fence given is not the

@@ -13,13 +13,14 @@ import (
 // Lease is the right to do the work for one key, held by one attempt.
 // Call exactly one of Complete, Release or MarkUnknown when the work ends.
 type Lease struct {
-	e         *Engine
-	ref       LeaseRef
-	fp        string // the attempt's fingerprint, for answering retries while a finalize is held
-	lease     time.Duration
-	retention time.Duration
-	renew     time.Duration // the heartbeat interval; negative: no renewal
-	takeover  *Takeover
+	e            *Engine
+	ref          LeaseRef
+	fp           string // the attempt's fingerprint, for answering retries while a finalize is held
+	lease        time.Duration
+	retention    time.Duration
+	keyRetention time.Duration // for Complete (CompleteParams.KeyRetention)
+	renew        time.Duration // the heartbeat interval; negative: no renewal
+	takeover     *Takeover
 
 	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
 	cancel context.CancelCauseFunc
@@ -41,13 +42,14 @@ type Lease struct {
 // errLeaseFinished is the cause of a lease context after Complete or Release.
 var errLeaseFinished = errors.New("idem: lease finished")
 
-func (e *Engine) hold(parent context.Context, ref LeaseRef, fingerprint string, start time.Time, lease, retention time.Duration, takeover *Takeover) *Lease {
+func (e *Engine) hold(parent context.Context, ref LeaseRef, fingerprint string, start time.Time, lease, retention, keyRetention time.Duration, takeover *Takeover) *Lease {
 	ctx, cancel := context.WithCancelCause(parent)
 	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
 	if renew == 0 || renew >= lease {
 		renew = lease / 3
 	}
-	l := &Lease{e: e, ref: ref, fp: fingerprint, lease: lease, retention: retention, renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
+	l := &Lease{e: e, ref: ref, fp: fingerprint, lease: lease, retention: retention, keyRetention: keyRetention,
+		renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
 	l.deadline.Store(int64(lease))
 	l.hb.Lock()
 	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
@@ -191,7 +193,7 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 	if len(res.Body) > l.e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
 	}
-	return l.finalize(ctx, &finalization{op: opComplete, ref: l.ref, fingerprint: l.fp, result: res, retention: l.retention})
+	return l.finalize(ctx, &finalization{op: opComplete, ref: l.ref, fingerprint: l.fp, result: res, retention: l.retention, keyRetention: l.keyRetention})
 }
 
 // Release deletes the key so that a retry can run the work again, if this

@@ -200,6 +200,10 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	case idem.Mismatch:
 		return nil, errStatus(codes.FailedPrecondition, ReasonKeyMismatch,
 			"idem: this idempotency key was used for a different method or request message")
+	case idem.Expired:
+		return nil, errStatus(codes.FailedPrecondition, ReasonKeyExpired,
+			"idem: the call with this idempotency key ran at "+att.Record.CompletedAt.UTC().Format(time.RFC3339)+
+				" and its result is no longer kept; it is not run again")
 	default: // idem.Unknown
 		after := att.RetryAfter
 		if after <= 0 {

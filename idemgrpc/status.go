@@ -38,6 +38,7 @@ const (
 	ReasonLeaseLost        = "LEASE_LOST"        // UNAVAILABLE: the lease ended before the handler started; it did not run
 	ReasonOutcomeUnknown   = "OUTCOME_UNKNOWN"   // UNKNOWN (or INTERNAL after a panic): the work may have taken effect
 	ReasonNotReplayable    = "NOT_REPLAYABLE"    // INTERNAL: the stored result cannot be decoded here
+	ReasonKeyExpired       = "KEY_EXPIRED"       // FAILED_PRECONDITION: the call ran, its result's retention ended within the key retention
 )
 
 // newStatus builds a status with an ErrorInfo detail for reason and, when

@@ -103,6 +103,7 @@ var stripeShapes = map[string]stripeShape{
 	CodeOutcomeUnknown:     {typ: StripeTypeAPI, retry: true},
 	CodeLeaseLost:          {typ: StripeTypeAPI, retry: true},
 	CodeFirstSentStale:     {typ: StripeTypeIdempotency},
+	CodeKeyExpired:         {typ: StripeTypeIdempotency},
 	"upstream_unreachable": {typ: StripeTypeAPI, retry: true},
 	"upstream_no_response": {typ: StripeTypeAPI, retry: true},
 	"upstream_timeout":     {typ: StripeTypeAPI, retry: true},
@@ -122,6 +123,9 @@ type StripeErrorObject struct {
 	Message  string `json:"message"`
 	DocURL   string `json:"doc_url"`
 	IdemCode string `json:"idem_code"`
+	// CompletedAt and OriginalStatus are set on key_expired, as in Problem.
+	CompletedAt    string `json:"completed_at,omitempty"`
+	OriginalStatus int    `json:"original_status,omitempty"`
 }
 
 // WriteStripeError answers with Stripe's error object for idem's code:
@@ -132,6 +136,12 @@ type StripeErrorObject struct {
 // Headers set before the call (Retry-After) are kept, and Cache-Control
 // is no-store.
 func WriteStripeError(w http.ResponseWriter, status int, code, detail string) {
+	writeStripeError(w, status, code, detail, StripeErrorObject{})
+}
+
+// writeStripeError writes the error object for code, with the members of
+// ext that only some codes have (CompletedAt, OriginalStatus).
+func writeStripeError(w http.ResponseWriter, status int, code, detail string, ext StripeErrorObject) {
 	s, ok := stripeShapes[code]
 	if !ok {
 		s = stripeShape{typ: StripeTypeAPI, retry: status >= 500}
@@ -152,7 +162,8 @@ func WriteStripeError(w http.ResponseWriter, status int, code, detail string) {
 			msg = http.StatusText(status)
 		}
 	}
-	body, _ := json.Marshal(StripeError{StripeErrorObject{Type: s.typ, Code: stripeCode, Message: msg, DocURL: ProblemTypeBase + code, IdemCode: code}})
+	ext.Type, ext.Code, ext.Message, ext.DocURL, ext.IdemCode = s.typ, stripeCode, msg, ProblemTypeBase+code, code
+	body, _ := json.Marshal(StripeError{ext})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")

@@ -1,8 +1,11 @@
 package idemhttp
 
 import (
+	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // HeaderExpiry publishes the server's expiry policy on every answer to a
@@ -22,4 +25,23 @@ func expiryValue(response, key time.Duration) string {
 	key = max(key, response)
 	return "response=" + strconv.FormatInt(int64(response/time.Second), 10) +
 		", key=" + strconv.FormatInt(int64(key/time.Second), 10)
+}
+
+// answerExpired answers a retry that met a tombstone: the request ran, its
+// response's retention ended and its key's did not. 410 Gone, not run
+// again, with when it completed and the status it answered, in either
+// error format.
+func (m *middleware) answerExpired(w http.ResponseWriter, rec idem.Record) {
+	completed := rec.CompletedAt.UTC().Format(time.RFC3339)
+	var status int
+	if rec.Result != nil {
+		status = rec.Result.Status
+	}
+	detail := "the request with this key ran (completed " + completed + ", status " + strconv.Itoa(status) +
+		") and its response is no longer kept; it will not run again: use a new key for a new request"
+	if m.format == ErrorFormatStripe {
+		writeStripeError(w, http.StatusGone, CodeKeyExpired, detail, StripeErrorObject{CompletedAt: completed, OriginalStatus: status})
+		return
+	}
+	writeProblem(w, Problem{Status: http.StatusGone, Code: CodeKeyExpired, Detail: detail, CompletedAt: completed, OriginalStatus: status})
 }

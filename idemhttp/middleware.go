@@ -84,6 +84,11 @@ type Options struct {
 	// means the engine's.
 	LeaseDuration time.Duration
 	Retention     time.Duration
+	// KeyRetention overrides the engine's Options.KeyRetention for these
+	// routes: how long, from completion, a key is remembered after its
+	// response is dropped; a retry in between gets 410 (code key_expired)
+	// and does not run. Zero means the engine's.
+	KeyRetention time.Duration
 	// Logger receives a line for every store failure and fail-open. Nil
 	// means slog.Default().
 	Logger *slog.Logger
@@ -166,6 +171,7 @@ type middleware struct {
 	unknownAfter  time.Duration
 	lease         time.Duration
 	retention     time.Duration
+	keyRetention  time.Duration
 	log           *slog.Logger
 	onOutcome     func(*http.Request, Outcome)
 	fullLog       logEvery // the store_full warning
@@ -194,9 +200,9 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
 		unknownAfter: o.UnknownRetryAfter, format: o.ErrorFormat, mismatch: o.MismatchStatus, durations: newRouteTimes(),
 		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome,
-		repeatability: o.Repeatability}
+		repeatability: o.Repeatability, keyRetention: o.KeyRetention}
 	switch {
-	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0, o.UnknownRetryAfter < 0:
+	case o.MaxBody < 0, o.MaxResponseBuffer < 0, o.Wait < 0, o.LeaseDuration < 0, o.Retention < 0, o.KeyRetention < 0, o.UnknownRetryAfter < 0:
 		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration, Retention or UnknownRetryAfter")
 	case o.StatusPolicy != nil && o.StoreResult != nil:
 		return nil, errors.New("idemhttp: New: set StatusPolicy or StoreResult, not both")
@@ -210,8 +216,9 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		return nil, errors.New("idemhttp: New: set Tenant or TenantHeader, not both")
 	}
 	retention := cmp.Or(m.retention, e.Retention())
-	m.expiry = []string{expiryValue(retention, retention)}
-	m.tracked = retention // how long a key is remembered
+	keyRetention := cmp.Or(m.keyRetention, e.KeyRetention())
+	m.expiry = []string{expiryValue(retention, keyRetention)}
+	m.tracked = max(retention, keyRetention) // how long a key is remembered
 	if m.mismatch == 0 {
 		m.mismatch = m.format.MismatchStatus()
 	}
@@ -377,7 +384,8 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
-	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention}
+	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
+		KeyRetention: m.keyRetention}
 	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has
@@ -416,6 +424,10 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		m.report(r, OutcomeMismatch)
 	case idem.Unknown:
 		m.answerUnknown(w, r, att)
+	case idem.Expired:
+		rp.mark(w, "rejected")
+		m.answerExpired(w, att.Record)
+		m.report(r, OutcomeExpired)
 	}
 }
 

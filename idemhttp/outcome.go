@@ -52,6 +52,10 @@ const (
 	// OutcomeStoreFull: a bounded store had no room for a new key: 503,
 	// the handler did not run.
 	OutcomeStoreFull
+	// OutcomeExpired: the key's request ran and its response's retention
+	// ended within the key retention: 410 key_expired, the handler did not
+	// run.
+	OutcomeExpired
 )
 
 var outcomeNames = [...]string{
@@ -69,6 +73,7 @@ var outcomeNames = [...]string{
 	OutcomeUnknown:       "unknown",
 	OutcomeMarkedUnknown: "marked_unknown",
 	OutcomeStoreFull:     "store_full",
+	OutcomeExpired:       "expired",
 }
 
 // String returns the outcome's metric label, e.g. "replayed".

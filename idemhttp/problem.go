@@ -26,6 +26,7 @@ const (
 	CodeInternal         = "internal"          // 500: a misconfiguration, e.g. a Fingerprint function returning bad output
 	CodeOutcomeUnknown   = "outcome_unknown"   // 503: an earlier request with the key may have taken effect, its result is unknown; see Retry-After
 	CodeLeaseLost        = "lease_lost"        // 503: the lease ended before the handler ran (it did not run), or while it ran
+	CodeKeyExpired       = "key_expired"       // 410: the key's request ran; its response is no longer kept, the key is (KeyRetention)
 )
 
 var problemTitles = map[string]string{
@@ -44,6 +45,7 @@ var problemTitles = map[string]string{
 	CodeOutcomeUnknown:   "The outcome of the request with this Idempotency-Key is unknown",
 	CodeLeaseLost:        "The idempotency lease ended",
 	CodeFirstSentStale:   "Repeatability-First-Sent is older than keys are kept",
+	CodeKeyExpired:       "The request with this Idempotency-Key ran; its response is no longer kept",
 }
 
 // Problem is the body of a problem response (RFC 9457) with the extension
@@ -54,6 +56,10 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	Code   string `json:"code"`
+	// CompletedAt and OriginalStatus are set on key_expired: when the
+	// key's request completed (RFC 3339, UTC) and the status it answered.
+	CompletedAt    string `json:"completed_at,omitempty"`
+	OriginalStatus int    `json:"original_status,omitempty"`
 }
 
 // WriteProblem answers with an application/problem+json body for code, the
@@ -62,11 +68,18 @@ type Problem struct {
 // place of the real answer. Headers set before the call (Retry-After) are
 // kept.
 func WriteProblem(w http.ResponseWriter, status int, code, detail string) {
+	writeProblem(w, Problem{Status: status, Code: code, Detail: detail})
+}
+
+// writeProblem writes p, its type and title filled in from its code.
+func writeProblem(w http.ResponseWriter, p Problem) {
+	status, code := p.Status, p.Code
 	title, ok := problemTitles[code]
 	if !ok {
 		title = http.StatusText(status)
 	}
-	body, _ := json.Marshal(Problem{Type: ProblemTypeBase + code, Title: title, Status: status, Detail: detail, Code: code})
+	p.Type, p.Title = ProblemTypeBase+code, title
+	body, _ := json.Marshal(p)
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")

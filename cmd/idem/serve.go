@@ -87,6 +87,7 @@ func loadServe(args []string) (*serveSetup, error) {
 	storeTimeout := fs.Duration("store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
+	keyRetention := fs.Duration("key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; 0: the key ends with its response")
 	repeatability := fs.Bool("repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
 	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
 	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
@@ -195,7 +196,7 @@ func loadServe(args []string) (*serveSetup, error) {
 			AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
 			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
 			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitList(*replayHeaders),
-			Repeatability: *repeatability,
+			Repeatability: *repeatability, KeyRetention: *keyRetention,
 		}
 		if s.cfg.ReplayHeaders == nil {
 			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

@@ -104,6 +104,11 @@ type Config struct {
 	// Repeatability understands OASIS Repeatable Requests
 	// (idemhttp.Options.Repeatability): Repeatability-Request-ID as a key.
 	Repeatability bool
+	// KeyRetention is how long, from completion, a key is remembered
+	// after its response's Retention: a retry in between gets 410
+	// key_expired and is not sent (idem.Options.KeyRetention). Zero: the
+	// key ends with its response.
+	KeyRetention time.Duration
 	// Routes are the policies of the requests their patterns match (the
 	// config file's routes); a request no route matches gets the
 	// settings above. Nil: every request gets them.
@@ -187,7 +192,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.transport == nil {
 		g.transport = NewUpstreamTransport()
 	}
-	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, Logger: cfg.Logger, Observer: obs,
+	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, KeyRetention: cfg.KeyRetention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
 		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.hasReconcileURL() {

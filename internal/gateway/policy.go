@@ -81,7 +81,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
 		Tenant: g.tenant, MaxResponseBuffer: cfg.MaxResponse, ErrorFormat: cfg.ErrorFormat,
 		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
-		Repeatability: cfg.Repeatability}
+		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
 	if err := rt.override(&o); err != nil {
 		return nil, err
 	}

@@ -232,6 +232,8 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 		return "", errBusy
 	case idem.Mismatch:
 		return "", fmt.Errorf("lab: 422 fingerprint mismatch for %s", key)
+	case idem.Expired: // the lab keeps no tombstones (no KeyRetention); never run it again
+		return "", fmt.Errorf("lab: 410 key expired for %s", key)
 	case idem.Unknown:
 		// An earlier attempt may have charged: never charge again unasked.
 		return "", &unknownAnswer{Retry: att.RetryAfter > 0, Reason: att.Record.Reason}

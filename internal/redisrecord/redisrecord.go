@@ -59,6 +59,10 @@ func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, erro
 		rec.State = idem.StateCompleted
 		rec.CompletedAt = at(completed)
 		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
+	case "E": // a tombstone: the status alone (redisstore's record.lua)
+		rec.State = idem.StateExpired
+		rec.CompletedAt = at(completed)
+		rec.Result = &idem.Result{Status: int(status)}
 	case "U":
 		rec.State = idem.StateUnknown
 		rec.CompletedAt = at(completed)

@@ -14,6 +14,7 @@ type entry struct {
 	expires    time.Time   // when the record ends: PROCESSING, the lease plus the retention
 	claimOwner string      // UNKNOWN: the reconciliation claim's holder, until claimUntil
 	claimUntil time.Time
+	keyUntil   time.Time // COMPLETED: when its tombstone ends (CompleteParams.KeyRetention); zero: none
 	size       int64
 	heapIndex  int
 }

@@ -90,9 +90,25 @@ func (s *Store) lock() time.Time {
 	s.mu.Lock()
 	now := s.now()
 	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
-		s.remove(s.byEnd[0])
+		e := s.byEnd[0]
+		s.remove(e)
+		if e.rec.State == idem.StateCompleted && now.Before(e.keyUntil) {
+			s.addTombstone(e)
+		}
 	}
 	return now
+}
+
+// addTombstone puts in place of e, a COMPLETED record whose retention
+// ended, its tombstone: the fingerprint, fence, completion time and
+// status, without the header and body, until its key retention ends. It
+// is a new entry: callers may still hold e's result (idem.Record.Result).
+func (s *Store) addTombstone(e *entry) {
+	t := &entry{rec: e.rec, expires: e.keyUntil}
+	t.rec.State, t.rec.Owner = idem.StateExpired, ""
+	t.result = idem.Result{Status: e.result.Status}
+	t.rec.Result = &t.result
+	s.add(t, tombstoneOverhead+int64(len(e.rec.Tenant)+len(e.rec.Key)+len(e.rec.Fingerprint)))
 }
 
 // Acquire implements idem.Store.
@@ -169,6 +185,9 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
 	// the owner's (nobody took it over), and the owner knows the outcome.
 	s.toCompleted(e, now, p.Result, p.Retention)
+	if p.KeyRetention > p.Retention {
+		e.keyUntil = now.Add(p.KeyRetention)
+	}
 	return nil
 }
 

@@ -157,7 +157,7 @@ func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, o
 // common case is one statement.
 func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
-		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	if err != nil {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}

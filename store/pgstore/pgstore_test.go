@@ -70,8 +70,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".schema_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 5 {
-		t.Fatalf("%d migrations recorded; want 5, each once", n)
+	if n != 6 {
+		t.Fatalf("%d migrations recorded; want 6, each once", n)
 	}
 }
 

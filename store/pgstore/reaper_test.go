@@ -98,3 +98,50 @@ func TestCloseStopsReaper(t *testing.T) {
 	}
 	on.Close() // again: nothing to do
 }
+
+// TestReaperCompactsTombstones: a COMPLETED row past its retention whose
+// key retention goes on (key_until, migrations/006_key_until.sql) is not
+// deleted by the reaper: its header and body are dropped, and it stays a
+// tombstone (EXPIRED) until key_until, when the reaper deletes it.
+func TestReaperCompactsTombstones(t *testing.T) {
+	pool, schema := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.records
+		(tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, completed_at, expires_at, reap_at, key_until, status, header, body)
+		VALUES ('t', 'tomb', 'C', 'o', 7, 'fp', now() - interval '2 hours', now() - interval '2 hours',
+			now() - interval '1 hour', now() - interval '1 hour', now() + interval '1 day', 201, 'h', 'a large body')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reap(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	var body []byte
+	if err := pool.QueryRow(ctx, "SELECT body FROM "+schema+".records WHERE idempotency_key = 'tomb'").Scan(&body); err != nil {
+		t.Fatalf("the tombstone's row after a reap: %v", err)
+	}
+	if body != nil {
+		t.Errorf("the tombstone keeps its body %q; want it dropped", body)
+	}
+	rec, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "tomb"})
+	if err != nil || rec.State != idem.StateExpired || rec.Fence != 7 || rec.Result == nil || rec.Result.Status != 201 {
+		t.Fatalf("Get = %+v, %v; want EXPIRED, fence 7, status 201", rec, err)
+	}
+	if _, err := pool.Exec(ctx, "UPDATE "+schema+".records SET key_until = now() - interval '1 second', reap_at = now() - interval '1 second'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reap(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".records").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows (%v) after the key retention ended; want none", n, err)
+	}
+}

@@ -30,10 +30,11 @@ func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
 		header, body           []byte
 		leaseEnd               time.Time
 		leaseMicros, lifeMicro int64
+		keyMicros              int64 // the rest of a tombstone's life (key_until)
 	)
 	rec := idem.Record{ID: id}
 	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
-		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt}, post...)
+		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros}, post...)
 	if err := rows.Scan(dest...); err != nil {
 		return row{}, err
 	}
@@ -61,6 +62,14 @@ func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
 	case "U":
 		rec.State = idem.StateUnknown
 	case "C":
+		if lifeMicro <= 0 { // read only while key_until is ahead: a tombstone
+			rec.State, rec.TTL, rec.Owner = idem.StateExpired, time.Duration(keyMicros)*time.Microsecond, ""
+			rec.Result = &idem.Result{}
+			if status != nil {
+				rec.Result.Status = int(*status)
+			}
+			break
+		}
 		rec.State = idem.StateCompleted
 		h, err := recordcodec.ParseHeader(header)
 		if err != nil {

@@ -1,5 +1,5 @@
 -- acquire: create a PROCESSING record if the key is absent, else return the record.
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records
+-- KEYS[1] the record, KEYS[2] the index of UNKNOWN records, KEYS[3] the record's tombstone
 -- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] retention in ms (how long the
 -- record outlives its lease), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
 -- over an abandoned record
@@ -15,6 +15,16 @@ local now_ms, t = clock()
 local us = string.format('%06d', tonumber(t[2]))
 local fence = t[1] .. us
 local lease, retention, grace = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+-- A tombstone takes no acquisition: the record answers while live (a
+-- replay), the tombstone after. A GET of a missing key on every acquire.
+local tomb = redis.call('GET', KEYS[3])
+if tomb then
+  local rec = redis.call('GET', KEYS[1])
+  local replay = rec and completed_reply(rec, now_ms)
+  if replay then return replay end
+  local gone = expired_reply(tomb, now_ms)
+  if gone then return gone end
+end
 local function record(f)
   return pack_p(f, ARGV[1], ARGV[2], now_ms, now_ms + lease, now_ms + lease + retention)
 end

@@ -14,6 +14,13 @@
 --      'ddI4c0I4c0' (completed ms, status, header, body).
 --   U  UNKNOWN; the end is the retention's. Then 'I4c0I4c0d' as P and
 --      'dI4c0I4c0d' (marked ms, reason, claim owner, claim end ms).
+-- A COMPLETED record with a key retention (idem.CompleteParams.KeyRetention)
+-- also has a tombstone, a key of its own next to the record's (in the same
+-- slot: the record's key and '~e'), written by complete.lua and ended by
+-- Redis (PX) when the key retention ends: struct '>c1dI4c0I4c0dd', 'E', the
+-- end of the key retention in ms, fence, fingerprint, completed ms, status.
+-- While the record is live it answers; after, until the tombstone ends, the
+-- tombstone does (reported EXPIRED), and no acquisition takes the key.
 -- A record is live until its life ends; a PROCESSING record whose lease
 -- ended but whose life did not is abandoned, reported UNKNOWN. The key
 -- lives an hour past the record's life (its Redis TTL), so a record that
@@ -107,4 +114,17 @@ local function completed_reply(rec, now_ms)
   if life <= now_ms then return nil end
   local owner, fp, acquired, completed, status, header, body = struct.unpack('>I4c0I4c0dddI4c0I4c0', rec, pos)
   return {'0', 'C', owner, fence, fp, ms(acquired), ms(completed), ms(status), header, body, ms(life - now_ms), ''}
+end
+
+local function pack_e(r, key_end, completed, status)
+  return struct.pack('>c1dI4c0I4c0dd', 'E', key_end, #r.fence, r.fence, #r.fp, r.fp, completed, status)
+end
+
+-- expired_reply returns the reply of tombstone string tomb (nil: none) at
+-- now_ms, or nil when there is none or its key retention ended.
+local function expired_reply(tomb, now_ms)
+  if not tomb then return nil end
+  local _, key_end, fence, fp, completed, status = struct.unpack('>c1dI4c0I4c0dd', tomb)
+  if key_end <= now_ms then return nil end
+  return {'0', 'E', '', fence, fp, '', ms(completed), ms(status), '', '', ms(key_end - now_ms), ''}
 end

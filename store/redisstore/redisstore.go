@@ -144,6 +144,17 @@ func (s *Store) recordKey(id idem.ID) string {
 
 func (s *Store) keys(id idem.ID) []string { return []string{s.recordKey(id)} }
 
+// tombstoneSuffix names a record's tombstone (record.lua): the record's
+// key and this, in the same Cluster slot.
+const tombstoneSuffix = "~e"
+
+// tombstonedKeys returns the keys of the scripts that read or write a
+// record's tombstone: indexedKeys and the tombstone's.
+func (s *Store) tombstonedKeys(id idem.ID) []string {
+	k := s.recordKey(id)
+	return []string{k, s.index.keyOf(k), k + tombstoneSuffix}
+}
+
 // indexedKeys returns the keys of the scripts that may change the index:
 // the record's, then its index's (in the record's Cluster slot).
 func (s *Store) indexedKeys(id idem.ID) []string {
@@ -169,7 +180,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		}
 		mark = s.near.mark()
 	}
-	r, notReplicated, err := s.write(ctx, acquireScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fingerprint,
+	r, notReplicated, err := s.write(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
 		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
@@ -214,8 +225,9 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	if s.near != nil {
 		mark = s.near.mark()
 	}
-	err := s.transition(ctx, "complete", s.write, completeScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence,
-		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs})
+	err := s.transition(ctx, "complete", s.write, completeScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fence,
+		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs,
+		p.KeyRetention.Milliseconds()})
 	if err == nil && s.near != nil {
 		s.near.saw(s.recordKey(p.ID), p.Fence, mark)
 	}
@@ -320,7 +332,8 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 		}
 		mark = s.near.mark()
 	}
-	r, err := s.r.run(ctx, getScript, s.keys(id), nil)
+	k := s.recordKey(id)
+	r, err := s.r.run(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
 	if err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
@@ -366,7 +379,7 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
-	r, notReplicated, err := s.write(ctx, deleteScript, s.indexedKeys(p.ID), []any{fenceGraceMs, p.Fence})
+	r, notReplicated, err := s.write(ctx, deleteScript, s.tombstonedKeys(p.ID), []any{fenceGraceMs, p.Fence})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only

@@ -123,6 +123,11 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
 
+		// Tombstones: a key outlives its result (tombstone.go).
+		{"TombstoneOutlivesResult", testTombstone},
+		{"NoTombstoneWithoutKeyRetention", testNoTombstoneWithoutKeyRetention},
+		{"DeleteRemovesTombstone", testDeleteTombstone},
+
 		// What operators ask (admin.go).
 		{"ListUnknownRefusesForeignCursors", testListBadCursor},
 	}

@@ -20,9 +20,10 @@ INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fin
 		SET state = 'P', owner = excluded.owner, fence = greatest(excluded.fence, r.fence + 1), fingerprint = excluded.fingerprint,
 			acquired_at = excluded.acquired_at, lease_until = excluded.lease_until, expires_at = excluded.expires_at,
 			reap_at = excluded.reap_at, completed_at = NULL, status = NULL, header = NULL, body = NULL,
-			reason = NULL, claim_owner = NULL, claim_until = NULL,
+			reason = NULL, claim_owner = NULL, claim_until = NULL, key_until = NULL,
 			-- A live row is taken over; an expired one was absent.
 			taken_fence = CASE WHEN r.expires_at > clock_timestamp() THEN r.fence END,
 			taken_acquired_at = CASE WHEN r.expires_at > clock_timestamp() THEN r.acquired_at END
-		WHERE r.expires_at <= clock_timestamp() OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
+		-- A tombstone (key_until ahead, migrations/006_key_until.sql) is not absent.
+		WHERE (r.expires_at <= clock_timestamp() AND (r.key_until IS NULL OR r.key_until <= clock_timestamp())) OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
 	RETURNING {record_columns}

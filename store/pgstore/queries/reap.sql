@@ -16,12 +16,17 @@ WITH due AS (
 ), gone AS (
 	DELETE FROM S.records r USING due
 	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
-		AND r.expires_at <= statement_timestamp()
+		AND r.expires_at <= statement_timestamp() AND (r.key_until IS NULL OR r.key_until <= statement_timestamp())
 	RETURNING 1
 ), moved AS (
-	UPDATE S.records r SET reap_at = r.expires_at FROM due
+	-- A row past expires_at with key_until ahead becomes its tombstone:
+	-- header and body dropped, reaped again at key_until.
+	UPDATE S.records r SET reap_at = CASE WHEN r.expires_at > statement_timestamp() THEN r.expires_at ELSE r.key_until END,
+		header = CASE WHEN r.expires_at > statement_timestamp() THEN r.header END,
+		body = CASE WHEN r.expires_at > statement_timestamp() THEN r.body END
+	FROM due
 	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
-		AND r.expires_at > statement_timestamp()
+		AND (r.expires_at > statement_timestamp() OR r.key_until > statement_timestamp())
 	RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM moved)

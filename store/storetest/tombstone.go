@@ -1,0 +1,125 @@
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+)
+
+// Tombstones (idem.StateExpired): a COMPLETED record whose Complete had a
+// KeyRetention above its Retention outlives its result as a compact record
+// that no retry can run past.
+
+// testTombstone: when the retention ends the record becomes EXPIRED, with
+// the fingerprint, fence, completion time and status and without header
+// or body; Acquire returns it (whatever the fingerprint) and acquires
+// nothing; the old owner cannot revive it; when the key retention ends
+// the key is absent and the next acquisition gets a higher fence.
+func testTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	res := idem.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
+	if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: res, Retention: short, KeyRetention: short + hold}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	completed, ok := get(t, s, id)
+	if !ok {
+		t.Fatal("Get right after Complete: not found")
+	}
+	advance(2 * short)
+	check := func(what string, r idem.Record) {
+		t.Helper()
+		if r.State != idem.StateExpired || r.Fingerprint != "fp" || r.Fence != ref.Fence || r.ID != id {
+			t.Fatalf("%s = %+v; want EXPIRED with fingerprint fp and fence %d", what, r, ref.Fence)
+		}
+		if r.Result == nil || r.Result.Status != 201 || len(r.Result.Body) != 0 || len(r.Result.Header) != 0 {
+			t.Fatalf("%s result = %+v; want status 201 alone", what, r.Result)
+		}
+		// A layered store's mirror stamps its copy a round trip after the
+		// authority: the same completion, within a second.
+		if d := r.CompletedAt.Sub(completed.CompletedAt); d < -time.Second || d > time.Second {
+			t.Fatalf("%s completed at %v; want %v, the completion's", what, r.CompletedAt, completed.CompletedAt)
+		}
+		if r.TTL <= 0 || r.TTL > hold {
+			t.Fatalf("%s TTL = %v; want in (0, %v], the key retention left", what, r.TTL, hold)
+		}
+	}
+	rec, ok := get(t, s, id)
+	if !ok {
+		t.Fatal("Get after the retention, within the key retention: not found; want the tombstone")
+	}
+	check("Get of a tombstone", rec)
+	for _, fp := range []string{"fp", "other"} {
+		got := acquire(t, s, id, fp, long)
+		if got.Acquired || got.Takeover != nil {
+			t.Fatalf("Acquire (fingerprint %s) of a tombstone = %+v; want not acquired", fp, got)
+		}
+		check("Acquire of a tombstone", got.Record)
+	}
+	wantLost(t, "Complete by the owner of a tombstone", s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: res, Retention: long}))
+	wantLost(t, "Release by the owner of a tombstone", s.Release(context.Background(), ref))
+	check("the tombstone after its owner's late calls", mustGet(t, s, id))
+
+	advance(hold)
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("Get after the key retention = %+v; want absent", rec)
+	}
+	if next := mustAcquire(t, s, id, long); next.Fence <= ref.Fence {
+		t.Fatalf("fence after the tombstone = %d; want above %d", next.Fence, ref.Fence)
+	}
+}
+
+// testNoTombstoneWithoutKeyRetention: a key retention not above the
+// retention keeps nothing past the result, as before tombstones.
+func testNoTombstoneWithoutKeyRetention(t *testing.T, s idem.Store, advance func(time.Duration)) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200}, Retention: short, KeyRetention: short}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	advance(2 * short)
+	if rec, ok := get(t, s, id); ok {
+		t.Fatalf("Get after the retention, key retention equal to it = %+v; want absent", rec)
+	}
+	mustAcquire(t, s, id, long)
+}
+
+// testDeleteTombstone: an operator's Delete removes a tombstone (by any
+// fence, or by its own), and the key runs again.
+func testDeleteTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
+	ids := []idem.ID{newID(t), newID(t)}
+	var refs []idem.LeaseRef
+	for _, id := range ids {
+		ref := mustAcquire(t, s, id, long)
+		if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200}, Retention: short, KeyRetention: long}); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		refs = append(refs, ref)
+	}
+	advance(2 * short)
+	for i, fence := range []int64{0, refs[1].Fence} {
+		if rec := mustGet(t, s, ids[i]); rec.State != idem.StateExpired {
+			t.Fatalf("Get = %+v; want EXPIRED", rec)
+		}
+		if ok, err := s.Delete(context.Background(), idem.DeleteParams{ID: ids[i], Fence: fence}); err != nil || !ok {
+			t.Fatalf("Delete(fence %d) of a tombstone = %v, %v; want true", fence, ok, err)
+		}
+		if rec, ok := get(t, s, ids[i]); ok {
+			t.Fatalf("Get after Delete = %+v; want absent", rec)
+		}
+		mustAcquireWith(t, s, idem.AcquireParams{ID: ids[i], Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+	}
+}
+
+func mustGet(t *testing.T, s idem.Store, id idem.ID) idem.Record {
+	t.Helper()
+	rec, ok := get(t, s, id)
+	if !ok {
+		t.Fatalf("Get(%v): not found", id)
+	}
+	return rec
+}
