@@ -28,6 +28,8 @@ type ClientOptions struct {
 	// RetryInfo, doubled for each later one, with jitter. Zero means 100ms.
 	BaseDelay time.Duration
 	// MaxDelay caps one wait, a server's RetryInfo included. Zero means 10s.
+	// The RetryInfo of a call in flight (the method's average duration) is
+	// doubled for each retry after the first.
 	MaxDelay time.Duration
 	// PerAttemptTimeout, when set, bounds each attempt: an attempt cut off
 	// by it is retried with the same key (the server either replays or is
@@ -199,6 +201,13 @@ func (c *client) retryable(ctx context.Context, err error, attempt int) (time.Du
 		if ErrorInfo(st) != ReasonOutcomeUnknown || !hasInfo {
 			return 0, false
 		}
+	}
+	if hasInfo && ErrorInfo(st) == ReasonKeyInFlight && delay > 0 {
+		// The server's delay for a call in flight is the method's average
+		// duration: a call that outlasts it is found in flight again, so
+		// each later wait doubles, and MaxAttempts covers a call several
+		// times slower than the average (Options.Wait covers any).
+		delay <<= min(attempt-1, 16)
 	}
 	if !hasInfo {
 		// Jitter over [d/2, d]: the retries of many callers spread out.

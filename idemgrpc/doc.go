@@ -100,7 +100,8 @@
 // retry policy (which resend the call's metadata), carry the same key. It
 // retries UNAVAILABLE, ABORTED and RESOURCE_EXHAUSTED up to
 // ClientOptions.MaxAttempts, waiting the server's RetryInfo (capped by
-// MaxDelay) or a jittered backoff, never past the call's deadline. An
+// MaxDelay; for a call in flight, doubled for each retry after the first)
+// or a jittered backoff, never past the call's deadline. An
 // outcome-unknown answer is retried only when it carries a RetryInfo and
 // within the same bounds, and is returned as an *OutcomeUnknownError:
 // the caller decides, knowing a new key may run the work twice.

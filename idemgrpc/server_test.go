@@ -848,3 +848,50 @@ func TestWaitEnds(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", c)
 	}
 }
+
+// TestClientDoublesInFlightWaits: the server's RetryInfo for a call in
+// flight is the method's average duration (20ms here); the client
+// interceptor waits it, then twice it, then four times it, so its 4
+// attempts span at least 140ms, not 60ms, before it gives up with ABORTED.
+func TestClientDoublesInFlightWaits(t *testing.T) {
+	ctx := testContext(t)
+	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 16)}
+	release := make(chan struct{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if in.GetValue() == "warm-up" {
+			time.Sleep(20 * time.Millisecond) // the method's work: its average duration becomes 20ms
+		} else {
+			<-release
+		}
+		return pay(ctx, in)
+	}}
+	conn := serve(t, newEngine(t, st, nil), nil, svc)
+	if _, _, err := charge(ctx, conn, "warm-up", "warm-up"); err != nil {
+		t.Fatal(err)
+	}
+	<-st.acquired
+	first := make(chan error, 1)
+	go func() { _, _, err := charge(ctx, conn, "slow", "7"); first <- err }()
+	defer func() {
+		close(release)
+		if err := <-first; err != nil {
+			t.Error(err)
+		}
+	}()
+	<-st.acquired // the slow call runs
+	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := grpc.NewClient(conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(ci))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dup.Close()
+	start := time.Now()
+	err = dup.Invoke(idemgrpc.WithKey(ctx, "slow"), chargeMethod, wrapperspb.String("7"), new(wrapperspb.StringValue))
+	wantStatus(t, err, codes.Aborted, idemgrpc.ReasonKeyInFlight)
+	if waited := time.Since(start); waited < 140*time.Millisecond {
+		t.Fatalf("4 attempts took %v; want at least 20+40+80ms of waits", waited)
+	}
+}
