@@ -855,7 +855,7 @@ func TestWaitEnds(t *testing.T) {
 // attempts span at least 140ms, not 60ms, before it gives up with ABORTED.
 func TestClientDoublesInFlightWaits(t *testing.T) {
 	ctx := testContext(t)
-	st := &faultStore{Store: memStore(t), acquired: make(chan struct{}, 16)}
+	st := newFaultStore(memStore(t), make(chan struct{}, 16))
 	release := make(chan struct{})
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		if in.GetValue() == "warm-up" {
