@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // FinalizeTimeout bounds the Complete or Release that Do makes after the
@@ -40,7 +42,7 @@ const FinalizeTimeout = 10 * time.Second
 // (ErrOutcomeUnknown). A lease lost before the output was stored returns
 // the output together with an error wrapping ErrLeaseLost: the work ran,
 // and the key is in another attempt's hands.
-func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, fence int64) ([]byte, error)) (out []byte, replayed bool, err error) {
+func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, fence int64) ([]byte, error)) (out []byte, replayed bool, err error) {
 	att, err := e.Begin(ctx, req)
 	if err != nil {
 		return nil, false, err
@@ -77,7 +79,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	case errors.Is(err, ErrOutcomeUnknown) || cutShort(err):
 		e.markUnknown(finalCtx, l, req, err.Error())
 		return nil, false, err
-	case err != nil && l.Takeover() != nil:
+	case err != nil && l.PreviousFence() != 0:
 		// The work failed before its effect, but this lease took the key
 		// over from an attempt whose outcome is unknown: a release would
 		// let a retry run again what that attempt may have done.
@@ -93,7 +95,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
-	if err := l.Complete(fctx, Result{Body: out}); err != nil {
+	if err := l.Complete(fctx, store.Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) { // the work ran; its output cannot be kept
 			e.markUnknown(finalCtx, l, req, err.Error())
 		}
@@ -109,7 +111,7 @@ func cutShort(err error) bool {
 		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
 }
 
-func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Request, reason string) {
+func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string) {
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {
@@ -138,7 +140,7 @@ func (u *outcomeUnknown) Unwrap() []error { return []error{ErrOutcomeUnknown, u.
 // which attempt (Fence), since when (CompletedAt) and why (Reason).
 // errors.Is(err, ErrOutcomeUnknown) is true.
 type UnknownError struct {
-	Record Record
+	Record store.Record
 }
 
 // Error says that the outcome is unknown, and why.

@@ -36,7 +36,7 @@
 // may have happened) turns its key UNKNOWN, and so does a panic.
 //
 // Engine.Begin is the step-by-step form. It answers with exactly one
-// Outcome: Acquired (with a Lease), Replayed (with the stored Result),
+// Decision: Acquired (with a Lease), Replayed (with the stored Result),
 // InFlight (with the time until the other attempt's lease ends), Mismatch
 // (the key was used for a different request) or Unknown (an earlier
 // attempt may have had its effect; the work must not run). The holder of a
@@ -56,7 +56,7 @@
 //
 // Options.Takeover decides what a retry does with a key whose owner's
 // lease ended mid-work: turn it UNKNOWN (the default) or run it again
-// knowingly (Lease.Takeover names the previous fence, for the downstream to
+// knowingly (Lease.PreviousFence names the previous fence, for the downstream to
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
@@ -88,14 +88,21 @@
 // gateway's store metrics and spans come from one. A HoldObserver is also
 // told of every held finalization.
 //
-// # Stores
+// # Stores, and package store
 //
-// A Store keeps the records. store/memstore is the embedded default, for one
+// A store.Store keeps the records. Package store holds the contract
+// between the engine and its backends (the Store interface, the
+// parameters of its calls, the Record and its State) apart from this
+// package, so that this page is what an application uses; an application
+// meets store.ID, store.Result and store.Record, and a store writer the
+// rest (see the reasoning in package store's documentation). No store
+// imports this package.
+// store/memstore is the embedded default, for one
 // process; store/redisstore runs every transition as one Lua script on
 // Redis (single node, Sentinel or Cluster); store/pgstore keeps records in
 // PostgreSQL, which does not lose a committed write, and adds the
 // guardrail for the application's own transaction; store/layered puts a
 // Redis mirror in front of PostgreSQL. store/storetest is the conformance
 // suite that every Store passes, and store/recordcodec holds what a new
-// store needs beyond this package.
+// store needs beyond package store.
 package idem

@@ -12,10 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/memstore"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,6 +23,12 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -173,7 +175,7 @@ func serve(t testing.TB, e *idem.Engine, o *idemgrpc.Options, s *service, dial .
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newEngine(t testing.TB, s idem.Store, o *idem.Options) *idem.Engine {
+func newEngine(t testing.TB, s store.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
 	e, err := idem.New(s, o)
 	if err != nil {
@@ -182,7 +184,7 @@ func newEngine(t testing.TB, s idem.Store, o *idem.Options) *idem.Engine {
 	return e
 }
 
-func memStore(t testing.TB) idem.Store {
+func memStore(t testing.TB) store.Store {
 	s, err := memstore.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +193,7 @@ func memStore(t testing.TB) idem.Store {
 }
 
 // eachStore runs f against the in-memory store and the real Redis.
-func eachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
+func eachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) { f(t, newStore(t)) })
 	}
@@ -218,7 +220,7 @@ func testContext(t testing.TB) context.Context {
 // faultStore is a real store whose next Acquire calls fail, as an
 // unreachable store's would.
 type faultStore struct {
-	idem.Store
+	store.Store
 	failAcquires atomic.Int64
 
 	mu   sync.Mutex
@@ -235,7 +237,7 @@ func (s *faultStore) acquires() int {
 	return len(s.keys)
 }
 
-func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *faultStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, p.Key)
 	s.mu.Unlock()
@@ -248,7 +250,7 @@ func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Ac
 		}()
 	}
 	if s.failAcquires.Add(-1) >= 0 {
-		return idem.AcquireResult{}, errInjected
+		return store.AcquireResult{}, errInjected
 	}
 	return s.Store.Acquire(ctx, p)
 }

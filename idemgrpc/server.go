@@ -9,14 +9,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/finalctx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/store"
 )
 
 // ErrTenantMissing, returned by Options.Tenant, says that the call has no
@@ -165,7 +167,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// once it has started it runs to completion and is recorded, so that
 	// the caller's retry gets the replay rather than a second execution.
 	detached := context.WithoutCancel(ctx)
-	att, err := s.e.Begin(detached, idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention})
+	att, err := s.e.Begin(detached, idem.Key{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention})
 	if err != nil {
 		return nil, s.beginFailed(ctx, info.FullMethod, err)
 	}
@@ -258,7 +260,7 @@ func (s *server) beginFailed(ctx context.Context, method string, err error) erro
 		return errStatus(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		return errStatus(codes.InvalidArgument, ReasonTenantInvalid, err.Error())
-	case errors.Is(err, idem.ErrStoreFull):
+	case errors.Is(err, store.ErrStoreFull):
 		s.log.Warn("idemgrpc: store full; answering RESOURCE_EXHAUSTED", "method", method, "err", err)
 		pushback(ctx, time.Second)
 		return newStatus(codes.ResourceExhausted, ReasonStoreFull,
@@ -286,7 +288,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 			"idem: the idempotency lease ended before the call could run ("+cerr.Error()+"); it did not run: retry with the same key", time.Second, nil).Err()
 	}
 	x := &call{}
-	x.ctx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
+	x.ctx = leaseContext{Context: l.Context(), override: &x.override}
 	start := time.Now()
 	finished := false
 	defer func() {

@@ -13,16 +13,18 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"go.uber.org/goleak"
+	"github.com/idemkit/idem/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // eachStore runs f against the in-memory store and the real Redis.
-func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
+func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) store.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) { f(t, newStore) })
 	}
@@ -36,7 +38,7 @@ func eachStore(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) id
 // real time. f calls the middleware directly, with a recorder: a server's
 // goroutines wait on the network, which is no durable block, so the
 // bubble's clock would never move.
-func eachStoreInBubble(t *testing.T, f func(t *testing.T, s idem.Store)) {
+func eachStoreInBubble(t *testing.T, f func(t *testing.T, s store.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			if name == "memory" {
@@ -48,7 +50,7 @@ func eachStoreInBubble(t *testing.T, f func(t *testing.T, s idem.Store)) {
 	}
 }
 
-func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
+func newEngine(t *testing.T, s store.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
 	e, err := idem.New(s, o)
 	if err != nil {
@@ -69,15 +71,15 @@ func newMiddleware(t *testing.T, e *idem.Engine, o *idemhttp.Options) func(http.
 // faultStore is a real store that fails every Acquire while down is set:
 // the store is unreachable.
 type faultStore struct {
-	idem.Store
+	store.Store
 	down atomic.Bool
 }
 
 var errInjected = errors.New("injected: connection refused")
 
-func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *faultStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	if s.down.Load() {
-		return idem.AcquireResult{}, errInjected
+		return store.AcquireResult{}, errInjected
 	}
 	return s.Store.Acquire(ctx, p)
 }

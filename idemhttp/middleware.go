@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/store"
 )
 
 // Options configures the middleware. A nil *Options means all defaults.
@@ -39,7 +40,9 @@ type Options struct {
 	TenantHeader string
 	// Fingerprint digests a request and its body; reusing a key with
 	// another digest is answered 422 (code key_mismatch). Nil means the
-	// package's Fingerprint function.
+	// package's Fingerprint function. An empty digest is a bug in the
+	// function (every request would match every other): such a request is
+	// answered 500 and its handler does not run.
 	Fingerprint func(r *http.Request, body []byte) string
 	// MaxBody bounds the request body, which is read whole to fingerprint
 	// it; a larger body is answered 413 (code body_too_large) before any
@@ -168,7 +171,7 @@ type middleware struct {
 	// request of this middleware holds, as soon as it is finalized; waiters
 	// also poll the store, which covers keys held by other processes.
 	mu       sync.Mutex
-	finished map[idem.ID]*waiters
+	finished map[store.ID]*waiters
 }
 
 func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
@@ -249,7 +252,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		m.replayHeaders = append(m.replayHeaders, c)
 	}
 	if m.wait > 0 {
-		m.finished = make(map[idem.ID]*waiters)
+		m.finished = make(map[store.ID]*waiters)
 	}
 	return m, nil
 }
@@ -297,32 +300,17 @@ func headerTenant(name string) func(*http.Request) (string, error) {
 	}
 }
 
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease a handler runs under, if the
-// middleware acquired one for its request. Forward its fence with the
-// request's side effects (the gateway sends Idempotency-Fence upstream) so
-// that they can refuse a stale owner.
-func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
-	return l, ok
-}
-
 // leaseContext is the context a protected handler runs under: the lease's,
-// carrying the lease for LeaseFromContext and the request's override for
-// SetDisposition. It is context.WithValue without an allocation of its own
-// (it lives in the request's exchange).
+// which carries the lease for idem.LeaseFromContext, with the request's
+// override for SetDisposition. It is context.WithValue without an
+// allocation of its own (it lives in the request's exchange).
 type leaseContext struct {
 	context.Context
-	lease    *idem.Lease
 	override *override
 }
 
 func (c *leaseContext) Value(key any) any {
-	switch key {
-	case leaseKey{}:
-		return c.lease
-	case dispositionKey{}:
+	if _, ok := key.(dispositionKey); ok {
 		return c.override
 	}
 	return c.Context.Value(key)
@@ -379,7 +367,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
-	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention}
+	req := idem.Key{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention}
 	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has
@@ -471,11 +459,11 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 		m.reject(w, r, http.StatusBadRequest, CodeKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
-	case errors.Is(err, idem.ErrInvalidFingerprint):
+	case errors.Is(err, idem.ErrInvalidFingerprint), errors.Is(err, idem.ErrInvalidRequest): // an unusable or empty fingerprint
 		m.log.Error("idemhttp: the Fingerprint function returned an unusable fingerprint", "err", err)
 		m.writeError(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
 		m.report(r, OutcomeStoreError)
-	case errors.Is(err, idem.ErrStoreFull):
+	case errors.Is(err, store.ErrStoreFull):
 		m.storeFull(w, r, err)
 	case m.failOpen:
 		m.log.Warn("idemhttp: store failed; running the handler unprotected (FailOpen)", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -499,7 +487,7 @@ func retryAfterSeconds(d time.Duration) int {
 // returns the attempt that ends the wait: a replay, a lease of our own
 // (the other request released the key), a mismatch, or still in flight
 // when the wait is over or the client has gone.
-func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Request, att idem.Attempt) (_ idem.Attempt, err error) {
+func (m *middleware) waitTurn(ctx context.Context, r *http.Request, req idem.Key, att idem.Attempt) (_ idem.Attempt, err error) {
 	deadline := time.Now().Add(m.wait)
 	poll := 5 * time.Millisecond
 	timer := time.NewTimer(0)
@@ -535,7 +523,7 @@ type waiters struct {
 	n  int
 }
 
-func (m *middleware) watch(id idem.ID) *waiters {
+func (m *middleware) watch(id store.ID) *waiters {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	w, ok := m.finished[id]
@@ -547,7 +535,7 @@ func (m *middleware) watch(id idem.ID) *waiters {
 	return w
 }
 
-func (m *middleware) unwatch(id idem.ID, w *waiters) {
+func (m *middleware) unwatch(id store.ID, w *waiters) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if w.n--; w.n == 0 {
@@ -562,7 +550,7 @@ func (m *middleware) wakeup(w *waiters) <-chan struct{} {
 }
 
 // wakeWaiters tells this process's waiters for id that the key finished.
-func (m *middleware) wakeWaiters(id idem.ID) {
+func (m *middleware) wakeWaiters(id store.ID) {
 	if m.finished == nil {
 		return
 	}
@@ -576,7 +564,7 @@ func (m *middleware) wakeWaiters(id idem.ID) {
 
 // replay answers with a stored result, marked Idempotent-Replayed, and
 // echoes the request's Idempotency-Key (Stripe's SDKs read it back).
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Result) {
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *store.Result) {
 	h := w.Header()
 	for _, name := range m.replayHeaders {
 		if vs, ok := res.Header[name]; ok {
@@ -592,7 +580,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Re
 // execute runs the handler under the lease and records what it answered;
 // detached is r's context without its cancellation.
 func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
-	id := l.Ref().ID
+	id := l.ID()
 	if err := l.Check(); err != nil {
 		// The lease ended before the handler could start (the acquire was
 		// slow, or this process was paused): nothing ran, so the key is
@@ -616,7 +604,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		c.release()
 		m.wakeWaiters(id)
 	}()
-	x.handlerCtx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
+	x.handlerCtx = leaseContext{Context: l.Context(), override: &x.override}
 	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
@@ -666,7 +654,7 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 	case c.overflow:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
 	default:
-		// The store copies what it keeps (idem.CompleteParams), so the
+		// The store copies what it keeps (store.CompleteParams), so the
 		// capture's buffers go back to the pool afterwards.
 		err := l.Complete(ctx, c.result(status))
 		if errors.Is(err, idem.ErrResultTooLarge) { // the engine's bound is below MaxResponseBuffer
@@ -689,9 +677,9 @@ func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {
 	}
 }
 
-func notReplayable(status int, reason string) idem.Result {
+func notReplayable(status int, reason string) store.Result {
 	if status != 0 {
 		reason = "status " + strconv.Itoa(status) + ", " + reason
 	}
-	return idem.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
+	return store.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
 }

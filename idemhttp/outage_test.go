@@ -8,18 +8,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 )
 
 // completeFaultStore is a real store whose Complete fails while down is
 // set: the store went away between the acquire and the completion.
 type completeFaultStore struct {
-	idem.Store
+	store.Store
 	down atomic.Bool
 }
 
-func (s *completeFaultStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *completeFaultStore) Complete(ctx context.Context, p store.CompleteParams) error {
 	if s.down.Load() {
 		return errInjected
 	}
@@ -31,7 +31,7 @@ func (s *completeFaultStore) Complete(ctx context.Context, p idem.CompleteParams
 // this process gets it replayed, not 409, and once the store is back
 // every process replays it.
 func TestResponseHeldThroughAStoreOutage(t *testing.T) {
-	eachStoreInBubble(t, func(t *testing.T, store idem.Store) {
+	eachStoreInBubble(t, func(t *testing.T, store store.Store) {
 		s := &completeFaultStore{Store: store}
 		e := newEngine(t, s, nil)
 		runs := 0

@@ -16,12 +16,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 )
 
 // The codes of the gateway's own problem responses (docs/problems.md), next
@@ -45,7 +47,7 @@ const FenceHeader = "Idempotency-Fence"
 type Config struct {
 	Listen          string        // the proxy's address
 	Upstream        *url.URL      // required
-	Store           idem.Store    // required: see OpenStore
+	Store           store.Store   // required: see OpenStore
 	StoreTimeout    time.Duration // bound of every store call (idem.Options.StoreTimeout); zero: 2s
 	Lease           time.Duration // zero: 30s
 	Retention       time.Duration // zero: 24h
@@ -191,7 +193,7 @@ func New(cfg Config) (*Gateway, error) {
 		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.hasReconcileURL() {
 		g.reconciles = true
-		opts.Reconcile = reportingTo(func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+		opts.Reconcile = reportingTo(func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 			return g.current.Load().reconcile(ctx, rec)
 		})
 	} else if cfg.ReconcileEvery > 0 {

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/pgstore"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
 )
 
 // TestReaperDeletesExpiredRows is issue 22's item 19: only the gateway
@@ -48,7 +49,7 @@ func TestReaperDeletesExpiredRows(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	for i := range live {
-		acquireFence(t, s, idem.ID{Tenant: "t", Key: "live-" + string(rune('a'+i))})
+		acquireFence(t, s, store.ID{Tenant: "t", Key: "live-" + string(rune('a'+i))})
 	}
 	deadline := time.After(30 * time.Second)
 	for looked := 0; looked < expired; {
