@@ -29,8 +29,11 @@
 // # Running work once
 //
 // Engine.Do wraps everything for work that is not an HTTP handler (a job,
-// a message consumer): it runs the function once per key, stores its
-// output, and hands the stored output to every later call with the key.
+// a message consumer): it runs the function once per key, under the key's
+// Lease (which the function is given, and which its context carries and
+// ends with), stores its output, and hands the stored output to every
+// later call with the key. Retryable, and the table in Do's
+// documentation, say what to do about each of its errors.
 // A function that returns an error has its key released, so a later call
 // runs it again; one whose error is wrapped with OutcomeUnknown (the effect
 // may have happened) turns its key UNKNOWN, and so does a panic.
@@ -67,9 +70,11 @@
 // Engine.ListUnknown lists what is waiting for one. Engine.Delete
 // invalidates a COMPLETED key only; ForceDelete any.
 //
-// The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
-// (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by
-// pkg.go.dev and `go doc -http`) run each of these on the memory store.
+// The package's Example (example_test.go) is a payment handler on Begin,
+// every decision and what the lease's holder does about its side effect;
+// ExampleEngine_Do, ExampleEngine_Begin, ExampleRetryable and
+// ExampleObserver (example_*_test.go; shown beside them by pkg.go.dev and
+// `go doc -http`) run the rest on the memory store.
 //
 // # When the store fails
 //

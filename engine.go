@@ -156,6 +156,7 @@ type Engine struct {
 	storeTimeout     time.Duration
 	held             *hold
 	sweeper          *sweeper
+	works            workTimes // how long Do's work takes, for InFlightError.RetryAfter
 }
 
 // New returns an engine over store.

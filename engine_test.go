@@ -114,7 +114,7 @@ func TestInvalidInput(t *testing.T) {
 		{idem.Key{Tenant: "t\r", Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
 		{idem.Key{Tenant: strings.Repeat("t", 256), Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
 		{idem.Key{Key: "k", Fingerprint: "f\x01"}, idem.ErrInvalidFingerprint},
-		{idem.Key{Key: "k"}, idem.ErrInvalidRequest},                                        // no fingerprint, and not said so
+		{idem.Key{Key: "k", Fingerprint: ""}, idem.ErrInvalidRequest},                       // no fingerprint, and not said so
 		{idem.Key{Key: "k", Fingerprint: "f", NoFingerprint: true}, idem.ErrInvalidRequest}, // both
 	}
 	for _, c := range cases {
@@ -256,7 +256,7 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 		req := idem.Key{Tenant: "jobs", Key: "invoice-7", NoFingerprint: true}
 		for range 100 {
 			wg.Go(func() {
-				out, replayed, err := e.Do(context.Background(), req, func(ctx context.Context, fence int64) ([]byte, error) {
+				out, replayed, err := e.Do(context.Background(), req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 					runs.Add(1)
 					ran <- struct{}{}
 					<-release
@@ -287,7 +287,7 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 		if runs.Load() != 1 || inFlight.Load()+replays.Load() != 99 {
 			t.Fatalf("runs=%d in-flight=%d replays=%d; want 1 run and 99 refused", runs.Load(), inFlight.Load(), replays.Load())
 		}
-		out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) {
+		out, replayed, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) {
 			runs.Add(1)
 			return nil, nil
 		})
@@ -301,7 +301,7 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	req := idem.Key{Key: "flaky", NoFingerprint: true}
 	boom := errors.New("card declined before any charge")
-	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v; want the work's error", err)
 	}
 	func() {
@@ -310,11 +310,11 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 				t.Fatalf("recovered %v; want the work's panic to go on", p)
 			}
 		}()
-		e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { panic("kaboom") })
+		e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { panic("kaboom") })
 		t.Fatal("Do swallowed the panic")
 	}()
 	ran := false
-	_, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { ran = true; return nil, nil })
+	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { ran = true; return nil, nil })
 	var ue *idem.UnknownError
 	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != store.StateUnknown {
 		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *UnknownError, not run: the panic may have come after the effect", err, ran)
@@ -323,7 +323,7 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 
 func TestDoMismatch(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
-	ok := func(context.Context, int64) ([]byte, error) { return []byte("x"), nil }
+	ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("x"), nil }
 	if _, _, err := e.Do(context.Background(), idem.Key{Key: "k", Fingerprint: "a"}, ok); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestDoMismatch(t *testing.T) {
 func TestDoReplayIsTheCallersCopy(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	req := idem.Key{Key: "k", Fingerprint: "fp"}
-	work := func(context.Context, int64) ([]byte, error) { return []byte("stored"), nil }
+	work := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("stored"), nil }
 	if _, _, err := e.Do(context.Background(), req, work); err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	// would be retried past the test's end.
 	e := newEngine(t, s, &idem.Options{MaxHeld: -1})
 	ran := false
-	_, _, err = e.Do(context.Background(), idem.Key{Key: "k", NoFingerprint: true}, func(context.Context, int64) ([]byte, error) {
+	_, _, err = e.Do(context.Background(), idem.Key{Key: "k", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})
@@ -476,10 +476,10 @@ func TestResultTooLargeKeepsLease(t *testing.T) {
 func TestDoMarksUnknownWhenTheOutputCannotBeStored(t *testing.T) {
 	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
 	req := idem.Key{Key: "big", NoFingerprint: true}
-	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return make([]byte, 11), nil }); !errors.Is(err, idem.ErrResultTooLarge) {
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return make([]byte, 11), nil }); !errors.Is(err, idem.ErrResultTooLarge) {
 		t.Fatalf("Do with 11 bytes of output = %v; want ErrResultTooLarge", err)
 	}
-	if _, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrOutcomeUnknown) {
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, nil }); !errors.Is(err, idem.ErrOutcomeUnknown) {
 		t.Fatalf("Do after work whose output was too large = %v; want ErrOutcomeUnknown: the work ran", err)
 	}
 }
@@ -565,7 +565,7 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 		s := &deadlineStore{Store: mustMem(t), completeDeadline: make(chan time.Time, 1)}
 		e := newEngine(t, s, nil)
 		var returned time.Time
-		_, _, err := e.Do(context.Background(), idem.Key{Key: "slow", NoFingerprint: true}, func(context.Context, int64) ([]byte, error) {
+		_, _, err := e.Do(context.Background(), idem.Key{Key: "slow", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 			time.Sleep(11 * time.Second) // slow work, longer than FinalizeTimeout, must not eat the time to store its result
 			returned = time.Now()
 			return []byte("done"), nil

@@ -27,7 +27,7 @@ func ExampleEngine_Do() {
 	ctx := context.Background()
 
 	charges, reachable := 0, false
-	charge := func(ctx context.Context, fence int64) ([]byte, error) {
+	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if !reachable {
 			return nil, errors.New("card network unreachable, nothing charged")
 		}

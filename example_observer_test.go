@@ -41,16 +41,16 @@ func ExampleObserver() {
 		panic(err)
 	}
 	ctx := context.Background()
-	job := func(ctx context.Context, fence int64) ([]byte, error) { return []byte("done"), nil }
+	job := func(ctx context.Context, lease *idem.Lease) ([]byte, error) { return []byte("done"), nil }
 
 	req := idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}
 	engine.Do(ctx, req, job)
 	engine.Do(ctx, req, job) // replayed
 
 	req.Key = "job-8"
-	_, _, err = engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+	_, _, err = engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		engine.ForceDelete(ctx, req.ID()) // the operator, while the job runs
-		return job(ctx, fence)
+		return job(ctx, lease)
 	})
 	fmt.Println("job-8:", err)
 	// Output:

@@ -36,7 +36,7 @@ func ExampleOutcomeUnknown() {
 	ctx := context.Background()
 
 	cut := true
-	charge := func(ctx context.Context, fence int64) ([]byte, error) {
+	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		provider["msg-7"] = fmt.Sprintf("ch_%d", len(provider)+1)
 		if cut {
 			return nil, idem.OutcomeUnknown(errors.New("connection reset after the request was sent"))

@@ -175,7 +175,7 @@ func TestDoWithAHeldCompletion(t *testing.T) {
 		ctx := context.Background()
 		req := idem.Key{Key: "job", NoFingerprint: true}
 		runs := 0
-		work := func(context.Context, int64) ([]byte, error) {
+		work := func(context.Context, *idem.Lease) ([]byte, error) {
 			runs++
 			s.start(outageRefuse, false) // the store fails right after the work
 			return []byte("done"), nil

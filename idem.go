@@ -72,12 +72,19 @@ var (
 // InFlightError is returned by Do when another attempt holds the key.
 // errors.Is(err, ErrInFlight) is true.
 type InFlightError struct {
-	RetryAfter time.Duration // until the other attempt's lease ends
+	// RetryAfter is when asking again is likely to find the other attempt
+	// done. From Do: when a work as long as this engine's recent Do works
+	// (a moving mean of how long their functions ran), begun when the
+	// other attempt acquired the key, would be done; at least a quarter
+	// of such a work and at most the rest of the other attempt's lease;
+	// before this engine measured any work, the rest of that lease. From
+	// Delete: the rest of that lease.
+	RetryAfter time.Duration
 }
 
-// Error says that the key is in flight and when its lease ends.
+// Error says that the key is in flight and when to ask again.
 func (e *InFlightError) Error() string {
-	return ErrInFlight.Error() + " (lease ends in " + e.RetryAfter.String() + ")"
+	return ErrInFlight.Error() + " (retry in " + e.RetryAfter.String() + ")"
 }
 
 // Is reports ErrInFlight.

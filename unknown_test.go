@@ -96,7 +96,7 @@ func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
 		req := idem.Key{Key: "failed-late", Fingerprint: "fp"}
 		var retry idem.Attempt
-		_, _, err := e.Do(context.Background(), req, func(ctx context.Context, _ int64) ([]byte, error) {
+		_, _, err := e.Do(context.Background(), req, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 			<-ctx.Done() // the lease ends before the work reaches its side effect
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 				if retry = begin(t, e, req); retry.Outcome != idem.InFlight || time.Now().After(deadline) {
@@ -111,7 +111,7 @@ func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 		if retry.Outcome != idem.Unknown || retry.Record.Reason != store.ReasonAbandoned {
 			t.Fatalf("retry while the work ran late = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
 		}
-		out, replayed, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { return []byte("ran"), nil })
+		out, replayed, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ran"), nil })
 		if err != nil || replayed || string(out) != "ran" {
 			t.Fatalf("Do after the release = %q, %v, %v; want the work run", out, replayed, err)
 		}
@@ -138,7 +138,7 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 		e := newEngine(t, s, nil)
 		req := idem.Key{Tenant: "shop", Key: "order-1", NoFingerprint: true}
 		cut := errors.New("connection reset after the request was written")
-		_, _, err := e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) {
+		_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) {
 			return nil, idem.OutcomeUnknown(cut)
 		})
 		if !errors.Is(err, cut) || !errors.Is(err, idem.ErrOutcomeUnknown) {
@@ -146,7 +146,7 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 		}
 		var runs atomic.Int32
 		for range 3 {
-			_, _, err = e.Do(context.Background(), req, func(context.Context, int64) ([]byte, error) { runs.Add(1); return nil, nil })
+			_, _, err = e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { runs.Add(1); return nil, nil })
 			var ue *idem.UnknownError
 			if !errors.As(err, &ue) || ue.Record.Reason == "" || ue.Record.TTL <= 0 {
 				t.Fatalf("retry = %v; want an *UnknownError with a reason and the retention left", err)
@@ -195,7 +195,7 @@ func TestDoNeverReleasesATakeover(t *testing.T) {
 		retryReq.LeaseDuration = time.Minute
 		var err error
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			_, _, err = e.Do(context.Background(), retryReq, func(context.Context, int64) ([]byte, error) {
+			_, _, err = e.Do(context.Background(), retryReq, func(context.Context, *idem.Lease) ([]byte, error) {
 				return nil, errors.New("refused before the charge")
 			})
 			if !errors.Is(err, idem.ErrInFlight) {
@@ -414,7 +414,7 @@ func TestDoTakesACutWorkAsUnknown(t *testing.T) {
 		req := idem.Key{Key: "caller-went-away", Fingerprint: "fp"}
 		ctx, cancel := context.WithCancel(context.Background())
 		runs := 0
-		work := func(ctx context.Context, _ int64) ([]byte, error) {
+		work := func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 			runs++
 			cancel() // the charge left; the caller goes away before the answer
 			<-ctx.Done()

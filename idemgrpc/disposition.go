@@ -79,7 +79,9 @@ func DefaultStatusPolicy(code codes.Code) Disposition {
 // its status: a handler that knows better than its status declares it
 // here, e.g. DispositionUnknown after a downstream call that was sent and
 // not answered. reason is kept with an UNKNOWN key (store.Record.Reason)
-// and must not hold secrets. The last call wins. It reports false, doing
+// and shown to every caller that retries the key, in the message of its
+// UNKNOWN status: it must hold nothing the caller may not see (no
+// secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
 //
 // A handler error that wraps idem.ErrOutcomeUnknown (idem.OutcomeUnknown)

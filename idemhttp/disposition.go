@@ -78,7 +78,9 @@ const DefaultUnknownRetryAfter = 60 * time.Second
 // status: a handler that knows better than its status declares it here,
 // e.g. DispositionUnknown after a downstream call that was sent and not
 // answered. reason is kept with an UNKNOWN key (store.Record.Reason) and
-// must not hold secrets. The last call wins. It reports false, doing
+// shown to every client that retries the key, in the detail of its 503
+// outcome_unknown problem: it must hold nothing the client may not see
+// (no secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
 //
 // A panic in the handler always makes the key UNKNOWN.

@@ -201,13 +201,13 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) Delivery {
 	sum := sha256.Sum256(msg.Data())
 	req := idem.Key{Tenant: c.c.Tenant, Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	found := false
-	out, replayed, err := c.c.Engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+	out, replayed, err := c.c.Engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if c.c.beforeCharge != nil {
 			if err := c.c.beforeCharge(ctx, key); err != nil {
 				return nil, err
 			}
 		}
-		charge, dup, err := c.c.Ledger.Charge(ctx, c.c.Tenant, key, fence, o)
+		charge, dup, err := c.c.Ledger.Charge(ctx, c.c.Tenant, key, lease.Fence(), o)
 		found = dup
 		if err == nil && !dup && c.c.afterCharge != nil {
 			c.c.afterCharge(key)

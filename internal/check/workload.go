@@ -105,14 +105,14 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 	f := ledgerFault(rng)
 	call := p.rec.Now()
 	if p.useDo {
-		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 			if stallBefore {
 				sleep(ctx, lease*3/2)
 			}
 			if ctx.Err() != nil {
 				return nil, errNotStarted
 			}
-			v, err := p.ledger.Apply(id, fence, p.dedup, f, call)
+			v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
 			switch {
 			case errors.Is(err, errLedgerReplyLost):
 				return nil, idem.OutcomeUnknown(err)

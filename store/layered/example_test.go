@@ -93,7 +93,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	refunds := 0
-	refund := func(ctx context.Context, fence int64) ([]byte, error) {
+	refund := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		refunds++
 		return []byte("refund re_1"), nil
 	}

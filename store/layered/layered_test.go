@@ -130,10 +130,10 @@ func TestRedisForgetsMidRun(t *testing.T) {
 			for r := range rounds {
 				for k := range keys {
 					req := idem.Key{Tenant: "acme", Key: fmt.Sprint("key-", k), Fingerprint: "fp"}
-					out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+					out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 						executions[k].Add(1)
 						time.Sleep(time.Millisecond)
-						return fmt.Appendf(nil, "worker %d round %d fence %d", w, r, fence), nil
+						return fmt.Appendf(nil, "worker %d round %d fence %d", w, r, lease.Fence()), nil
 					})
 					if made.Add(1)%(calls/(flushes+1)) == 0 {
 						select {

@@ -29,7 +29,7 @@ func ExampleNew() {
 	}
 	ctx := context.Background()
 	runs := 0
-	report := func(ctx context.Context, fence int64) ([]byte, error) {
+	report := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		runs++
 		return fmt.Appendf(nil, "report #%d", runs), nil
 	}

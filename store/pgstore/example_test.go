@@ -52,7 +52,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	provisioned := 0
-	provision := func(ctx context.Context, fence int64) ([]byte, error) {
+	provision := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		provisioned++
 		return []byte("vm-1 running"), nil
 	}
@@ -162,8 +162,8 @@ func Example_articleFlow() {
 	prov := newProvider()
 	pay := func(key string) {
 		req := idem.Key{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
-		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, fence)
+		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, lease.Fence())
 		})
 		fmt.Printf("%s replayed=%v err=%v\n", out, replayed, err)
 	}

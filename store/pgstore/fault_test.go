@@ -142,8 +142,8 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	prov := newProvider()
 	req := idem.Key{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
 	pay := func() ([]byte, error) {
-		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, fence)
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, lease.Fence())
 		})
 		return out, err
 	}
@@ -184,13 +184,13 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 	req := idem.Key{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
 	terminate := true
 	pay := func() ([]byte, error) {
-		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			tx, err := s.Pool().Begin(ctx)
 			if err != nil {
 				return nil, err
 			}
 			defer tx.Rollback(ctx)
-			if err := s.Reserve(ctx, tx, req.Tenant, req.Key, fence); err != nil {
+			if err := s.Reserve(ctx, tx, req.Tenant, req.Key, lease.Fence()); err != nil {
 				return nil, err
 			}
 			var pid int
@@ -208,7 +208,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 					t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 				}
 			}
-			if err := s.Settle(ctx, tx, req.Tenant, req.Key, fence, []byte(id)); err != nil {
+			if err := s.Settle(ctx, tx, req.Tenant, req.Key, lease.Fence(), []byte(id)); err != nil {
 				return nil, err
 			}
 			return []byte(id), tx.Commit(ctx)
@@ -229,7 +229,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 	if calls != 2 || charges != 1 {
 		t.Fatalf("provider calls=%d charges=%d; want 2 calls (the retry forwarded the same key) and 1 charge", calls, charges)
 	}
-	out, replayed, err := engine.Do(ctx, req, func(context.Context, int64) ([]byte, error) {
+	out, replayed, err := engine.Do(ctx, req, func(context.Context, *idem.Lease) ([]byte, error) {
 		t.Fatal("work ran a third time")
 		return nil, nil
 	})

@@ -52,7 +52,7 @@ func ExampleNew() {
 		panic(err)
 	}
 	sent := 0
-	sendInvoice := func(ctx context.Context, fence int64) ([]byte, error) {
+	sendInvoice := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		sent++
 		return []byte("invoice INV-1 sent"), nil
 	}
@@ -91,7 +91,7 @@ func ExampleOpenURL() {
 	}
 	msg := idem.Key{Tenant: "acme", Key: "invoice-INV-2", NoFingerprint: true}
 	for range 3 {
-		out, replayed, err := engine.Do(ctx, msg, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, replayed, err := engine.Do(ctx, msg, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			return []byte("invoice INV-2 sent"), nil
 		})
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)

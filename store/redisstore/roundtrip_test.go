@@ -48,7 +48,7 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := func(context.Context, int64) ([]byte, error) { return []byte("ok"), nil }
+	work := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
 	key := "k"
 	do := func(key string) {
 		t.Helper()
