@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Delete invalidates a COMPLETED key, so that the next attempt with it
@@ -16,7 +18,7 @@ import (
 // operator's word on what happened. The check and the deletion are one
 // step: Delete removes only the record it checked (by its fence), never a
 // newer attempt's. ForceDelete deletes in any state.
-func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
+func (e *Engine) Delete(ctx context.Context, id store.ID) (bool, error) {
 	if err := validate(id); err != nil {
 		return false, err
 	}
@@ -31,12 +33,12 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 				return false, nil
 			}
 			return false, err
-		case rec.State == StateProcessing:
+		case rec.State == store.StateProcessing:
 			return false, &InFlightError{RetryAfter: rec.TTL}
-		case rec.State != StateCompleted:
+		case rec.State != store.StateCompleted:
 			return false, &UnknownError{Record: rec}
 		}
-		ok, err := e.delete(ctx, DeleteParams{ID: id, Fence: rec.Fence})
+		ok, err := e.delete(ctx, store.DeleteParams{ID: id, Fence: rec.Fence})
 		if err != nil || ok {
 			return ok, err
 		}
@@ -49,17 +51,17 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 // key that was PROCESSING or UNKNOWN is then run again by the next
 // attempt, although its work may be running or may have run: use it only
 // when that is what is wanted (Resolve settles an UNKNOWN key).
-func (e *Engine) ForceDelete(ctx context.Context, id ID) (bool, error) {
+func (e *Engine) ForceDelete(ctx context.Context, id store.ID) (bool, error) {
 	if err := validate(id); err != nil {
 		return false, err
 	}
-	return e.delete(ctx, DeleteParams{ID: id})
+	return e.delete(ctx, store.DeleteParams{ID: id})
 }
 
 // delete deletes the record (of p.Fence, when set) and drops what this
 // engine holds for the key (Options.MaxHeld): a held write was its owner's,
 // and the key is no longer that lease's.
-func (e *Engine) delete(ctx context.Context, p DeleteParams) (bool, error) {
+func (e *Engine) delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	e.held.forget(p.ID)
 	cctx := e.callCtx(ctx)
 	defer cctx.end()

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // FinalizeTimeout bounds the Complete or Release that Do makes after the
@@ -18,7 +20,14 @@ const FinalizeTimeout = 10 * time.Second
 
 // Do runs fn at most once per key and returns its output; a later call with
 // the same key gets the stored output back with replayed true, without
-// running fn. fn gets the lease's context and fencing token.
+// running fn.
+//
+// fn runs under the key's Lease, which it is given: pass Lease.Fence with
+// its side effects (so that they can refuse an owner whose lease was taken
+// over) and call Lease.Check just before one. fn's context is the lease's:
+// it carries the lease (LeaseFromContext), its deadline is the lease's end
+// by the local clock (each renewal moves it later), and it is cancelled
+// when the lease is lost, when it expires, and when Do's ctx is.
 //
 // If fn returns an error the key is released, so a later call runs fn
 // again, and the error is returned: return an error only when the work
@@ -35,12 +44,33 @@ const FinalizeTimeout = 10 * time.Second
 // so with an error of its own. A panic in fn, and an output too large to
 // store, turn the key UNKNOWN too, and the panic goes on.
 //
-// Another call in flight gives an *InFlightError (ErrInFlight); a different
-// fingerprint gives ErrMismatch; an UNKNOWN key gives an *UnknownError
-// (ErrOutcomeUnknown). A lease lost before the output was stored returns
-// the output together with an error wrapping ErrLeaseLost: the work ran,
-// and the key is in another attempt's hands.
-func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, fence int64) ([]byte, error)) (out []byte, replayed bool, err error) {
+// What Do returns, and what its caller does about it (Retryable is true
+// exactly for the rows that say retry):
+//
+//	Do returns                         the work         the key       the caller
+//	out, replayed false, nil           ran now          COMPLETED     acknowledge
+//	out, replayed true, nil            ran before       COMPLETED     acknowledge
+//	*InFlightError (ErrInFlight)       runs elsewhere   PROCESSING    retry after its RetryAfter
+//	ErrStore, out nil                  did not run      unchanged     retry later: the store failed
+//	fn's own error                     had no effect    released      retry
+//	ErrMismatch                        did not run      another's     drop: the key was reused
+//	ErrInvalidKey, ErrInvalidTenant,   did not run      unchanged     drop: the caller's bug
+//	  ErrInvalidFingerprint,
+//	  ErrInvalidRequest
+//	*UnknownError (ErrOutcomeUnknown)  may have run     UNKNOWN       alert; Options.Reconcile or
+//	                                   before                         Engine.Resolve settles it
+//	fn's error wrapped with            may have run     UNKNOWN       alert, as above
+//	  OutcomeUnknown, or a context
+//	  or lease error; a panic
+//	out, ErrLeaseLost                  ran              another's     acknowledge: its output is
+//	                                                                  not stored
+//	out, ErrResultTooLarge             ran              UNKNOWN       acknowledge, alert
+//	out, ErrStore                      ran              PROCESSING,   acknowledge, alert: the store
+//	                                                    then UNKNOWN  did not take the output
+//
+// A retry is always safe: whatever the error, a later Do never runs
+// again what may have run.
+func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
 	att, err := e.Begin(ctx, req)
 	if err != nil {
 		return nil, false, err
@@ -51,7 +81,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		// caller owns what Do returns.
 		return bytes.Clone(att.Result.Body), true, nil
 	case InFlight:
-		return nil, false, &InFlightError{RetryAfter: att.RetryAfter}
+		return nil, false, &InFlightError{RetryAfter: e.works.retryAfter(att.Record, att.RetryAfter)}
 	case Mismatch:
 		return nil, false, ErrMismatch
 	case Unknown:
@@ -74,13 +104,15 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 			e.markUnknown(finalCtx, l, req, "panic in the work")
 		}
 	}()
-	out, err = fn(l.Context(), l.Fence())
+	began := time.Now()
+	out, err = fn(l.Context(), l)
 	finished = true
+	e.works.add(time.Since(began))
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown) || cutShort(err):
 		e.markUnknown(finalCtx, l, req, err.Error())
 		return nil, false, err
-	case err != nil && l.Takeover() != nil:
+	case err != nil && l.PreviousFence() != 0:
 		// The work failed before its effect, but this lease took the key
 		// over from an attempt whose outcome is unknown: a release would
 		// let a retry run again what that attempt may have done.
@@ -96,11 +128,11 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
-	if err := l.Complete(fctx, Result{Body: out}); err != nil {
+	if err := l.Complete(fctx, store.Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) { // the work ran; its output cannot be kept
 			e.markUnknown(finalCtx, l, req, err.Error())
 		}
-		return out, false, err
+		return out, false, ranError{err}
 	}
 	return out, false, nil
 }
@@ -112,7 +144,7 @@ func cutShort(err error) bool {
 		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
 }
 
-func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Request, reason string) {
+func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string) {
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {
@@ -141,7 +173,7 @@ func (u *outcomeUnknown) Unwrap() []error { return []error{ErrOutcomeUnknown, u.
 // which attempt (Fence), since when (CompletedAt) and why (Reason).
 // errors.Is(err, ErrOutcomeUnknown) is true.
 type UnknownError struct {
-	Record Record
+	Record store.Record
 }
 
 // Error says that the outcome is unknown, and why.
@@ -152,3 +184,35 @@ func (e *UnknownError) Error() string {
 
 // Is reports ErrOutcomeUnknown.
 func (e *UnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+
+// Retryable reports whether calling Do again with the same key, later,
+// may get further than the call that returned err: true for a key in
+// flight (wait its InFlightError.RetryAfter), a store that failed before
+// the work, and an error of the function's own (its key was released, so
+// the next call runs it). It is false for nil, for what a retry meets
+// again (ErrMismatch, an invalid key or request, an unknown outcome) and
+// for the errors Do returns after the work ran (ErrLeaseLost,
+// ErrResultTooLarge, ErrStore from storing its output). Do's documentation
+// has the whole table. Whatever it says, a retry is safe: Do never runs
+// again what may have run.
+func Retryable(err error) bool {
+	var ran ranError
+	switch {
+	case err == nil, errors.As(err, &ran):
+		return false
+	case errors.Is(err, ErrInFlight), errors.Is(err, ErrStore):
+		return true
+	case errors.Is(err, ErrMismatch), errors.Is(err, ErrOutcomeUnknown), cutShort(err),
+		errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTenant),
+		errors.Is(err, ErrInvalidFingerprint), errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrLeaseClosed):
+		return false
+	}
+	return true
+}
+
+// ranError is an error Do returns after the work ran (its output was not
+// stored): Retryable is false for it, whatever it wraps.
+type ranError struct{ err error }
+
+func (r ranError) Error() string { return r.err.Error() }
+func (r ranError) Unwrap() error { return r.err }

@@ -29,14 +29,17 @@
 // # Running work once
 //
 // Engine.Do wraps everything for work that is not an HTTP handler (a job,
-// a message consumer): it runs the function once per key, stores its
-// output, and hands the stored output to every later call with the key.
+// a message consumer): it runs the function once per key, under the key's
+// Lease (which the function is given, and which its context carries and
+// ends with), stores its output, and hands the stored output to every
+// later call with the key. Retryable, and the table in Do's
+// documentation, say what to do about each of its errors.
 // A function that returns an error has its key released, so a later call
 // runs it again; one whose error is wrapped with OutcomeUnknown (the effect
 // may have happened) turns its key UNKNOWN, and so does a panic.
 //
 // Engine.Begin is the step-by-step form. It answers with exactly one
-// Outcome: Acquired (with a Lease), Replayed (with the stored Result),
+// Decision: Acquired (with a Lease), Replayed (with the stored Result),
 // InFlight (with the time until the other attempt's lease ends), Mismatch
 // (the key was used for a different request) or Unknown (an earlier
 // attempt may have had its effect; the work must not run). The holder of a
@@ -56,7 +59,7 @@
 //
 // Options.Takeover decides what a retry does with a key whose owner's
 // lease ended mid-work: turn it UNKNOWN (the default) or run it again
-// knowingly (Lease.Takeover names the previous fence, for the downstream to
+// knowingly (Lease.PreviousFence names the previous fence, for the downstream to
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
@@ -67,9 +70,11 @@
 // Engine.ListUnknown lists what is waiting for one. Engine.Delete
 // invalidates a COMPLETED key only; ForceDelete any.
 //
-// The examples ExampleEngine_Do, ExampleEngine_Begin and ExampleObserver
-// (example_*_test.go; shown beside Engine.Do, Engine.Begin and Observer by
-// pkg.go.dev and `go doc -http`) run each of these on the memory store.
+// The package's Example (example_test.go) is a payment handler on Begin,
+// every decision and what the lease's holder does about its side effect;
+// ExampleEngine_Do, ExampleEngine_Begin, ExampleRetryable and
+// ExampleObserver (example_*_test.go; shown beside them by pkg.go.dev and
+// `go doc -http`) run the rest on the memory store.
 //
 // # When the store fails
 //
@@ -88,14 +93,21 @@
 // gateway's store metrics and spans come from one. A HoldObserver is also
 // told of every held finalization.
 //
-// # Stores
+// # Stores, and package store
 //
-// A Store keeps the records. store/memstore is the embedded default, for one
+// A store.Store keeps the records. Package store holds the contract
+// between the engine and its backends (the Store interface, the
+// parameters of its calls, the Record and its State) apart from this
+// package, so that this page is what an application uses; an application
+// meets store.ID, store.Result and store.Record, and a store writer the
+// rest (see the reasoning in package store's documentation). No store
+// imports this package.
+// store/memstore is the embedded default, for one
 // process; store/redisstore runs every transition as one Lua script on
 // Redis (single node, Sentinel or Cluster); store/pgstore keeps records in
 // PostgreSQL, which does not lose a committed write, and adds the
 // guardrail for the application's own transaction; store/layered puts a
 // Redis mirror in front of PostgreSQL. store/storetest is the conformance
 // suite that every Store passes, and store/recordcodec holds what a new
-// store needs beyond this package.
+// store needs beyond package store.
 package idem

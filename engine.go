@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Options configures an Engine. A nil *Options means all defaults.
@@ -46,7 +48,7 @@ type Options struct {
 	// downstream by its key or its fence (Record.Fence). One call per key
 	// runs at a time, across every process sharing the store. Nil means
 	// an UNKNOWN key stays so until Resolve or its retention ends.
-	Reconcile func(ctx context.Context, rec Record) (Resolution, error)
+	Reconcile func(ctx context.Context, rec store.Record) (Resolution, error)
 	// ReconcileTimeout bounds one Reconcile call. Zero means 5s.
 	ReconcileTimeout time.Duration
 	// StoreTimeout bounds every store call the engine makes (acquire,
@@ -97,7 +99,7 @@ const (
 	// outcome, after Reconcile is asked if it is set (so: reconcile first,
 	// else record UNKNOWN).
 	TakeoverUnknown TakeoverPolicy = iota
-	// TakeoverRun acquires the key and runs the work again; Lease.Takeover
+	// TakeoverRun acquires the key and runs the work again; Lease.PreviousFence
 	// says what was taken over, so the work can pass the previous fence
 	// downstream. Use it only where the downstream deduplicates, or where
 	// running twice is harmless.
@@ -113,13 +115,13 @@ type Observer interface {
 	// (for parenting trace spans).
 	StoreCall(ctx context.Context, op string, elapsed time.Duration, err error)
 	// LeaseEvent reports a renewal, a lost lease or an expired lease.
-	LeaseEvent(id ID, ev LeaseEvent)
+	LeaseEvent(id store.ID, ev LeaseEvent)
 }
 
 // ReconcileObserver is an Observer that is also told the result of every
 // reconciliation: the verdict, or the error that left the key UNKNOWN.
 type ReconcileObserver interface {
-	Reconciled(id ID, v Verdict, err error)
+	Reconciled(id store.ID, v Verdict, err error)
 }
 
 // LeaseEvent is what happened to a held lease.
@@ -147,7 +149,7 @@ func (ev LeaseEvent) String() string {
 // Engine runs work at most once per idempotency key on top of a Store.
 // It is safe for concurrent use.
 type Engine struct {
-	store            Store
+	store            store.Store
 	lease            time.Duration
 	retention        time.Duration
 	keyRetention     time.Duration
@@ -156,16 +158,17 @@ type Engine struct {
 	log              *slog.Logger
 	obs              Observer
 	takeover         TakeoverPolicy
-	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
+	reconcile        func(ctx context.Context, rec store.Record) (Resolution, error)
 	reconcileTimeout time.Duration
 	storeTimeout     time.Duration
 	held             *hold
 	sweeper          *sweeper
+	works            workTimes // how long Do's work takes, for InFlightError.RetryAfter
 }
 
 // New returns an engine over store.
-func New(store Store, opts *Options) (*Engine, error) {
-	if store == nil {
+func New(s store.Store, opts *Options) (*Engine, error) {
+	if s == nil {
 		return nil, errors.New("idem: New: nil store")
 	}
 	var o Options
@@ -175,7 +178,7 @@ func New(store Store, opts *Options) (*Engine, error) {
 	if o.LeaseDuration < 0 || o.Retention < 0 || o.KeyRetention < 0 || o.MaxResultBytes < 0 || o.StoreTimeout < 0 || o.MaxHeldBytes < 0 {
 		return nil, errors.New("idem: New: negative LeaseDuration, Retention, MaxResultBytes, StoreTimeout or MaxHeldBytes")
 	}
-	e := &Engine{store: store, lease: o.LeaseDuration, retention: o.Retention, keyRetention: o.KeyRetention, renew: o.RenewEvery,
+	e := &Engine{store: s, lease: o.LeaseDuration, retention: o.Retention, keyRetention: o.KeyRetention, renew: o.RenewEvery,
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
 		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout,
 		storeTimeout: cmp.Or(o.StoreTimeout, DefaultStoreTimeout)}
@@ -219,23 +222,34 @@ func (e *Engine) Retention() time.Duration { return e.retention }
 // (Options.KeyRetention); zero when it keeps no tombstones.
 func (e *Engine) KeyRetention() time.Duration { return e.keyRetention }
 
-// Request names the key an attempt is for.
-type Request struct {
-	Tenant        string
-	Key           string
-	Fingerprint   string        // a digest of the request; reuse of Key with another one is a Mismatch
+// Key names the idempotency key an attempt is for, and says how a reuse
+// of it is told from a retry.
+type Key struct {
+	Tenant string // the scope of Key: one client's keys never meet another's; may be empty
+	Key    string
+	// Fingerprint is a digest of the request the key was sent with (its
+	// body, its method and path): a later use of the key with another
+	// fingerprint gets Mismatch, never the stored result of a different
+	// request.
+	Fingerprint string
+	// NoFingerprint says that the key alone names the work (a message ID,
+	// a job ID), and a reuse of it with another payload is replayed. A Key
+	// sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
+	// return ErrInvalidRequest: a forgotten fingerprint would silently
+	// replay one request's result to another.
+	NoFingerprint bool
 	LeaseDuration time.Duration // zero: the engine's
 	Retention     time.Duration // zero: the engine's
 	KeyRetention  time.Duration // zero: the engine's (Options.KeyRetention)
 }
 
-// Outcome is what Begin decided.
-type Outcome uint8
+// Decision is what Begin decided.
+type Decision uint8
 
 const (
 	// Acquired: the caller holds a Lease and must do the work, then Complete
 	// or Release it.
-	Acquired Outcome = iota + 1
+	Acquired Decision = iota + 1
 	// Replayed: the key is COMPLETED; Attempt.Result is the stored result.
 	Replayed
 	// InFlight: another attempt holds the key; Attempt.RetryAfter is the rest of its lease.
@@ -255,8 +269,8 @@ const (
 	Expired
 )
 
-// String names the outcome.
-func (o Outcome) String() string {
+// String names the decision.
+func (o Decision) String() string {
 	switch o {
 	case Acquired:
 		return "acquired"
@@ -271,28 +285,32 @@ func (o Outcome) String() string {
 	case Expired:
 		return "expired"
 	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
+	return fmt.Sprintf("Decision(%d)", uint8(o))
 }
 
-// Attempt is the answer of Begin: exactly one of its outcomes.
+// Attempt is the answer of Begin: exactly one Decision, and what goes with it.
 type Attempt struct {
-	Outcome    Outcome
+	Outcome    Decision
 	Lease      *Lease        // Acquired
-	Result     *Result       // Replayed; read-only, see Record.Result
+	Result     *store.Result // Replayed; read-only, see store.Record.Result
 	RetryAfter time.Duration // InFlight, Unknown
-	Record     Record        // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
+	Record     store.Record  // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
 }
 
-// Begin starts an attempt at req. On Acquired the lease's heartbeat runs
+// Begin starts an attempt at key. On Acquired the lease's heartbeat runs
 // until Complete or Release, and Lease.Context is cancelled when the lease
 // can no longer be held. Errors wrap ErrInvalidKey, ErrInvalidTenant,
-// ErrInvalidFingerprint or ErrStore; on any error nothing is held.
-func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
+// ErrInvalidFingerprint, ErrInvalidRequest or ErrStore; on any error
+// nothing is held.
+func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 	if err := validate(req.ID()); err != nil {
 		return Attempt{}, err
 	}
 	if err := ValidateFingerprint(req.Fingerprint); err != nil {
 		return Attempt{}, err
+	}
+	if (req.Fingerprint == "") == !req.NoFingerprint {
+		return Attempt{}, fmt.Errorf("%w: a Key sets exactly one of Fingerprint and NoFingerprint", ErrInvalidRequest)
 	}
 	// Stores count in whole milliseconds: the local deadline must not
 	// outlast the store's by the truncated fraction.
@@ -317,7 +335,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 			e.held.supersede(req.ID(), fence)
 		}
 	}
-	p := AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
+	p := store.AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
 		Retention: retention, TakeOver: e.takeover == TakeoverRun}
 	att, err := e.begin(ctx, p, keyRetention)
 	if err != nil || att.Outcome != Unknown || e.reconcile == nil {
@@ -341,7 +359,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 
 // begin acquires the key once (and once more as the same owner after an
 // error) and decides the outcome from the store's answer.
-func (e *Engine) begin(ctx context.Context, p AcquireParams, keyRetention time.Duration) (Attempt, error) {
+func (e *Engine) begin(ctx context.Context, p store.AcquireParams, keyRetention time.Duration) (Attempt, error) {
 	start := time.Now()    // the local deadline counts from before the store saw the request
 	cctx := e.callCtx(ctx) // one store timeout for both tries
 	res, err := e.acquire(cctx, p)
@@ -362,8 +380,8 @@ func (e *Engine) begin(ctx context.Context, p AcquireParams, keyRetention time.D
 	rec := res.Record
 	// A PROCESSING record with our owner token is ours: the token is random
 	// and made for this attempt, so only our own earlier try can have written it.
-	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
-		ref := LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
+	if res.Acquired || (rec.State == store.StateProcessing && rec.Owner == p.Owner) {
+		ref := store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
 		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, keyRetention, res.Takeover)}, nil
 	}
 	att := e.decide(rec, p.Fingerprint)
@@ -376,15 +394,15 @@ func (e *Engine) begin(ctx context.Context, p AcquireParams, keyRetention time.D
 }
 
 // decide is the outcome for an attempt that meets rec held by another.
-func (e *Engine) decide(rec Record, fingerprint string) Attempt {
+func (e *Engine) decide(rec store.Record, fingerprint string) Attempt {
 	switch {
 	case rec.Fingerprint != fingerprint:
 		return Attempt{Outcome: Mismatch, Record: rec}
-	case rec.State == StateCompleted:
+	case rec.State == store.StateCompleted:
 		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}
-	case rec.State == StateExpired:
+	case rec.State == store.StateExpired:
 		return Attempt{Outcome: Expired, Record: rec}
-	case rec.State == StateUnknown:
+	case rec.State == store.StateUnknown:
 		var after time.Duration
 		if e.reconcile != nil {
 			after = e.reconcileTimeout
@@ -404,8 +422,8 @@ func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 // token and releases it: at once when the store answers, else (and when
 // the store did not answer the acquire in time) held and retried in the
 // background.
-func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams, start time.Time, timedOut bool, cause error) {
-	f := &finalization{op: opReleaseOrphan, ref: LeaseRef{ID: p.ID, Owner: p.Owner}}
+func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, start time.Time, timedOut bool, cause error) {
+	f := &finalization{op: opReleaseOrphan, ref: store.LeaseRef{ID: p.ID, Owner: p.Owner}}
 	if !timedOut {
 		// The store answered the acquire (with an error): what it took,
 		// it took before answering.
@@ -416,10 +434,10 @@ func (e *Engine) releaseOrphan(ctx context.Context, p AcquireParams, start time.
 	e.held.add(f, start.Add(p.LeaseDuration), cause)
 }
 
-// ID returns the request's tenant and key.
-func (r Request) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
+// ID returns the key's tenant and key.
+func (r Key) ID() store.ID { return store.ID{Tenant: r.Tenant, Key: r.Key} }
 
-func validate(id ID) error {
+func validate(id store.ID) error {
 	if err := ValidateTenant(id.Tenant); err != nil {
 		return err
 	}

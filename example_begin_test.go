@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -43,17 +44,17 @@ func (p *cardProvider) Charge(ctx context.Context, order string, cents int, fenc
 // the key with the result, or releases it when nothing was charged, so a
 // retry may charge. Every later attempt gets the stored result.
 func ExampleEngine_Begin() {
-	store, err := memstore.New(nil)
+	st, err := memstore.New(nil)
 	if err != nil {
 		panic(err)
 	}
-	engine, err := idem.New(store, nil)
+	engine, err := idem.New(st, nil)
 	if err != nil {
 		panic(err)
 	}
 	ctx := context.Background()
 	provider := &cardProvider{declineNext: true, fences: map[string]int64{}}
-	req := idem.Request{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
+	req := idem.Key{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
 
 	pay := func() {
 		att, err := engine.Begin(ctx, req)
@@ -84,10 +85,10 @@ func ExampleEngine_Begin() {
 			case err != nil:
 				// Unknown whether it charged: never run it again. Store
 				// the failure for every retry, and reconcile.
-				lease.Complete(ctx, idem.Result{Status: 502, Body: []byte("charge outcome unknown")})
+				lease.Complete(ctx, store.Result{Status: 502, Body: []byte("charge outcome unknown")})
 				return
 			}
-			if err := lease.Complete(ctx, idem.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
+			if err := lease.Complete(ctx, store.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
 				fmt.Println("charged, but the result was not stored:", err)
 				return
 			}

@@ -27,14 +27,14 @@ func ExampleEngine_Do() {
 	ctx := context.Background()
 
 	charges, reachable := 0, false
-	charge := func(ctx context.Context, fence int64) ([]byte, error) {
+	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if !reachable {
 			return nil, errors.New("card network unreachable, nothing charged")
 		}
 		charges++
 		return fmt.Appendf(nil, "ch_%d", charges), nil
 	}
-	msg := idem.Request{Tenant: "acme", Key: "msg-42", Fingerprint: "charge 42.00 EUR to card 4242"}
+	msg := idem.Key{Tenant: "acme", Key: "msg-42", Fingerprint: "charge 42.00 EUR to card 4242"}
 	for delivery := 1; delivery <= 3; delivery++ {
 		out, replayed, err := engine.Do(ctx, msg, charge)
 		fmt.Printf("delivery %d: %s replayed=%t err=%v\n", delivery, out, replayed, err)

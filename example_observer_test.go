@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -19,7 +20,7 @@ func (printObserver) StoreCall(ctx context.Context, op string, elapsed time.Dura
 	fmt.Printf("store %s: err=%v\n", op, err)
 }
 
-func (printObserver) LeaseEvent(id idem.ID, ev idem.LeaseEvent) {
+func (printObserver) LeaseEvent(id store.ID, ev idem.LeaseEvent) {
 	fmt.Printf("lease %s/%s: %s\n", id.Tenant, id.Key, ev)
 }
 
@@ -40,16 +41,16 @@ func ExampleObserver() {
 		panic(err)
 	}
 	ctx := context.Background()
-	job := func(ctx context.Context, fence int64) ([]byte, error) { return []byte("done"), nil }
+	job := func(ctx context.Context, lease *idem.Lease) ([]byte, error) { return []byte("done"), nil }
 
-	req := idem.Request{Tenant: "acme", Key: "job-7"}
+	req := idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}
 	engine.Do(ctx, req, job)
 	engine.Do(ctx, req, job) // replayed
 
 	req.Key = "job-8"
-	_, _, err = engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+	_, _, err = engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		engine.ForceDelete(ctx, req.ID()) // the operator, while the job runs
-		return job(ctx, fence)
+		return job(ctx, lease)
 	})
 	fmt.Println("job-8:", err)
 	// Output:

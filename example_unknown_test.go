@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -16,15 +17,15 @@ import (
 // the provider by the key, finds it, and its result is recorded and
 // replayed.
 func ExampleOutcomeUnknown() {
-	store, err := memstore.New(nil)
+	st, err := memstore.New(nil)
 	if err != nil {
 		panic(err)
 	}
 	provider := map[string]string{} // the card network's charges, by idempotency key
-	engine, err := idem.New(store, &idem.Options{
-		Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+	engine, err := idem.New(st, &idem.Options{
+		Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 			if id, ok := provider[rec.Key]; ok {
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(id)}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte(id)}}, nil
 			}
 			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 		},
@@ -35,14 +36,14 @@ func ExampleOutcomeUnknown() {
 	ctx := context.Background()
 
 	cut := true
-	charge := func(ctx context.Context, fence int64) ([]byte, error) {
+	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		provider["msg-7"] = fmt.Sprintf("ch_%d", len(provider)+1)
 		if cut {
 			return nil, idem.OutcomeUnknown(errors.New("connection reset after the request was sent"))
 		}
 		return []byte(provider["msg-7"]), nil
 	}
-	msg := idem.Request{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
+	msg := idem.Key{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
 	_, _, err = engine.Do(ctx, msg, charge)
 	fmt.Println("delivery 1:", err, errors.Is(err, idem.ErrOutcomeUnknown))
 	cut = false

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // The store operations that end an attempt, as Observer.StoreCall and
@@ -26,10 +28,10 @@ const (
 // then, if the store did not take it, in the background (hold).
 type finalization struct {
 	op           string
-	ref          LeaseRef // an orphan's fence is not known: it is read from the store
-	fingerprint  string   // of the attempt, for answering its retries
-	result       Result   // opComplete
-	reason       string   // opMarkUnknown
+	ref          store.LeaseRef // an orphan's fence is not known: it is read from the store
+	fingerprint  string         // of the attempt, for answering its retries
+	result       store.Result   // opComplete
+	reason       string         // opMarkUnknown
 	retention    time.Duration
 	keyRetention time.Duration // opComplete
 	// unanswered is set once a try failed without an answer: it may
@@ -43,12 +45,12 @@ type finalization struct {
 }
 
 // call tries the finalization once.
-func (f *finalization) call(ctx context.Context, s Store) error {
+func (f *finalization) call(ctx context.Context, s store.Store) error {
 	switch f.op {
 	case opComplete:
-		return s.Complete(ctx, CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention, KeyRetention: f.keyRetention})
+		return s.Complete(ctx, store.CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opMarkUnknown:
-		return s.MarkUnknown(ctx, MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention})
+		return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention})
 	case opRelease:
 		return s.Release(ctx, f.ref)
 	}
@@ -93,7 +95,7 @@ const landingWindow = 10 * time.Second
 // it returns errNotLanded. Anything else (another owner's record, one a
 // reconciler claimed) is not its to touch, and it returns nil: there is
 // nothing left to do.
-func releaseOrphan(ctx context.Context, s Store, ref LeaseRef) error {
+func releaseOrphan(ctx context.Context, s store.Store, ref store.LeaseRef) error {
 	rec, err := s.Get(ctx, ref.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -102,10 +104,10 @@ func releaseOrphan(ctx context.Context, s Store, ref LeaseRef) error {
 		return err
 	case rec.Owner != ref.Owner:
 		return nil
-	case rec.State != StateProcessing && (rec.State != StateUnknown || rec.Reason != ReasonAbandoned):
+	case rec.State != store.StateProcessing && (rec.State != store.StateUnknown || rec.Reason != store.ReasonAbandoned):
 		return nil
 	}
-	err = s.Release(ctx, LeaseRef{ID: ref.ID, Owner: ref.Owner, Fence: rec.Fence})
+	err = s.Release(ctx, store.LeaseRef{ID: ref.ID, Owner: ref.Owner, Fence: rec.Fence})
 	if errors.Is(err, ErrLeaseLost) {
 		return nil // changed meanwhile (claimed, taken over): no longer an orphan to release
 	}
@@ -165,8 +167,8 @@ func (e *timeoutError) Unwrap() error { return e.err }
 
 // cloneResult copies what the hold keeps of a result: the caller may
 // reuse its header and body once Complete returns (CompleteParams).
-func cloneResult(r Result) Result {
-	out := Result{Status: r.Status, Body: slices.Clone(r.Body)}
+func cloneResult(r store.Result) store.Result {
+	out := store.Result{Status: r.Status, Body: slices.Clone(r.Body)}
 	if r.Header != nil {
 		out.Header = make(http.Header, len(r.Header))
 		for k, vs := range maps.All(r.Header) {

@@ -8,22 +8,25 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Lease is the right to do the work for one key, held by one attempt.
 // Call exactly one of Complete, Release or MarkUnknown when the work ends.
 type Lease struct {
 	e            *Engine
-	ref          LeaseRef
+	ref          store.LeaseRef
 	fp           string // the attempt's fingerprint, for answering retries while a finalize is held
 	lease        time.Duration
 	retention    time.Duration
-	keyRetention time.Duration // for Complete (CompleteParams.KeyRetention)
+	keyRetention time.Duration // for Complete (store.CompleteParams.KeyRetention)
 	renew        time.Duration // the heartbeat interval; negative: no renewal
-	takeover     *Takeover
+	previous     int64         // the fence of the attempt taken over; zero when none
 
-	ctx    context.Context // the work's context: cancelled when the lease can no longer be held
-	cancel context.CancelCauseFunc
+	carrier leaseCarrier    // the parent of ctx: the caller's context, carrying the lease
+	ctx     context.Context // the work's context: cancelled when the lease can no longer be held
+	cancel  context.CancelCauseFunc
 
 	start    time.Time    // before the acquire was sent; carries the monotonic clock
 	deadline atomic.Int64 // the local lease deadline, in nanoseconds since start
@@ -39,17 +42,57 @@ type Lease struct {
 	closed bool
 }
 
+// leaseKey is the context key under which a lease's Context carries it.
+type leaseKey struct{}
+
+// leaseCarrier is the caller's context with the lease as a value. It is a
+// field of the Lease, so carrying the lease costs no allocation.
+type leaseCarrier struct {
+	context.Context
+	l *Lease
+}
+
+// Deadline is the lease's end by the local clock as of now (a renewal
+// moves it later), or the caller's deadline when that comes first. The
+// heartbeat cancels the lease's context when that end passes unrenewed.
+func (c *leaseCarrier) Deadline() (time.Time, bool) {
+	d := c.l.localDeadline()
+	if pd, ok := c.Context.Deadline(); ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}
+
+func (c *leaseCarrier) Value(key any) any {
+	if _, ok := key.(leaseKey); ok {
+		return c.l
+	}
+	return c.Context.Value(key)
+}
+
+// LeaseFromContext returns the lease that ctx runs under: the context
+// given to the function of Engine.Do, Lease.Context and every context
+// made from them, such as the context of a handler that idemhttp or
+// idemgrpc runs under a lease.
+func LeaseFromContext(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
 // errLeaseFinished is the cause of a lease context after Complete or Release.
 var errLeaseFinished = errors.New("idem: lease finished")
 
-func (e *Engine) hold(parent context.Context, ref LeaseRef, fingerprint string, start time.Time, lease, retention, keyRetention time.Duration, takeover *Takeover) *Lease {
-	ctx, cancel := context.WithCancelCause(parent)
+func (e *Engine) hold(parent context.Context, ref store.LeaseRef, fingerprint string, start time.Time, lease, retention, keyRetention time.Duration, takeover *store.Takeover) *Lease {
 	renew := e.renew // a lease shorter than the configured interval renews at a third of itself
 	if renew == 0 || renew >= lease {
 		renew = lease / 3
 	}
-	l := &Lease{e: e, ref: ref, fp: fingerprint, lease: lease, retention: retention, keyRetention: keyRetention,
-		renew: renew, takeover: takeover, ctx: ctx, cancel: cancel, start: start}
+	l := &Lease{e: e, ref: ref, fp: fingerprint, lease: lease, retention: retention, keyRetention: keyRetention, renew: renew, start: start}
+	if takeover != nil {
+		l.previous = takeover.Fence
+	}
+	l.carrier = leaseCarrier{Context: parent, l: l}
+	l.ctx, l.cancel = context.WithCancelCause(&l.carrier)
 	l.deadline.Store(int64(lease))
 	l.hb.Lock()
 	l.hbTimer = time.AfterFunc(l.nextBeat(), l.beat)
@@ -57,24 +100,28 @@ func (e *Engine) hold(parent context.Context, ref LeaseRef, fingerprint string, 
 	return l
 }
 
-// Ref returns the owner and fencing token of the lease. Pass the fence to
-// every write the work makes (see the guardrail in store/pgstore), so a
-// store can refuse writes of a stale owner.
-func (l *Lease) Ref() LeaseRef { return l.ref }
+// ID returns the tenant and key the lease holds.
+func (l *Lease) ID() store.ID { return l.ref.ID }
 
-// Fence returns the lease's fencing token.
+// Fence returns the lease's fencing token. Pass it to every write the
+// work makes (see the guardrail in store/pgstore), so that a store can
+// refuse the writes of an owner whose lease was taken over.
 func (l *Lease) Fence() int64 { return l.ref.Fence }
 
-// Takeover says which attempt this lease took the key over from, when the
-// key was PROCESSING under a lease that had ended (Options.Takeover is
-// TakeoverRun); nil otherwise. That attempt's work may have had its effect:
-// pass its fence downstream so the work can be looked up there.
-func (l *Lease) Takeover() *Takeover { return l.takeover }
+// PreviousFence is the fence of the attempt this lease took the key over
+// from, when the key was PROCESSING under a lease that had ended
+// (Options.Takeover is TakeoverRun); zero otherwise. That attempt's work
+// may have had its effect: pass its fence downstream so the work can be
+// looked up there.
+func (l *Lease) PreviousFence() int64 { return l.previous }
 
 // Context returns the context for the work: it is cancelled when Begin's
 // context is, when the store reports the lease lost (cause ErrLeaseLost),
 // when the lease deadline passes without renewal (cause ErrLeaseExpired),
-// and after Complete or Release. Use context.Cause to tell them apart.
+// and after Complete or Release. Use context.Cause to tell them apart. It
+// carries the lease (LeaseFromContext), and its Deadline is the lease's
+// end by the local clock as it stands (each renewal moves it), so that a
+// call made with it (a gRPC call sends it on) ends with the lease.
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Check reports whether the lease is still held, by the local clock, right
@@ -144,7 +191,7 @@ func (l *Lease) beat() {
 	l.hbTimer.Reset(left)
 	sent := time.Now()
 	l.hb.Unlock() // stop may run meanwhile: it aborts the call
-	err := l.e.store.Extend(callCtx, ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease, Retention: l.retention})
+	err := l.e.store.Extend(callCtx, store.ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease, Retention: l.retention})
 	l.hb.Lock()
 	abort()
 	l.hbCallAbort = nil
@@ -189,7 +236,7 @@ func (l *Lease) stop() {
 // engine holds a copy, retries it in the background and answers this
 // key's retries from it (Options.MaxHeld), and Complete returns nil. It
 // returns an error wrapping ErrStore only when the hold is full.
-func (l *Lease) Complete(ctx context.Context, res Result) error {
+func (l *Lease) Complete(ctx context.Context, res store.Result) error {
 	if len(res.Body) > l.e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
 	}
@@ -206,7 +253,7 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // not take is held and retried as Complete's result is: else the key
 // would stay PROCESSING until its lease ends, and then turn UNKNOWN,
 // although the work provably did not run. A lease that took over an
-// attempt (Takeover is set) carries that attempt's unknown outcome: after
+// attempt (PreviousFence is set) carries that attempt's unknown outcome: after
 // a failure of its own work, mark it unknown rather than release it, as
 // Do does.
 func (l *Lease) Release(ctx context.Context) error {
@@ -226,11 +273,11 @@ func (l *Lease) Release(ctx context.Context) error {
 // this key's retries get the Unknown outcome from it: else they would be
 // told the key is in flight until the lease ends.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
-	if reason == ReasonAbandoned {
-		reason = "owner: " + ReasonAbandoned
+	if reason == store.ReasonAbandoned {
+		reason = "owner: " + store.ReasonAbandoned
 	}
-	if len(reason) > MaxReasonLength {
-		reason = strings.ToValidUTF8(reason[:MaxReasonLength], "")
+	if len(reason) > store.MaxReasonLength {
+		reason = strings.ToValidUTF8(reason[:store.MaxReasonLength], "")
 	}
 	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: reason, retention: l.retention})
 }

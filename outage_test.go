@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // outageStore injects a store outage into a real store. While an outage
@@ -19,7 +20,7 @@ import (
 // answer arrives late). With lands set, a stalled call takes effect in the
 // real store before it stalls: the reply is what was lost.
 type outageStore struct {
-	idem.Store
+	store.Store
 	mu    sync.Mutex
 	mode  outageMode // guarded by mu
 	lands bool       // guarded by mu
@@ -41,7 +42,7 @@ const (
 
 var errRefused = errors.New("injected: dial tcp: connection refused")
 
-func newOutageStore(s idem.Store) *outageStore { return &outageStore{Store: s} }
+func newOutageStore(s store.Store) *outageStore { return &outageStore{Store: s} }
 
 // outageEngine is an engine with opts on an outageStore around a memory store.
 func outageEngine(t *testing.T, opts *idem.Options) (*outageStore, *idem.Engine) {
@@ -107,48 +108,48 @@ func during[T any](s *outageStore, ctx context.Context, call func(context.Contex
 	return call(ctx)
 }
 
-func (s *outageStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
-	return during(s, ctx, func(ctx context.Context) (idem.AcquireResult, error) { return s.Store.Acquire(ctx, p) })
+func (s *outageStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	return during(s, ctx, func(ctx context.Context) (store.AcquireResult, error) { return s.Store.Acquire(ctx, p) })
 }
 
-func (s *outageStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *outageStore) Complete(ctx context.Context, p store.CompleteParams) error {
 	_, err := during(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Store.Complete(ctx, p) })
 	return err
 }
 
-func (s *outageStore) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s *outageStore) Extend(ctx context.Context, p store.ExtendParams) error {
 	_, err := during(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Store.Extend(ctx, p) })
 	return err
 }
 
-func (s *outageStore) Release(ctx context.Context, p idem.LeaseRef) error {
+func (s *outageStore) Release(ctx context.Context, p store.LeaseRef) error {
 	_, err := during(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Store.Release(ctx, p) })
 	return err
 }
 
-func (s *outageStore) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+func (s *outageStore) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	_, err := during(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Store.MarkUnknown(ctx, p) })
 	return err
 }
 
-func (s *outageStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	return during(s, ctx, func(ctx context.Context) (idem.ClaimResult, error) { return s.Store.Claim(ctx, p) })
+func (s *outageStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	return during(s, ctx, func(ctx context.Context) (store.ClaimResult, error) { return s.Store.Claim(ctx, p) })
 }
 
-func (s *outageStore) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (s *outageStore) Resolve(ctx context.Context, p store.ResolveParams) error {
 	_, err := during(s, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, s.Store.Resolve(ctx, p) })
 	return err
 }
 
-func (s *outageStore) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
-	return during(s, ctx, func(ctx context.Context) (idem.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
+func (s *outageStore) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	return during(s, ctx, func(ctx context.Context) (store.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
 }
 
-func (s *outageStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	return during(s, ctx, func(ctx context.Context) (idem.Record, error) { return s.Store.Get(ctx, id) })
+func (s *outageStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
+	return during(s, ctx, func(ctx context.Context) (store.Record, error) { return s.Store.Get(ctx, id) })
 }
 
-func (s *outageStore) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+func (s *outageStore) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	return during(s, ctx, func(ctx context.Context) (bool, error) { return s.Store.Delete(ctx, p) })
 }
 
@@ -169,7 +170,7 @@ func flush(t *testing.T, e *idem.Engine) {
 
 // beginFailsClosed asserts that Begin fails with ErrStore within the
 // store timeout, and reports whether it did.
-func beginFailsClosed(t *testing.T, e *idem.Engine, req idem.Request) bool {
+func beginFailsClosed(t *testing.T, e *idem.Engine, req idem.Key) bool {
 	t.Helper()
 	start := time.Now()
 	a, err := e.Begin(context.Background(), req)
@@ -191,7 +192,7 @@ func TestBeginOnAStalledStoreFailsWithinTheStoreTimeout(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end) // the link comes back a minute later
-		beginFailsClosed(t, e, idem.Request{Key: "new"})
+		beginFailsClosed(t, e, idem.Key{Key: "new", NoFingerprint: true})
 		flush(t, e)
 	})
 }
@@ -202,19 +203,19 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		a := begin(t, e, idem.Request{Key: "running"})
+		a := begin(t, e, idem.Key{Key: "running", NoFingerprint: true})
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end)
-		id := idem.ID{Key: "running"}
+		id := store.ID{Key: "running"}
 		calls := []struct {
 			name string
 			call func() error
 		}{
 			{"Get", func() error { _, err := e.Get(ctx, id); return err }},
-			{"Delete", func() error { _, err := e.Delete(ctx, idem.ID{Key: "other"}); return err }},
-			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, idem.ListParams{}); return err }},
-			{"Resolve", func() error { return e.Resolve(ctx, idem.ID{Key: "other"}, 1, nil) }},
-			{"Complete", func() error { return a.Lease.Complete(ctx, idem.Result{Status: 200}) }},
+			{"Delete", func() error { _, err := e.Delete(ctx, store.ID{Key: "other"}); return err }},
+			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, store.ListParams{}); return err }},
+			{"Resolve", func() error { return e.Resolve(ctx, store.ID{Key: "other"}, 1, nil) }},
+			{"Complete", func() error { return a.Lease.Complete(ctx, store.Result{Status: 200}) }},
 		}
 		for _, c := range calls {
 			start := time.Now()
@@ -233,7 +234,7 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
-		req := idem.Request{Key: "orphan", Fingerprint: "fp"}
+		req := idem.Key{Key: "orphan", Fingerprint: "fp"}
 		s.start(outageStall, true)
 		time.AfterFunc(3*time.Second, s.end)
 		if !beginFailsClosed(t, e, req) {
@@ -255,7 +256,7 @@ func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 func TestStalledAcquireThatLandsLateIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
-		req := idem.Request{Key: "late", Fingerprint: "fp"}
+		req := idem.Key{Key: "late", Fingerprint: "fp"}
 		s.start(outageStall, false)
 		s.lateBy = 2 * time.Second // lands at 5s, when the store has answered for 2s
 		time.AfterFunc(3*time.Second, s.end)
@@ -280,17 +281,17 @@ func TestCompletionOutlivesAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Request{Key: "charge", Fingerprint: "fp"}
+		req := idem.Key{Key: "charge", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		time.AfterFunc(1500*time.Millisecond, s.end)
-		if err := a.Lease.Complete(ctx, idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
+		if err := a.Lease.Complete(ctx, store.Result{Status: 201, Body: []byte("charged")}); err != nil {
 			t.Errorf("Complete during the outage = %v; want nil: the engine holds the result and stores it later", err)
 		}
 		if r, err := e.Begin(ctx, req); err != nil || r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
 			t.Errorf("retry during the outage = %v, %v; want the held result replayed", r.Outcome, err)
 		}
-		if r, err := e.Begin(ctx, idem.Request{Key: "charge", Fingerprint: "other"}); err != nil || r.Outcome != idem.Mismatch {
+		if r, err := e.Begin(ctx, idem.Key{Key: "charge", Fingerprint: "other"}); err != nil || r.Outcome != idem.Mismatch {
 			t.Errorf("another request with the key during the outage = %v, %v; want Mismatch", r.Outcome, err)
 		}
 		time.Sleep(3 * time.Second)   // the store is back at 1.5s; the lease would end at 30s
@@ -310,7 +311,7 @@ func TestMarkUnknownAndReleaseOutliveAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		marked, released := idem.Request{Key: "marked", Fingerprint: "fp"}, idem.Request{Key: "released", Fingerprint: "fp"}
+		marked, released := idem.Key{Key: "marked", Fingerprint: "fp"}, idem.Key{Key: "released", Fingerprint: "fp"}
 		m, r := begin(t, e, marked), begin(t, e, released)
 		s.start(outageRefuse, false)
 		time.AfterFunc(1500*time.Millisecond, s.end)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // Verdict is what a reconciliation found out about a key whose outcome was
@@ -39,7 +41,7 @@ func (v Verdict) String() string {
 // Resolution is the answer of Options.Reconcile.
 type Resolution struct {
 	Verdict Verdict
-	Result  Result // VerdictCompleted: the result to record and replay
+	Result  store.Result // VerdictCompleted: the result to record and replay
 }
 
 // claimMargin is how much longer a reconciliation claim lasts than the
@@ -52,7 +54,7 @@ const claimMargin = 2 * time.Second
 // records the answer. It returns the record as it is afterwards, or absent
 // when the key was resolved not executed (here or by someone else). A
 // failed Reconcile call is logged, and leaves the key UNKNOWN.
-func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
+func (e *Engine) reconcileKey(ctx context.Context, id store.ID, retention time.Duration) (rec store.Record, absent bool, err error) {
 	r, err := e.reconcileOnce(ctx, id, retention)
 	if r.failed != nil {
 		e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", r.rec.Fence, "err", r.failed)
@@ -62,16 +64,16 @@ func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duratio
 
 // reconciliation is what reconcileOnce did about one key.
 type reconciliation struct {
-	rec    Record // the record afterwards
-	absent bool   // resolved not executed, here or by someone else
-	asked  bool   // Reconcile was called: this process held the claim
-	failed error  // the Reconcile call failed (or its answer was unusable): the key stays UNKNOWN
+	rec    store.Record // the record afterwards
+	absent bool         // resolved not executed, here or by someone else
+	asked  bool         // Reconcile was called: this process held the claim
+	failed error        // the Reconcile call failed (or its answer was unusable): the key stays UNKNOWN
 }
 
 // reconcileOnce is reconcileKey without the log line: the sweep counts
 // failures and logs once a pass. err is the store's.
-func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Duration) (reconciliation, error) {
-	claim := ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
+func (e *Engine) reconcileOnce(ctx context.Context, id store.ID, retention time.Duration) (reconciliation, error) {
+	claim := store.ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
 	cctx := e.callCtx(ctx)
 	start := time.Now()
 	cr, err := e.store.Claim(cctx, claim)
@@ -101,7 +103,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Durati
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention}
+	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
@@ -122,11 +124,11 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Durati
 	if res.Verdict == VerdictNotExecuted {
 		return reconciliation{absent: true, asked: true}, nil
 	}
-	r.rec.State, r.rec.Result, r.rec.TTL = StateCompleted, p.Result, retention
+	r.rec.State, r.rec.Result, r.rec.TTL = store.StateCompleted, p.Result, retention
 	return r, nil
 }
 
-func (e *Engine) resolve(ctx context.Context, p ResolveParams) error {
+func (e *Engine) resolve(ctx context.Context, p store.ResolveParams) error {
 	cctx := e.callCtx(ctx)
 	defer cctx.end()
 	start := time.Now()
@@ -140,7 +142,7 @@ func (e *Engine) resolve(ctx context.Context, p ResolveParams) error {
 	return err
 }
 
-func (e *Engine) reconciled(id ID, v Verdict, err error) {
+func (e *Engine) reconciled(id store.ID, v Verdict, err error) {
 	if o, ok := e.obs.(ReconcileObserver); ok {
 		o.Reconciled(id, v, err)
 	}
@@ -154,14 +156,14 @@ func (e *Engine) reconciled(id ID, v Verdict, err error) {
 // never lands on another. It returns ErrNotFound, ErrNotUnknown or
 // ErrStaleFence, changing nothing, when the key is absent, not UNKNOWN, or
 // has another fence.
-func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) error {
+func (e *Engine) Resolve(ctx context.Context, id store.ID, fence int64, res *store.Result) error {
 	if err := validate(id); err != nil {
 		return err
 	}
 	if res != nil && len(res.Body) > e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), e.maxResult)
 	}
-	err := e.resolve(ctx, ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention})
+	err := e.resolve(ctx, store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention})
 	if err == nil {
 		v := VerdictNotExecuted
 		if res != nil {
@@ -178,17 +180,17 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 // listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
 // is listed once a retry or a Get met it and made it UNKNOWN.
-func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
-	if p.Limit < 0 || p.Limit > MaxListLimit {
-		return ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, MaxListLimit)
+func (e *Engine) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	if p.Limit < 0 || p.Limit > store.MaxListLimit {
+		return store.ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, store.MaxListLimit)
 	}
 	if !p.AllTenants {
 		if err := ValidateTenant(p.Tenant); err != nil {
-			return ListPage{}, err
+			return store.ListPage{}, err
 		}
 	}
 	if p.Limit == 0 {
-		p.Limit = DefaultListLimit
+		p.Limit = store.DefaultListLimit
 	}
 	cctx := e.callCtx(ctx)
 	defer cctx.end()
@@ -197,9 +199,9 @@ func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error
 	e.observe(ctx, "list_unknown", start, err)
 	switch {
 	case errors.Is(err, ErrInvalidCursor): // the caller's error, not the store's
-		return ListPage{}, err
+		return store.ListPage{}, err
 	case err != nil:
-		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
+		return store.ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
 	}
 	return page, nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idem/store"
 )
 
 // ErrNoReconcile is returned by Engine.Reconcile when Options.Reconcile
@@ -21,24 +23,24 @@ var ErrNoReconcile = errors.New("idem: Options.Reconcile is not set")
 // reconciling the key right now. It asks nothing and returns
 // ErrNoReconcile, ErrNotFound or ErrNotUnknown when there is no lookup, no
 // record, or a record that is not UNKNOWN.
-func (e *Engine) Reconcile(ctx context.Context, id ID) (Verdict, Record, error) {
+func (e *Engine) Reconcile(ctx context.Context, id store.ID) (Verdict, store.Record, error) {
 	if e.reconcile == nil {
-		return VerdictUnknown, Record{}, ErrNoReconcile
+		return VerdictUnknown, store.Record{}, ErrNoReconcile
 	}
 	rec, err := e.Get(ctx, id)
 	if err != nil {
-		return VerdictUnknown, Record{}, err
+		return VerdictUnknown, store.Record{}, err
 	}
-	if rec.State != StateUnknown {
+	if rec.State != store.StateUnknown {
 		return VerdictUnknown, rec, fmt.Errorf("%w: it is %v", ErrNotUnknown, rec.State)
 	}
 	after, absent, err := e.reconcileKey(ctx, id, e.retention)
 	switch {
 	case err != nil:
-		return VerdictUnknown, Record{}, err
+		return VerdictUnknown, store.Record{}, err
 	case absent:
-		return VerdictNotExecuted, Record{}, nil
-	case after.State == StateCompleted:
+		return VerdictNotExecuted, store.Record{}, nil
+	case after.State == store.StateCompleted:
 		return VerdictCompleted, after, nil
 	}
 	return VerdictUnknown, after, nil

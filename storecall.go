@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem/store"
 )
 
 // DefaultStoreTimeout is Options.StoreTimeout when it is zero: far above
@@ -100,9 +102,9 @@ func (c *callContext) end() {
 // Get returns the record of a key, for inspection; ErrNotFound when absent.
 // It is the store's view: a result this engine holds (Options.MaxHeld)
 // shows once it is stored.
-func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
+func (e *Engine) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	if err := validate(id); err != nil {
-		return Record{}, err
+		return store.Record{}, err
 	}
 	cctx := e.callCtx(ctx)
 	defer cctx.end()
@@ -123,7 +125,7 @@ func (e *Engine) explain(cctx *callContext, err error) error {
 	return err
 }
 
-func (e *Engine) acquire(ctx context.Context, p AcquireParams) (AcquireResult, error) {
+func (e *Engine) acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	start := time.Now()
 	res, err := e.store.Acquire(ctx, p)
 	e.observe(ctx, "acquire", start, err)
@@ -146,7 +148,7 @@ func (e *Engine) observe(ctx context.Context, op string, start time.Time, err er
 	}
 }
 
-func (e *Engine) leaseEvent(id ID, ev LeaseEvent) {
+func (e *Engine) leaseEvent(id store.ID, ev LeaseEvent) {
 	if e.obs != nil {
 		e.obs.LeaseEvent(id, ev)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -30,7 +31,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 		s, _ := memstore.New(nil)
 		e := newEngine(t, s, &idem.Options{ReconcileRate: 1000, ReconcileBackoff: time.Minute, ReconcileMaxBackoff: 4 * time.Minute,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 				mu.Lock()
 				asked[rec.Key]++
 				mu.Unlock()
@@ -43,7 +44,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 				return idem.Resolution{}, errors.New("lookup: 500")
 			}})
 		for _, k := range []string{"a", "b", "c"} {
-			markUnknown(t, e, idem.Request{Tenant: "acme", Key: k})
+			markUnknown(t, e, idem.Key{Tenant: "acme", Key: k, NoFingerprint: true})
 		}
 		pass := func(wantAsked string, want idem.ReconcileStats) {
 			t.Helper()

@@ -20,11 +20,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem"
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,8 +38,8 @@ type exported map[string]map[string]map[string]bool
 // store error, so idem_store_seconds{result="error"} exists to be checked.
 type failingGets struct{ *memstore.Store }
 
-func (failingGets) Get(context.Context, idem.ID) (idem.Record, error) {
-	return idem.Record{}, errors.New("deploy test: injected store error")
+func (failingGets) Get(context.Context, store.ID) (store.Record, error) {
+	return store.Record{}, errors.New("deploy test: injected store error")
 }
 
 // scrapeGateway runs a gateway on the memory store, as `idem serve`

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 )
 
 var (
@@ -45,8 +44,8 @@ func ScopeFrom(ctx context.Context) (tenant, key string, ok bool) {
 	if s, ok := ctx.Value(scopeKey{}).(scope); ok {
 		return s.tenant, s.key, true
 	}
-	if l, ok := idemhttp.LeaseFromContext(ctx); ok {
-		id := l.Ref().ID
+	if l, ok := idem.LeaseFromContext(ctx); ok {
+		id := l.ID()
 		return id.Tenant, id.Key, true
 	}
 	return "", "", false

@@ -8,14 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // BenchmarkInterceptor serves the test method over loopback TCP, bare and
@@ -32,10 +34,10 @@ import (
 func BenchmarkInterceptor(b *testing.B) {
 	stores := []struct {
 		name string
-		new  func(b *testing.B) idem.Store
+		new  func(b *testing.B) store.Store
 	}{
-		{"memory", func(b *testing.B) idem.Store { return memStore(b) }},
-		{"redis", func(b *testing.B) idem.Store {
+		{"memory", func(b *testing.B) store.Store { return memStore(b) }},
+		{"redis", func(b *testing.B) store.Store {
 			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
 			if err != nil {
 				b.Fatal(err)

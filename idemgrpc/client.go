@@ -7,11 +7,12 @@ import (
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/idemkit/idem"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idem"
 )
 
 // ClientOptions configures the client interceptor. A nil *ClientOptions

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/idemkit/idem"
 	"google.golang.org/grpc/codes"
 )
 
@@ -79,8 +78,10 @@ func DefaultStatusPolicy(code codes.Code) Disposition {
 // the interceptor does with the key after the handler returns, whatever
 // its status: a handler that knows better than its status declares it
 // here, e.g. DispositionUnknown after a downstream call that was sent and
-// not answered. reason is kept with an UNKNOWN key (idem.Record.Reason)
-// and must not hold secrets. The last call wins. It reports false, doing
+// not answered. reason is kept with an UNKNOWN key (store.Record.Reason)
+// and shown to every caller that retries the key, in the message of its
+// UNKNOWN status: it must hold nothing the caller may not see (no
+// secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
 //
 // A handler error that wraps idem.ErrOutcomeUnknown (idem.OutcomeUnknown)
@@ -112,33 +113,17 @@ func (o *override) get() (Disposition, string) {
 	return o.d, o.reason
 }
 
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease a handler runs under, if the
-// interceptor acquired one for its call, as idemhttp.LeaseFromContext
-// does for HTTP. Pass its fence (Lease.Fence) with the call's side
-// effects so they can refuse a stale owner (see store/pgstore's
-// guardrail), and call Lease.Check right before one.
-func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
-	return l, ok
-}
-
 // leaseContext is the context a protected handler runs under: the
-// lease's (cancelled when the lease can no longer be held), carrying the
-// lease for LeaseFromContext and the call's override for SetDisposition,
-// without an allocation of its own.
+// lease's (cancelled when the lease can no longer be held, and carrying
+// the lease for idem.LeaseFromContext), with the call's override for
+// SetDisposition, without an allocation of its own.
 type leaseContext struct {
 	context.Context
-	lease    *idem.Lease
 	override *override
 }
 
 func (c *leaseContext) Value(key any) any {
-	switch key {
-	case leaseKey{}:
-		return c.lease
-	case dispositionKey{}:
+	if _, ok := key.(dispositionKey); ok {
 		return c.override
 	}
 	return c.Context.Value(key)

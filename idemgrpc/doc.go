@@ -36,9 +36,9 @@
 //   - first call: the handler runs under a lease, on a context detached
 //     from the caller's cancellation and deadline (once started, the work
 //     runs to completion and is recorded, so the caller's retry gets the
-//     replay, not a second run). LeaseFromContext gives the handler its
-//     lease: pass Lease.Fence with its side effects and call Lease.Check
-//     before one, as with idemhttp.LeaseFromContext. Its answer, the
+//     replay, not a second run). idem.LeaseFromContext gives the
+//     handler its lease: pass Lease.Fence with its side effects and call
+//     Lease.Check before one. Its answer, the
 //     response message or the final status with its details, is stored,
 //     or the key released, or marked UNKNOWN, as Options.StatusPolicy says
 //     (DefaultStatusPolicy: UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED

@@ -6,13 +6,14 @@ import (
 	"net"
 	"sync/atomic"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/store/memstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // A service defined without generated code: one unary method taking and
@@ -47,7 +48,7 @@ func Example() {
 	var refunded atomic.Int64
 	srv := grpc.NewServer(grpc.UnaryInterceptor(server))
 	srv.RegisterService(&refunds, func(ctx context.Context, order *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		lease, _ := idemgrpc.LeaseFromContext(ctx) // pass lease.Fence() with the side effect
+		lease, _ := idem.LeaseFromContext(ctx) // pass lease.Fence() with the side effect
 		refunded.Add(1)
 		return wrapperspb.String(fmt.Sprintf("refunded %s (fenced: %v)", order.GetValue(), lease.Fence() > 0)), nil
 	})

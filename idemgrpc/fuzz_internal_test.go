@@ -3,10 +3,11 @@ package idemgrpc
 import (
 	"testing"
 
-	"github.com/idemkit/idem"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem/store"
 )
 
 // FuzzDecodeResult: whatever a store hands back, a replay decodes it or
@@ -19,7 +20,7 @@ func FuzzDecodeResult(f *testing.F) {
 	f.Add(0, []byte("google.protobuf.Nope\n\x0a\x01x"))
 	f.Add(0, []byte("no newline"))
 	f.Fuzz(func(t *testing.T, code int, body []byte) {
-		resp, err := decodeResult(&idem.Result{Status: code, Body: body})
+		resp, err := decodeResult(&store.Result{Status: code, Body: body})
 		if (resp == nil) == (err == nil) {
 			t.Fatalf("decodeResult gave %v and %v", resp, err)
 		}

@@ -11,10 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/internal/testinfra/storekit"
-	"github.com/idemkit/idem/store/memstore"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,6 +22,12 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -172,7 +174,7 @@ func serve(t testing.TB, e *idem.Engine, o *idemgrpc.Options, s *service, dial .
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func newEngine(t testing.TB, s idem.Store, o *idem.Options) *idem.Engine {
+func newEngine(t testing.TB, s store.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
 	e, err := idem.New(s, o)
 	if err != nil {
@@ -181,7 +183,7 @@ func newEngine(t testing.TB, s idem.Store, o *idem.Options) *idem.Engine {
 	return e
 }
 
-func memStore(t testing.TB) idem.Store {
+func memStore(t testing.TB) store.Store {
 	s, err := memstore.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +225,7 @@ type faultStore struct {
 	acquired chan struct{} // when set, told of every Acquire while its buffer has room
 }
 
-func newFaultStore(s idem.Store, acquired chan struct{}) *faultStore {
+func newFaultStore(s store.Store, acquired chan struct{}) *faultStore {
 	return &faultStore{Faulty: storekit.Faulty{Store: s}, acquired: acquired}
 }
 
@@ -235,7 +237,7 @@ func (s *faultStore) acquires() int {
 	return len(s.keys)
 }
 
-func (s *faultStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *faultStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	s.mu.Lock()
 	s.keys = append(s.keys, p.Key)
 	s.mu.Unlock()

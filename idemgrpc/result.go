@@ -9,18 +9,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"github.com/idemkit/idem/store"
 )
 
 // resultBuffer holds one call's encodings (the request to fingerprint it,
 // the answer to store it); the store copies what it keeps
-// (idem.CompleteParams), so the buffer goes back to the pool after.
+// (store.CompleteParams), so the buffer goes back to the pool after.
 type resultBuffer struct{ b []byte }
 
 var resultBuffers = sync.Pool{New: func() any { return &resultBuffer{b: make([]byte, 0, 512)} }}
@@ -57,34 +58,34 @@ func putBuffer(rb *resultBuffer) {
 	}
 }
 
-// A stored answer is an idem.Result whose Status is the gRPC code and
+// A stored answer is an store.Result whose Status is the gRPC code and
 // whose Body is, for OK, the response's full message name, a newline and
 // its protobuf encoding (the name finds the type to decode it into on a
 // replay, in any process that links it), and for any other code the
 // encoded google.rpc.Status, details included.
 
 // encodeResult encodes the handler's answer into b.
-func encodeResult(rb *resultBuffer, resp any, st *status.Status) (idem.Result, error) {
+func encodeResult(rb *resultBuffer, resp any, st *status.Status) (store.Result, error) {
 	if st.Code() != codes.OK {
 		b, err := proto.MarshalOptions{}.MarshalAppend(rb.b[:0], st.Proto())
 		rb.b = b
-		return idem.Result{Status: int(st.Code()), Body: b}, err
+		return store.Result{Status: int(st.Code()), Body: b}, err
 	}
 	msg, ok := resp.(proto.Message)
 	if !ok || msg == nil {
-		return idem.Result{}, fmt.Errorf("the response is a %T, not a protobuf message", resp)
+		return store.Result{}, fmt.Errorf("the response is a %T, not a protobuf message", resp)
 	}
 	b := append(rb.b[:0], msg.ProtoReflect().Descriptor().FullName()...)
 	b = append(b, '\n')
 	b, err := deterministic.MarshalAppend(b, msg)
 	rb.b = b
-	return idem.Result{Status: int(codes.OK), Body: b}, err
+	return store.Result{Status: int(codes.OK), Body: b}, err
 }
 
 var errNotReplayable = errors.New("idemgrpc: stored result cannot be decoded")
 
 // decodeResult turns a stored answer back into what the handler returned.
-func decodeResult(res *idem.Result) (any, error) {
+func decodeResult(res *store.Result) (any, error) {
 	if res.Status != int(codes.OK) {
 		var sp spb.Status
 		if err := proto.Unmarshal(res.Body, &sp); err != nil {
@@ -168,14 +169,14 @@ func (d *durations) estimate(method string, leaseLeft time.Duration) time.Durati
 // idem.Options.Reconcile or an operator's idem.Engine.Resolve that settles
 // an UNKNOWN key of a gRPC method: the key's retries then get that answer
 // replayed, as if the handler had given it.
-func EncodeResult(resp proto.Message, err error) (idem.Result, error) {
+func EncodeResult(resp proto.Message, err error) (store.Result, error) {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err)
 	}
 	res, eerr := encodeResult(&resultBuffer{}, resp, st)
 	if eerr != nil {
-		return idem.Result{}, fmt.Errorf("idemgrpc: EncodeResult: %w", eerr)
+		return store.Result{}, fmt.Errorf("idemgrpc: EncodeResult: %w", eerr)
 	}
 	return res, nil
 }

@@ -9,15 +9,17 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/await"
-	"github.com/idemkit/idem/internal/finalctx"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/await"
+	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/store"
 )
 
 // ErrTenantMissing, returned by Options.Tenant, says that the call has no
@@ -178,7 +180,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// once it has started it runs to completion and is recorded, so that
 	// the caller's retry gets the replay rather than a second execution.
 	detached := context.WithoutCancel(ctx)
-	ireq := idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention}
+	ireq := idem.Key{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention}
 	att, err := s.e.Begin(detached, ireq)
 	if err == nil && att.Outcome == idem.InFlight && s.wait > 0 {
 		att, err = s.finished.Turn(detached, ctx.Done(), s.e, ireq, att, s.wait)
@@ -279,7 +281,7 @@ func (s *server) beginFailed(ctx context.Context, method string, err error) erro
 		return errStatus(codes.InvalidArgument, ReasonKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		return errStatus(codes.InvalidArgument, ReasonTenantInvalid, err.Error())
-	case errors.Is(err, idem.ErrStoreFull):
+	case errors.Is(err, store.ErrStoreFull):
 		s.log.Warn("idemgrpc: store full; answering RESOURCE_EXHAUSTED", "method", method, "err", err)
 		pushback(ctx, time.Second)
 		return newStatus(codes.ResourceExhausted, ReasonStoreFull,
@@ -307,7 +309,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 			"idem: the idempotency lease ended before the call could run ("+cerr.Error()+"); it did not run: retry with the same key", time.Second, nil).Err()
 	}
 	x := &call{}
-	x.ctx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
+	x.ctx = leaseContext{Context: l.Context(), override: &x.override}
 	start := time.Now()
 	finished := false
 	defer func() {
@@ -320,7 +322,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 		fctx := x.finalizeContext(detached)
 		defer fctx.Cancel()
 		s.finalizeErr(info.FullMethod, l.MarkUnknown(fctx, "the handler panicked"))
-		s.finished.Wake(l.Ref().ID)
+		s.finished.Wake(l.ID())
 		resp, err = nil, unknownStatus(codes.Internal, "the handler panicked", l.Fence(), 0)
 	}()
 	resp, err = handler(&x.ctx, req)
@@ -329,7 +331,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 	fctx := x.finalizeContext(detached)
 	defer fctx.Cancel()
 	resp, err = s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
-	s.finished.Wake(l.Ref().ID)
+	s.finished.Wake(l.ID())
 	return resp, err
 }
 

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemgrpc"
-	"github.com/idemkit/idem/internal/faultproxy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +19,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemgrpc"
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/store"
 )
 
 // wantStatus fails t unless err is a status with code and, when reason is
@@ -39,7 +41,7 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason string) *status
 }
 
 func TestReplay(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st store.Store) {
 		ctx := testContext(t)
 		svc := &service{}
 		conn := serve(t, newEngine(t, st, nil), nil, svc)
@@ -75,7 +77,7 @@ func TestStoredError(t *testing.T) {
 	eachStore(t, testStoredError)
 }
 
-func testStoredError(t *testing.T, st idem.Store) {
+func testStoredError(t *testing.T, st store.Store) {
 	ctx := testContext(t)
 	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		s, _ := status.New(codes.Internal, "ledger write failed").WithDetails(&errdetails.ErrorInfo{Reason: "LEDGER", Domain: "example.com"})
@@ -154,7 +156,7 @@ func TestStatusPolicy(t *testing.T) {
 // other call is answered ABORTED with a RetryInfo of at least 1ms and at
 // most the lease, and a later call replays.
 func TestBurst(t *testing.T) {
-	eachStore(t, func(t *testing.T, st idem.Store) {
+	eachStore(t, func(t *testing.T, st store.Store) {
 		ctx := testContext(t)
 		release := make(chan struct{})
 		svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -300,7 +302,7 @@ func TestPanic(t *testing.T) {
 	eachStore(t, testPanic)
 }
 
-func testPanic(t *testing.T, st idem.Store) {
+func testPanic(t *testing.T, st store.Store) {
 	ctx := testContext(t)
 	svc := &service{}
 	svc.handle = func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
@@ -461,7 +463,7 @@ func TestLeaseInHandler(t *testing.T) {
 	ctx := testContext(t)
 	fences := make(chan int64, 2)
 	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		l, ok := idemgrpc.LeaseFromContext(ctx)
+		l, ok := idem.LeaseFromContext(ctx)
 		if !ok || l.Check() != nil {
 			return nil, status.Error(codes.FailedPrecondition, "no lease")
 		}
@@ -726,7 +728,7 @@ func TestReconcile(t *testing.T) {
 	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
 	}}
-	e := newEngine(t, memStore(t), &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+	e := newEngine(t, memStore(t), &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 		res, err := idemgrpc.EncodeResult(wrapperspb.String("paid 6 (found at the provider)"), nil)
 		return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, err
 	}})
@@ -789,7 +791,7 @@ func TestLeaseEnds(t *testing.T) {
 // waits for the running call and is answered what it answered, replayed,
 // instead of ABORTED; the handler runs once.
 func TestWaitAttaches(t *testing.T) {
-	eachStore(t, func(t *testing.T, base idem.Store) {
+	eachStore(t, func(t *testing.T, base store.Store) {
 		ctx := testContext(t)
 		st := newFaultStore(base, make(chan struct{}, 2))
 		release := make(chan struct{})

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -39,16 +40,16 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("bare", func(b *testing.B) { benchPair(b, hello, hello, nil) })
 	stores := []struct {
 		name string
-		new  func(b *testing.B) idem.Store
+		new  func(b *testing.B) store.Store
 	}{
-		{"memory", func(b *testing.B) idem.Store {
+		{"memory", func(b *testing.B) store.Store {
 			s, err := memstore.New(&memstore.Options{TenantShare: 1}) // every request is one tenant's
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"redis", func(b *testing.B) idem.Store {
+		{"redis", func(b *testing.B) store.Store {
 			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
 			if err != nil {
 				b.Fatal(err)

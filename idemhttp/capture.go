@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // capture is the ResponseWriter a protected handler writes to. Everything
@@ -59,8 +59,8 @@ func (c *capture) release() {
 
 // result returns the response to store. Its header and body are the
 // pooled buffers' (nil when empty, as without a pool).
-func (c *capture) result(status int) idem.Result {
-	res := idem.Result{Status: status}
+func (c *capture) result(status int) store.Result {
+	res := store.Result{Status: status}
 	if len(c.header) > 0 {
 		res.Header = c.header
 	}

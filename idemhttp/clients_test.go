@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -101,7 +102,7 @@ func TestStripeErrorFormat(t *testing.T) {
 // percent-encodings, replays; a changed value, or the values of one name
 // in another order, is a mismatch.
 func TestFormBodyFingerprint(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		e := newEngine(t, newStore(t), nil)
 		runs := 0
 		srv := serve(t, newMiddleware(t, e, nil)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

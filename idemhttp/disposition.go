@@ -77,8 +77,10 @@ const DefaultUnknownRetryAfter = 60 * time.Second
 // the middleware does with the key after the handler returns, whatever the
 // status: a handler that knows better than its status declares it here,
 // e.g. DispositionUnknown after a downstream call that was sent and not
-// answered. reason is kept with an UNKNOWN key (idem.Record.Reason) and
-// must not hold secrets. The last call wins. It reports false, doing
+// answered. reason is kept with an UNKNOWN key (store.Record.Reason) and
+// shown to every client that retries the key, in the detail of its 503
+// outcome_unknown problem: it must hold nothing the client may not see
+// (no secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
 //
 // A panic in the handler always makes the key UNKNOWN.
@@ -144,7 +146,7 @@ func (m *middleware) leaseEnded(detached context.Context, w http.ResponseWriter,
 	if err := l.Release(ctx); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		m.log.Error("idemhttp: releasing a key whose lease ended before the handler ran", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	m.wakeWaiters(l.Ref().ID)
+	m.wakeWaiters(l.ID())
 	w.Header().Del(HeaderRepeatabilityResult) // it did not run: neither accepted nor rejected
 	w.Header().Set("Retry-After", "1")
 	m.writeError(w, http.StatusServiceUnavailable, CodeLeaseLost,

@@ -62,7 +62,7 @@
 // store stayed unreachable until the lease ran out), so the handler can stop
 // before its side effects. It is NOT cancelled when the client disconnects:
 // work that started runs to completion and is recorded, so the client's
-// retry gets the replay. LeaseFromContext returns the lease, whose fence the
+// retry gets the replay. idem.LeaseFromContext returns the lease, whose fence the
 // handler passes on with its writes. A lease lost by the time the handler
 // returns is logged by the engine and reported as OutcomeLeaseLost; the
 // record of the new owner is never overwritten.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/store/memstore"
@@ -73,7 +74,7 @@ func Example_chi() {
 	r.Route("/refunds", func(r chi.Router) {
 		r.Use(mw)
 		r.Post("/{id}", func(w http.ResponseWriter, r *http.Request) {
-			l, _ := idemhttp.LeaseFromContext(r.Context())
+			l, _ := idem.LeaseFromContext(r.Context())
 			fmt.Fprintf(w, `{"refund":%q,"fenced":%t}`, chi.URLParam(r, "id"), l.Fence() > 0)
 		})
 	})

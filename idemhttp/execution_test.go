@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -39,13 +40,13 @@ func (c *acquireCounter) StoreCall(_ context.Context, op string, _ time.Duration
 		close(c.all)
 	}
 }
-func (c *acquireCounter) LeaseEvent(idem.ID, idem.LeaseEvent) {}
+func (c *acquireCounter) LeaseEvent(store.ID, idem.LeaseEvent) {}
 
 // TestBurst: 100 concurrent requests with one key run the handler once;
 // the others get 409, or the replay in wait mode.
 func TestBurst(t *testing.T) {
 	const n = 100
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, wait := range []time.Duration{0, 10 * time.Second} {
 			t.Run("wait="+wait.String(), func(t *testing.T) {
 				acquires := newAcquireCounter(n)
@@ -104,7 +105,7 @@ func TestBurst(t *testing.T) {
 // TestWaitEndsWith409: a request that waits longer than Wait gets the 409,
 // once the Wait is over.
 func TestWaitEndsWith409(t *testing.T) {
-	eachStoreInBubble(t, func(t *testing.T, s idem.Store) {
+	eachStoreInBubble(t, func(t *testing.T, s store.Store) {
 		const wait = 30 * time.Millisecond
 		release := make(chan struct{})
 		started := make(chan struct{})
@@ -209,7 +210,7 @@ func TestWritePaths(t *testing.T) {
 			w.Write(small)
 		}, 201, small},
 	}
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				var calls atomic.Int64
@@ -288,7 +289,7 @@ func TestPanic(t *testing.T) {
 // TestClientDisconnect: the handler goes on after its client left, and the
 // retry gets the recorded result.
 func TestClientDisconnect(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		clientGone := make(chan context.Context, 1)
 		handlerCtxErr := make(chan error, 1)
 		entered := make(chan struct{}, 2)
@@ -339,7 +340,7 @@ func TestClientDisconnect(t *testing.T) {
 // TestLeaseLost: when the key is taken away mid-handler the handler's
 // context is cancelled, and its result never overwrites the new owner's.
 func TestLeaseLost(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		e := newEngine(t, newStore(t), &idem.Options{LeaseDuration: 2 * time.Second, RenewEvery: 10 * time.Millisecond})
 		started, cancelled, secondDone := make(chan struct{}), make(chan error, 1), make(chan struct{})
 		var calls atomic.Int64
@@ -365,7 +366,7 @@ func TestLeaseLost(t *testing.T) {
 		first := make(chan response, 1)
 		go func() { first <- call{key: "k"}.send(t, srv) }()
 		<-started
-		if ok, err := e.ForceDelete(context.Background(), idem.ID{Key: "k"}); !ok || err != nil {
+		if ok, err := e.ForceDelete(context.Background(), store.ID{Key: "k"}); !ok || err != nil {
 			t.Fatalf("Delete: %v %v", ok, err)
 		}
 		if err := <-cancelled; !errors.Is(err, idem.ErrLeaseLost) {
@@ -391,10 +392,10 @@ func TestLeaseLost(t *testing.T) {
 // TestLeaseInContext: the handler runs on the lease's context and can read
 // the fence.
 func TestLeaseInContext(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		fences := make(chan int64, 2)
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			l, ok := idemhttp.LeaseFromContext(r.Context())
+			l, ok := idem.LeaseFromContext(r.Context())
 			if !ok {
 				fences <- 0
 				return
@@ -410,7 +411,7 @@ func TestLeaseInContext(t *testing.T) {
 		if a, b := <-fences, <-fences; a <= 0 || b <= a {
 			t.Errorf("fences %d, %d: want positive and increasing", a, b)
 		}
-		if _, ok := idemhttp.LeaseFromContext(context.Background()); ok {
+		if _, ok := idem.LeaseFromContext(context.Background()); ok {
 			t.Error("a lease in a bare context")
 		}
 	})
@@ -454,7 +455,7 @@ func TestNotReplayable(t *testing.T) {
 			w.Write(big)
 		}, big},
 	}
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				var calls atomic.Int64
@@ -487,7 +488,7 @@ func TestNotReplayable(t *testing.T) {
 // TestStreamedRetryableStatusReleases: a streamed response with a status
 // the policy releases on still releases the key.
 func TestStreamedRetryableStatusReleases(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
@@ -504,7 +505,7 @@ func TestStreamedRetryableStatusReleases(t *testing.T) {
 
 // TestPerRoute: each route can have its own options.
 func TestPerRoute(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		e := newEngine(t, newStore(t), nil)
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -527,7 +528,7 @@ func TestPerRoute(t *testing.T) {
 		if r := (call{path: "/loose", method: "PUT", key: "k2"}).send(t, srv); r.header.Get(idemhttp.HeaderReplayed) != "" {
 			t.Error("PUT on /loose was protected")
 		}
-		rec, err := e.Get(context.Background(), idem.ID{Key: "k"})
+		rec, err := e.Get(context.Background(), store.ID{Key: "k"})
 		if err != nil || rec.TTL <= 30*time.Minute || rec.TTL > time.Hour {
 			t.Errorf("the route's Retention: record TTL %v, %v", rec.TTL, err)
 		}
@@ -536,7 +537,7 @@ func TestPerRoute(t *testing.T) {
 
 // TestBodyHandedOnIntact: the handler reads the body the middleware read.
 func TestBodyHandedOnIntact(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			io.Copy(w, r.Body)
 		})

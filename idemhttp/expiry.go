@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // HeaderExpiry publishes the server's expiry policy on every answer to a
@@ -31,7 +31,7 @@ func expiryValue(response, key time.Duration) string {
 // response's retention ended and its key's did not. 410 Gone, not run
 // again, with when it completed and the status it answered, in either
 // error format.
-func (m *middleware) answerExpired(w http.ResponseWriter, rec idem.Record) {
+func (m *middleware) answerExpired(w http.ResponseWriter, rec store.Record) {
 	completed := rec.CompletedAt.UTC().Format(time.RFC3339)
 	var status int
 	if rec.Result != nil {

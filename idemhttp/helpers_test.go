@@ -9,10 +9,12 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
-	"go.uber.org/goleak"
+	"github.com/idemkit/idem/store"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,7 +31,7 @@ var (
 	eachStoreInBubble = storekit.EachStore
 )
 
-func newEngine(t *testing.T, s idem.Store, o *idem.Options) *idem.Engine {
+func newEngine(t *testing.T, s store.Store, o *idem.Options) *idem.Engine {
 	t.Helper()
 	e, err := idem.New(s, o)
 	if err != nil {

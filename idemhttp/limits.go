@@ -49,7 +49,7 @@ func readAll(r io.Reader, announced int64) ([]byte, error) {
 	}
 }
 
-// storeFull answers a request that found the store full (idem.ErrStoreFull):
+// storeFull answers a request that found the store full (store.ErrStoreFull):
 // 503, and the handler does not run, FailOpen or not. The store is up and
 // answering, so running the handler unprotected would only trade a 503 for
 // a possible double execution; the stored keys keep replaying meanwhile.

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
 	"github.com/idemkit/idem/internal/httpwire"
+	"github.com/idemkit/idem/store"
 )
 
 // Options configures the middleware. A nil *Options means all defaults.
@@ -41,7 +42,9 @@ type Options struct {
 	TenantHeader string
 	// Fingerprint digests a request and its body; reusing a key with
 	// another digest is answered 422 (code key_mismatch). Nil means the
-	// package's Fingerprint function.
+	// package's Fingerprint function. An empty digest is a bug in the
+	// function (every request would match every other): such a request is
+	// answered 500 and its handler does not run.
 	Fingerprint func(r *http.Request, body []byte) string
 	// MaxBody bounds the request body, which is read whole to fingerprint
 	// it; a larger body is answered 413 (code body_too_large) before any
@@ -292,32 +295,17 @@ func headerTenant(name string) func(*http.Request) (string, error) {
 	}
 }
 
-type leaseKey struct{}
-
-// LeaseFromContext returns the lease a handler runs under, if the
-// middleware acquired one for its request. Forward its fence with the
-// request's side effects (the gateway sends Idempotency-Fence upstream) so
-// that they can refuse a stale owner.
-func LeaseFromContext(ctx context.Context) (*idem.Lease, bool) {
-	l, ok := ctx.Value(leaseKey{}).(*idem.Lease)
-	return l, ok
-}
-
 // leaseContext is the context a protected handler runs under: the lease's,
-// carrying the lease for LeaseFromContext and the request's override for
-// SetDisposition. It is context.WithValue without an allocation of its own
-// (it lives in the request's exchange).
+// which carries the lease for idem.LeaseFromContext, with the request's
+// override for SetDisposition. It is context.WithValue without an
+// allocation of its own (it lives in the request's exchange).
 type leaseContext struct {
 	context.Context
-	lease    *idem.Lease
 	override *override
 }
 
 func (c *leaseContext) Value(key any) any {
-	switch key {
-	case leaseKey{}:
-		return c.lease
-	case dispositionKey{}:
+	if _, ok := key.(dispositionKey); ok {
 		return c.override
 	}
 	return c.Context.Value(key)
@@ -384,7 +372,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
-	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
+	req := idem.Key{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
 		KeyRetention: m.keyRetention}
 	r.Body = newBodyReader(body)
 
@@ -484,11 +472,11 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 		m.reject(w, r, http.StatusBadRequest, CodeKeyInvalid, err.Error())
 	case errors.Is(err, idem.ErrInvalidTenant):
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
-	case errors.Is(err, idem.ErrInvalidFingerprint):
+	case errors.Is(err, idem.ErrInvalidFingerprint), errors.Is(err, idem.ErrInvalidRequest): // an unusable or empty fingerprint
 		m.log.Error("idemhttp: the Fingerprint function returned an unusable fingerprint", "err", err)
 		m.writeError(w, http.StatusInternalServerError, CodeInternal, "the server's request fingerprint is misconfigured")
 		m.report(r, OutcomeStoreError)
-	case errors.Is(err, idem.ErrStoreFull):
+	case errors.Is(err, store.ErrStoreFull):
 		m.storeFull(w, r, err)
 	case m.failOpen:
 		m.log.Warn("idemhttp: store failed; running the handler unprotected (FailOpen)", "method", r.Method, "path", r.URL.Path, "err", err)
@@ -510,11 +498,11 @@ func retryAfterSeconds(d time.Duration) int {
 
 // wakeWaiters tells this process's waiters for id (Options.Wait) that
 // the key finished.
-func (m *middleware) wakeWaiters(id idem.ID) { m.finished.Wake(id) }
+func (m *middleware) wakeWaiters(id store.ID) { m.finished.Wake(id) }
 
 // replay answers with a stored result, marked Idempotent-Replayed, and
 // echoes the request's Idempotency-Key (Stripe's SDKs read it back).
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Result) {
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *store.Result) {
 	h := w.Header()
 	for _, name := range m.replayHeaders {
 		if vs, ok := res.Header[name]; ok {
@@ -532,7 +520,7 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *idem.Re
 // execute runs the handler under the lease and records what it answered;
 // detached is r's context without its cancellation.
 func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
-	id := l.Ref().ID
+	id := l.ID()
 	if err := l.Check(); err != nil {
 		// The lease ended before the handler could start (the acquire was
 		// slow, or this process was paused): nothing ran, so the key is
@@ -556,7 +544,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		c.release()
 		m.wakeWaiters(id)
 	}()
-	x.handlerCtx = leaseContext{Context: l.Context(), lease: l, override: &x.override}
+	x.handlerCtx = leaseContext{Context: l.Context(), override: &x.override}
 	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
@@ -606,7 +594,7 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 	case c.overflow:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
 	default:
-		// The store copies what it keeps (idem.CompleteParams), so the
+		// The store copies what it keeps (store.CompleteParams), so the
 		// capture's buffers go back to the pool afterwards.
 		err := l.Complete(ctx, c.result(status))
 		if errors.Is(err, idem.ErrResultTooLarge) { // the engine's bound is below MaxResponseBuffer
@@ -629,9 +617,9 @@ func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {
 	}
 }
 
-func notReplayable(status int, reason string) idem.Result {
+func notReplayable(status int, reason string) store.Result {
 	if status != 0 {
 		reason = "status " + strconv.Itoa(status) + ", " + reason
 	}
-	return idem.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
+	return store.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
 }

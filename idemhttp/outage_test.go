@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/store"
 )
 
 // The store fails right when the response is to be stored (the client
@@ -18,7 +18,7 @@ import (
 // this process gets it replayed, not 409, and once the store is back
 // every process replays it.
 func TestResponseHeldThroughAStoreOutage(t *testing.T) {
-	eachStoreInBubble(t, func(t *testing.T, store idem.Store) {
+	eachStoreInBubble(t, func(t *testing.T, store store.Store) {
 		s := &storekit.Faulty{Store: store}
 		e := newEngine(t, s, nil)
 		runs := 0

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // storeCalls counts the store calls the engine makes, by operation.
@@ -27,7 +29,7 @@ func (c *storeCalls) StoreCall(_ context.Context, op string, _ time.Duration, _ 
 		c.other.Add(1)
 	}
 }
-func (c *storeCalls) LeaseEvent(idem.ID, idem.LeaseEvent) {}
+func (c *storeCalls) LeaseEvent(store.ID, idem.LeaseEvent) {}
 
 func (c *storeCalls) take() [3]int64 {
 	return [3]int64{c.acquire.Swap(0), c.complete.Swap(0), c.other.Swap(0)}
@@ -55,15 +57,15 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // one command, so one round trip.
 func TestStoreRoundTrips(t *testing.T) {
 	var commands *commandCounter // Redis only
-	stores := map[string]func(t *testing.T) idem.Store{
-		"memory": func(t *testing.T) idem.Store {
+	stores := map[string]func(t *testing.T) store.Store{
+		"memory": func(t *testing.T) store.Store {
 			s, err := memstore.New(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		},
-		"redis": func(t *testing.T) idem.Store {
+		"redis": func(t *testing.T) store.Store {
 			client := testenv.Redis(t)
 			commands = new(commandCounter)
 			client.AddHook(commands)

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/store"
 )
 
 // step is one request of a scenario and what it must get.
@@ -166,7 +167,7 @@ func TestStatuses(t *testing.T) {
 			{call: call{key: "k1"}, status: 201, body: "call 2:"},
 		}, calls: 2},
 	}
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
 				store := &storekit.Faulty{Store: newStore(t)}
@@ -216,7 +217,7 @@ func TestStatuses(t *testing.T) {
 // TestReplayHeaders: a replay carries the safe headers and the configured
 // ones, never Set-Cookie or others.
 func TestReplayHeaders(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			hd := w.Header()
 			hd.Set("Content-Type", "application/json")

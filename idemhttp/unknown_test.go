@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -18,7 +19,7 @@ import (
 // a 201 declared unknown makes the key UNKNOWN, a 502 declared released
 // lets the retry run.
 func TestSetDisposition(t *testing.T) {
-	eachStore(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) {
+	eachStore(t, func(t *testing.T, newStore func(t *testing.T) store.Store) {
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
@@ -45,8 +46,8 @@ func TestSetDisposition(t *testing.T) {
 		if calls.Load() != 1 {
 			t.Fatalf("an UNKNOWN key ran again: %d calls", calls.Load())
 		}
-		rec, err := e.Get(context.Background(), idem.ID{Key: "u"})
-		if err != nil || rec.State != idem.StateUnknown || rec.Reason != "sent, not answered" {
+		rec, err := e.Get(context.Background(), store.ID{Key: "u"})
+		if err != nil || rec.State != store.StateUnknown || rec.Reason != "sent, not answered" {
 			t.Fatalf("record %v %q, %v; want UNKNOWN with the declared reason", rec.State, rec.Reason, err)
 		}
 		release := call{key: "r", path: "/?as=release"}
@@ -75,11 +76,11 @@ func TestUnknownRetryAfterFromEngine(t *testing.T) {
 		}
 		var known atomic.Bool // whether the downstream can answer for the key yet
 		e := newEngine(t, s, &idem.Options{ReconcileTimeout: 3 * time.Second,
-			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 				if !known.Load() {
 					return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
 				}
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("found")}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("found")}}, nil
 			}})
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -114,11 +115,11 @@ func TestUnknownRetryAfterFromEngine(t *testing.T) {
 // slowAcquire delays the answer of every Acquire by delay, after the
 // store took the key: the reply of a store that stalled.
 type slowAcquire struct {
-	idem.Store
+	store.Store
 	delay time.Duration
 }
 
-func (s *slowAcquire) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *slowAcquire) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	res, err := s.Store.Acquire(ctx, p)
 	time.Sleep(s.delay)
 	return res, err
@@ -147,7 +148,7 @@ func TestLeaseEndedBeforeHandler(t *testing.T) {
 		if calls.Load() != 0 {
 			t.Fatal("the handler ran after its lease ended")
 		}
-		if _, err := ms.Get(context.Background(), idem.ID{Key: "k"}); err != idem.ErrNotFound {
+		if _, err := ms.Get(context.Background(), store.ID{Key: "k"}); err != idem.ErrNotFound {
 			t.Fatalf("key after a lease that ended before the handler: %v; want it released", err)
 		}
 		s.delay = 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -19,19 +20,19 @@ import (
 // clock, and synctest.Wait says when it is waiting.
 func TestWaitersLeaveNothingBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store, _ := memstore.New(nil)
-		engine, _ := idem.New(store, nil)
+		st, _ := memstore.New(nil)
+		engine, _ := idem.New(st, nil)
 		m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, _ := idem.New(store, nil) // another gateway on the same store
+		other, _ := idem.New(st, nil) // another gateway on the same store
 		handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
 		for i := range 20 {
 			key := "held-elsewhere-" + string(rune('a'+i))
 			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
 			req.Header.Set(HeaderKey, key)
-			att, err := other.Begin(context.Background(), idem.Request{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
+			att, err := other.Begin(context.Background(), idem.Key{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
 			if err != nil || att.Outcome != idem.Acquired {
 				t.Fatalf("the other process could not take %s: %v %v", key, att.Outcome, err)
 			}
@@ -46,7 +47,7 @@ func TestWaitersLeaveNothingBehind(t *testing.T) {
 			if watched != 1 {
 				t.Fatalf("%d wake-up entries while one request waits; want 1", watched)
 			}
-			att.Lease.Complete(context.Background(), idem.Result{Status: http.StatusCreated})
+			att.Lease.Complete(context.Background(), store.Result{Status: http.StatusCreated})
 			<-served
 			if rec.Code != http.StatusCreated || rec.Header().Get(HeaderReplayed) != "true" {
 				t.Fatalf("waiter for %s got %d; want the other process's 201 replayed", key, rec.Code)

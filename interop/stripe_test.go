@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/stripe/stripe-go/v82"
+
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // planner dispatches the fake's fault plan by API key: each scenario has

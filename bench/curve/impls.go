@@ -12,12 +12,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisrecord"
-	"github.com/idemkit/idem/store/memstore"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // The naive pattern's TTLs, from the article: a 30 s lock, a 24 h
@@ -237,22 +239,22 @@ func responseBackend(name string, c *redis.Client, r *redisSetup) backend {
 // does the work costs idem, heartbeat timer included.
 func engineCycle(e *idem.Engine, tag string) cycle {
 	return func(ctx context.Context, i int64) error {
-		att, err := e.Begin(ctx, idem.Request{Tenant: tag, Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+		att, err := e.Begin(ctx, idem.Key{Tenant: tag, Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 		if err != nil {
 			return err
 		}
 		if att.Outcome != idem.Acquired {
 			return fmt.Errorf("key %s/%d: %v, want acquired", tag, i, att.Outcome)
 		}
-		return att.Lease.Complete(ctx, idem.Result{Status: http.StatusCreated, Header: header, Body: body})
+		return att.Lease.Complete(ctx, store.Result{Status: http.StatusCreated, Header: header, Body: body})
 	}
 }
 
-func newEngine(s idem.Store) (*idem.Engine, error) {
+func newEngine(s store.Store) (*idem.Engine, error) {
 	return idem.New(s, &idem.Options{LeaseDuration: lockTTL, Retention: retention})
 }
 
-func engineImpl(name, backend string, s idem.Store, clean func(ctx context.Context, tag string, n int64) error) (impl, error) {
+func engineImpl(name, backend string, s store.Store, clean func(ctx context.Context, tag string, n int64) error) (impl, error) {
 	e, err := newEngine(s)
 	if err != nil {
 		return impl{}, err
@@ -273,7 +275,7 @@ func idemRedis(r *redisSetup) ([]impl, backend, error) {
 	}
 	clean := func(ctx context.Context, tag string, n int64) error {
 		return unlink(ctx, r.idem, n, func(i int64) []string {
-			return []string{redisrecord.Key(keyPrefix, idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)})}
+			return []string{redisrecord.Key(keyPrefix, store.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)})}
 		})
 	}
 	g, err := engineImpl("idem-redis-goredis", "redis-idem", gs, clean)
@@ -293,7 +295,7 @@ func idemRedis(r *redisSetup) ([]impl, backend, error) {
 			if from >= to {
 				return nil
 			}
-			tmpl := idem.ID{Tenant: "fill", Key: "template"}
+			tmpl := store.ID{Tenant: "fill", Key: "template"}
 			if err := storeCycle(ctx, gs, tmpl); err != nil {
 				return fmt.Errorf("template record: %w", err)
 			}
@@ -310,7 +312,7 @@ func idemRedis(r *redisSetup) ([]impl, backend, error) {
 				return err
 			}
 			return pipelined(ctx, r.idem, from, to, func(p redis.Pipeliner, i int64) {
-				p.RestoreReplace(ctx, redisrecord.Key(keyPrefix, idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}), ttl, dump)
+				p.RestoreReplace(ctx, redisrecord.Key(keyPrefix, store.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}), ttl, dump)
 			})
 		},
 		size: r.usedMemory,
@@ -319,16 +321,16 @@ func idemRedis(r *redisSetup) ([]impl, backend, error) {
 }
 
 // storeCycle is one acquire+complete of id on s, without the engine.
-func storeCycle(ctx context.Context, s idem.Store, id idem.ID) error {
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: lockTTL})
+func storeCycle(ctx context.Context, s store.Store, id store.ID) error {
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: lockTTL})
 	if err != nil {
 		return err
 	}
 	if !res.Acquired {
 		return fmt.Errorf("%v: not acquired", id)
 	}
-	return s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
-		Result: idem.Result{Status: http.StatusCreated, Header: header, Body: body}, Retention: retention})
+	return s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
+		Result: store.Result{Status: http.StatusCreated, Header: header, Body: body}, Retention: retention})
 }
 
 // idemMemory returns idem on the memory store, and its backend, whose size
@@ -340,7 +342,7 @@ func idemMemory() (impl, backend, error) {
 	}
 	i, err := engineImpl("idem-memory", "memory", s, func(ctx context.Context, tag string, n int64) error {
 		for i := range n {
-			if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}}); err != nil {
+			if _, err := s.Delete(ctx, store.DeleteParams{ID: store.ID{Tenant: tag, Key: strconv.FormatInt(i, 10)}}); err != nil {
 				return err
 			}
 		}
@@ -350,7 +352,7 @@ func idemMemory() (impl, backend, error) {
 		name: "memory", measuredBy: "Go heap in use after GC",
 		fill: func(ctx context.Context, from, to int64) error {
 			for i := from; i < to; i++ {
-				if err := storeCycle(ctx, s, idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}); err != nil {
+				if err := storeCycle(ctx, s, store.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}); err != nil {
 					return err
 				}
 			}
@@ -358,7 +360,7 @@ func idemMemory() (impl, backend, error) {
 		},
 		drop: func(ctx context.Context, n int64) error {
 			for i := range n {
-				if _, err := s.Delete(ctx, idem.DeleteParams{ID: idem.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}}); err != nil {
+				if _, err := s.Delete(ctx, store.DeleteParams{ID: store.ID{Tenant: "fill", Key: strconv.FormatInt(i, 10)}}); err != nil {
 					return err
 				}
 			}

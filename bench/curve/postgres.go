@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
 )
 
 // postgres is the PostgreSQL store in a schema of its own.
@@ -79,7 +80,7 @@ func (p *postgres) impl() (impl, backend, error) {
 			if from >= to {
 				return nil
 			}
-			tmpl := idem.ID{Tenant: "fill", Key: "template"}
+			tmpl := store.ID{Tenant: "fill", Key: "template"}
 			if err := storeCycle(ctx, s, tmpl); err != nil {
 				return fmt.Errorf("template record: %w", err)
 			}

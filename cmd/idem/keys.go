@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/store"
 )
 
 const keysUsage = `idem keys [--store URI] get TENANT KEY
@@ -76,12 +77,12 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return err
 		}
 	}
-	store, closeStore, err := gateway.OpenStore(ctx, *storeURI, nil)
+	st, closeStore, err := gateway.OpenStore(ctx, *storeURI, nil)
 	if err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}
 	defer closeStore()
-	e, err := idem.New(store, nil)
+	e, err := idem.New(st, nil)
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" {
 		return listUnknown(ctx, e, enc, set["tenant"], *tenant)
 	}
-	id := idem.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
+	id := store.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
 	switch verb {
 	case "delete":
 		del := e.Delete
@@ -128,7 +129,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 
 // listUnknown prints every UNKNOWN key, one JSON object a line, page by page.
 func listUnknown(ctx context.Context, e *idem.Engine, enc *json.Encoder, oneTenant bool, tenant string) error {
-	p := idem.ListParams{Tenant: gateway.ParseTenant(tenant), AllTenants: !oneTenant}
+	p := store.ListParams{Tenant: gateway.ParseTenant(tenant), AllTenants: !oneTenant}
 	for {
 		page, err := e.ListUnknown(ctx, p)
 		if err != nil {

@@ -54,8 +54,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idemkit/idem"
 )
 
 // Order is a message's payload: charge Amount for order ID.
@@ -198,15 +199,15 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) Delivery {
 		return d
 	}
 	sum := sha256.Sum256(msg.Data())
-	req := idem.Request{Tenant: c.c.Tenant, Key: key, Fingerprint: hex.EncodeToString(sum[:])}
+	req := idem.Key{Tenant: c.c.Tenant, Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	found := false
-	out, replayed, err := c.c.Engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+	out, replayed, err := c.c.Engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if c.c.beforeCharge != nil {
 			if err := c.c.beforeCharge(ctx, key); err != nil {
 				return nil, err
 			}
 		}
-		charge, dup, err := c.c.Ledger.Charge(ctx, c.c.Tenant, key, fence, o)
+		charge, dup, err := c.c.Ledger.Charge(ctx, c.c.Tenant, key, lease.Fence(), o)
 		found = dup
 		if err == nil && !dup && c.c.afterCharge != nil {
 			c.c.afterCharge(key)

@@ -8,13 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/examples/natsconsumer"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/examples/natsconsumer"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 func getenv(name, def string) string {

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Waiters are the requests of one process waiting for keys. The zero
 // value is ready; a nil *Waiters wakes no one and Turn still polls.
 type Waiters struct {
 	mu sync.Mutex
-	m  map[idem.ID]*waiting // a key is here only while someone waits on it
+	m  map[store.ID]*waiting // a key is here only while someone waits on it
 }
 
 // waiting is one key's waiters; ch is closed, and replaced, each time a
@@ -39,7 +40,7 @@ const (
 // returns the attempt that ended the wait. ctx is the one Begin runs
 // under; gone is closed when the caller has left (its request's
 // cancellation), which ends the wait with the attempt in flight.
-func (w *Waiters) Turn(ctx context.Context, gone <-chan struct{}, e *idem.Engine, req idem.Request, att idem.Attempt, wait time.Duration) (_ idem.Attempt, err error) {
+func (w *Waiters) Turn(ctx context.Context, gone <-chan struct{}, e *idem.Engine, req idem.Key, att idem.Attempt, wait time.Duration) (_ idem.Attempt, err error) {
 	deadline := time.Now().Add(wait)
 	poll := firstPoll
 	timer := time.NewTimer(0)
@@ -68,7 +69,7 @@ func (w *Waiters) Turn(ctx context.Context, gone <-chan struct{}, e *idem.Engine
 }
 
 // Wake tells this process's waiters for id that the key finished.
-func (w *Waiters) Wake(id idem.ID) {
+func (w *Waiters) Wake(id store.ID) {
 	if w == nil {
 		return
 	}
@@ -90,7 +91,7 @@ func (w *Waiters) Len() int {
 	return len(w.m)
 }
 
-func (w *Waiters) watch(id idem.ID) *waiting {
+func (w *Waiters) watch(id store.ID) *waiting {
 	if w == nil {
 		return nil
 	}
@@ -99,7 +100,7 @@ func (w *Waiters) watch(id idem.ID) *waiting {
 	k, ok := w.m[id]
 	if !ok {
 		if w.m == nil {
-			w.m = make(map[idem.ID]*waiting)
+			w.m = make(map[store.ID]*waiting)
 		}
 		k = &waiting{ch: make(chan struct{})}
 		w.m[id] = k
@@ -108,7 +109,7 @@ func (w *Waiters) watch(id idem.ID) *waiting {
 	return k
 }
 
-func (w *Waiters) unwatch(id idem.ID, k *waiting) {
+func (w *Waiters) unwatch(id store.ID, k *waiting) {
 	if w == nil {
 		return
 	}

@@ -6,23 +6,25 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/memstore"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // begin takes a key on a fresh engine and returns the engine, the request
 // and a second attempt, in flight, at the same key.
-func begin(t *testing.T) (*idem.Engine, idem.Request, *idem.Lease, idem.Attempt) {
+func begin(t *testing.T) (*idem.Engine, idem.Key, *idem.Lease, idem.Attempt) {
 	t.Helper()
 	store, _ := memstore.New(nil)
 	e, err := idem.New(store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Request{Key: "k", Fingerprint: "fp"}
+	req := idem.Key{Key: "k", Fingerprint: "fp"}
 	first, err := e.Begin(context.Background(), req)
 	if err != nil || first.Outcome != idem.Acquired {
 		t.Fatalf("first attempt: %v %v", first.Outcome, err)
@@ -56,7 +58,7 @@ func TestWakeEndsTheWait(t *testing.T) {
 		// Past the first polls, so that only Wake can end the wait early.
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if err := lease.Complete(context.Background(), idem.Result{Status: 201}); err != nil {
+		if err := lease.Complete(context.Background(), store.Result{Status: 201}); err != nil {
 			t.Fatal(err)
 		}
 		w.Wake(req.ID())

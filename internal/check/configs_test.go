@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -50,7 +50,7 @@ func memoryEnv(t *testing.T) *Env {
 	clock := &JumpClock{}
 	var s *memstore.Store
 	return &Env{
-		NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
+		NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
 			return s, func() {}, nil
 		},
 		Nemeses: []Nemesis{ClockJump{Clock: clock, Max: 5 * time.Minute}},
@@ -122,8 +122,8 @@ func redisNoPersistEnv(t *testing.T) *Env {
 	return &Env{NewStore: openRedis(p.Addr(), ""), Nemeses: []Nemesis{Crash{What: "redis without persistence", P: s}}}
 }
 
-func openRedis(addr, query string) func(ctx context.Context, prefix string) (idem.Store, func(), error) {
-	return func(ctx context.Context, prefix string) (idem.Store, func(), error) {
+func openRedis(addr, query string) func(ctx context.Context, prefix string) (store.Store, func(), error) {
+	return func(ctx context.Context, prefix string) (store.Store, func(), error) {
 		uri := "redis://" + addr
 		if query != "" {
 			uri += "?" + query

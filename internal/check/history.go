@@ -14,7 +14,7 @@ import (
 // Kind is the store operation an Op records.
 type Kind uint8
 
-// The operations of idem.Store on one key (ListUnknown, which reads
+// The operations of store.Store on one key (ListUnknown, which reads
 // many keys, is not recorded).
 const (
 	KAcquire Kind = iota + 1

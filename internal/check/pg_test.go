@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/faultproxy"
-	"github.com/idemkit/idem/internal/testinfra/pgproc"
-	"github.com/idemkit/idem/store/layered"
-	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/internal/testinfra/pgproc"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/layered"
+	"github.com/idemkit/idem/store/pgstore"
 )
 
 // privatePG starts a PostgreSQL server of the test's own (initdb in a
@@ -67,7 +68,7 @@ func openPG(s *pgproc.Server, p *faultproxy.Proxy) (*pgstore.Store, func(), erro
 func pgEnv(t *testing.T) *Env {
 	s, p := privatePG(t)
 	return &Env{
-		NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) { return openPG(s, p) },
+		NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) { return openPG(s, p) },
 		Nemeses:  serverNemeses("postgres", s, p),
 	}
 }
@@ -80,7 +81,7 @@ func layeredEnv(t *testing.T) *Env {
 	r, rp := privateRedis(t, "mirror")
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &Env{
-		NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
+		NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
 			pg, closePG, err := openPG(s, p)
 			if err != nil {
 				return nil, nil, err

@@ -6,19 +6,20 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // recStore records every call an engine makes to its store: the history
 // the model checks is the store's, as the engines used it.
 type recStore struct {
-	s   idem.Store
+	s   store.Store
 	rec *Recorder
 	// timed is false when the store's clock jumps: the recorded lease
 	// lengths are then zero, and the model lets a lease end at any time.
 	timed bool
 }
 
-func keyOf(id idem.ID) string { return id.Tenant + "/" + id.Key }
+func keyOf(id store.ID) string { return id.Tenant + "/" + id.Key }
 
 func (r *recStore) lease(d time.Duration) int64 {
 	if !r.timed {
@@ -41,23 +42,23 @@ func classify(err error) Output {
 		return Output{Err: "notunknown"}
 	case errors.Is(err, idem.ErrStaleFence):
 		return Output{Err: "stale"}
-	case errors.Is(err, idem.ErrStoreFull):
+	case errors.Is(err, store.ErrStoreFull):
 		return Output{Fail: true, Detail: err.Error()}
 	}
 	return Output{Info: true, Detail: err.Error()}
 }
 
-func viewOf(rec idem.Record) *View {
+func viewOf(rec store.Record) *View {
 	v := &View{Owner: rec.Owner, Fence: rec.Fence, FP: rec.Fingerprint}
 	switch rec.State {
-	case idem.StateProcessing:
+	case store.StateProcessing:
 		v.State = 'P'
-	case idem.StateCompleted:
+	case store.StateCompleted:
 		v.State = 'C'
 		if rec.Result != nil {
 			v.Result = EncodeResult(rec.Result.Status, rec.Result.Header, rec.Result.Body)
 		}
-	case idem.StateUnknown:
+	case store.StateUnknown:
 		v.State, v.Reason = 'U', rec.Reason
 	default:
 		v.State = '?'
@@ -65,7 +66,7 @@ func viewOf(rec idem.Record) *View {
 	return v
 }
 
-func (r *recStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (r *recStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	lane, call := r.rec.begin()
 	res, err := r.s.Acquire(ctx, p)
 	out := classify(err)
@@ -90,7 +91,7 @@ func (r *recStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acqu
 	return res, err
 }
 
-func (r *recStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (r *recStore) Complete(ctx context.Context, p store.CompleteParams) error {
 	lane, call := r.rec.begin()
 	err := r.s.Complete(ctx, p)
 	r.rec.end(lane, call, Input{Kind: KComplete, Key: keyOf(p.ID), Owner: p.Owner, Fence: p.Fence,
@@ -98,7 +99,7 @@ func (r *recStore) Complete(ctx context.Context, p idem.CompleteParams) error {
 	return err
 }
 
-func (r *recStore) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (r *recStore) Extend(ctx context.Context, p store.ExtendParams) error {
 	lane, call := r.rec.begin()
 	err := r.s.Extend(ctx, p)
 	r.rec.end(lane, call, Input{Kind: KExtend, Key: keyOf(p.ID), Owner: p.Owner, Fence: p.Fence,
@@ -106,14 +107,14 @@ func (r *recStore) Extend(ctx context.Context, p idem.ExtendParams) error {
 	return err
 }
 
-func (r *recStore) Release(ctx context.Context, p idem.LeaseRef) error {
+func (r *recStore) Release(ctx context.Context, p store.LeaseRef) error {
 	lane, call := r.rec.begin()
 	err := r.s.Release(ctx, p)
 	r.rec.end(lane, call, Input{Kind: KRelease, Key: keyOf(p.ID), Owner: p.Owner, Fence: p.Fence}, classify(err))
 	return err
 }
 
-func (r *recStore) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+func (r *recStore) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	lane, call := r.rec.begin()
 	err := r.s.MarkUnknown(ctx, p)
 	r.rec.end(lane, call, Input{Kind: KMarkUnknown, Key: keyOf(p.ID), Owner: p.Owner, Fence: p.Fence,
@@ -121,7 +122,7 @@ func (r *recStore) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) er
 	return err
 }
 
-func (r *recStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (r *recStore) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	lane, call := r.rec.begin()
 	res, err := r.s.Claim(ctx, p)
 	out := classify(err)
@@ -132,7 +133,7 @@ func (r *recStore) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimRes
 	return res, err
 }
 
-func (r *recStore) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (r *recStore) Resolve(ctx context.Context, p store.ResolveParams) error {
 	lane, call := r.rec.begin()
 	err := r.s.Resolve(ctx, p)
 	in := Input{Kind: KResolve, Key: keyOf(p.ID), Fence: p.Fence, Claim: p.Claim}
@@ -144,11 +145,11 @@ func (r *recStore) Resolve(ctx context.Context, p idem.ResolveParams) error {
 }
 
 // ListUnknown reads many keys; it is not recorded.
-func (r *recStore) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+func (r *recStore) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	return r.s.ListUnknown(ctx, p)
 }
 
-func (r *recStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+func (r *recStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	lane, call := r.rec.begin()
 	rec, err := r.s.Get(ctx, id)
 	out := classify(err)
@@ -159,7 +160,7 @@ func (r *recStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	return rec, err
 }
 
-func (r *recStore) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+func (r *recStore) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	lane, call := r.rec.begin()
 	existed, err := r.s.Delete(ctx, p)
 	out := classify(err)
@@ -168,4 +169,4 @@ func (r *recStore) Delete(ctx context.Context, p idem.DeleteParams) (bool, error
 	return existed, err
 }
 
-var _ idem.Store = (*recStore)(nil)
+var _ store.Store = (*recStore)(nil)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Nemesis injects one kind of real fault.
@@ -29,7 +30,7 @@ type clockNemesis interface{ movesClock() }
 type Env struct {
 	// NewStore opens a client of the store, one per process of a run;
 	// close ends it.
-	NewStore func(ctx context.Context, prefix string) (s idem.Store, close func(), err error)
+	NewStore func(ctx context.Context, prefix string) (s store.Store, close func(), err error)
 	// Nemeses are the faults runs pick from.
 	Nemeses []Nemesis
 	// Staleness is how long after a delete a near cache may replay the
@@ -182,7 +183,7 @@ func finalReads(ctx context.Context, p *process, keys []string) error {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err := p.eng.Get(rctx, idem.ID{Tenant: p.tenant, Key: k})
+			_, err := p.eng.Get(rctx, store.ID{Tenant: p.tenant, Key: k})
 			cancel()
 			if err == nil || errors.Is(err, idem.ErrNotFound) {
 				break

@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // failoverTimeout bounds a promotion, and the return of a killed node as
@@ -145,7 +146,7 @@ func sentinelEnv(acks int) func(t *testing.T) *Env {
 				sleep(ctx, time.Until(time.Unix(0, last.Load()).Add(11*time.Second)))
 				return nil
 			},
-			NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
+			NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
 				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
 				if err != nil {
 					return nil, nil, err
@@ -227,7 +228,7 @@ func clusterEnv(acks int) func(t *testing.T) *Env {
 		cl := redistopo.StartCluster(t, 3, 1)
 		uri := "redis-cluster://" + strings.Join(cl.Addrs(), ",")
 		return &Env{
-			NewStore: func(ctx context.Context, prefix string) (idem.Store, func(), error) {
+			NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
 				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
 				if err != nil {
 					return nil, nil, err

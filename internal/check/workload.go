@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Workload says how clients use the engines in a run.
@@ -43,7 +44,7 @@ var errNotStarted = errors.New("check: the lease ended before the effect; not st
 // three reconciles UNKNOWN keys with the ledger; every other one renews
 // its lease (in the others a stall outlives it); each uses Do or Begin as
 // rng draws.
-func newProcess(i int, s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
+func newProcess(i int, s store.Store, w Workload, rng *rand.Rand, l *Ledger, rec *Recorder, tenant string) (*process, error) {
 	o := &idem.Options{LeaseDuration: w.Lease, Retention: time.Hour, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		ReconcileTimeout: w.Lease}
 	if i%2 == 0 {
@@ -54,9 +55,9 @@ func newProcess(i int, s idem.Store, w Workload, rng *rand.Rand, l *Ledger, rec 
 	case 0:
 		o.Takeover, p.dedup = idem.TakeoverRun, true
 	case 1:
-		o.Reconcile = func(ctx context.Context, r idem.Record) (idem.Resolution, error) {
+		o.Reconcile = func(ctx context.Context, r store.Record) (idem.Resolution, error) {
 			if v, ok := l.Lookup(keyOf(r.ID), r.Fence); ok {
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(v)}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte(v)}}, nil
 			}
 			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 		}
@@ -98,20 +99,20 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	req := idem.Request{Tenant: p.tenant, Key: key, Fingerprint: fp}
+	req := idem.Key{Tenant: p.tenant, Key: key, Fingerprint: fp}
 	id := p.tenant + "/" + key
 	stallBefore, stallAfter := rng.Float64() < p.stall, rng.Float64() < p.stall
 	f := ledgerFault(rng)
 	call := p.rec.Now()
 	if p.useDo {
-		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, replayed, err := p.eng.Do(ctx, req, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 			if stallBefore {
 				sleep(ctx, lease*3/2)
 			}
 			if ctx.Err() != nil {
 				return nil, errNotStarted
 			}
-			v, err := p.ledger.Apply(id, fence, p.dedup, f, call)
+			v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
 			switch {
 			case errors.Is(err, errLedgerReplyLost):
 				return nil, idem.OutcomeUnknown(err)
@@ -152,7 +153,7 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 	// Nothing ran: release, unless the lease took over an attempt whose
 	// outcome is unknown (Lease.Release).
 	notRun := func() {
-		if l.Takeover() != nil {
+		if l.PreviousFence() != 0 {
 			_ = l.MarkUnknown(fctx, "failed after a takeover")
 			return
 		}
@@ -177,7 +178,7 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 	if stallAfter {
 		sleep(fctx, lease*3/2)
 	}
-	res := idem.Result{Body: []byte(v)}
+	res := store.Result{Body: []byte(v)}
 	if l.Complete(fctx, res) == nil {
 		p.rec.give(Given{Key: id, Body: v, Full: EncodeResult(0, nil, res.Body), Call: call, Return: p.rec.Now()})
 	}
@@ -189,7 +190,7 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	id := idem.ID{Tenant: p.tenant, Key: key}
+	id := store.ID{Tenant: p.tenant, Key: key}
 	if rng.IntN(4) == 0 {
 		// Delete removes a COMPLETED key only (fence-checked); ForceDelete
 		// any, the operator's knowing choice to let it run again.
@@ -201,15 +202,15 @@ func (p *process) operate(ctx context.Context, rng *rand.Rand, key string) {
 		return
 	}
 	rec, err := p.eng.Get(ctx, id)
-	if err != nil || (rec.State != idem.StateUnknown && rng.IntN(3) > 0) {
+	if err != nil || (rec.State != store.StateUnknown && rng.IntN(3) > 0) {
 		return
 	}
 	// Resolve by the ledger's word; now and then on a record that is not
 	// UNKNOWN, as an operator acting on an old listing does: the store
 	// must refuse it.
-	var res *idem.Result
+	var res *store.Result
 	if v, ok := p.ledger.Lookup(keyOf(id), rec.Fence); ok {
-		res = &idem.Result{Body: []byte(v)}
+		res = &store.Result{Body: []byte(v)}
 	}
 	_ = p.eng.Resolve(ctx, id, rec.Fence, res)
 }

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 )
 
 // EmptyTenant stands for the empty tenant in admin paths, whose segments
@@ -34,7 +36,7 @@ func ParseTenant(segment string) string {
 }
 
 // readyKey is the key /readyz looks up: a round trip to the store.
-var readyKey = idem.ID{Tenant: "idem", Key: "readyz"}
+var readyKey = store.ID{Tenant: "idem", Key: "readyz"}
 
 // adminHandler serves health, readiness, metrics and the key API.
 // A resolution's recorded body is at most maxResponse bytes, as is every
@@ -89,8 +91,8 @@ func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string, maxRes
 	return mux
 }
 
-func pathID(r *http.Request) idem.ID {
-	return idem.ID{Tenant: ParseTenant(r.PathValue("tenant")), Key: r.PathValue("key")}
+func pathID(r *http.Request) store.ID {
+	return store.ID{Tenant: ParseTenant(r.PathValue("tenant")), Key: r.PathValue("key")}
 }
 
 // forceParam reads DELETE's ?force=true.
@@ -163,7 +165,7 @@ type RecordView struct {
 }
 
 // ViewRecord returns the admin view of a record.
-func ViewRecord(rec idem.Record) RecordView {
+func ViewRecord(rec store.Record) RecordView {
 	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
 		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
 	if !rec.CompletedAt.IsZero() { // COMPLETED: when completed; UNKNOWN: when marked

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -38,7 +39,7 @@ func TestReconcileURLPasswordRedacted(t *testing.T) {
 	}
 }
 
-func newMemStore(t *testing.T) idem.Store {
+func newMemStore(t *testing.T) store.Store {
 	t.Helper()
 	s, err := memstore.New(nil)
 	if err != nil {
@@ -74,10 +75,10 @@ func admin(t *testing.T, g *Gateway, method, path, body string) (int, string) {
 }
 
 // unknownKey makes id UNKNOWN through the engine and returns its fence.
-func unknownKey(t *testing.T, e *idem.Engine, id idem.ID) int64 {
+func unknownKey(t *testing.T, e *idem.Engine, id store.ID) int64 {
 	t.Helper()
 	ctx := context.Background()
-	att, err := e.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key})
+	att, err := e.Begin(ctx, idem.Key{Tenant: id.Tenant, Key: id.Key, NoFingerprint: true})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin(%+v) = %+v, %v", id, att, err)
 	}
@@ -91,7 +92,7 @@ func unknownKey(t *testing.T, e *idem.Engine, id idem.ID) int64 {
 // nothing changes.
 func TestResolveRefusesTrailingData(t *testing.T) {
 	g := adminGateway(t, Config{})
-	id := idem.ID{Tenant: "acme", Key: "trailing"}
+	id := store.ID{Tenant: "acme", Key: "trailing"}
 	fence := unknownKey(t, g.Engine(), id)
 	good := fmt.Sprintf(`{"fence":%d,"outcome":"not_executed"}`, fence)
 	for _, tail := range []string{" x", `{"fence":1}`, "\n{}", " ]", `"`} {
@@ -100,7 +101,7 @@ func TestResolveRefusesTrailingData(t *testing.T) {
 			t.Errorf("resolve %q = %d %s; want 400 resolve_invalid", good+tail, code, body)
 		}
 	}
-	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != idem.StateUnknown {
+	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != store.StateUnknown {
 		t.Fatalf("after refused resolutions: %+v, %v; want the key still UNKNOWN", rec, err)
 	}
 	if code, body := admin(t, g, "POST", "/v1/keys/acme/trailing/resolve", good+" \r\n\t"); code != 204 {
@@ -116,7 +117,7 @@ func TestResolveBodyBound(t *testing.T) {
 		return string(b)
 	}
 	g := adminGateway(t, Config{}) // --max-response 1 MiB
-	id := idem.ID{Tenant: "acme", Key: "big"}
+	id := store.ID{Tenant: "acme", Key: "big"}
 	fence := unknownKey(t, g.Engine(), id)
 	for _, size := range []int{3 << 20, 1<<20 + 1} { // over the JSON bound; within it, a body over --max-response
 		code, body := admin(t, g, "POST", "/v1/keys/acme/big/resolve", resolution(fence, strings.Repeat("x", size)))
@@ -124,7 +125,7 @@ func TestResolveBodyBound(t *testing.T) {
 			t.Errorf("a resolution with a %d-byte body = %d %.300s; want 413 resolve_too_large", size, code, body)
 		}
 	}
-	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != idem.StateUnknown {
+	if rec, err := g.Engine().Get(context.Background(), id); err != nil || rec.State != store.StateUnknown {
 		t.Fatalf("after refused resolutions: %+v, %v; want the key still UNKNOWN", rec, err)
 	}
 	if code, body := admin(t, g, "POST", "/v1/keys/acme/big/resolve", resolution(fence, strings.Repeat("x", 1<<20))); code != 204 {
@@ -146,7 +147,7 @@ func TestAdminReachesEveryTenant(t *testing.T) {
 	g := adminGateway(t, Config{})
 	for segment, tenant := range map[string]string{"-": "", "--": "-", "---": "--", "-x": "-x", "x-": "x-",
 		"%2E": ".", "%2E%2E": "..", "a%2Fb": "a/b", "%25": "%"} {
-		id := idem.ID{Tenant: tenant, Key: "k"}
+		id := store.ID{Tenant: tenant, Key: "k"}
 		fence := unknownKey(t, g.Engine(), id)
 		code, body := admin(t, g, "GET", "/v1/keys/"+segment+"/k", "")
 		var rec RecordView
@@ -187,7 +188,7 @@ func TestAdminListRefusesBadCursors(t *testing.T) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			g := adminGateway(t, Config{Store: newStore(t)})
-			for _, id := range []idem.ID{{Tenant: "acme", Key: "a"}, {Tenant: "acme", Key: "b"}, {Tenant: "globex", Key: "a"}} {
+			for _, id := range []store.ID{{Tenant: "acme", Key: "a"}, {Tenant: "acme", Key: "b"}, {Tenant: "globex", Key: "a"}} {
 				unknownKey(t, g.Engine(), id)
 			}
 			code, body := admin(t, g, "GET", "/v1/keys?state=unknown&tenant=acme&limit=1", "")

@@ -20,6 +20,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.opentelemetry.io/otel/trace"
@@ -46,7 +47,7 @@ const FenceHeader = "Idempotency-Fence"
 type Config struct {
 	Listen          string        // the proxy's address
 	Upstream        *url.URL      // required
-	Store           idem.Store    // required: see OpenStore
+	Store           store.Store   // required: see OpenStore
 	StoreTimeout    time.Duration // bound of every store call (idem.Options.StoreTimeout); zero: 2s
 	Lease           time.Duration // zero: 30s
 	Retention       time.Duration // zero: 24h
@@ -197,7 +198,7 @@ func New(cfg Config) (*Gateway, error) {
 		StoreTimeout: cfg.StoreTimeout, ReconcileRate: cfg.ReconcileRate, ReconcileConcurrency: cfg.ReconcileConcurrency}
 	if cfg.hasReconcileURL() {
 		g.reconciles = true
-		opts.Reconcile = reportingTo(func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+		opts.Reconcile = reportingTo(func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 			return g.current.Load().reconcile(ctx, rec)
 		})
 	} else if cfg.ReconcileEvery > 0 {

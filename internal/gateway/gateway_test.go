@@ -11,11 +11,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idem/store/memstore"
-	"github.com/idemkit/idem/store/redisstore"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

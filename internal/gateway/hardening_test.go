@@ -235,8 +235,8 @@ func defaultTenant(t *testing.T, r *http.Request) string {
 	}
 	var tenant string
 	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		l, _ := idemhttp.LeaseFromContext(r.Context())
-		tenant = l.Ref().Tenant
+		l, _ := idem.LeaseFromContext(r.Context())
+		tenant = l.ID().Tenant
 	}))
 	r = r.Clone(context.Background())
 	r.Header.Set("Idempotency-Key", "k")

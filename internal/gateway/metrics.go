@@ -5,12 +5,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // telemetry turns the engine's and the middleware's events into Prometheus
@@ -94,7 +96,7 @@ func (t *telemetry) StoreCall(ctx context.Context, op string, elapsed time.Durat
 }
 
 // LeaseEvent implements idem.Observer.
-func (t *telemetry) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
+func (t *telemetry) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
 	t.leaseEvents.WithLabelValues(ev.String()).Inc()
 }
 
@@ -110,7 +112,7 @@ type nearCacheStore interface {
 
 // registerNearCache registers idem_near_cache_total{event} when s has its
 // near cache on.
-func registerNearCache(reg prometheus.Registerer, s idem.Store) {
+func registerNearCache(reg prometheus.Registerer, s store.Store) {
 	n, ok := s.(nearCacheStore)
 	if !ok {
 		return
@@ -145,7 +147,7 @@ type coalescingStore interface {
 // registerCoalesce registers idem_coalesce_operations_total{sent},
 // idem_coalesce_batches_total and idem_coalesce_largest_batch when s
 // coalesces its scripts.
-func registerCoalesce(reg prometheus.Registerer, s idem.Store) {
+func registerCoalesce(reg prometheus.Registerer, s store.Store) {
 	c, ok := s.(coalescingStore)
 	if !ok {
 		return
@@ -182,7 +184,7 @@ type memoryUsage interface {
 // registerMemoryUsage registers idem_memory_store_bytes and
 // idem_memory_store_limit_bytes when s is bounded in memory, so an alert
 // can fire before new keys get 503 store_full.
-func registerMemoryUsage(reg prometheus.Registerer, s idem.Store) {
+func registerMemoryUsage(reg prometheus.Registerer, s store.Store) {
 	m, ok := s.(memoryUsage)
 	if !ok {
 		return

@@ -1,8 +1,10 @@
 package gateway
 
 import (
-	"github.com/idemkit/idem"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // holdTelemetry is the gateway's idem.Observer told also of the
@@ -30,7 +32,7 @@ func newHoldTelemetry(reg prometheus.Registerer, t *unknownTelemetry) *holdTelem
 }
 
 // Held implements idem.HoldObserver.
-func (h *holdTelemetry) Held(_ idem.ID, op string, ev idem.HoldEvent) {
+func (h *holdTelemetry) Held(_ store.ID, op string, ev idem.HoldEvent) {
 	h.events.WithLabelValues(op, ev.String()).Inc()
 	switch ev {
 	case idem.HoldStarted:

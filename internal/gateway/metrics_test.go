@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -75,7 +75,7 @@ func TestUnknownOldestAndMemoryUsage(t *testing.T) {
 	// The store's clock runs late, by what lag says when a key is marked:
 	// the first key was marked two hours ago, the second one hour ago.
 	var lag atomic.Int64
-	store, err := memstore.New(&memstore.Options{MaxBytes: 1 << 20, Clock: func() time.Time { return time.Now().Add(-time.Duration(lag.Load())) }})
+	st, err := memstore.New(&memstore.Options{MaxBytes: 1 << 20, Clock: func() time.Time { return time.Now().Add(-time.Duration(lag.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,24 +84,24 @@ func TestUnknownOldestAndMemoryUsage(t *testing.T) {
 		lag time.Duration
 	}{{"older", 2 * time.Hour}, {"old", time.Hour}} {
 		lag.Store(int64(c.lag))
-		res, err := store.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: c.key}, Owner: c.key, LeaseDuration: time.Minute, Retention: 24 * time.Hour})
+		res, err := st.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: c.key}, Owner: c.key, LeaseDuration: time.Minute, Retention: 24 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = store.MarkUnknown(ctx, idem.MarkUnknownParams{LeaseRef: idem.LeaseRef{ID: res.Record.ID, Owner: c.key, Fence: res.Record.Fence},
+		err = st.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: store.LeaseRef{ID: res.Record.ID, Owner: c.key, Fence: res.Record.Fence},
 			Reason: "test", Retention: 24 * time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	samples := scrape(t, memoryGateway(t, store))
+	samples := scrape(t, memoryGateway(t, st))
 	if v := samples["idem_unknown_keys"]; v != 2 {
 		t.Errorf("idem_unknown_keys = %v; want 2", v)
 	}
 	if v := samples["idem_unknown_oldest_seconds"]; v < 7200 || v > 7260 {
 		t.Errorf("idem_unknown_oldest_seconds = %v; want two hours (the oldest key)", v)
 	}
-	used, limit := store.Usage()
+	used, limit := st.Usage()
 	if v := samples["idem_memory_store_bytes"]; v != float64(used) || used == 0 {
 		t.Errorf("idem_memory_store_bytes = %v; want the store's Usage, %d", v, used)
 	}

@@ -5,8 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // unknownTelemetry is the gateway's idem.Observer: telemetry, told also of
@@ -31,7 +33,7 @@ func newUnknownTelemetry(reg prometheus.Registerer, tel *telemetry) *unknownTele
 }
 
 // Reconciled implements idem.ReconcileObserver.
-func (t *unknownTelemetry) Reconciled(_ idem.ID, v idem.Verdict, err error) {
+func (t *unknownTelemetry) Reconciled(_ store.ID, v idem.Verdict, err error) {
 	result := v.String()
 	if err != nil {
 		result = "error"
@@ -71,7 +73,7 @@ func (c *unknownCensus) read() (count int, oldest time.Time) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), unknownCountTimeout)
 	defer cancel()
-	n, first, p := 0, time.Time{}, idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit}
+	n, first, p := 0, time.Time{}, store.ListParams{AllTenants: true, Limit: store.MaxListLimit}
 	for range maxUnknownPages {
 		page, err := c.engine.ListUnknown(ctx, p)
 		if err != nil {

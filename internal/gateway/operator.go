@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/store"
 )
 
 // The codes of the admin API's answers to the console's own calls.
@@ -76,7 +77,7 @@ func (g *Gateway) serveResult(w http.ResponseWriter, r *http.Request) {
 		keyError(w, err)
 		return
 	}
-	if rec.State != idem.StateCompleted || rec.Result == nil {
+	if rec.State != store.StateCompleted || rec.Result == nil {
 		idemhttp.WriteProblem(w, http.StatusConflict, CodeKeyNotCompleted,
 			fmt.Sprintf("the key is %v: only a COMPLETED key has a stored response", rec.State))
 		return
@@ -139,8 +140,8 @@ type lookupReport struct {
 
 // reportingTo wraps a lookup so that a call made for an admin
 // reconciliation leaves its error in the request's lookupReport.
-func reportingTo(lookup func(context.Context, idem.Record) (idem.Resolution, error)) func(context.Context, idem.Record) (idem.Resolution, error) {
-	return func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+func reportingTo(lookup func(context.Context, store.Record) (idem.Resolution, error)) func(context.Context, store.Record) (idem.Resolution, error) {
+	return func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 		res, err := lookup(ctx, rec)
 		if report, ok := ctx.Value(lookupReportKey{}).(*lookupReport); ok {
 			report.asked, report.err = true, err
@@ -151,13 +152,13 @@ func reportingTo(lookup func(context.Context, idem.Record) (idem.Resolution, err
 
 // detail says what an admin reconciliation did. A lookup's network error
 // names its URL, whose query may hold a secret: only the cause is kept.
-func (lr *lookupReport) detail(v idem.Verdict, rec idem.Record) string {
+func (lr *lookupReport) detail(v idem.Verdict, rec store.Record) string {
 	switch {
 	case v == idem.VerdictCompleted:
 		return fmt.Sprintf("the lookup found the request: its response (status %d) is recorded and replayed to every retry", rec.Result.Status)
 	case v == idem.VerdictNotExecuted:
 		return "the lookup says the request never ran: the key is released and the next retry runs it"
-	case !lr.asked && rec.State == idem.StateUnknown:
+	case !lr.asked && rec.State == store.StateUnknown:
 		return "the lookup was not asked: a reconciliation of this key holds its claim, running now (a retry's, the sweep's, " +
 			"another gateway's) or ended without a verdict less than --reconcile-timeout + 2 s ago; try again after that"
 	case !lr.asked:

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/store"
 )
 
 const adminToken = "s3cret-admin"
@@ -49,10 +50,10 @@ func wantProblem(t *testing.T, rec *httptest.ResponseRecorder, status int, code 
 }
 
 // settle makes the key of tenant acme UNKNOWN, or COMPLETED with result.
-func settle(t *testing.T, g *Gateway, key string, result *idem.Result) idem.Record {
+func settle(t *testing.T, g *Gateway, key string, result *store.Result) store.Record {
 	t.Helper()
 	ctx := context.Background()
-	a, err := g.Engine().Begin(ctx, idem.Request{Tenant: "acme", Key: key, Fingerprint: "fp"})
+	a, err := g.Engine().Begin(ctx, idem.Key{Tenant: "acme", Key: key, Fingerprint: "fp"})
 	if err != nil || a.Outcome != idem.Acquired {
 		t.Fatalf("Begin(%s) = %v, %v", key, a.Outcome, err)
 	}
@@ -64,7 +65,7 @@ func settle(t *testing.T, g *Gateway, key string, result *idem.Result) idem.Reco
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := g.Engine().Get(ctx, idem.ID{Tenant: "acme", Key: key})
+	rec, err := g.Engine().Get(ctx, store.ID{Tenant: "acme", Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,8 +140,8 @@ func TestAdminResult(t *testing.T) {
 	u, _ := url.Parse("http://127.0.0.1:1")
 	g := newTestGateway(t, Config{Upstream: u, AdminToken: adminToken})
 	hostile := "</script><script>alert(1)</script>"
-	settle(t, g, "text", &idem.Result{Status: 201, Header: http.Header{"Content-Type": {"text/html"}}, Body: []byte(hostile)})
-	settle(t, g, "bytes", &idem.Result{Status: 200, Body: []byte{0xff, 0x00, 0xfe}})
+	settle(t, g, "text", &store.Result{Status: 201, Header: http.Header{"Content-Type": {"text/html"}}, Body: []byte(hostile)})
+	settle(t, g, "bytes", &store.Result{Status: 200, Body: []byte{0xff, 0x00, 0xfe}})
 	settle(t, g, "unknown", nil)
 
 	rec := askAdmin(t, g, http.MethodGet, "/v1/keys/acme/text/result", false)

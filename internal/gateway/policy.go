@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 )
 
 // policy is one compiled configuration: the handler of every proxied
@@ -186,7 +187,7 @@ func tagFingerprint(name string, fp func(*http.Request, []byte) string) func(*ht
 
 // reconcile is the engine's Reconcile: the lookup of the route the key's
 // fingerprint names, else the top-level one, in the running policy.
-func (p *policy) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+func (p *policy) reconcile(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 	name := ""
 	if rest, ok := strings.CutPrefix(rec.Fingerprint, routeTagPrefix); ok {
 		name, _, _ = strings.Cut(rest, ":")

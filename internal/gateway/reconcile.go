@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
 )
 
 // OriginalStatusHeader carries, on a reconcile lookup's 200, the status of
@@ -43,7 +44,7 @@ func newReconciler(flag, template, token string, transport http.RoundTripper, re
 	if !strings.Contains(template, "{key}") {
 		return nil, fmt.Errorf("gateway: %s %q must hold {key}", flag, redact.URL(template))
 	}
-	u, err := url.Parse(expandTemplate(template, idem.Record{ID: idem.ID{Tenant: "t", Key: "k"}, Fence: 1}))
+	u, err := url.Parse(expandTemplate(template, store.Record{ID: store.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, redact.URL(template))
 	}
@@ -59,7 +60,7 @@ func newReconciler(flag, template, token string, transport http.RoundTripper, re
 
 // expandTemplate fills {key}, {tenant} and {fence} in, each escaped so
 // that it stays one path segment or one query value.
-func expandTemplate(template string, rec idem.Record) string {
+func expandTemplate(template string, rec store.Record) string {
 	return strings.NewReplacer("{key}", escapeAll(rec.Key), "{tenant}", escapeAll(rec.Tenant),
 		"{fence}", strconv.FormatInt(rec.Fence, 10)).Replace(template)
 }
@@ -89,7 +90,7 @@ func escapeAll(s string) string {
 // answer; the fence's and the tenant's prove that a 200 is about this
 // attempt, not about another tenant's request under the same key nor an
 // earlier attempt.
-func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
 		return idem.Resolution{}, err
@@ -139,7 +140,7 @@ func (rc *reconciler) reconcile(ctx context.Context, rec idem.Record) (idem.Reso
 	case len(body) > maxReconciledBody:
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup: the body is over %d bytes", maxReconciledBody)
 	}
-	res := idem.Result{Status: status, Body: body}
+	res := store.Result{Status: status, Body: body}
 	for _, name := range rc.keep {
 		if vs, ok := resp.Header[name]; ok {
 			if res.Header == nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -163,8 +164,8 @@ func TestReloadWithoutTheRoutesLookupKeepsItsKeysUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.want("the retry", c.send("POST", "/v1/charges/504", "k", "{}"), http.StatusUnprocessableEntity, false)
-	v, rec, err := g.Engine().Reconcile(context.Background(), idem.ID{Key: "k"}) // as the sweep and the console do
-	if v != idem.VerdictUnknown || rec.State != idem.StateUnknown {
+	v, rec, err := g.Engine().Reconcile(context.Background(), store.ID{Key: "k"}) // as the sweep and the console do
+	if v != idem.VerdictUnknown || rec.State != store.StateUnknown {
 		t.Fatalf("Reconcile = %v, %v, %v; want the key left UNKNOWN", v, rec.State, err)
 	}
 	if len(up.lookups) != 0 || c.runs("k") != 1 {

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/httpwire"
+	"github.com/idemkit/idem/store"
 )
 
 // The codes of the admin API's answers about UNKNOWN keys.
@@ -61,11 +62,11 @@ func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine, maxBody int) {
 			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, "only UNKNOWN keys are listed: add state=unknown")
 			return
 		}
-		p := idem.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant"), Tenant: ParseTenant(q.Get("tenant"))}
+		p := store.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant"), Tenant: ParseTenant(q.Get("tenant"))}
 		if v := q.Get("limit"); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > idem.MaxListLimit {
-				idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, fmt.Sprintf("limit must be a number from 1 to %d", idem.MaxListLimit))
+			if err != nil || n < 1 || n > store.MaxListLimit {
+				idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, fmt.Sprintf("limit must be a number from 1 to %d", store.MaxListLimit))
 				return
 			}
 			p.Limit = n
@@ -138,7 +139,7 @@ func resolutionError(w http.ResponseWriter, err error, maxBody int) {
 
 // Result checks the resolution and returns the result to record: nil for
 // not_executed.
-func (res Resolution) Result() (*idem.Result, error) {
+func (res Resolution) Result() (*store.Result, error) {
 	if res.Fence < 1 {
 		return nil, errors.New("fence must be the UNKNOWN record's fence, a positive number")
 	}
@@ -165,7 +166,7 @@ func (res Resolution) Result() (*idem.Result, error) {
 			}
 		}
 	}
-	out := &idem.Result{Status: res.Status, Header: http.Header{}}
+	out := &store.Result{Status: res.Status, Header: http.Header{}}
 	for name, vs := range res.Header {
 		out.Header[http.CanonicalHeaderKey(name)] = vs
 	}

@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"github.com/idemkit/idem/store"
 )
 
 // routeUpstream counts the executions of each key, answers a path that
@@ -122,9 +123,9 @@ func (c *routeClient) send(method, path, key, body string, hdr ...string) reply 
 func (c *routeClient) runs(key string) int { return c.up.count(c.key + key) }
 
 // record returns the stored record of key (the anonymous tenant's).
-func (c *routeClient) record(key string) idem.Record {
+func (c *routeClient) record(key string) store.Record {
 	c.t.Helper()
-	rec, err := c.g.Engine().Get(context.Background(), idem.ID{Key: c.key + key})
+	rec, err := c.g.Engine().Get(context.Background(), store.ID{Key: c.key + key})
 	if err != nil {
 		c.t.Fatalf("Get %s: %v", key, err)
 	}
@@ -188,7 +189,7 @@ var routeCases = []struct {
 		rec := c.record("e")
 		close(c.up.release)
 		c.want("the export", <-done, http.StatusCreated, false)
-		if rec.State != idem.StateProcessing || rec.TTL <= time.Minute || rec.TTL > 5*time.Minute {
+		if rec.State != store.StateProcessing || rec.TTL <= time.Minute || rec.TTL > 5*time.Minute {
 			c.t.Fatalf("in flight: %v with %v to live; want PROCESSING with the route's 5m lease (the top level's is 30s)", rec.State, rec.TTL)
 		}
 	}},

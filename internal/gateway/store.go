@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -43,7 +43,7 @@ type StoreOptions struct {
 
 // OpenStore opens the store a --store URI names. The returned close
 // function releases its connections.
-func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (idem.Store, func() error, error) {
+func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store, func() error, error) {
 	var o StoreOptions
 	if opts != nil {
 		o = *opts

@@ -6,11 +6,12 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/layered"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // defaultConnectTimeout bounds a new PostgreSQL connection (dial, TLS,
@@ -51,7 +52,7 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 }
 
 // openLayered opens Redis in front of PostgreSQL.
-func openLayered(ctx context.Context, redisURI, pgURI string, log *slog.Logger) (idem.Store, func() error, error) {
+func openLayered(ctx context.Context, redisURI, pgURI string, log *slog.Logger) (store.Store, func() error, error) {
 	client, err := redisstore.ParseURL(redisURI)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/store"
 )
 
 // logCounter is a slog.Handler that counts records by level.
@@ -82,7 +83,7 @@ func sweepGateway(t *testing.T, cfg Config, l *failingLookup, n int) *logCounter
 	cfg.Logger = slog.New(logs)
 	g := adminGateway(t, cfg)
 	for i := range n {
-		unknownKey(t, g.Engine(), idem.ID{Tenant: "acme", Key: fmt.Sprintf("k%05d", i)})
+		unknownKey(t, g.Engine(), store.ID{Tenant: "acme", Key: fmt.Sprintf("k%05d", i)})
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -83,7 +83,7 @@ func (c *upstreamCall) mayHaveReached(r *http.Request) bool {
 // forward sends r upstream, unless its lease has ended: never forward
 // what no lease covers any more. It watches what the transport writes.
 func forward(transport http.RoundTripper, r *http.Request) (*http.Response, error) {
-	if l, ok := idemhttp.LeaseFromContext(r.Context()); ok {
+	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
 			return nil, fmt.Errorf("%w: %w", errNotForwarded, err)
 		}
@@ -104,15 +104,15 @@ func rewriteIdempotencyHeaders(in, out *http.Request) {
 	for _, name := range ownHeaders {
 		out.Header.Del(name)
 	}
-	if l, ok := idemhttp.LeaseFromContext(in.Context()); ok {
-		ref := l.Ref()
-		out.Header[idemhttp.HeaderKey] = []string{ref.Key}
-		if ref.Tenant != "" {
-			out.Header[TenantIDHeader] = []string{ref.Tenant}
+	if l, ok := idem.LeaseFromContext(in.Context()); ok {
+		id := l.ID()
+		out.Header[idemhttp.HeaderKey] = []string{id.Key}
+		if id.Tenant != "" {
+			out.Header[TenantIDHeader] = []string{id.Tenant}
 		}
-		out.Header.Set(FenceHeader, strconv.FormatInt(ref.Fence, 10))
-		if tk := l.Takeover(); tk != nil {
-			out.Header.Set(PreviousFenceHeader, strconv.FormatInt(tk.Fence, 10))
+		out.Header.Set(FenceHeader, strconv.FormatInt(l.Fence(), 10))
+		if prev := l.PreviousFence(); prev != 0 {
+			out.Header.Set(PreviousFenceHeader, strconv.FormatInt(prev, 10))
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // chargeEvent is what the provider's server tells a scenario after it
@@ -212,12 +213,12 @@ func unknownCall(err error) error { return idem.OutcomeUnknown(fmt.Errorf("provi
 // whose outcome is unknown: its charge is the result to record; no charge
 // (and none can come: the provider refuses the fence from now on) is not
 // executed; a call still running, or a failed lookup, leaves it unknown.
-func reconcileWith(pay payments) func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
-	return func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+func reconcileWith(pay payments) func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+	return func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 		ch, err := pay.Lookup(ctx, rec.Key, rec.Fence)
 		switch {
 		case err == nil:
-			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(ch)}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte(ch)}}, nil
 		case errors.Is(err, errNoCharge):
 			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 		case errors.Is(err, errChargeRunning):

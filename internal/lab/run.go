@@ -14,10 +14,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 const workersPerRun = 3
@@ -414,7 +416,7 @@ const reconcileTimeout = 2 * time.Second
 
 // newEngine returns a worker's engine: the run's lease, and with
 // env.Reconcile a lookup at the provider for keys whose outcome is unknown.
-func newEngine(s idem.Store, env *workerEnv) (*idem.Engine, error) {
+func newEngine(s store.Store, env *workerEnv) (*idem.Engine, error) {
 	o := &idem.Options{LeaseDuration: env.Lease, Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)}
 	if env.Reconcile {
 		o.Reconcile, o.ReconcileTimeout = reconcileWith(env.Pay), reconcileTimeout

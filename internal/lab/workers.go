@@ -8,8 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Worker answers, as an HTTP server would: errBusy is a 409, errUnavailable a 5xx.
@@ -129,7 +131,7 @@ type workerEnv struct {
 	Ledger     Ledger
 	Pause      *pausePlan
 	NewRedis   func() *redis.Client // a new client of the run's Redis, as the worker's own
-	Memory     idem.Store           // the shared in-process store, for idem-memory
+	Memory     store.Store          // the shared in-process store, for idem-memory
 	Fenced     *atomic.Int64        // stale owners refused
 	// Charged, when not nil, is called after the provider charged and
 	// before the effect is committed: the pg scenarios inject faults here.
@@ -221,7 +223,7 @@ type idemWorker struct {
 
 func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	w.g.wait(ctx, key)
-	att, err := w.eng.Begin(ctx, idem.Request{Tenant: w.env.Tenant, Key: key, Fingerprint: "charge"})
+	att, err := w.eng.Begin(ctx, idem.Key{Tenant: w.env.Tenant, Key: key, Fingerprint: "charge"})
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errUnavailable, err)
 	}
@@ -254,7 +256,7 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	switch {
 	case errors.As(err, &dup):
 		// Another owner's effect is committed: finish the key with its result.
-		if err := l.Complete(final, idem.Result{Body: []byte(dup.Charge)}); errors.Is(err, idem.ErrLeaseLost) {
+		if err := l.Complete(final, store.Result{Body: []byte(dup.Charge)}); errors.Is(err, idem.ErrLeaseLost) {
 			w.env.Fenced.Add(1)
 		}
 		return dup.Charge, nil
@@ -308,7 +310,7 @@ func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 			return "", &unknownAnswer{Retry: w.env.Reconcile, Reason: "ledger commit failed after the charge: " + err.Error()}
 		}
 	}
-	err = l.Complete(final, idem.Result{Body: []byte(charge)})
+	err = l.Complete(final, store.Result{Body: []byte(charge)})
 	switch {
 	case errors.Is(err, idem.ErrLeaseLost):
 		w.env.Fenced.Add(1) // the store refused the stale owner's result
@@ -337,21 +339,21 @@ func (w *idemWorker) Close() {
 // gatedStore is a worker's view of its store: every call waits while the
 // worker is frozen, so a paused worker's heartbeat cannot renew its lease.
 type gatedStore struct {
-	idem.Store
+	store.Store
 	g *gate
 }
 
-func (s gatedStore) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s gatedStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	s.g.wait(ctx, p.Key)
 	return s.Store.Acquire(ctx, p)
 }
 
-func (s gatedStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s gatedStore) Complete(ctx context.Context, p store.CompleteParams) error {
 	s.g.wait(ctx, p.Key)
 	return s.Store.Complete(ctx, p)
 }
 
-func (s gatedStore) Extend(ctx context.Context, p idem.ExtendParams) error {
+func (s gatedStore) Extend(ctx context.Context, p store.ExtendParams) error {
 	s.g.wait(ctx, p.Key)
 	if err := ctx.Err(); err != nil {
 		return err
@@ -359,12 +361,12 @@ func (s gatedStore) Extend(ctx context.Context, p idem.ExtendParams) error {
 	return s.Store.Extend(ctx, p)
 }
 
-func (s gatedStore) Release(ctx context.Context, p idem.LeaseRef) error {
+func (s gatedStore) Release(ctx context.Context, p store.LeaseRef) error {
 	s.g.wait(ctx, p.Key)
 	return s.Store.Release(ctx, p)
 }
 
-func (s gatedStore) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+func (s gatedStore) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	s.g.wait(ctx, p.Key)
 	return s.Store.MarkUnknown(ctx, p)
 }

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/recordcodec"
 )
 
@@ -17,7 +17,7 @@ import (
 // {len(tenant):tenant:key} keeps every key of one record in one Cluster
 // slot, and the tenant's length makes the name injective: tenant "a:b" with
 // key "c" never meets tenant "a" with key "b:c".
-func Key(prefix string, id idem.ID) string {
+func Key(prefix string, id store.ID) string {
 	return prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
 }
 
@@ -29,9 +29,9 @@ func Key(prefix string, id idem.ID) string {
 // the two timestamps into times (the Redis store counts milliseconds, the
 // layered mirror microseconds). Numbers that do not parse, a header that
 // does not decode and an unknown state are errors.
-func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, error) {
+func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, error) {
 	if len(f) != 10 && len(f) != 11 {
-		return idem.Record{}, fmt.Errorf("%d fields, want 10 or 11", len(f))
+		return store.Record{}, fmt.Errorf("%d fields, want 10 or 11", len(f))
 	}
 	var errs []error
 	num := func(s string) int64 {
@@ -42,35 +42,35 @@ func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, erro
 		errs = append(errs, err)
 		return n
 	}
-	rec := idem.Record{ID: id, Owner: f[1], Fence: num(f[2]), Fingerprint: f[3], AcquiredAt: at(num(f[4])),
+	rec := store.Record{ID: id, Owner: f[1], Fence: num(f[2]), Fingerprint: f[3], AcquiredAt: at(num(f[4])),
 		TTL: time.Duration(num(f[9])) * time.Millisecond}
 	completed, status := num(f[5]), num(f[6])
 	if err := errors.Join(errs...); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	switch f[0] {
 	case "P":
-		rec.State = idem.StateProcessing
+		rec.State = store.StateProcessing
 	case "C":
 		h, err := recordcodec.ParseHeader([]byte(f[7]))
 		if err != nil {
-			return idem.Record{}, err
+			return store.Record{}, err
 		}
-		rec.State = idem.StateCompleted
+		rec.State = store.StateCompleted
 		rec.CompletedAt = at(completed)
-		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
+		rec.Result = &store.Result{Status: int(status), Header: h, Body: []byte(f[8])}
 	case "E": // a tombstone: the status alone (redisstore's record.lua)
-		rec.State = idem.StateExpired
+		rec.State = store.StateExpired
 		rec.CompletedAt = at(completed)
-		rec.Result = &idem.Result{Status: int(status)}
+		rec.Result = &store.Result{Status: int(status)}
 	case "U":
-		rec.State = idem.StateUnknown
+		rec.State = store.StateUnknown
 		rec.CompletedAt = at(completed)
 		if len(f) == 11 {
 			rec.Reason = f[10]
 		}
 	default:
-		return idem.Record{}, fmt.Errorf("state %q", f[0])
+		return store.Record{}, fmt.Errorf("state %q", f[0])
 	}
 	return rec, nil
 }

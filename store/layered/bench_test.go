@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -23,23 +23,23 @@ func BenchmarkReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	id := idem.ID{Tenant: "acme", Key: "order-1"}
+	id := store.ID{Tenant: "acme", Key: "order-1"}
 	body := []byte(`{"id":"ch_1","amount":4200}`)
-	for _, s := range []idem.Store{l, r} {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+	for _, s := range []store.Store{l, r} {
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			b.Fatal(err)
 		}
-		ref := idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
+		ref := store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.Cleanup(func() { deletePrefix(b, client, prefix) })
-	replay := func(s idem.Store) time.Duration {
+	replay := func(s store.Store) time.Duration {
 		start := time.Now()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "x", Fingerprint: "fp", LeaseDuration: time.Minute})
-		if err != nil || res.Acquired || res.Record.State != idem.StateCompleted {
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "x", Fingerprint: "fp", LeaseDuration: time.Minute})
+		if err != nil || res.Acquired || res.Record.State != store.StateCompleted {
 			b.Fatalf("replay = %+v, %v", res, err)
 		}
 		return time.Since(start)

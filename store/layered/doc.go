@@ -1,5 +1,5 @@
-// Package layered is an idem.Store with Redis in front of PostgreSQL (or
-// any other durable idem.Store): Redis answers replays and conflicts fast,
+// Package layered is an store.Store with Redis in front of PostgreSQL (or
+// any other durable store.Store): Redis answers replays and conflicts fast,
 // PostgreSQL is the authority.
 //
 // Only the authority grants leases and mints fences: Acquire asks Redis

@@ -7,12 +7,13 @@ import (
 	"os"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/layered"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 )
 
 // redisURL and databaseURL are the servers of the examples: the
@@ -92,11 +93,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	refunds := 0
-	refund := func(ctx context.Context, fence int64) ([]byte, error) {
+	refund := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		refunds++
 		return []byte("refund re_1"), nil
 	}
-	req := idem.Request{Tenant: "acme", Key: "refund-order-42", Fingerprint: "POST /refunds order=42"}
+	req := idem.Key{Tenant: "acme", Key: "refund-order-42", Fingerprint: "POST /refunds order=42"}
 	do := func(when string) {
 		out, replayed, err := engine.Do(ctx, req, refund)
 		fmt.Printf("%s: %s replayed=%t err=%v; mirrored keys: %d\n", when, out, replayed, err, mirrored(ctx, client, prefix))

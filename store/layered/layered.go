@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisrecord"
-	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/recordcodec"
 )
 
 var (
@@ -50,17 +51,17 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Store is a layered idem.Store. It is safe for concurrent use.
+// Store is a layered store.Store. It is safe for concurrent use.
 type Store struct {
 	redis     redis.Scripter
-	authority idem.Store
+	authority store.Store
 	prefix    string
 	log       *slog.Logger
 }
 
 // New returns a store that mirrors authority (a store that does not lose
 // acknowledged writes: store/pgstore) into Redis through client.
-func New(client redis.Scripter, authority idem.Store, opts *Options) (*Store, error) {
+func New(client redis.Scripter, authority store.Store, opts *Options) (*Store, error) {
 	if client == nil || authority == nil {
 		return nil, errors.New("layered: nil Redis client or authority")
 	}
@@ -81,26 +82,26 @@ func New(client redis.Scripter, authority idem.Store, opts *Options) (*Store, er
 }
 
 // mirrorKey returns the Redis key of the mirror of id.
-func (s *Store) mirrorKey(id idem.ID) string {
+func (s *Store) mirrorKey(id store.ID) string {
 	return redisrecord.Key(s.prefix, id)
 }
 
-// Acquire implements idem.Store: a live mirror answers; otherwise the
+// Acquire implements store.Store: a live mirror answers; otherwise the
 // authority decides, and its answer is mirrored.
-func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	if rec, ok := s.mirrored(ctx, p.ID); ok {
-		return idem.AcquireResult{Record: rec}, nil
+		return store.AcquireResult{Record: rec}, nil
 	}
 	res, err := s.authority.Acquire(ctx, p)
 	if err != nil {
-		return idem.AcquireResult{}, fmt.Errorf("layered: %w", err)
+		return store.AcquireResult{}, fmt.Errorf("layered: %w", err)
 	}
 	s.mirror(ctx, res.Record)
 	return res, nil
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := s.authority.Complete(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -110,8 +111,8 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	return nil
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+// Extend implements store.Store.
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := s.authority.Extend(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -120,21 +121,21 @@ func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
 	return nil
 }
 
-// Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 	err := s.authority.Release(ctx, p)
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) { // either way this lease is over
+	if err == nil || errors.Is(err, store.ErrLeaseLost) { // either way this lease is over
 		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
 	}
 	return wrap(err)
 }
 
-// MarkUnknown implements idem.Store. The mirror of the lease is replaced
+// MarkUnknown implements store.Store. The mirror of the lease is replaced
 // by a tombstone: UNKNOWN records are never mirrored (see mirror), so
 // every retry asks the authority. If Redis misses the tombstone, the
 // mirror still answers "in flight" until the lease it copied ends, and
 // never runs or replays the key.
-func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	if err := s.authority.MarkUnknown(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -142,20 +143,20 @@ func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error
 	return nil
 }
 
-// Claim implements idem.Store: claims are the authority's alone, and an
+// Claim implements store.Store: claims are the authority's alone, and an
 // UNKNOWN record is never in the mirror.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	res, err := s.authority.Claim(ctx, p)
 	return res, wrap(err)
 }
 
-// Resolve implements idem.Store. Resolved not executed, the key's mirror
+// Resolve implements store.Store. Resolved not executed, the key's mirror
 // becomes a tombstone of the record's fence, so that no copy read before
 // the resolution can come back; the next acquisition's higher fence is
 // mirrored over it. Resolved completed, a mirrored PROCESSING copy of
 // that attempt is dropped, and the next read mirrors the result. Either
 // way the authority answers until then.
-func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	if err := s.authority.Resolve(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -168,34 +169,34 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	return nil
 }
 
-// ListUnknown implements idem.Store: the authority keeps the index.
-func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+// ListUnknown implements store.Store: the authority keeps the index.
+func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	page, err := s.authority.ListUnknown(ctx, p)
 	return page, wrap(err)
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	if rec, ok := s.mirrored(ctx, id); ok {
 		return rec, nil
 	}
 	rec, err := s.authority.Get(ctx, id)
 	if err != nil {
-		return idem.Record{}, wrap(err)
+		return store.Record{}, wrap(err)
 	}
 	s.mirror(ctx, rec)
 	return rec, nil
 }
 
-// Delete implements idem.Store. It fails if the mirror could not be
+// Delete implements store.Store. It fails if the mirror could not be
 // removed, so that an operator retries rather than leaves a replay behind.
-func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	// The deleted record's fence goes into the mirror's tombstone, which
 	// keeps a reader that fetched the record just before from restoring it.
 	var fence int64
 	if rec, err := s.authority.Get(ctx, p.ID); err == nil {
 		fence = rec.Fence
-	} else if !errors.Is(err, idem.ErrNotFound) {
+	} else if !errors.Is(err, store.ErrNotFound) {
 		return false, wrap(err)
 	}
 	existed, err := s.authority.Delete(ctx, p)
@@ -218,19 +219,19 @@ const tombstoneMs = int64(time.Minute / time.Millisecond)
 
 // mirrored reads the mirror of id. A miss, or a Redis failure, reports
 // false: the caller asks the authority.
-func (s *Store) mirrored(ctx context.Context, id idem.ID) (idem.Record, bool) {
+func (s *Store) mirrored(ctx context.Context, id store.ID) (store.Record, bool) {
 	f, err := getScript.Run(ctx, s.redis, []string{s.mirrorKey(id)}).StringSlice()
 	if err != nil {
 		s.cacheFailed("get", err)
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	if len(f) == 0 {
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	rec, err := decode(id, f)
 	if err != nil {
 		s.cacheFailed("get", err)
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	return rec, true
 }
@@ -240,15 +241,15 @@ func (s *Store) mirrored(ctx context.Context, id idem.ID) (idem.Record, bool) {
 // rest of its retention. An UNKNOWN record is not mirrored: its way out
 // (Claim, Resolve, a late Complete) is decided by the authority, and a
 // copy could outlive it.
-func (s *Store) mirror(ctx context.Context, rec idem.Record) {
+func (s *Store) mirror(ctx context.Context, rec store.Record) {
 	ttl := rec.TTL.Milliseconds()
 	if ttl <= 0 || ctx.Err() != nil {
 		return
 	}
 	state, status, completed, header, body := "P", 0, int64(0), []byte(nil), []byte(nil)
 	switch rec.State {
-	case idem.StateProcessing:
-	case idem.StateCompleted:
+	case store.StateProcessing:
+	case store.StateCompleted:
 		if rec.Result == nil {
 			return
 		}
@@ -271,20 +272,20 @@ func (s *Store) cacheFailed(op string, err error) {
 // wrap prefixes the authority's errors, keeping the sentinels of the Store
 // contract (ErrLeaseLost, ErrNotFound, ErrNotUnknown, ErrStaleFence) bare.
 func wrap(err error) error {
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrNotFound) ||
-		errors.Is(err, idem.ErrNotUnknown) || errors.Is(err, idem.ErrStaleFence) {
+	if err == nil || errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) ||
+		errors.Is(err, store.ErrNotUnknown) || errors.Is(err, store.ErrStaleFence) {
 		return err
 	}
 	return fmt.Errorf("layered: %w", err)
 }
 
 // decode parses get.lua's reply.
-func decode(id idem.ID, f []string) (idem.Record, error) {
+func decode(id store.ID, f []string) (store.Record, error) {
 	rec, err := redisrecord.Record(id, f, time.UnixMicro)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
+		return store.Record{}, fmt.Errorf("layered: corrupt mirror: %w", err)
 	}
 	return rec, nil
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)

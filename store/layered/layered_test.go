@@ -11,13 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/layered"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/storetest"
-	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -36,7 +38,7 @@ func newPG(t testing.TB) *pgstore.Store {
 	return pg
 }
 
-func newLayered(t testing.TB, client redis.Scripter, pg idem.Store, prefix string) *layered.Store {
+func newLayered(t testing.TB, client redis.Scripter, pg store.Store, prefix string) *layered.Store {
 	t.Helper()
 	s, err := layered.New(client, pg, &layered.Options{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -49,7 +51,7 @@ func TestConformance(t *testing.T) {
 	client := testenv.Redis(t)
 	pg := newPG(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			return newLayered(t, client, pg, testenv.Prefix(t)), storetest.Sleep // Redis and PostgreSQL keep real time
 		},
 	})
@@ -63,20 +65,20 @@ func TestRedisDown(t *testing.T) {
 	defer down.Close()
 	s := newLayered(t, down, newPG(t), "unused:")
 	ctx := context.Background()
-	id := idem.ID{Tenant: "acme", Key: "k"}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
+	id := store.ID{Tenant: "acme", Key: "k"}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire with Redis down = %+v, %v; want acquired from the authority", res, err)
 	}
-	ref := idem.LeaseRef{ID: id, Owner: "a", Fence: res.Record.Fence}
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: []byte("ok")}, Retention: time.Hour}); err != nil {
+	ref := store.LeaseRef{ID: id, Owner: "a", Fence: res.Record.Fence}
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 201, Body: []byte("ok")}, Retention: time.Hour}); err != nil {
 		t.Fatalf("Complete with Redis down: %v", err)
 	}
-	res, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
+	res, err = s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || res.Acquired || res.Record.Result == nil || string(res.Record.Result.Body) != "ok" {
 		t.Fatalf("retry with Redis down = %+v, %v; want the replay from the authority", res, err)
 	}
-	if _, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err == nil {
+	if _, err := s.Delete(ctx, store.DeleteParams{ID: id}); err == nil {
 		t.Fatal("Delete with Redis down succeeded; want an error, the mirror may remain")
 	}
 }
@@ -127,11 +129,11 @@ func TestRedisForgetsMidRun(t *testing.T) {
 		wg.Go(func() {
 			for r := range rounds {
 				for k := range keys {
-					req := idem.Request{Tenant: "acme", Key: fmt.Sprint("key-", k), Fingerprint: "fp"}
-					out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+					req := idem.Key{Tenant: "acme", Key: fmt.Sprint("key-", k), Fingerprint: "fp"}
+					out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 						executions[k].Add(1)
 						time.Sleep(time.Millisecond)
-						return fmt.Appendf(nil, "worker %d round %d fence %d", w, r, fence), nil
+						return fmt.Appendf(nil, "worker %d round %d fence %d", w, r, lease.Fence()), nil
 					})
 					if made.Add(1)%(calls/(flushes+1)) == 0 {
 						select {
@@ -181,7 +183,7 @@ func TestRedisForgetsMidRun(t *testing.T) {
 	}
 	// The authority re-warms a forgotten mirror on the next read.
 	deletePrefix(t, client, prefix)
-	id := idem.ID{Tenant: "acme", Key: "key-0"}
+	id := store.ID{Tenant: "acme", Key: "key-0"}
 	if _, err := s.Get(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -197,15 +199,15 @@ func TestProcessingSurvivesForgottenMirror(t *testing.T) {
 	prefix := testenv.Prefix(t)
 	s := newLayered(t, client, newPG(t), prefix)
 	ctx := context.Background()
-	id := idem.ID{Tenant: "acme", Key: "k"}
-	first, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
+	id := store.ID{Tenant: "acme", Key: "k"}
+	first, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire = %+v, %v", first, err)
 	}
 	if deletePrefix(t, client, prefix) == 0 {
 		t.Fatal("no mirror to forget")
 	}
-	second, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
+	second, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || second.Acquired || second.Record.Owner != "a" || second.Record.Fence != first.Record.Fence {
 		t.Fatalf("Acquire after Redis forgot = %+v, %v; want not acquired, held by a", second, err)
 	}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -31,27 +31,27 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	acquire := func(key string) idem.LeaseRef {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute})
+	acquire := func(key string) store.LeaseRef {
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v", key, res, err)
 		}
-		return idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
+		return store.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
 	}
 
 	done := acquire("deleted")
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: done, Result: idem.Result{Status: 201}, Retention: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: done, Result: store.Result{Status: 201}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	stale, err := pg.Get(ctx, done.ID) // a reader fetches the record...
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Delete(ctx, idem.DeleteParams{ID: done.ID}); err != nil { // ...an operator deletes the key...
+	if _, err := s.Delete(ctx, store.DeleteParams{ID: done.ID}); err != nil { // ...an operator deletes the key...
 		t.Fatal(err)
 	}
 	s.mirror(ctx, stale) // ...and the reader writes its copy back
-	if rec, err := s.Get(ctx, done.ID); !errors.Is(err, idem.ErrNotFound) {
+	if rec, err := s.Get(ctx, done.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("after Delete and a stale write-back, Get = %+v, %v; want ErrNotFound", rec, err)
 	}
 
@@ -64,7 +64,7 @@ func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mirror(ctx, stale)
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: held.ID, Owner: "next", LeaseDuration: time.Minute})
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: held.ID, Owner: "next", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired || res.Record.Fence <= held.Fence {
 		t.Fatalf("after Release and a stale write-back, Acquire = %+v, %v; want a new lease with a higher fence", res, err)
 	}

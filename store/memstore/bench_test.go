@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -100,13 +101,13 @@ func BenchmarkCycle(b *testing.B) {
 	}
 	storeCycle := func(s *memstore.Store) cycle {
 		return func(ctx context.Context, i int64) error {
-			id := idem.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: 30 * time.Second, Retention: 24 * time.Hour})
+			id := store.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
+			res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "owner", Fingerprint: "fp", LeaseDuration: 30 * time.Second, Retention: 24 * time.Hour})
 			if err != nil || !res.Acquired {
 				return fmt.Errorf("acquire %d: %v, %v", i, res.Acquired, err)
 			}
-			return s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
-				Result: idem.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody}, Retention: 24 * time.Hour})
+			return s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
+				Result: store.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody}, Retention: 24 * time.Hour})
 		}
 	}
 	b.Run("store", func(b *testing.B) {
@@ -118,11 +119,11 @@ func BenchmarkCycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		engineCycle := func(ctx context.Context, i int64) error {
-			att, err := e.Begin(ctx, idem.Request{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+			att, err := e.Begin(ctx, idem.Key{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 			if err != nil || att.Outcome != idem.Acquired {
 				return fmt.Errorf("begin %d: %v, %v", i, att.Outcome, err)
 			}
-			return att.Lease.Complete(ctx, idem.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody})
+			return att.Lease.Complete(ctx, store.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody})
 		}
 		measure(b, engineCycle, storeCycle(newStore(b)))
 	})

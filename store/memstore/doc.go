@@ -1,4 +1,4 @@
-// Package memstore is the embedded, in-process idem.Store: the default of
+// Package memstore is the embedded, in-process store.Store: the default of
 // the idem gateway and the store for tests and single-instance services.
 //
 // Its state is lost when the process ends, and it is shared by nothing but
@@ -13,12 +13,12 @@
 // Memory is bounded by Options.MaxBytes. The store never drops a record
 // before its life (lease and retention) ends: a dropped result would let
 // its retry run again. Expired records go first; when the live ones fill the bound,
-// Acquire of a new key fails with idem.ErrStoreFull (fail closed) while
+// Acquire of a new key fails with store.ErrStoreFull (fail closed) while
 // replays and Get keep answering. A key already admitted always completes,
 // past the bound if need be (see Store.Complete).
 //
 // One tenant's records may take a share of the bound, a quarter by default
-// (Options.TenantShare): a tenant at its share gets idem.ErrStoreFull for
+// (Options.TenantShare): a tenant at its share gets store.ErrStoreFull for
 // its new keys while the other tenants keep acquiring, so one tenant
 // cannot fill the store for all. A process with a single tenant sets the
 // share to 1.

@@ -3,16 +3,16 @@ package memstore
 import (
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // entry is a record as the store holds it.
 type entry struct {
-	rec        idem.Record // TTL unused: derived from leaseUntil and expires
-	result     idem.Result // COMPLETED: rec.Result points here; never changed once set
-	leaseUntil time.Time   // PROCESSING: when the lease ends
-	expires    time.Time   // when the record ends: PROCESSING, the lease plus the retention
-	claimOwner string      // UNKNOWN: the reconciliation claim's holder, until claimUntil
+	rec        store.Record // TTL unused: derived from leaseUntil and expires
+	result     store.Result // COMPLETED: rec.Result points here; never changed once set
+	leaseUntil time.Time    // PROCESSING: when the lease ends
+	expires    time.Time    // when the record ends: PROCESSING, the lease plus the retention
+	claimOwner string       // UNKNOWN: the reconciliation claim's holder, until claimUntil
 	claimUntil time.Time
 	keyUntil   time.Time // COMPLETED: when its tombstone ends (CompleteParams.KeyRetention); zero: none
 	size       int64
@@ -24,31 +24,31 @@ type entry struct {
 // reconciliation claim holds it.
 func (e *entry) releasable(now time.Time) bool {
 	switch e.rec.State {
-	case idem.StateProcessing:
+	case store.StateProcessing:
 		return true
-	case idem.StateUnknown:
-		return e.rec.Reason == idem.ReasonAbandoned && (e.claimOwner == "" || !now.Before(e.claimUntil))
+	case store.StateUnknown:
+		return e.rec.Reason == store.ReasonAbandoned && (e.claimOwner == "" || !now.Before(e.claimUntil))
 	}
 	return false
 }
 
 // abandoned reports whether e is PROCESSING with its lease ended.
 func (e *entry) abandoned(now time.Time) bool {
-	return e.rec.State == idem.StateProcessing && !now.Before(e.leaseUntil)
+	return e.rec.State == store.StateProcessing && !now.Before(e.leaseUntil)
 }
 
 // view returns a copy of the record that the caller may keep. Its Result
-// is the stored one, shared and read-only as idem.Record documents: the
+// is the stored one, shared and read-only as store.Record documents: the
 // store never changes a result once it is stored, so a replay costs no copy.
 // A PROCESSING record whose lease ended is reported UNKNOWN, as the next
 // Acquire would make it.
-func (e *entry) view(now time.Time) idem.Record {
+func (e *entry) view(now time.Time) store.Record {
 	r := e.rec
 	r.TTL = e.expires.Sub(now)
 	switch {
 	case e.abandoned(now):
-		r.State, r.Reason = idem.StateUnknown, idem.ReasonAbandoned
-	case r.State == idem.StateProcessing:
+		r.State, r.Reason = store.StateUnknown, store.ReasonAbandoned
+	case r.State == store.StateProcessing:
 		r.TTL = e.leaseUntil.Sub(now)
 	}
 	return r

@@ -29,12 +29,12 @@ func ExampleNew() {
 	}
 	ctx := context.Background()
 	runs := 0
-	report := func(ctx context.Context, fence int64) ([]byte, error) {
+	report := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		runs++
 		return fmt.Appendf(nil, "report #%d", runs), nil
 	}
 
-	req := idem.Request{Tenant: "acme", Key: "nightly-report-2026-12-01"}
+	req := idem.Key{Tenant: "acme", Key: "nightly-report-2026-12-01", NoFingerprint: true}
 	for _, at := range []time.Duration{0, 30 * time.Minute, 2 * time.Hour} {
 		now = start.Add(at) // the store's clock moves; nothing sleeps
 		out, replayed, err := engine.Do(ctx, req, report)

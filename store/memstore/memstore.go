@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Options configures a Store. A nil *Options means all defaults.
@@ -27,7 +27,7 @@ type Options struct {
 	MaxBytes int64
 	// TenantShare is the fraction of MaxBytes that one tenant's records
 	// may take, so that one tenant cannot fill the store for all: a tenant
-	// at its share gets idem.ErrStoreFull for its new keys while the other
+	// at its share gets store.ErrStoreFull for its new keys while the other
 	// tenants keep acquiring. Zero means DefaultTenantShare (a quarter); 1
 	// lets one tenant take the whole store, for a process with a single
 	// tenant. A result completed past the share counts against its tenant
@@ -36,16 +36,16 @@ type Options struct {
 }
 
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = fmt.Errorf("memstore: %w", idem.ErrInvalidCursor)
+var errBadCursor = fmt.Errorf("memstore: %w", store.ErrInvalidCursor)
 
-// Store is an in-memory idem.Store. It is safe for concurrent use.
+// Store is an in-memory store.Store. It is safe for concurrent use.
 type Store struct {
 	now         func() time.Time
 	maxBytes    int64
 	tenantBytes int64 // MaxBytes × TenantShare
 
 	mu      sync.Mutex
-	entries map[idem.ID]*entry
+	entries map[store.ID]*entry
 	byEnd   expiryHeap // every record, by the end of its life
 	// unknown indexes the UNKNOWN records by tenant and key, so that
 	// ListUnknown reads them and nothing else. A PROCESSING record whose
@@ -81,7 +81,7 @@ func New(opts *Options) (*Store, error) {
 		o.Clock = time.Now
 	}
 	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
-		entries: make(map[idem.ID]*entry), unknown: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
+		entries: make(map[store.ID]*entry), unknown: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
 }
 
 // lock takes the store's lock, drops the records whose life ended, and
@@ -92,7 +92,7 @@ func (s *Store) lock() time.Time {
 	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
 		e := s.byEnd[0]
 		s.remove(e)
-		if e.rec.State == idem.StateCompleted && now.Before(e.keyUntil) {
+		if e.rec.State == store.StateCompleted && now.Before(e.keyUntil) {
 			s.addTombstone(e)
 		}
 	}
@@ -102,33 +102,33 @@ func (s *Store) lock() time.Time {
 // addTombstone puts in place of e, a COMPLETED record whose retention
 // ended, its tombstone: the fingerprint, fence, completion time and
 // status, without the header and body, until its key retention ends. It
-// is a new entry: callers may still hold e's result (idem.Record.Result).
+// is a new entry: callers may still hold e's result (store.Record.Result).
 func (s *Store) addTombstone(e *entry) {
 	t := &entry{rec: e.rec, expires: e.keyUntil}
-	t.rec.State, t.rec.Owner = idem.StateExpired, ""
-	t.result = idem.Result{Status: e.result.Status}
+	t.rec.State, t.rec.Owner = store.StateExpired, ""
+	t.result = store.Result{Status: e.result.Status}
 	t.rec.Result = &t.result
 	s.add(t, tombstoneOverhead+int64(len(e.rec.Tenant)+len(e.rec.Key)+len(e.rec.Fingerprint)))
 }
 
-// Acquire implements idem.Store.
-func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.AcquireResult{}, err
+		return store.AcquireResult{}, err
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	var takeover *idem.Takeover
+	var takeover *store.Takeover
 	old, ok := s.entries[p.ID]
 	if ok {
 		if !old.abandoned(now) {
-			return idem.AcquireResult{Record: old.view(now)}, nil
+			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		if !p.TakeOver {
-			s.toUnknown(old, now, idem.ReasonAbandoned, now.Add(p.Retention))
-			return idem.AcquireResult{Record: old.view(now)}, nil
+			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(p.Retention))
+			return store.AcquireResult{Record: old.view(now)}, nil
 		}
-		takeover = &idem.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
+		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
 	}
 	size := recordOverhead + int64(len(p.Tenant)+len(p.Key)+len(p.Owner)+len(p.Fingerprint))
 	need := size
@@ -140,7 +140,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 		// live lease, a lease whose outcome is unknown, or a result within
 		// its retention, and dropping one would let its retry run again.
 		// Refuse the new key.
-		return idem.AcquireResult{}, err
+		return store.AcquireResult{}, err
 	}
 	if ok {
 		s.remove(old)
@@ -149,16 +149,16 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 	// clock floor keeps it increasing across restarts of the process.
 	s.lastFence = max(s.lastFence+1, now.UnixMicro())
 	e := &entry{
-		rec: idem.Record{ID: p.ID, State: idem.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
+		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
 			Fingerprint: p.Fingerprint, AcquiredAt: now},
 		leaseUntil: now.Add(p.LeaseDuration),
 		expires:    now.Add(p.LeaseDuration + p.Retention),
 	}
 	s.add(e, size)
-	return idem.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
+	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
 }
 
-// Complete implements idem.Store. It stores the result even when that takes
+// Complete implements store.Store. It stores the result even when that takes
 // its tenant past its share, or the store past MaxBytes: the work behind an
 // admitted key has run, and a result refused here would be lost, so the
 // retry would run it again. Reserving room at Acquire instead cannot work,
@@ -169,7 +169,7 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 // (idem.Options.MaxResultBytes); none of its new keys is admitted until
 // expiry brings it back under its share, and the bound counts it at its
 // share only, so the other tenants keep their room.
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -177,9 +177,9 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	defer s.mu.Unlock()
 	e, ok := s.owned(p.LeaseRef)
 	if !ok {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
-	if e.rec.State == idem.StateCompleted {
+	if e.rec.State == store.StateCompleted {
 		return nil // a repeated Complete of the same lease: keep the first result
 	}
 	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
@@ -191,24 +191,24 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	return nil
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+// Extend implements store.Store.
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
 	e, ok := s.owned(p.LeaseRef)
-	if !ok || e.rec.State != idem.StateProcessing || e.abandoned(now) {
-		return idem.ErrLeaseLost // an ended lease is never renewed
+	if !ok || e.rec.State != store.StateProcessing || e.abandoned(now) {
+		return store.ErrLeaseLost // an ended lease is never renewed
 	}
 	e.leaseUntil = now.Add(p.LeaseDuration)
 	s.setExpires(e, now.Add(p.LeaseDuration+p.Retention))
 	return nil
 }
 
-// Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -216,14 +216,14 @@ func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
 	defer s.mu.Unlock()
 	e, ok := s.owned(p)
 	if !ok || !e.releasable(now) {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	s.remove(e)
 	return nil
 }
 
-// MarkUnknown implements idem.Store.
-func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+// MarkUnknown implements store.Store.
+func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -231,39 +231,39 @@ func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error
 	defer s.mu.Unlock()
 	e, ok := s.owned(p.LeaseRef)
 	switch {
-	case !ok || e.rec.State == idem.StateCompleted:
-		return idem.ErrLeaseLost
-	case e.rec.State == idem.StateUnknown:
+	case !ok || e.rec.State == store.StateCompleted:
+		return store.ErrLeaseLost
+	case e.rec.State == store.StateUnknown:
 		return nil // a repeated MarkUnknown: keep the first reason
 	}
 	s.toUnknown(e, now, p.Reason, now.Add(p.Retention))
 	return nil
 }
 
-// Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[p.ID]
 	if !ok {
-		return idem.ClaimResult{}, idem.ErrNotFound
+		return store.ClaimResult{}, store.ErrNotFound
 	}
 	if e.abandoned(now) {
-		s.toUnknown(e, now, idem.ReasonAbandoned, e.expires) // the record keeps its life
+		s.toUnknown(e, now, store.ReasonAbandoned, e.expires) // the record keeps its life
 	}
-	if e.rec.State != idem.StateUnknown || (e.claimOwner != "" && now.Before(e.claimUntil)) {
-		return idem.ClaimResult{Record: e.view(now)}, nil
+	if e.rec.State != store.StateUnknown || (e.claimOwner != "" && now.Before(e.claimUntil)) {
+		return store.ClaimResult{Record: e.view(now)}, nil
 	}
 	e.claimOwner, e.claimUntil = p.Owner, now.Add(p.LeaseDuration)
-	return idem.ClaimResult{Claimed: true, Record: e.view(now)}, nil
+	return store.ClaimResult{Claimed: true, Record: e.view(now)}, nil
 }
 
-// Resolve implements idem.Store. A PROCESSING record whose lease ended,
+// Resolve implements store.Store. A PROCESSING record whose lease ended,
 // which Get reports UNKNOWN, resolves like one.
-func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -272,13 +272,13 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	e, ok := s.entries[p.ID]
 	switch {
 	case !ok:
-		return idem.ErrNotFound
-	case e.rec.State != idem.StateUnknown && !e.abandoned(now):
-		return idem.ErrNotUnknown
+		return store.ErrNotFound
+	case e.rec.State != store.StateUnknown && !e.abandoned(now):
+		return store.ErrNotUnknown
 	case e.rec.Fence != p.Fence:
-		return idem.ErrStaleFence
+		return store.ErrStaleFence
 	case p.Claim != "" && (e.claimOwner != p.Claim || !now.Before(e.claimUntil)):
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	if p.Result == nil {
 		// Known not to have run: the retry may. The fence counter is the
@@ -290,45 +290,45 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	return nil
 }
 
-// ListUnknown implements idem.Store. It reads the UNKNOWN index only: the
+// ListUnknown implements store.Store. It reads the UNKNOWN index only: the
 // records of the tenant (or of all tenants), sorted by tenant and key, after
 // the cursor. Its cost grows with the UNKNOWN records listed, not with the
 // store.
-func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.ListPage{}, err
+		return store.ListPage{}, err
 	}
 	limit := p.Limit
 	switch {
 	case limit < 0:
-		return idem.ListPage{}, errors.New("memstore: negative list limit")
+		return store.ListPage{}, errors.New("memstore: negative list limit")
 	case limit == 0:
-		limit = idem.DefaultListLimit
-	case limit > idem.MaxListLimit:
-		limit = idem.MaxListLimit
+		limit = store.DefaultListLimit
+	case limit > store.MaxListLimit:
+		limit = store.MaxListLimit
 	}
-	var after idem.ID
+	var after store.ID
 	if p.After != "" {
 		var ok bool
 		if after, ok = parseCursor(p.After); !ok || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return idem.ListPage{}, errBadCursor
+			return store.ListPage{}, errBadCursor
 		}
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	var ids []idem.ID
+	var ids []store.ID
 	for tenant, keys := range s.unknown {
 		if (!p.AllTenants && tenant != p.Tenant) || (p.After != "" && tenant < after.Tenant) {
 			continue
 		}
 		for key := range keys {
-			if id := (idem.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
+			if id := (store.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
 				ids = append(ids, id)
 			}
 		}
 	}
 	slices.SortFunc(ids, compareIDs)
-	var page idem.ListPage
+	var page store.ListPage
 	for _, id := range ids[:min(limit, len(ids))] {
 		page.Records = append(page.Records, s.unknown[id.Tenant][id.Key].view(now))
 	}
@@ -338,42 +338,42 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	return page, nil
 }
 
-func compareIDs(a, b idem.ID) int {
+func compareIDs(a, b store.ID) int {
 	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Key, b.Key))
 }
 
 // cursor encodes id as "len(tenant):tenant" + key, which parses back
 // whatever bytes the tenant and key hold.
-func cursor(id idem.ID) string {
+func cursor(id store.ID) string {
 	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
 }
 
-func parseCursor(c string) (idem.ID, bool) {
+func parseCursor(c string) (store.ID, bool) {
 	n, rest, ok := strings.Cut(c, ":")
 	length, err := strconv.Atoi(n)
 	if !ok || err != nil || length < 0 || length > len(rest) {
-		return idem.ID{}, false
+		return store.ID{}, false
 	}
-	id := idem.ID{Tenant: rest[:length], Key: rest[length:]}
-	return id, idem.ValidateTenant(id.Tenant) == nil && idem.ValidateKey(id.Key) == nil
+	id := store.ID{Tenant: rest[:length], Key: rest[length:]}
+	return id, store.ValidateTenant(id.Tenant) == nil && store.ValidateKey(id.Key) == nil
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	if err := ctx.Err(); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
 	e, ok := s.entries[id]
 	if !ok {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	return e.view(now), nil
 }
 
-// Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -388,7 +388,7 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 }
 
 // owned returns the record of ref's key if ref's owner and fence made it.
-func (s *Store) owned(ref idem.LeaseRef) (*entry, bool) {
+func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
 	e, ok := s.entries[ref.ID]
 	if !ok || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {
 		return nil, false
@@ -399,7 +399,7 @@ func (s *Store) owned(ref idem.LeaseRef) (*entry, bool) {
 // toUnknown turns e UNKNOWN for reason, to live until expires, and
 // indexes it.
 func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
-	e.rec.State = idem.StateUnknown
+	e.rec.State = store.StateUnknown
 	e.rec.Reason = reason
 	e.rec.CompletedAt = now
 	s.grow(e, int64(len(reason)))
@@ -414,12 +414,12 @@ func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.T
 
 // toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r:
 // the caller may reuse its header and body once the call returns.
-func (s *Store) toCompleted(e *entry, now time.Time, r idem.Result, retention time.Duration) {
+func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention time.Duration) {
 	s.unindex(e)
-	e.rec.State = idem.StateCompleted
+	e.rec.State = store.StateCompleted
 	e.rec.CompletedAt = now
 	e.claimOwner = ""
-	e.result = idem.Result{Status: r.Status, Header: r.Header.Clone(), Body: clone(r.Body)}
+	e.result = store.Result{Status: r.Status, Header: r.Header.Clone(), Body: clone(r.Body)}
 	e.rec.Result = &e.result
 	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
 	s.setExpires(e, now.Add(retention))
@@ -427,7 +427,7 @@ func (s *Store) toCompleted(e *entry, now time.Time, r idem.Result, retention ti
 
 // unindex takes e out of the UNKNOWN index, if it is there.
 func (s *Store) unindex(e *entry) {
-	if e.rec.State != idem.StateUnknown {
+	if e.rec.State != store.StateUnknown {
 		return
 	}
 	keys := s.unknown[e.rec.Tenant]
@@ -437,4 +437,4 @@ func (s *Store) unindex(e *entry) {
 	}
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)

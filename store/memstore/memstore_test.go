@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/storetest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -52,7 +53,7 @@ func newStoreShare(t *testing.T, maxBytes int64, share float64) (*memstore.Store
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			s, clock := newStore(t, 0) // a clock of its own: it ages this store only
 			return s, clock.Advance
 		},
@@ -62,15 +63,15 @@ func TestConformance(t *testing.T) {
 func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStoreShare(t, 4096, 1)
-	acquire := func(key string) (idem.AcquireResult, error) {
-		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
+	acquire := func(key string) (store.AcquireResult, error) {
+		return s.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
 	}
-	ref := func(res idem.AcquireResult) idem.LeaseRef {
-		return idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
+	ref := func(res store.AcquireResult) store.LeaseRef {
+		return store.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
 	}
-	complete := func(res idem.AcquireResult, body int, retention time.Duration) {
+	complete := func(res store.AcquireResult, body int, retention time.Duration) {
 		t.Helper()
-		err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref(res), Result: idem.Result{Status: 201, Body: make([]byte, body)}, Retention: retention})
+		err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref(res), Result: store.Result{Status: 201, Body: make([]byte, body)}, Retention: retention})
 		if err != nil {
 			t.Fatalf("Complete %v: %v", res.Record.ID, err)
 		}
@@ -91,10 +92,10 @@ func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 		}
 		complete(res, 1200, time.Hour)
 	}
-	var held []idem.AcquireResult
+	var held []store.AcquireResult
 	for i := 0; ; i++ {
 		res, err := acquire("running-" + string(rune('a'+i)))
-		if errors.Is(err, idem.ErrStoreFull) {
+		if errors.Is(err, store.ErrStoreFull) {
 			break
 		}
 		if err != nil {
@@ -111,29 +112,29 @@ func TestFullStoreRefusesNewKeysKeepsEveryLiveRecord(t *testing.T) {
 	// Full: every stored result still replays, every lease is still held.
 	for _, key := range []string{"done-1", "done-2"} {
 		res, err := acquire(key)
-		if err != nil || res.Acquired || res.Record.State != idem.StateCompleted || len(res.Record.Result.Body) != 1200 {
+		if err != nil || res.Acquired || res.Record.State != store.StateCompleted || len(res.Record.Result.Body) != 1200 {
 			t.Fatalf("replay of %s from a full store: acquired=%v state=%v err=%v", key, res.Acquired, res.Record.State, err)
 		}
 	}
 	for _, h := range held {
-		if res, err := acquire(h.Record.Key); err != nil || res.Acquired || res.Record.State != idem.StateProcessing {
+		if res, err := acquire(h.Record.Key); err != nil || res.Acquired || res.Record.State != store.StateProcessing {
 			t.Fatalf("held lease %s from a full store: acquired=%v err=%v", h.Record.Key, res.Acquired, err)
 		}
 	}
 	// An admitted key completes even past the bound: its work has run.
 	complete(held[0], 8192, time.Hour)
 	rec, err := s.Get(ctx, held[0].Record.ID)
-	if err != nil || rec.State != idem.StateCompleted || len(rec.Result.Body) != 8192 {
+	if err != nil || rec.State != store.StateCompleted || len(rec.Result.Body) != 8192 {
 		t.Fatalf("result stored past the bound: state=%v err=%v", rec.State, err)
 	}
-	if _, err := acquire("new-while-over"); !errors.Is(err, idem.ErrStoreFull) {
+	if _, err := acquire("new-while-over"); !errors.Is(err, store.ErrStoreFull) {
 		t.Fatalf("Acquire of a new key over the bound = %v; want ErrStoreFull", err)
 	}
 	// Releasing a lease frees its room but not enough while over the bound.
 	if err := s.Release(ctx, ref(held[1])); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := acquire("new-still-over"); !errors.Is(err, idem.ErrStoreFull) {
+	if _, err := acquire("new-still-over"); !errors.Is(err, store.ErrStoreFull) {
 		t.Fatalf("Acquire while still over the bound = %v; want ErrStoreFull", err)
 	}
 	// Once retention ends, the room comes back.
@@ -162,14 +163,14 @@ func TestNewRejectsBadBounds(t *testing.T) {
 func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStoreShare(t, 4096, 1)
-	acquire := func(key string, takeOver bool) (idem.AcquireResult, error) {
-		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Second, Retention: time.Hour, TakeOver: takeOver})
+	acquire := func(key string, takeOver bool) (store.AcquireResult, error) {
+		return s.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: key}, Owner: "owner-" + key, LeaseDuration: time.Second, Retention: time.Hour, TakeOver: takeOver})
 	}
 	var held []string
 	for i := 0; ; i++ {
 		key := "k" + string(rune('a'+i))
 		_, err := acquire(key, false)
-		if errors.Is(err, idem.ErrStoreFull) {
+		if errors.Is(err, store.ErrStoreFull) {
 			break
 		}
 		if err != nil || i > 100 {
@@ -178,11 +179,11 @@ func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 		held = append(held, key)
 	}
 	clock.Advance(2 * time.Second) // every lease ended
-	if _, err := acquire("new", false); !errors.Is(err, idem.ErrStoreFull) {
+	if _, err := acquire("new", false); !errors.Is(err, store.ErrStoreFull) {
 		t.Fatalf("Acquire of a new key in a store full of ended leases = %v; want ErrStoreFull", err)
 	}
 	res, err := acquire(held[0], false)
-	if err != nil || res.Acquired || res.Record.State != idem.StateUnknown {
+	if err != nil || res.Acquired || res.Record.State != store.StateUnknown {
 		t.Fatalf("Acquire of an ended lease = %+v, %v; want it turned UNKNOWN", res, err)
 	}
 	res, err = acquire(held[1], true)
@@ -190,7 +191,7 @@ func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 		t.Fatalf("takeover in a full store = %+v, %v; want acquired with the previous attempt reported", res, err)
 	}
 	for _, key := range held[2:] {
-		if rec, err := s.Get(ctx, idem.ID{Key: key}); err != nil || rec.State != idem.StateUnknown {
+		if rec, err := s.Get(ctx, store.ID{Key: key}); err != nil || rec.State != store.StateUnknown {
 			t.Fatalf("ended lease %s in a full store = %+v, %v; want kept, reported UNKNOWN", key, rec, err)
 		}
 	}
@@ -203,20 +204,20 @@ func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 func TestListUnknownRejectsBadInput(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newStore(t, 0)
-	for _, id := range []idem.ID{{Tenant: "a", Key: "1"}, {Tenant: "a", Key: "2"}, {Tenant: "b", Key: "1"}} {
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
+	for _, id := range []store.ID{{Tenant: "a", Key: "1"}, {Tenant: "a", Key: "2"}, {Tenant: "b", Key: "1"}} {
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
 		if err == nil {
-			err = s.MarkUnknown(ctx, idem.MarkUnknownParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}, Reason: "test", Retention: time.Hour})
+			err = s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}, Reason: "test", Retention: time.Hour})
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	page, err := s.ListUnknown(ctx, idem.ListParams{Tenant: "a", Limit: 1})
+	page, err := s.ListUnknown(ctx, store.ListParams{Tenant: "a", Limit: 1})
 	if err != nil || len(page.Records) != 1 || page.Next == "" {
 		t.Fatalf("first page = %+v, %v; want one record and a next page", page, err)
 	}
-	for name, p := range map[string]idem.ListParams{
+	for name, p := range map[string]store.ListParams{
 		"negative limit":           {Tenant: "a", Limit: -1},
 		"garbage cursor":           {Tenant: "a", After: "garbage"},
 		"cursor past its length":   {Tenant: "a", After: "9:a"},
@@ -228,8 +229,8 @@ func TestListUnknownRejectsBadInput(t *testing.T) {
 			t.Errorf("ListUnknown(%s) = %+v; want an error", name, page)
 		}
 	}
-	all, err := s.ListUnknown(ctx, idem.ListParams{AllTenants: true, After: page.Next})
-	if err != nil || len(all.Records) != 2 || all.Records[0].ID != (idem.ID{Tenant: "a", Key: "2"}) || all.Next != "" {
+	all, err := s.ListUnknown(ctx, store.ListParams{AllTenants: true, After: page.Next})
+	if err != nil || len(all.Records) != 2 || all.Records[0].ID != (store.ID{Tenant: "a", Key: "2"}) || all.Next != "" {
 		t.Fatalf("all tenants after a tenant's cursor = %+v, %v; want a/2 and b/1, last page", all, err)
 	}
 }
@@ -242,7 +243,7 @@ func TestUsageFollowsTheRecords(t *testing.T) {
 	if used, limit := s.Usage(); used != 0 || limit != 1<<20 {
 		t.Fatalf("empty store: Usage = %d, %d; want 0, %d", used, limit, 1<<20)
 	}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "k"}, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: "k"}, Owner: "o", LeaseDuration: time.Minute, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,8 +251,8 @@ func TestUsageFollowsTheRecords(t *testing.T) {
 	if leased <= 0 {
 		t.Fatalf("Usage with a lease = %d; want more than 0", leased)
 	}
-	ref := idem.LeaseRef{ID: res.Record.ID, Owner: "o", Fence: res.Record.Fence}
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: make([]byte, 5000)}, Retention: time.Hour}); err != nil {
+	ref := store.LeaseRef{ID: res.Record.ID, Owner: "o", Fence: res.Record.Fence}
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 201, Body: make([]byte, 5000)}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if used, _ := s.Usage(); used < leased+5000 {
@@ -271,8 +272,8 @@ func TestUsageFollowsTheRecords(t *testing.T) {
 func TestTenantShare(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStore(t, 256<<10)
-	acquire := func(tenant, key string) (idem.AcquireResult, error) {
-		return s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: tenant, Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
+	acquire := func(tenant, key string) (store.AcquireResult, error) {
+		return s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: tenant, Key: key}, Owner: "owner-" + key, LeaseDuration: time.Minute, Retention: time.Hour})
 	}
 	run := func(tenant, key string, body int) {
 		t.Helper()
@@ -280,14 +281,14 @@ func TestTenantShare(t *testing.T) {
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %s/%s = %+v, %v; want acquired", tenant, key, res, err)
 		}
-		ref := idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: make([]byte, body)}, Retention: time.Hour}); err != nil {
+		ref := store.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 201, Body: make([]byte, body)}, Retention: time.Hour}); err != nil {
 			t.Fatalf("Complete %s/%s: %v", tenant, key, err)
 		}
 	}
 	// The case: one result larger than the whole store.
 	run("mallory", "huge", 300<<10)
-	if _, err := acquire("mallory", "next"); !errors.Is(err, idem.ErrStoreFull) {
+	if _, err := acquire("mallory", "next"); !errors.Is(err, store.ErrStoreFull) {
 		t.Fatalf("Acquire of the tenant over its share = %v; want ErrStoreFull", err)
 	}
 	run("alice", "a-1", 1<<10)
@@ -298,14 +299,14 @@ func TestTenantShare(t *testing.T) {
 			t.Fatal("a tenant stored 1,000 results of 4 KiB in a 256 KiB store")
 		}
 		res, err := acquire("bob", fmt.Sprint("b-", n))
-		if errors.Is(err, idem.ErrStoreFull) {
+		if errors.Is(err, store.ErrStoreFull) {
 			break
 		}
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire bob/b-%d = %+v, %v", n, res, err)
 		}
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence},
-			Result: idem.Result{Status: 201, Body: make([]byte, 4<<10)}, Retention: time.Hour}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence},
+			Result: store.Result{Status: 201, Body: make([]byte, 4<<10)}, Retention: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -315,8 +316,8 @@ func TestTenantShare(t *testing.T) {
 	run("alice", "a-2", 1<<10)
 	run("carol", "c-1", 1<<10)
 	// Every stored result still replays, the huge one included.
-	for _, id := range []idem.ID{{Tenant: "mallory", Key: "huge"}, {Tenant: "bob", Key: "b-0"}, {Tenant: "alice", Key: "a-1"}} {
-		if rec, err := s.Get(ctx, id); err != nil || rec.State != idem.StateCompleted {
+	for _, id := range []store.ID{{Tenant: "mallory", Key: "huge"}, {Tenant: "bob", Key: "b-0"}, {Tenant: "alice", Key: "a-1"}} {
+		if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateCompleted {
 			t.Fatalf("Get %v = %+v, %v; want its stored result", id, rec, err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // This file keeps the room the records take: their sizes, the bound
@@ -21,7 +21,7 @@ const DefaultTenantShare = 0.25
 // recordOverhead approximates the bytes a record costs beyond its strings.
 const recordOverhead = 256
 
-// admit returns idem.ErrStoreFull, wrapped with which bound is reached,
+// admit returns store.ErrStoreFull, wrapped with which bound is reached,
 // when tenant may not take need more bytes (a new record, or the
 // difference a takeover makes): its records would pass its share, or the
 // store's bound would be passed. The bound counts each tenant up to its
@@ -30,10 +30,10 @@ const recordOverhead = 256
 func (s *Store) admit(tenant string, need int64) error {
 	held := s.byTenant[tenant]
 	if held+need > s.tenantBytes {
-		return fmt.Errorf("%w: the tenant's records fill its share of the memory store (%d of %d bytes)", idem.ErrStoreFull, held, s.tenantBytes)
+		return fmt.Errorf("%w: the tenant's records fill its share of the memory store (%d of %d bytes)", store.ErrStoreFull, held, s.tenantBytes)
 	}
 	if s.counted+need > s.maxBytes {
-		return fmt.Errorf("%w: the records fill the memory store (%d of %d bytes)", idem.ErrStoreFull, s.counted, s.maxBytes)
+		return fmt.Errorf("%w: the records fill the memory store (%d of %d bytes)", store.ErrStoreFull, s.counted, s.maxBytes)
 	}
 	return nil
 }

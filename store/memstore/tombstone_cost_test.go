@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -40,24 +40,24 @@ func TestTombstoneCost(t *testing.T) {
 	}
 	hexOf := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	tenant := hexOf("Bearer sk_live_client")
-	first := idem.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", 0)}
+	first := store.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", 0)}
 	strs := len(tenant) + len(first.Key) + 64
 	before := heap()
 	for i := range n {
 		// The tenant, key and fingerprint of each request are its own
 		// strings, as they are in a server: the store keeps them.
-		id := idem.ID{Tenant: string([]byte(tenant)), Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner", Fingerprint: hexOf(strconv.Itoa(i)), LeaseDuration: time.Minute, Retention: time.Hour})
+		id := store.ID{Tenant: string([]byte(tenant)), Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)}
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "owner", Fingerprint: hexOf(strconv.Itoa(i)), LeaseDuration: time.Minute, Retention: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
-			Result: idem.Result{Status: 201, Body: make([]byte, 1024)}, Retention: time.Hour, KeyRetention: 30 * 24 * time.Hour}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
+			Result: store.Result{Status: 201, Body: make([]byte, 1024)}, Retention: time.Hour, KeyRetention: 30 * 24 * time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(2 * time.Hour)
-	if rec, err := s.Get(ctx, first); err != nil || rec.State != idem.StateExpired { // every record is now its tombstone
+	if rec, err := s.Get(ctx, first); err != nil || rec.State != store.StateExpired { // every record is now its tombstone
 		t.Fatalf("Get = %+v, %v; want EXPIRED", rec, err)
 	}
 	after := heap()

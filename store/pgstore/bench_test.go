@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // BenchmarkAcquireComplete measures the store's acquire+complete cycle
@@ -44,12 +44,12 @@ func BenchmarkAcquireComplete(b *testing.B) {
 		naiveCycles = append(naiveCycles, d)
 
 		start = time.Now()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: key}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			b.Fatal(err)
 		}
-		ref := idem.LeaseRef{ID: res.Record.ID, Owner: "o", Fence: res.Record.Fence}
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
+		ref := store.LeaseRef{ID: res.Record.ID, Owner: "o", Fence: res.Record.Fence}
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 		d = time.Since(start)

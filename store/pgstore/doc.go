@@ -1,4 +1,4 @@
-// Package pgstore is an idem.Store on PostgreSQL, and the guardrail that
+// Package pgstore is an store.Store on PostgreSQL, and the guardrail that
 // makes the application's own transaction the last line of defence against
 // a second execution.
 //

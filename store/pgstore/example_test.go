@@ -9,9 +9,10 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/pgstore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // databaseURL is the PostgreSQL database of the examples:
@@ -51,11 +52,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	provisioned := 0
-	provision := func(ctx context.Context, fence int64) ([]byte, error) {
+	provision := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		provisioned++
 		return []byte("vm-1 running"), nil
 	}
-	req := idem.Request{Tenant: "acme", Key: "create-vm-1", Fingerprint: "POST /vms size=small"}
+	req := idem.Key{Tenant: "acme", Key: "create-vm-1", Fingerprint: "POST /vms size=small"}
 	for range 2 {
 		out, replayed, err := engine.Do(ctx, req, provision)
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
@@ -160,9 +161,9 @@ func Example_articleFlow() {
 	}
 	prov := newProvider()
 	pay := func(key string) {
-		req := idem.Request{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
-		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, fence)
+		req := idem.Key{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
+		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, lease.Fence())
 		})
 		fmt.Printf("%s replayed=%v err=%v\n", out, replayed, err)
 	}

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // viaProxy returns a store on the same schema as s, whose connections go
@@ -55,16 +57,16 @@ func commandComplete(tag string) func([]byte) bool {
 func TestLostReplyAfterAcquire(t *testing.T) {
 	s, proxy := viaProxy(t, newStore(t))
 	ctx := context.Background()
-	id := idem.ID{Tenant: "acme", Key: "k"}
+	id := store.ID{Tenant: "acme", Key: "k"}
 	proxy.DropReplyOnce(commandComplete("INSERT 0 1"))
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", LeaseDuration: time.Hour})
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
 	}
 	if err != nil || !res.Acquired || res.Record.Owner != "me" {
 		t.Fatalf("Acquire after a lost reply = %+v, %v; want acquired by me", res, err)
 	}
-	other, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "other", Fingerprint: "fp", LeaseDuration: time.Hour})
+	other, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "other", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || other.Acquired {
 		t.Fatalf("second owner's Acquire = %+v, %v; want not acquired", other, err)
 	}
@@ -80,21 +82,21 @@ func TestLostReplyAfterAcquireLeaseEnded(t *testing.T) {
 	s, proxy := viaProxy(t, newStore(t))
 	ctx := context.Background()
 	for _, takeOver := range []bool{false, true} {
-		id := idem.ID{Tenant: "acme", Key: "ended-" + strconv.FormatBool(takeOver)}
+		id := store.ID{Tenant: "acme", Key: "ended-" + strconv.FormatBool(takeOver)}
 		proxy.DropReplyOnce(commandComplete("INSERT 0 1"))
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp",
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp",
 			LeaseDuration: time.Millisecond, Retention: time.Hour, TakeOver: takeOver})
 		if proxy.Dropped() == 0 {
 			t.Fatal("no reply was dropped: the fault did not bite")
 		}
-		if err != nil || !res.Acquired || res.Record.Owner != "me" || res.Record.State != idem.StateProcessing || res.Takeover != nil {
+		if err != nil || !res.Acquired || res.Record.Owner != "me" || res.Record.State != store.StateProcessing || res.Takeover != nil {
 			t.Fatalf("TakeOver %v: Acquire after a lost reply and an ended lease = %+v, %v; want acquired by me, no takeover", takeOver, res, err)
 		}
 		rec, err := s.Get(ctx, id)
 		if err != nil || rec.Fence != res.Record.Fence || rec.Owner != "me" {
 			t.Fatalf("TakeOver %v: the row is %+v, %v; want the first try's, fence %d", takeOver, rec, err, res.Record.Fence)
 		}
-		if err := s.Release(ctx, idem.LeaseRef{ID: id, Owner: "me", Fence: res.Record.Fence}); err != nil {
+		if err := s.Release(ctx, store.LeaseRef{ID: id, Owner: "me", Fence: res.Record.Fence}); err != nil {
 			t.Fatalf("TakeOver %v: release of the ended lease: %v", takeOver, err)
 		}
 	}
@@ -109,18 +111,18 @@ func TestLostReplyAfterComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	att, err := engine.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}
 	proxy.DropReplyOnce(commandComplete("UPDATE 1"))
-	if err := att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("charged")}); err != nil {
+	if err := att.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("charged")}); err != nil {
 		t.Fatalf("Complete after a lost reply = %v; want nil (the retry finds it done)", err)
 	}
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
 	}
-	again, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	again, err := engine.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"})
 	if err != nil || again.Outcome != idem.Replayed || string(again.Result.Body) != "charged" {
 		t.Fatalf("retry = %+v, %v; want the replay of charged", again, err)
 	}
@@ -138,10 +140,10 @@ func TestLostReplyAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := newProvider()
-	req := idem.Request{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
+	req := idem.Key{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
 	pay := func() ([]byte, error) {
-		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
-			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, fence)
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, lease.Fence())
 		})
 		return out, err
 	}
@@ -179,16 +181,16 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := newProvider()
-	req := idem.Request{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
+	req := idem.Key{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
 	terminate := true
 	pay := func() ([]byte, error) {
-		out, _, err := engine.Do(ctx, req, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			tx, err := s.Pool().Begin(ctx)
 			if err != nil {
 				return nil, err
 			}
 			defer tx.Rollback(ctx)
-			if err := s.Reserve(ctx, tx, req.Tenant, req.Key, fence); err != nil {
+			if err := s.Reserve(ctx, tx, req.Tenant, req.Key, lease.Fence()); err != nil {
 				return nil, err
 			}
 			var pid int
@@ -206,7 +208,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 					t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
 				}
 			}
-			if err := s.Settle(ctx, tx, req.Tenant, req.Key, fence, []byte(id)); err != nil {
+			if err := s.Settle(ctx, tx, req.Tenant, req.Key, lease.Fence(), []byte(id)); err != nil {
 				return nil, err
 			}
 			return []byte(id), tx.Commit(ctx)
@@ -216,7 +218,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 	if _, err := pay(); err == nil {
 		t.Fatal("payment whose backend was terminated reported success")
 	}
-	if _, err := s.Reservation(ctx, s.Pool(), req.Tenant, req.Key); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Reservation(ctx, s.Pool(), req.Tenant, req.Key); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("reservation after the terminated transaction = %v; want none", err)
 	}
 	first, err := pay()
@@ -227,7 +229,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 	if calls != 2 || charges != 1 {
 		t.Fatalf("provider calls=%d charges=%d; want 2 calls (the retry forwarded the same key) and 1 charge", calls, charges)
 	}
-	out, replayed, err := engine.Do(ctx, req, func(context.Context, int64) ([]byte, error) {
+	out, replayed, err := engine.Do(ctx, req, func(context.Context, *idem.Lease) ([]byte, error) {
 		t.Fatal("work ran a third time")
 		return nil, nil
 	})
@@ -246,7 +248,7 @@ func TestStoreBackendTerminatedMidStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"}
+	req := idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"}
 	att, err := engine.Begin(ctx, req)
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
@@ -261,7 +263,7 @@ func TestStoreBackendTerminatedMidStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- att.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("ok")}) }()
+	go func() { done <- att.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("ok")}) }()
 	// Only the server knows when the Complete waits on the lock: ask it,
 	// with a bound that a loaded machine does not reach.
 	var killed bool
@@ -286,7 +288,7 @@ func TestStoreBackendTerminatedMidStatement(t *testing.T) {
 		t.Fatalf("Complete after its backend was terminated = %v; want nil after a retry", err)
 	}
 	rec, err := s.Get(ctx, req.ID())
-	if err != nil || rec.State != idem.StateCompleted || string(rec.Result.Body) != "ok" {
+	if err != nil || rec.State != store.StateCompleted || string(rec.Result.Body) != "ok" {
 		t.Fatalf("record = %+v, %v; want COMPLETED ok", rec, err)
 	}
 }

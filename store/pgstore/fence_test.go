@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -33,8 +33,8 @@ func TestFencesComparableAcrossStores(t *testing.T) {
 	if _, err := db.Exec(ctx, `CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL, fence bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	for name, old := range map[string]idem.Store{"memory": mem, "redis": redis} {
-		id := idem.ID{Tenant: "acme", Key: "moved-from-" + name}
+	for name, old := range map[string]store.Store{"memory": mem, "redis": redis} {
+		id := store.ID{Tenant: "acme", Key: "moved-from-" + name}
 		before := acquireFence(t, old, id)
 		// The old store's lease wrote the account and reserved the key.
 		tx, err := db.Begin(ctx)
@@ -72,9 +72,9 @@ func TestFencesComparableAcrossStores(t *testing.T) {
 }
 
 // acquireFence acquires id in s for a minute and returns the lease's fence.
-func acquireFence(t *testing.T, s idem.Store, id idem.ID) int64 {
+func acquireFence(t *testing.T, s store.Store, id store.ID) int64 {
 	t.Helper()
-	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprint("owner-", time.Now().UnixNano()),
+	res, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: fmt.Sprint("owner-", time.Now().UnixNano()),
 		Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire(%v) = %+v, %v; want acquired", id, res, err)
@@ -98,12 +98,12 @@ func TestFenceSequenceOnlyGoesUp(t *testing.T) {
 	}
 	setSeq(73) // as an older release left it
 	clock := time.Now().UnixMicro()
-	if f := acquireFence(t, s, idem.ID{Tenant: "t", Key: "behind"}); f < clock {
+	if f := acquireFence(t, s, store.ID{Tenant: "t", Key: "behind"}); f < clock {
 		t.Fatalf("fence %d with the sequence at 73; want at least the clock, %d", f, clock)
 	}
 	ahead := time.Now().Add(time.Hour).UnixMicro()
 	setSeq(ahead)
-	if f := acquireFence(t, s, idem.ID{Tenant: "t", Key: "ahead"}); f != ahead+1 {
+	if f := acquireFence(t, s, store.ID{Tenant: "t", Key: "ahead"}); f != ahead+1 {
 		t.Fatalf("fence %d with the sequence an hour ahead at %d; want %d, the next value", f, ahead, ahead+1)
 	}
 }
@@ -118,13 +118,13 @@ func TestFencesUniqueUnderConcurrency(t *testing.T) {
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
-		fences = map[int64]idem.ID{}
+		fences = map[int64]store.ID{}
 	)
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				id := idem.ID{Tenant: "t", Key: fmt.Sprint(w, "-", i)}
-				res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: "o", LeaseDuration: time.Minute, Retention: time.Minute})
+				id := store.ID{Tenant: "t", Key: fmt.Sprint(w, "-", i)}
+				res, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: "o", LeaseDuration: time.Minute, Retention: time.Minute})
 				if err != nil || !res.Acquired {
 					t.Errorf("Acquire(%v) = %+v, %v", id, res, err)
 					return

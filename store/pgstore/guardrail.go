@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/store"
 )
 
 // uniqueViolation is PostgreSQL's SQLSTATE for a duplicate key.
@@ -58,7 +59,7 @@ type Querier interface {
 
 // Reservation reads the reservation of (tenant, key): after ErrDuplicate,
 // the outcome that the transaction which reserved the key recorded. It
-// returns idem.ErrNotFound when there is none.
+// returns store.ErrNotFound when there is none.
 func (s *Store) Reservation(ctx context.Context, q Querier, tenant, key string) (Reservation, error) {
 	var (
 		r       Reservation
@@ -66,7 +67,7 @@ func (s *Store) Reservation(ctx context.Context, q Querier, tenant, key string) 
 	)
 	err := q.QueryRow(ctx, s.q.reservation, tenant, key).Scan(&r.Fence, &r.ReservedAt, &settled, &r.Outcome)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Reservation{}, idem.ErrNotFound
+		return Reservation{}, store.ErrNotFound
 	}
 	if err != nil {
 		return Reservation{}, fmt.Errorf("pgstore: reservation: %w", err)

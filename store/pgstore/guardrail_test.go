@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/pgstore"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
 )
 
 func TestReserveDuplicateIsTyped(t *testing.T) {
@@ -62,7 +64,7 @@ func TestRolledBackReservationFreesTheKey(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil { // the work failed
 		t.Fatal(err)
 	}
-	if _, err := s.Reservation(ctx, s.Pool(), "acme", "k"); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Reservation(ctx, s.Pool(), "acme", "k"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Reservation after rollback = %v; want ErrNotFound", err)
 	}
 	tx, err = s.Pool().Begin(ctx)
@@ -158,7 +160,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			prov := newProvider()
-			req := idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "fp"}
+			req := idem.Key{Tenant: "acme", Key: "order-1", Fingerprint: "fp"}
 
 			attA, err := engine.Begin(ctx, req)
 			if err != nil || attA.Outcome != idem.Acquired {
@@ -219,7 +221,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			if attB.Lease.Fence() <= fenceA {
 				t.Fatalf("B's fence %d is not above A's %d", attB.Lease.Fence(), fenceA)
 			}
-			if tk := attB.Lease.Takeover(); tk == nil || tk.Fence != fenceA {
+			if tk := attB.Lease.PreviousFence(); tk != fenceA {
 				t.Fatalf("B's Takeover = %+v; want A's fence %d", tk, fenceA)
 			}
 			doneB := make(chan result, 1)
@@ -263,10 +265,10 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 			}
 			// The idem record ends COMPLETED by B, the lease holder;
 			// A's stale Complete is refused.
-			if err := attA.Lease.Complete(ctx, idem.Result{Body: a.out}); !errors.Is(err, idem.ErrLeaseLost) {
+			if err := attA.Lease.Complete(ctx, store.Result{Body: a.out}); !errors.Is(err, store.ErrLeaseLost) {
 				t.Fatalf("A's Complete = %v; want ErrLeaseLost", err)
 			}
-			if err := attB.Lease.Complete(ctx, idem.Result{Body: b.out}); err != nil {
+			if err := attB.Lease.Complete(ctx, store.Result{Body: b.out}); err != nil {
 				t.Fatalf("B's Complete: %v", err)
 			}
 		})

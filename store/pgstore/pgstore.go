@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/recordcodec"
 )
 
 // Errors of this package.
@@ -34,17 +35,17 @@ var (
 // after a lost connection.
 const acquireTries = 4
 
-// Acquire implements idem.Store.
+// Acquire implements store.Store.
 //
 // After a connection error the statement runs again with the same owner: if
 // the first try had taken the key, the second finds the row with this
 // owner and reports it acquired, so a lost reply never leaves the key held
 // by nobody until the lease ends.
-func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	var err error
 	for try := range acquireTries {
 		var (
-			res   idem.AcquireResult
+			res   store.AcquireResult
 			found bool
 		)
 		if try > 0 && err != nil && p.TakeOver {
@@ -61,31 +62,31 @@ func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.Acquire
 			return res, nil
 		case err == nil: // the holder went away between the INSERT and the read: try again
 		case ctx.Err() != nil || !isConnectionError(err):
-			return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
+			return store.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 		}
 	}
 	if err == nil {
 		err = errors.New("the key changed hands on every try")
 	}
-	return idem.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
+	return store.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
 }
 
 // acquireOnce runs the acquire statement and, when a live row blocked it,
 // reads that row; it turns an abandoned row UNKNOWN when p.TakeOver is
 // false. found is false when the row changed under it: try again.
-func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem.AcquireResult, found bool, err error) {
+func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
 		(p.LeaseDuration + p.Retention).Microseconds(), p.TakeOver)
 	switch {
 	case err != nil:
-		return idem.AcquireResult{}, false, err
+		return store.AcquireResult{}, false, err
 	case ok:
-		return idem.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
+		return store.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
 	}
 	r, ok, err = s.queryRow(ctx, s.q.get, p.Tenant, p.Key)
 	switch {
 	case err != nil || !ok:
-		return idem.AcquireResult{}, false, err
+		return store.AcquireResult{}, false, err
 	case r.owned(p.Owner):
 		// A PROCESSING row with our owner token is ours: owner tokens are
 		// unique per attempt, so an earlier try of this very call took it,
@@ -95,21 +96,21 @@ func (s *Store) acquireOnce(ctx context.Context, p idem.AcquireParams) (res idem
 		// with it.
 		return r.acquired(), true, nil
 	case r.abandoned && p.TakeOver: // the lease ended after the INSERT looked: it takes over now
-		return idem.AcquireResult{}, false, nil
+		return store.AcquireResult{}, false, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
-		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, idem.ReasonAbandoned, p.Retention.Microseconds())
-		return idem.AcquireResult{Record: r.rec}, ok, err
+		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, p.Retention.Microseconds())
+		return store.AcquireResult{Record: r.rec}, ok, err
 	}
-	return idem.AcquireResult{Record: r.rec}, true, nil
+	return store.AcquireResult{Record: r.rec}, true, nil
 }
 
 // own reads the key's row and reports it acquired when it is this call's
 // own PROCESSING row (its lease ended or not).
-func (s *Store) own(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, bool, error) {
+func (s *Store) own(ctx context.Context, p store.AcquireParams) (store.AcquireResult, bool, error) {
 	r, ok, err := s.queryRow(ctx, s.q.get, p.Tenant, p.Key)
 	if err != nil || !ok || !r.owned(p.Owner) {
-		return idem.AcquireResult{}, false, err
+		return store.AcquireResult{}, false, err
 	}
 	return r.acquired(), true, nil
 }
@@ -117,14 +118,14 @@ func (s *Store) own(ctx context.Context, p idem.AcquireParams) (idem.AcquireResu
 // owned reports whether r is a PROCESSING row (its lease ended or not) of
 // owner.
 func (r row) owned(owner string) bool {
-	return r.rec.Owner == owner && (r.rec.State == idem.StateProcessing || r.abandoned)
+	return r.rec.Owner == owner && (r.rec.State == store.StateProcessing || r.abandoned)
 }
 
 // acquired is the answer to the acquisition of r by its owner.
-func (r row) acquired() idem.AcquireResult {
+func (r row) acquired() store.AcquireResult {
 	rec := r.rec
-	rec.State, rec.Reason = idem.StateProcessing, ""
-	return idem.AcquireResult{Acquired: true, Record: rec, Takeover: r.takeover}
+	rec.State, rec.Reason = store.StateProcessing, ""
+	return store.AcquireResult{Acquired: true, Record: rec, Takeover: r.takeover}
 }
 
 // queryRow runs sql, which returns recordColumns of at most one row, and
@@ -136,7 +137,7 @@ func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, o
 	}
 	defer rows.Close()
 	if rows.Next() {
-		r, err = scanRow(idem.ID{Tenant: args[0].(string), Key: args[1].(string)}, rows)
+		r, err = scanRow(store.ID{Tenant: args[0].(string), Key: args[1].(string)}, rows)
 		ok = err == nil
 	}
 	rows.Close()
@@ -149,13 +150,13 @@ func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, o
 	return r, ok, nil
 }
 
-// Complete implements idem.Store.
+// Complete implements store.Store.
 //
 // A Complete that finds the key already COMPLETED by the same owner and
 // fence is a retry whose first try landed (its reply was lost): it
 // succeeds. That check runs only when the update matched no row, so the
 // common case is one statement.
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
 		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	if err != nil {
@@ -169,24 +170,24 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 		return fmt.Errorf("pgstore: complete: %w", err)
 	}
 	if !done {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+// Extend implements store.Store.
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
 		(p.LeaseDuration + p.Retention).Microseconds())
 }
 
-// Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
-	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence, idem.ReasonAbandoned)
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
+	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence, store.ReasonAbandoned)
 }
 
-// MarkUnknown implements idem.Store.
-func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+// MarkUnknown implements store.Store.
+func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, p.Retention.Microseconds())
 }
 
@@ -196,32 +197,32 @@ func (s *Store) transition(ctx context.Context, op, sql string, args ...any) err
 		return fmt.Errorf("pgstore: %s: %w", op, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
 
-// Claim implements idem.Store. The claim is taken in one statement; the
+// Claim implements store.Store. The claim is taken in one statement; the
 // record is read again only when it could not be.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	r, ok, err := s.queryRow(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), idem.ReasonAbandoned)
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	r, ok, err := s.queryRow(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), store.ReasonAbandoned)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 	}
 	if ok {
-		return idem.ClaimResult{Claimed: true, Record: r.rec}, nil
+		return store.ClaimResult{Claimed: true, Record: r.rec}, nil
 	}
 	rec, err := s.Get(ctx, p.ID)
 	if err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
-	return idem.ClaimResult{Record: rec}, nil
+	return store.ClaimResult{Record: rec}, nil
 }
 
-// Resolve implements idem.Store. The change is one statement that checks
+// Resolve implements store.Store. The change is one statement that checks
 // the state, the fence and the claim; when it matches no row, the record
 // is read to say why.
-func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	var (
 		tag pgconn.CommandTag
 		err error
@@ -242,29 +243,29 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	switch {
 	case err != nil:
 		return err
-	case rec.State != idem.StateUnknown:
-		return idem.ErrNotUnknown
+	case rec.State != store.StateUnknown:
+		return store.ErrNotUnknown
 	case rec.Fence != p.Fence:
-		return idem.ErrStaleFence
+		return store.ErrStaleFence
 	}
-	return idem.ErrLeaseLost // the claim is another's, or it ended
+	return store.ErrLeaseLost // the claim is another's, or it ended
 }
 
-// ListUnknown implements idem.Store. It pages through the partial index
+// ListUnknown implements store.Store. It pages through the partial index
 // of UNKNOWN rows in (tenant, key) order; Next encodes the last row's
 // tenant and key. An abandoned row is listed once an Acquire or a Claim
 // has turned it UNKNOWN.
-func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	limit := p.Limit
 	if limit <= 0 {
-		limit = idem.DefaultListLimit
+		limit = store.DefaultListLimit
 	}
-	limit = min(limit, idem.MaxListLimit)
-	var after idem.ID
+	limit = min(limit, store.MaxListLimit)
+	var after store.ID
 	if p.After != "" {
 		var err error
 		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", idem.ErrInvalidCursor, p.After)
+			return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", store.ErrInvalidCursor, p.After)
 		}
 	}
 	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
@@ -273,64 +274,64 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	}
 	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
+		return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
 	}
 	defer rows.Close()
-	var page idem.ListPage
+	var page store.ListPage
 	for rows.Next() {
 		if len(page.Records) == limit {
 			last := page.Records[limit-1].ID
 			page.Next = cursor(last)
 			break
 		}
-		var id idem.ID
+		var id store.ID
 		r, err := scanRow(id, rows, &id.Tenant, &id.Key)
 		if err != nil {
-			return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
+			return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
 		}
 		r.rec.ID = id
 		page.Records = append(page.Records, r.rec)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return idem.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
+		return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
 	}
 	return page, nil
 }
 
 // cursor encodes id as a ListPage.Next: the tenant's length first, so that
 // no tenant and key pair reads as another.
-func cursor(id idem.ID) string {
+func cursor(id store.ID) string {
 	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
 }
 
-func parseCursor(c string) (idem.ID, error) {
+func parseCursor(c string) (store.ID, error) {
 	n, rest, ok := strings.Cut(c, ":")
 	size, err := strconv.Atoi(n)
 	if !ok || err != nil || size < 0 || size > len(rest) {
-		return idem.ID{}, errors.New("malformed")
+		return store.ID{}, errors.New("malformed")
 	}
-	id := idem.ID{Tenant: rest[:size], Key: rest[size:]}
-	if err := idem.ValidateTenant(id.Tenant); err != nil {
-		return idem.ID{}, err
+	id := store.ID{Tenant: rest[:size], Key: rest[size:]}
+	if err := store.ValidateTenant(id.Tenant); err != nil {
+		return store.ID{}, err
 	}
-	return id, idem.ValidateKey(id.Key)
+	return id, store.ValidateKey(id.Key)
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	r, ok, err := s.queryRow(ctx, s.q.get, id.Tenant, id.Key)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("pgstore: get: %w", err)
+		return store.Record{}, fmt.Errorf("pgstore: get: %w", err)
 	}
 	if !ok {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	return r.rec, nil
 }
 
-// Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	var live bool
 	if err := s.pool.QueryRow(ctx, s.q.del, p.Tenant, p.Key, p.Fence).Scan(&live); err != nil {
 		return false, fmt.Errorf("pgstore: delete: %w", err)
@@ -338,4 +339,4 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	return live, nil
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/storetest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -48,7 +49,7 @@ func TestConformance(t *testing.T) {
 	s := newStore(t) // one schema for the suite: each case uses its own keys
 	storetest.Run(t, storetest.Harness{
 		// The database keeps real time.
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) { return s, storetest.Sleep },
+		New: func(t *testing.T) (store.Store, func(time.Duration)) { return s, storetest.Sleep },
 	})
 }
 
@@ -104,7 +105,7 @@ func TestReapConcurrent(t *testing.T) {
 		if i >= expired {
 			lease = time.Hour
 		}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: fmt.Sprint("k", i)}, Owner: fmt.Sprint("o", i), LeaseDuration: lease})
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: fmt.Sprint("k", i)}, Owner: fmt.Sprint("o", i), LeaseDuration: lease})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %d: %v %+v", i, err, res)
 		}
@@ -158,21 +159,21 @@ func TestReapMovesLiveRecords(t *testing.T) {
 	s := newStoreOpts(t, &pgstore.Options{ReapInterval: -1}) // these tests count what Reap does
 	ctx := context.Background()
 	const lease = time.Second
-	acquire := func(key string) idem.LeaseRef {
+	acquire := func(key string) store.LeaseRef {
 		t.Helper()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o-" + key, LeaseDuration: lease})
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: key}, Owner: "o-" + key, LeaseDuration: lease})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %s: %v %+v", key, err, res)
 		}
-		return idem.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
+		return store.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
 	}
 	acquire("expired")
 	done := acquire("completed")
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: done, Result: idem.Result{Status: 201, Body: []byte("kept")}, Retention: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: done, Result: store.Result{Status: 201, Body: []byte("kept")}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	long := acquire("extended")
-	if err := s.Extend(ctx, idem.ExtendParams{LeaseRef: long, LeaseDuration: time.Hour}); err != nil {
+	if err := s.Extend(ctx, store.ExtendParams{LeaseRef: long, LeaseDuration: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(lease + 50*time.Millisecond) // every first lease has ended, by the database's clock too
@@ -182,13 +183,13 @@ func TestReapMovesLiveRecords(t *testing.T) {
 	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("second Reap = %d, %v; want 0: the live records were moved to their end", n, err)
 	}
-	if _, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "expired"}); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "expired"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get(expired) = %v; want ErrNotFound", err)
 	}
-	if rec, err := s.Get(ctx, done.ID); err != nil || rec.State != idem.StateCompleted || string(rec.Result.Body) != "kept" {
+	if rec, err := s.Get(ctx, done.ID); err != nil || rec.State != store.StateCompleted || string(rec.Result.Body) != "kept" {
 		t.Fatalf("Get(completed) = %+v, %v; want the stored result", rec, err)
 	}
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: long, Result: idem.Result{Status: 200}, Retention: time.Hour}); err != nil {
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: long, Result: store.Result{Status: 200}, Retention: time.Hour}); err != nil {
 		t.Fatalf("Complete of the extended lease after a reap = %v", err)
 	}
 	var rows int
@@ -227,17 +228,17 @@ func TestMigrateUpgrade(t *testing.T) {
 	if n, err := s.Reap(ctx, 10); err != nil || n != 2 {
 		t.Fatalf("Reap = %d, %v; want 2 (the old rows are due at once)", n, err)
 	}
-	if _, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "old-expired"}); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "old-expired"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get(old-expired) = %v; want ErrNotFound", err)
 	}
-	rec, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "old-live"})
+	rec, err := s.Get(ctx, store.ID{Tenant: "t", Key: "old-live"})
 	if err != nil || string(rec.Result.Body) != "kept" {
 		t.Fatalf("Get(old-live) = %+v, %v; want the stored result", rec, err)
 	}
 	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("second Reap = %d, %v; want 0", n, err)
 	}
-	res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "old-expired"}, Owner: "new", LeaseDuration: time.Minute})
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: "old-expired"}, Owner: "new", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired || res.Record.Fence <= 2 {
 		t.Fatalf("Acquire after the upgrade = %+v, %v; want acquired", res, err)
 	}

@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/pgstore"
 	"go.uber.org/goleak"
+
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
 )
 
 // TestReaperDeletesExpiredRows is issue 22's item 19: only the gateway
@@ -48,7 +49,7 @@ func TestReaperDeletesExpiredRows(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Close() })
 	for i := range live {
-		acquireFence(t, s, idem.ID{Tenant: "t", Key: "live-" + string(rune('a'+i))})
+		acquireFence(t, s, store.ID{Tenant: "t", Key: "live-" + string(rune('a'+i))})
 	}
 	deadline := time.After(30 * time.Second)
 	for looked := 0; looked < expired; {
@@ -130,8 +131,8 @@ func TestReaperCompactsTombstones(t *testing.T) {
 	if body != nil {
 		t.Errorf("the tombstone keeps its body %q; want it dropped", body)
 	}
-	rec, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "tomb"})
-	if err != nil || rec.State != idem.StateExpired || rec.Fence != 7 || rec.Result == nil || rec.Result.Status != 201 {
+	rec, err := s.Get(ctx, store.ID{Tenant: "t", Key: "tomb"})
+	if err != nil || rec.State != store.StateExpired || rec.Fence != 7 || rec.Result == nil || rec.Result.Status != 201 {
 		t.Fatalf("Get = %+v, %v; want EXPIRED, fence 7, status 201", rec, err)
 	}
 	if _, err := pool.Exec(ctx, "UPDATE "+schema+".records SET key_until = now() - interval '1 second', reap_at = now() - interval '1 second'"); err != nil {

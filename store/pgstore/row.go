@@ -6,21 +6,22 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store/recordcodec"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/recordcodec"
 )
 
 // row is one row of recordColumns.
 type row struct {
-	rec       idem.Record
-	abandoned bool           // PROCESSING with its lease ended: rec says UNKNOWN
-	takeover  *idem.Takeover // set by the acquisition that took the row over
+	rec       store.Record
+	abandoned bool            // PROCESSING with its lease ended: rec says UNKNOWN
+	takeover  *store.Takeover // set by the acquisition that took the row over
 }
 
 // scanRow reads recordColumns, then the destinations in post.
-func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
+func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 	var (
 		state                  string
 		completed, takenAt     *time.Time
@@ -32,7 +33,7 @@ func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
 		leaseMicros, lifeMicro int64
 		keyMicros              int64 // the rest of a tombstone's life (key_until)
 	)
-	rec := idem.Record{ID: id}
+	rec := store.Record{ID: id}
 	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
 		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros}, post...)
 	if err := rows.Scan(dest...); err != nil {
@@ -48,34 +49,34 @@ func scanRow(id idem.ID, rows pgx.Rows, post ...any) (row, error) {
 	rec.TTL = time.Duration(lifeMicro) * time.Microsecond
 	switch state {
 	case "P":
-		rec.State = idem.StateProcessing
+		rec.State = store.StateProcessing
 		rec.TTL = time.Duration(leaseMicros) * time.Microsecond
 		if leaseMicros <= 0 {
 			// Reported as the next Acquire without TakeOver will make it.
 			r.abandoned = true
-			rec.State, rec.Reason, rec.CompletedAt = idem.StateUnknown, idem.ReasonAbandoned, leaseEnd
+			rec.State, rec.Reason, rec.CompletedAt = store.StateUnknown, store.ReasonAbandoned, leaseEnd
 			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
 		}
 		if takenFence != nil && takenAt != nil {
-			r.takeover = &idem.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
+			r.takeover = &store.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
 		}
 	case "U":
-		rec.State = idem.StateUnknown
+		rec.State = store.StateUnknown
 	case "C":
 		if lifeMicro <= 0 { // read only while key_until is ahead: a tombstone
-			rec.State, rec.TTL, rec.Owner = idem.StateExpired, time.Duration(keyMicros)*time.Microsecond, ""
-			rec.Result = &idem.Result{}
+			rec.State, rec.TTL, rec.Owner = store.StateExpired, time.Duration(keyMicros)*time.Microsecond, ""
+			rec.Result = &store.Result{}
 			if status != nil {
 				rec.Result.Status = int(*status)
 			}
 			break
 		}
-		rec.State = idem.StateCompleted
+		rec.State = store.StateCompleted
 		h, err := recordcodec.ParseHeader(header)
 		if err != nil {
 			return row{}, err
 		}
-		res := &idem.Result{Header: h, Body: body}
+		res := &store.Result{Header: h, Body: body}
 		if status != nil {
 			res.Status = int(*status)
 		}

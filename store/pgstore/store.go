@@ -30,7 +30,7 @@ type Options struct {
 // Options.ReapInterval is zero.
 const DefaultReapInterval = time.Minute
 
-// Store is an idem.Store on PostgreSQL. It is safe for concurrent use.
+// Store is an store.Store on PostgreSQL. It is safe for concurrent use.
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string

@@ -1,4 +1,4 @@
-// Package recordcodec holds what an idem.Store implementation needs to
+// Package recordcodec holds what an store.Store implementation needs to
 // keep a record as bytes and that users of the engine never call: the
 // encoding of a Result's header.
 //

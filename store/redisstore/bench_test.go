@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 )
 
 // benchWorkers is the number of goroutines that run cycles at once: the
@@ -143,31 +145,31 @@ func benchClients(b *testing.B) []client {
 // work costs, heartbeat goroutine included.
 func engineCycle(e *idem.Engine) cycle {
 	return func(ctx context.Context, i int64) error {
-		att, err := e.Begin(ctx, idem.Request{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+		att, err := e.Begin(ctx, idem.Key{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 		if err != nil {
 			return err
 		}
 		if att.Outcome != idem.Acquired {
 			return fmt.Errorf("key %d: %v, want acquired", i, att.Outcome)
 		}
-		return att.Lease.Complete(ctx, idem.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody})
+		return att.Lease.Complete(ctx, store.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody})
 	}
 }
 
 // storeCycle is Store.Acquire then Store.Complete without the engine: the
 // store's share of engineCycle.
-func storeCycle(s idem.Store) cycle {
+func storeCycle(s store.Store) cycle {
 	return func(ctx context.Context, i int64) error {
-		id := idem.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "owner-" + id.Key, Fingerprint: "fp", LeaseDuration: naiveLock})
+		id := store.ID{Tenant: "bench", Key: strconv.FormatInt(i, 10)}
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "owner-" + id.Key, Fingerprint: "fp", LeaseDuration: naiveLock})
 		if err != nil {
 			return err
 		}
 		if !res.Acquired {
 			return fmt.Errorf("key %d: not acquired", i)
 		}
-		return s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "owner-" + id.Key, Fence: res.Record.Fence},
-			Result: idem.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody}, Retention: naiveRetention})
+		return s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "owner-" + id.Key, Fence: res.Record.Fence},
+			Result: store.Result{Status: http.StatusCreated, Header: benchHeader, Body: benchBody}, Retention: naiveRetention})
 	}
 }
 

@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // failoverServedBound is how soon after a replica's promotion the store
@@ -79,7 +80,7 @@ func TestClusterFailover(t *testing.T) {
 
 // ackedKey is an acquisition the store acknowledged during a failover run.
 type ackedKey struct {
-	id    idem.ID
+	id    store.ID
 	owner string
 	// strict: its record must survive the failover. It reached the
 	// promoted replica (the old primary's replication offset read after
@@ -103,9 +104,9 @@ func clusterFailoverRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store
 		t.Fatal(err)
 	}
 	victim := primary.Addr
-	freshID := func(onVictim bool) idem.ID {
+	freshID := func(onVictim bool) store.ID {
 		for {
-			id := idem.ID{Tenant: "fo", Key: rand.Text()}
+			id := store.ID{Tenant: "fo", Key: rand.Text()}
 			if (owners[redistopo.Slot(s.RecordKey(id))] == victim) == onVictim {
 				return id
 			}
@@ -148,7 +149,7 @@ func clusterFailoverRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store
 		id, owner := freshID(onVictim), rand.Text()
 		afterPromotion := promotedAt.Load() != 0
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		res, err := s.Acquire(actx, idem.AcquireParams{ID: id, Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+		res, err := s.Acquire(actx, store.AcquireParams{ID: id, Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
 		cancel()
 		if err != nil {
 			if onVictim {
@@ -188,8 +189,8 @@ func clusterFailoverRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err = s.Complete(cctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: owner, Fence: res.Record.Fence},
-			Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Hour})
+		err = s.Complete(cctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: owner, Fence: res.Record.Fence},
+			Result: store.Result{Status: 201, Body: []byte(owner)}, Retention: time.Hour})
 		cancel()
 		if err != nil {
 			// Cut by the kill: the record stays PROCESSING until its
@@ -281,7 +282,7 @@ func clusterFailoverRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store
 			atRisk++
 		}
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		res, err := s.Acquire(rctx, idem.AcquireParams{ID: k.id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+		res, err := s.Acquire(rctx, store.AcquireParams{ID: k.id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
 		cancel()
 		switch {
 		case err != nil:

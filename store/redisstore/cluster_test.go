@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
-	"github.com/redis/go-redis/v9"
 )
 
 // topologyLong reports whether the slow, larger versions of the topology
@@ -63,7 +64,7 @@ func TestCluster(t *testing.T) {
 	t.Run("KeysOfOneIDShareASlot", func(t *testing.T) {
 		s := newStore(t, nil)
 		node := redistopo.Client(t, cl.Nodes[0])
-		for _, id := range []idem.ID{{Tenant: "acme", Key: "order-42"}, {Tenant: "a}b", Key: "c{d}e"},
+		for _, id := range []store.ID{{Tenant: "acme", Key: "order-42"}, {Tenant: "a}b", Key: "c{d}e"},
 			{Tenant: "", Key: "}"}, {Tenant: "t", Key: "{"}, {Tenant: "ünï", Key: "ключ"}} {
 			rec := s.RecordKey(id)
 			want, err := node.ClusterKeySlot(context.Background(), rec).Result()
@@ -82,7 +83,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("Conformance", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T) (idem.Store, func(time.Duration)) { return newStore(t, nil), storetest.Sleep },
+			New: func(t *testing.T) (store.Store, func(time.Duration)) { return newStore(t, nil), storetest.Sleep },
 		})
 	})
 
@@ -90,7 +91,7 @@ func TestCluster(t *testing.T) {
 	// scripts as functions: the library is loaded on every primary.
 	t.Run("ConformanceRueidisNearCacheFunctions", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			New: func(t *testing.T) (store.Store, func(time.Duration)) {
 				s, closeStore, err := redisstore.OpenURL("redis-cluster://"+strings.Join(cl.Addrs(), ",")+"?near_cache=on",
 					&redisstore.Options{Prefix: testenv.Prefix(t), Functions: true})
 				if err != nil {
@@ -104,7 +105,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("ConformanceWithReplicaAcks", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
-			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+			New: func(t *testing.T) (store.Store, func(time.Duration)) {
 				// A replica's ack may take long on a loaded machine; below the client's 3s read timeout.
 				return newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: 2 * time.Second}), storetest.Sleep
 			},
@@ -117,10 +118,10 @@ func TestCluster(t *testing.T) {
 			keys = 2000
 		}
 		s := newStore(t, nil)
-		ids := make([]idem.ID, keys)
+		ids := make([]store.ID, keys)
 		owners := map[string]bool{}
 		for i := range ids {
-			ids[i] = idem.ID{Tenant: "burst", Key: rand.Text()}
+			ids[i] = store.ID{Tenant: "burst", Key: rand.Text()}
 			owner, err := redistopo.SlotOwner(context.Background(), redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(ids[i])))
 			if err != nil {
 				t.Fatal(err)
@@ -140,7 +141,7 @@ func TestCluster(t *testing.T) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: time.Minute})
+					res, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: time.Minute})
 					switch {
 					case err != nil:
 						errs.Add(1)
@@ -165,14 +166,14 @@ func TestCluster(t *testing.T) {
 		// answer within it, on a loaded machine too.
 		s := newStore(t, &redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second})
 		ctx := context.Background()
-		paused := idem.ID{Tenant: "ack", Key: rand.Text()}
+		paused := store.ID{Tenant: "ack", Key: rand.Text()}
 		owner, err := redistopo.SlotOwner(ctx, redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(paused)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		var other idem.ID // a key on another primary, whose replica keeps up
+		var other store.ID // a key on another primary, whose replica keeps up
 		for {
-			other = idem.ID{Tenant: "ack", Key: rand.Text()}
+			other = store.ID{Tenant: "ack", Key: rand.Text()}
 			o, err := redistopo.SlotOwner(ctx, redistopo.Client(t, cl.Nodes[0]), redistopo.Slot(s.RecordKey(other)))
 			if err != nil {
 				t.Fatal(err)
@@ -188,8 +189,8 @@ func TestCluster(t *testing.T) {
 		if err := replicas[0].Pause(); err != nil {
 			t.Fatal(err)
 		}
-		_, errPaused := s.Acquire(ctx, idem.AcquireParams{ID: paused, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
-		resOther, errOther := s.Acquire(ctx, idem.AcquireParams{ID: other, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+		_, errPaused := s.Acquire(ctx, store.AcquireParams{ID: paused, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+		resOther, errOther := s.Acquire(ctx, store.AcquireParams{ID: other, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err := replicas[0].Resume(); err != nil {
 			t.Fatal(err)
 		}
@@ -201,7 +202,7 @@ func TestCluster(t *testing.T) {
 		if errOther != nil || !resOther.Acquired {
 			t.Errorf("acquire on a primary with a live replica = %+v, %v; want acquired", resOther, errOther)
 		}
-		if _, err := s.Get(ctx, paused); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := s.Get(ctx, paused); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Get of the fail-closed key = %v; want ErrNotFound (released)", err)
 		}
 	})
@@ -235,7 +236,7 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	via := redistopo.Client(t, cl.Nodes[0])
 	var slot int
 	for from == "" || from == to { // a slot that is not on the target already
-		slot = redistopo.Slot(s.RecordKey(idem.ID{Tenant: "mig", Key: rand.Text()}))
+		slot = redistopo.Slot(s.RecordKey(store.ID{Tenant: "mig", Key: rand.Text()}))
 		var err error
 		if from, err = redistopo.SlotOwner(ctx, via, slot); err != nil {
 			t.Fatal(err)
@@ -256,13 +257,13 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 	winner := make([]atomic.Value, n) // owner string of the one acquirer
 	for i := range n / 2 {
 		owner := rand.Text()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("acquire before the move: %+v, %v", res, err)
 		}
 		winner[i].Store(owner)
-		if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence},
-			Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute}); err != nil {
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence},
+			Result: store.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -310,10 +311,10 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 				for range contenders {
 					cw.Go(func() {
 						owner := rand.Text()
-						var res idem.AcquireResult
+						var res store.AcquireResult
 						var err error
 						for {
-							res, err = s.Acquire(ctx, idem.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
+							res, err = s.Acquire(ctx, store.AcquireParams{ID: ids[i], Owner: owner, Fingerprint: "fp", LeaseDuration: time.Minute})
 							if err == nil || time.Now().After(giveUp) {
 								break
 							}
@@ -333,10 +334,10 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 							t.Errorf("key %v acquired twice: by %v and %v", ids[i], winner[i].Load(), owner)
 							return
 						}
-						ref := idem.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence}
+						ref := store.LeaseRef{ID: ids[i], Owner: owner, Fence: res.Record.Fence}
 						for {
-							err = s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute})
-							if err == nil || errors.Is(err, idem.ErrLeaseLost) || time.Now().After(giveUp) {
+							err = s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 201, Body: []byte(owner)}, Retention: time.Minute})
+							if err == nil || errors.Is(err, store.ErrLeaseLost) || time.Now().After(giveUp) {
 								break
 							}
 							noteRetry(err)
@@ -372,10 +373,10 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 		w, _ := winner[i].Load().(string)
 		rec, err := s.Get(ctx, id)
 		switch {
-		case w == "" && errors.Is(err, idem.ErrNotFound):
+		case w == "" && errors.Is(err, store.ErrNotFound):
 		case err != nil:
 			t.Errorf("Get %v after the move: %v (winner %q)", id, err, w)
-		case rec.Owner != w || rec.State != idem.StateCompleted || string(rec.Result.Body) != w:
+		case rec.Owner != w || rec.State != store.StateCompleted || string(rec.Result.Body) != w:
 			t.Errorf("Get %v after the move = owner %q state %v; want completed by %q", id, rec.Owner, rec.State, w)
 		}
 	}
@@ -388,11 +389,11 @@ func migrationRun(t *testing.T, cl *redistopo.Cluster, s *redisstore.Store, to s
 }
 
 // idsInSlot returns n IDs whose records are in the given cluster slot.
-func idsInSlot(s *redisstore.Store, slot, n int) []idem.ID {
+func idsInSlot(s *redisstore.Store, slot, n int) []store.ID {
 	base := rand.Text()[:6]
-	var ids []idem.ID
+	var ids []store.ID
 	for i := 0; len(ids) < n; i++ {
-		id := idem.ID{Tenant: "mig", Key: base + "-" + strconv.Itoa(i)}
+		id := store.ID{Tenant: "mig", Key: base + "-" + strconv.Itoa(i)}
 		if redistopo.Slot(s.RecordKey(id)) == slot {
 			ids = append(ids, id)
 		}

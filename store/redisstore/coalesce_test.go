@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/redisstore"
-	"github.com/idemkit/idem/store/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
 )
 
 // TestConformanceCoalesce: the conformance suite, unchanged, against the
@@ -40,7 +41,7 @@ func TestConformanceCoalesce(t *testing.T) {
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
-				New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+				New: func(t *testing.T) (store.Store, func(time.Duration)) {
 					s, err := newStore(testenv.Prefix(t))
 					if err != nil {
 						t.Fatal(err)
@@ -82,8 +83,8 @@ func coalescingStores(t *testing.T, addr string) map[string]*redisstore.Store {
 	return stores
 }
 
-func acquireParams(key, owner string) idem.AcquireParams {
-	return idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: owner, Fingerprint: "fp",
+func acquireParams(key, owner string) store.AcquireParams {
+	return store.AcquireParams{ID: store.ID{Tenant: "t", Key: key}, Owner: owner, Fingerprint: "fp",
 		LeaseDuration: time.Minute, Retention: time.Hour}
 }
 
@@ -118,16 +119,16 @@ func TestCoalesceLoneOperationGoesAtOnce(t *testing.T) {
 	for name, s := range coalescingStores(t, srv.Addr) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			completeKey(t, s, idem.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
+			completeKey(t, s, store.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
 			before, _ := s.CoalesceStats()
-			var a idem.AcquireResult
+			var a store.AcquireResult
 			calls := commandsBetween(t, admin, func() {
 				var err error
 				if a, err = s.Acquire(ctx, acquireParams(name+"-lone", "o")); err != nil || !a.Acquired {
 					t.Fatalf("Acquire = %+v, %v; want acquired", a, err)
 				}
-				ref := idem.LeaseRef{ID: a.Record.ID, Owner: "o", Fence: a.Record.Fence}
-				if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: nearResult, Retention: time.Hour}); err != nil {
+				ref := store.LeaseRef{ID: a.Record.ID, Owner: "o", Fence: a.Record.Fence}
+				if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: nearResult, Retention: time.Hour}); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -155,8 +156,8 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	for name, s := range coalescingStores(t, srv.Addr) {
 		t.Run(name, func(t *testing.T) {
-			completeKey(t, s, idem.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
-			corrupt := idem.ID{Tenant: "t", Key: name + "-corrupt"}
+			completeKey(t, s, store.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
+			corrupt := store.ID{Tenant: "t", Key: name + "-corrupt"}
 			if err := admin.Set(ctx, s.RecordKey(corrupt), "not a record", time.Hour).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +186,7 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 			waitSending(t, s, redisstore.CoalesceInFlight)
 			type result struct {
 				key string
-				res idem.AcquireResult
+				res store.AcquireResult
 				err error
 			}
 			var (
@@ -206,8 +207,8 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 				queue(i, key)
 			}
 			var getErr, corruptErr error
-			var got idem.Record
-			wg.Go(func() { got, getErr = s.Get(ctx, idem.ID{Tenant: "t", Key: name + "-a"}) })
+			var got store.Record
+			wg.Go(func() { got, getErr = s.Get(ctx, store.ID{Tenant: "t", Key: name + "-a"}) })
 			wg.Go(func() { _, corruptErr = s.Get(ctx, corrupt) })
 			waitQueued(t, s, len(keys)+2)
 			calls := commandsBetween(t, admin, func() {
@@ -245,7 +246,7 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 					t.Errorf("Acquire %s: %v", r.key, r.err)
 				case r.key == "dup" && r.res.Acquired:
 					dupAcquired++
-				case r.key == "dup" && r.res.Record.State != idem.StateProcessing:
+				case r.key == "dup" && r.res.Record.State != store.StateProcessing:
 					t.Errorf("the losing Acquire of dup saw %+v; want the winner's PROCESSING record", r.res.Record)
 				case r.key != "dup" && !r.res.Acquired:
 					t.Errorf("Acquire %s = %+v; want acquired", r.key, r.res)
@@ -256,10 +257,10 @@ func TestCoalesceBatchesUnderLoad(t *testing.T) {
 			}
 			// The read ran in the batch after or before the acquire of a:
 			// either answer is one a single script could give.
-			if getErr != nil && !errors.Is(getErr, idem.ErrNotFound) {
+			if getErr != nil && !errors.Is(getErr, store.ErrNotFound) {
 				t.Errorf("Get a = %v", getErr)
 			}
-			if getErr == nil && (got.State != idem.StateProcessing || got.Owner != "owner-0") {
+			if getErr == nil && (got.State != store.StateProcessing || got.Owner != "owner-0") {
 				t.Errorf("Get a = %+v; want owner-0's PROCESSING record", got)
 			}
 			if corruptErr == nil {
@@ -311,7 +312,7 @@ func TestCoalesceCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	completeKey(t, s, idem.ID{Tenant: "t", Key: "warm"}, nearResult) // loads the scripts
+	completeKey(t, s, store.ID{Tenant: "t", Key: "warm"}, nearResult) // loads the scripts
 	if err := client.ScriptLoad(ctx, redisstore.BatchSource).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -365,11 +366,11 @@ func TestCoalesceCancelled(t *testing.T) {
 	}
 	hook.on.Store(false)
 
-	if _, err := s.Get(ctx, idem.ID{Tenant: "t", Key: "queued"}); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "queued"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get of the key whose Acquire was cancelled while queued = %v; want ErrNotFound: it never ran", err)
 	}
 	again, err := s.Acquire(ctx, acquireParams("in-flight", "in-flight"))
-	if err != nil || again.Record.State != idem.StateProcessing || again.Record.Owner != "in-flight" {
+	if err != nil || again.Record.State != store.StateProcessing || again.Record.Owner != "in-flight" {
 		t.Errorf("retry of the Acquire cancelled in flight = %+v, %v; want its own PROCESSING record", again, err)
 	}
 	if st, _ := s.CoalesceStats(); st.Batches != 1 || st.Carried != 2 {

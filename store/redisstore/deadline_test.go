@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisproc"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // TestDeadlineOnStalledServer: with the server SIGSTOPped, every store
@@ -44,18 +45,18 @@ func TestDeadlineOnStalledServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stores := map[string]idem.Store{"go-redis (ParseURL)": goredisStore, "rueidis": rueidisStore}
+	stores := map[string]store.Store{"go-redis (ParseURL)": goredisStore, "rueidis": rueidisStore}
 
 	// Each store holds a lease, on a connection that is open and has the
 	// scripts loaded, before the server stops.
-	refs := map[string]idem.LeaseRef{}
+	refs := map[string]store.LeaseRef{}
 	for name, s := range stores {
-		id := idem.ID{Tenant: "deadline", Key: rand.Text()}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: name, LeaseDuration: time.Minute, Retention: time.Minute})
+		id := store.ID{Tenant: "deadline", Key: rand.Text()}
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: name, LeaseDuration: time.Minute, Retention: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("%s: Acquire = %+v, %v", name, res, err)
 		}
-		refs[name] = idem.LeaseRef{ID: id, Owner: name, Fence: res.Record.Fence}
+		refs[name] = store.LeaseRef{ID: id, Owner: name, Fence: res.Record.Fence}
 	}
 	if err := srv.Pause(); err != nil {
 		t.Fatal(err)
@@ -67,14 +68,14 @@ func TestDeadlineOnStalledServer(t *testing.T) {
 		ref := refs[name]
 		calls := map[string]func(context.Context) error{
 			"Extend": func(ctx context.Context) error {
-				return s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: time.Minute, Retention: time.Minute})
+				return s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: time.Minute, Retention: time.Minute})
 			},
 			"MarkUnknown": func(ctx context.Context) error {
-				return s.MarkUnknown(ctx, idem.MarkUnknownParams{LeaseRef: ref, Reason: "stalled", Retention: time.Minute})
+				return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "stalled", Retention: time.Minute})
 			},
 			"Get": func(ctx context.Context) error { _, err := s.Get(ctx, ref.ID); return err },
 			"ListUnknown": func(ctx context.Context) error {
-				_, err := s.ListUnknown(ctx, idem.ListParams{Tenant: "deadline"})
+				_, err := s.ListUnknown(ctx, store.ListParams{Tenant: "deadline"})
 				return err
 			},
 		}

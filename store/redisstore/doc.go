@@ -1,4 +1,4 @@
-// Package redisstore is an idem.Store on Redis: every state transition is
+// Package redisstore is an store.Store on Redis: every state transition is
 // one atomic Lua script that checks the owner and the fence of the lease.
 //
 // Each idempotency key is one Redis string, under the hash tag

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // redisURL is the Redis server of the examples: IDEM_TEST_REDIS_URL, or
@@ -51,11 +52,11 @@ func ExampleNew() {
 		panic(err)
 	}
 	sent := 0
-	sendInvoice := func(ctx context.Context, fence int64) ([]byte, error) {
+	sendInvoice := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		sent++
 		return []byte("invoice INV-1 sent"), nil
 	}
-	msg := idem.Request{Tenant: "acme", Key: "invoice-INV-1"}
+	msg := idem.Key{Tenant: "acme", Key: "invoice-INV-1", NoFingerprint: true}
 	for range 2 {
 		out, replayed, err := engine.Do(ctx, msg, sendInvoice)
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
@@ -88,9 +89,9 @@ func ExampleOpenURL() {
 	if err != nil {
 		panic(err)
 	}
-	msg := idem.Request{Tenant: "acme", Key: "invoice-INV-2"}
+	msg := idem.Key{Tenant: "acme", Key: "invoice-INV-2", NoFingerprint: true}
 	for range 3 {
-		out, replayed, err := engine.Do(ctx, msg, func(ctx context.Context, fence int64) ([]byte, error) {
+		out, replayed, err := engine.Do(ctx, msg, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			return []byte("invoice INV-2 sent"), nil
 		})
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)

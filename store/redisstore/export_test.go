@@ -1,10 +1,10 @@
 package redisstore
 
-import "github.com/idemkit/idem"
+import "github.com/idemkit/idem/store"
 
 // RecordKey returns the Redis key of the record of id, for the tests that
 // reach the record or its Cluster slot directly.
-func (s *Store) RecordKey(id idem.ID) string { return s.recordKey(id) }
+func (s *Store) RecordKey(id store.ID) string { return s.recordKey(id) }
 
 // FunctionLibrary is the name of the function library of Options.Functions.
 var FunctionLibrary = libraryFunctions.lib

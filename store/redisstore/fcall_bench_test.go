@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -27,14 +27,14 @@ func BenchmarkFCALL(b *testing.B) {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, i int64) error {
-			id := idem.ID{Tenant: "bench", Key: "k" + strconv.FormatInt(i, 10)}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp",
+			id := store.ID{Tenant: "bench", Key: "k" + strconv.FormatInt(i, 10)}
+			res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp",
 				LeaseDuration: naiveLock, Retention: naiveRetention})
 			if err != nil {
 				return err
 			}
-			return s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
-				Result: idem.Result{Status: 200, Header: benchHeader, Body: benchBody}, Retention: naiveRetention})
+			return s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
+				Result: store.Result{Status: 200, Header: benchHeader, Body: benchBody}, Retention: naiveRetention})
 		}
 	}
 	fcall, evalsha := store(true), store(false)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -32,11 +32,11 @@ func TestFenceOfEndedRecordBeatsClock(t *testing.T) {
 	}
 	for name, lua := range plant {
 		t.Run(name, func(t *testing.T) {
-			id := idem.ID{Tenant: "t", Key: name}
+			id := store.ID{Tenant: "t", Key: name}
 			if err := client.Eval(ctx, lua, []string{s.RecordKey(id)}, ahead).Err(); err != nil && err.Error() != "redis: nil" {
 				t.Fatal(err)
 			}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", LeaseDuration: time.Minute})
+			res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", LeaseDuration: time.Minute})
 			if err != nil || !res.Acquired {
 				t.Fatalf("Acquire = %+v, %v; want acquired", res, err)
 			}

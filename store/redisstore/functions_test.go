@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
 )
@@ -17,7 +17,7 @@ import (
 func TestConformanceFunctions(t *testing.T) {
 	client := rueidisClient(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			s, err := redisstore.NewRueidis(client, &redisstore.Options{Prefix: testenv.Prefix(t), Functions: true})
 			if err != nil {
 				t.Fatal(err)
@@ -43,7 +43,7 @@ func TestFunctionsReloadAfterDelete(t *testing.T) {
 				t.Fatalf("FUNCTION DELETE: %v", err)
 			}
 		}
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o", LeaseDuration: time.Minute})
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: key}, Owner: "o", LeaseDuration: time.Minute})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %s = %+v, %v; want acquired", key, res, err)
 		}

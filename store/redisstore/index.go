@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // The index of UNKNOWN records, which ListUnknown pages without scanning
@@ -115,7 +115,7 @@ var slotTags = sync.OnceValue(func() *[clusterSlots]string {
 })
 
 // member returns the index member of id: its record key's hash tag.
-func member(id idem.ID) string {
+func member(id store.ID) string {
 	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key
 }
 
@@ -123,13 +123,13 @@ func member(id idem.ID) string {
 func tenantOf(tenant string) string { return strconv.Itoa(len(tenant)) + ":" + tenant + ":" }
 
 // parseMember is the inverse of member.
-func parseMember(m string) (idem.ID, bool) {
+func parseMember(m string) (store.ID, bool) {
 	n, rest, ok := strings.Cut(m, ":")
 	size, err := strconv.Atoi(n)
 	if !ok || err != nil || size < 0 || size >= len(rest) || rest[size] != ':' {
-		return idem.ID{}, false
+		return store.ID{}, false
 	}
-	return idem.ID{Tenant: rest[:size], Key: rest[size+1:]}, true
+	return store.ID{Tenant: rest[:size], Key: rest[size+1:]}, true
 }
 
 // How many per-slot indexes one pipeline reads: a page starts with a few
@@ -141,22 +141,22 @@ const (
 )
 
 // errBadCursor is returned by ListUnknown for an After it did not make.
-var errBadCursor = fmt.Errorf("redisstore: %w", idem.ErrInvalidCursor)
+var errBadCursor = fmt.Errorf("redisstore: %w", store.ErrInvalidCursor)
 
-// ListUnknown implements idem.Store. The order is that of the index
+// ListUnknown implements store.Store. The order is that of the index
 // (and, on Redis Cluster, of the slots): by tenant, then key.
-func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	if s.index.mode == indexSharded {
-		return idem.ListPage{}, errors.New("redisstore: ListUnknown: a go-redis Ring spreads the index over its shards; use a Cluster")
+		return store.ListPage{}, errors.New("redisstore: ListUnknown: a go-redis Ring spreads the index over its shards; use a Cluster")
 	}
 	limit := p.Limit
 	switch {
 	case limit < 0:
-		return idem.ListPage{}, fmt.Errorf("redisstore: ListUnknown: negative limit %d", limit)
+		return store.ListPage{}, fmt.Errorf("redisstore: ListUnknown: negative limit %d", limit)
 	case limit == 0:
-		limit = idem.DefaultListLimit
-	case limit > idem.MaxListLimit:
-		limit = idem.MaxListLimit
+		limit = store.DefaultListLimit
+	case limit > store.MaxListLimit:
+		limit = store.MaxListLimit
 	}
 	lo, hi := "-", "+"
 	if !p.AllTenants {
@@ -165,9 +165,9 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 	}
 	i, after, err := s.parseCursor(p)
 	if err != nil {
-		return idem.ListPage{}, err
+		return store.ListPage{}, err
 	}
-	var page idem.ListPage
+	var page store.ListPage
 	for batch := firstListBatch; i < s.index.count() && len(page.Records) < limit; batch = min(2*batch, maxListBatch) {
 		end := min(i+batch, s.index.count())
 		keys, mins := make([]string, end-i), make([]string, end-i)
@@ -180,7 +180,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 		want := limit - len(page.Records)
 		found, err := s.r.rangeByLex(ctx, keys, mins, hi, want)
 		if err != nil {
-			return idem.ListPage{}, fmt.Errorf("redisstore: ListUnknown: %w", err)
+			return store.ListPage{}, fmt.Errorf("redisstore: ListUnknown: %w", err)
 		}
 		next, nextAfter := end, ""
 		for j, members := range found {
@@ -194,7 +194,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 			}
 			recs, err := s.readListed(ctx, keys[j], members)
 			if err != nil {
-				return idem.ListPage{}, err
+				return store.ListPage{}, err
 			}
 			page.Records = append(page.Records, recs...)
 			if more || len(page.Records) == limit {
@@ -212,7 +212,7 @@ func (s *Store) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPa
 
 // parseCursor returns the index number and member after which the page
 // of p starts.
-func (s *Store) parseCursor(p idem.ListParams) (int, string, error) {
+func (s *Store) parseCursor(p store.ListParams) (int, string, error) {
 	if p.After == "" {
 		return 0, "", nil
 	}
@@ -220,7 +220,7 @@ func (s *Store) parseCursor(p idem.ListParams) (int, string, error) {
 	i, err := strconv.Atoi(n)
 	id, member := parseMember(after)
 	if !ok || err != nil || i < 0 || i >= s.index.count() || !member || (!p.AllTenants && id.Tenant != p.Tenant) ||
-		idem.ValidateTenant(id.Tenant) != nil || idem.ValidateKey(id.Key) != nil {
+		store.ValidateTenant(id.Tenant) != nil || store.ValidateKey(id.Key) != nil {
 		return 0, "", fmt.Errorf("%w %q", errBadCursor, p.After)
 	}
 	return i, after, nil
@@ -228,7 +228,7 @@ func (s *Store) parseCursor(p idem.ListParams) (int, string, error) {
 
 // readListed returns the UNKNOWN records of the members of index, which
 // drops the others from it (list.lua).
-func (s *Store) readListed(ctx context.Context, index string, members []string) ([]idem.Record, error) {
+func (s *Store) readListed(ctx context.Context, index string, members []string) ([]store.Record, error) {
 	keys := make([]string, 1, len(members)+1)
 	keys[0] = index
 	args := make([]any, len(members))
@@ -244,7 +244,7 @@ func (s *Store) readListed(ctx context.Context, index string, members []string) 
 	if r.kind != replyArray || len(r.fields)%stride != 0 {
 		return nil, fmt.Errorf("redisstore: ListUnknown: bad reply %+v", r)
 	}
-	recs := make([]idem.Record, 0, len(r.fields)/stride)
+	recs := make([]store.Record, 0, len(r.fields)/stride)
 	for f := r.fields; len(f) > 0; f = f[stride:] {
 		id, ok := parseMember(f[0])
 		if !ok {

@@ -3,7 +3,7 @@ package redisstore
 import (
 	"testing"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // TestSlot checks the Cluster slot function against the CRC16 check value
@@ -36,7 +36,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestMember(t *testing.T) {
-	for _, id := range []idem.ID{{Tenant: "a:b", Key: "c"}, {Tenant: "a", Key: "b:c"}, {Tenant: "", Key: "k"}, {Tenant: "t", Key: "x}y"}} {
+	for _, id := range []store.ID{{Tenant: "a:b", Key: "c"}, {Tenant: "a", Key: "b:c"}, {Tenant: "", Key: "k"}, {Tenant: "t", Key: "x}y"}} {
 		got, ok := parseMember(member(id))
 		if !ok || got != id {
 			t.Errorf("parseMember(member(%+v)) = %+v, %v", id, got, ok)

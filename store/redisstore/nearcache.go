@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store"
 )
 
 // NearCacheStats counts what the near cache did (Options.NearCache), since
@@ -130,15 +131,15 @@ func (n *nearCache) fenceOf(key string) (int64, bool) {
 // COMPLETED and the cached read still finds that record (same fence)
 // with retention left. Anything else (an error included) answers false
 // and the caller runs its script, which decides as without the cache.
-func (n *nearCache) completed(ctx context.Context, id idem.ID, key string) (idem.Record, bool) {
+func (n *nearCache) completed(ctx context.Context, id store.ID, key string) (store.Record, bool) {
 	fence, ok := n.fenceOf(key)
 	if !ok {
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	msg, err := n.c.DoCache(ctx, n.c.B().Get().Key(key).Cache(), nearCacheTTL).ToMessage()
 	if err != nil {
 		n.forget(key)
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	if msg.IsCacheHit() {
 		n.hits.Add(1)
@@ -154,13 +155,13 @@ func (n *nearCache) completed(ctx context.Context, id idem.ID, key string) (idem
 	if err != nil || left <= nearCacheMargin {
 		n.stale.Add(1)
 		n.forget(key)
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	rec, ok := decodeCompleted(id, raw, left)
 	if !ok || rec.Fence != fence {
 		n.stale.Add(1)
 		n.forget(key)
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	return rec, true
 }
@@ -184,17 +185,17 @@ func (n *nearCache) countInvalidations(keys []rueidis.RedisMessage) {
 // '>c1dI4c0I4c0I4c0dddI4c0I4c0': 'C', end ms, fence, owner, fingerprint,
 // acquired ms, completed ms, status, header, body) with left of its
 // retention. Any other state, or bytes that do not decode, answer false.
-func decodeCompleted(id idem.ID, raw string, left time.Duration) (idem.Record, bool) {
+func decodeCompleted(id store.ID, raw string, left time.Duration) (store.Record, bool) {
 	d := recordDecoder{s: raw}
 	if st := d.bytes(1); st != "C" {
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	d.num() // the end of the retention, on the server's clock: left says it
 	fence, owner, fp := d.str(), d.str(), d.str()
 	acquired, completed, status := d.num(), d.num(), d.num()
 	header, body := d.str(), d.str()
 	if d.bad || d.s != "" {
-		return idem.Record{}, false
+		return store.Record{}, false
 	}
 	f := []string{"C", owner, fence, fp, ms(acquired), ms(completed), ms(status), header, body,
 		strconv.FormatInt(left.Milliseconds(), 10)}

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -37,44 +38,44 @@ func BenchmarkNearCache(b *testing.B) {
 	})
 	stores := []struct {
 		name string
-		new  func(b *testing.B) idem.Store
+		new  func(b *testing.B) store.Store
 	}{
-		{"memory", func(b *testing.B) idem.Store { // the ceiling: no network at all
+		{"memory", func(b *testing.B) store.Store { // the ceiling: no network at all
 			s, err := memstore.New(&memstore.Options{TenantShare: 1}) // one tenant's keys
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"go-redis", func(b *testing.B) idem.Store {
+		{"go-redis", func(b *testing.B) store.Store {
 			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"rueidis", func(b *testing.B) idem.Store {
+		{"rueidis", func(b *testing.B) store.Store {
 			s, err := redisstore.NewRueidis(rueidisClient(b), &redisstore.Options{Prefix: testenv.Prefix(b)})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"go-redis-coalesce", func(b *testing.B) idem.Store {
+		{"go-redis-coalesce", func(b *testing.B) store.Store {
 			s, err := redisstore.New(testenv.Redis(b), &redisstore.Options{Prefix: testenv.Prefix(b), Coalesce: true})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"rueidis-coalesce", func(b *testing.B) idem.Store {
+		{"rueidis-coalesce", func(b *testing.B) store.Store {
 			s, err := redisstore.NewRueidis(rueidisClient(b), &redisstore.Options{Prefix: testenv.Prefix(b), Coalesce: true})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
 		}},
-		{"rueidis-nearcache", func(b *testing.B) idem.Store {
+		{"rueidis-nearcache", func(b *testing.B) store.Store {
 			s, err := redisstore.NewRueidis(cachingClient(b, testRedisAddr(b), nil),
 				&redisstore.Options{Prefix: testenv.Prefix(b), NearCache: true})
 			if err != nil {

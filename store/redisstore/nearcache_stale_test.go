@@ -10,10 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // invalidationTimes records when the client's reader handled the
@@ -81,9 +82,9 @@ type staleRound struct {
 // through s, from the cache, non-stop.
 // Every replay begun after remove returned that still gets the COMPLETED
 // record it removed is stale: the record of a key that may now run again.
-func staleWindowRound(t *testing.T, s *redisstore.Store, inv *invalidationTimes, replayers int, remove func(idem.ID) (bool, error)) staleRound {
+func staleWindowRound(t *testing.T, s *redisstore.Store, inv *invalidationTimes, replayers int, remove func(store.ID) (bool, error)) staleRound {
 	t.Helper()
-	id := idem.ID{Tenant: "stale", Key: rand.Text()}
+	id := store.ID{Tenant: "stale", Key: rand.Text()}
 	key := s.RecordKey(id)
 	fence := completeKey(t, s, id, nearResult)
 	replay(t, s, id)
@@ -111,7 +112,7 @@ func staleWindowRound(t *testing.T, s *redisstore.Store, inv *invalidationTimes,
 				removed := removedAt.Load()
 				invalidated, seen := inv.of(key)
 				seen = seen && !invalidated.After(begun)
-				a, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp",
+				a, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp",
 					LeaseDuration: time.Minute, Retention: time.Hour})
 				if err != nil {
 					t.Error(err)
@@ -129,7 +130,7 @@ func staleWindowRound(t *testing.T, s *redisstore.Store, inv *invalidationTimes,
 				}
 				mu.Lock()
 				r.after++
-				if !a.Acquired && a.Record.State == idem.StateCompleted && a.Record.Fence == fence {
+				if !a.Acquired && a.Record.State == store.StateCompleted && a.Record.Fence == fence {
 					r.stale++
 					r.lastStale = max(r.lastStale, begun.Sub(time.Unix(0, removed)))
 					if seen {
@@ -203,8 +204,8 @@ func TestNearCacheStaleWindow(t *testing.T) {
 			s, inv := nearStore(t, testenv.Prefix(t), coalesce)
 			var rs []staleRound
 			for range rounds {
-				rs = append(rs, staleWindowRound(t, s, inv, 8, func(id idem.ID) (bool, error) {
-					return s.Delete(context.Background(), idem.DeleteParams{ID: id})
+				rs = append(rs, staleWindowRound(t, s, inv, 8, func(id store.ID) (bool, error) {
+					return s.Delete(context.Background(), store.DeleteParams{ID: id})
 				}))
 			}
 			if sum := summary(t, rs); sum.stale > 0 {
@@ -224,8 +225,8 @@ func TestNearCacheStaleWindow(t *testing.T) {
 			}
 			var rs []staleRound
 			for range rounds {
-				rs = append(rs, staleWindowRound(t, s, inv, replayers, func(id idem.ID) (bool, error) {
-					return other.Delete(context.Background(), idem.DeleteParams{ID: id})
+				rs = append(rs, staleWindowRound(t, s, inv, replayers, func(id store.ID) (bool, error) {
+					return other.Delete(context.Background(), store.DeleteParams{ID: id})
 				}))
 			}
 			if sum := summary(t, rs); sum.staleInvalid > 0 {
@@ -296,18 +297,18 @@ func TestNearCacheRemovalNotUndone(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	id := idem.ID{Tenant: "t", Key: "held"}
+	id := store.ID{Tenant: "t", Key: "held"}
 	fence := completeKey(t, s, id, nearResult)
 	replay(t, s, id)
 	replay(t, s, id) // cached
 
-	heldDone := make(chan idem.AcquireResult, 1)
+	heldDone := make(chan store.AcquireResult, 1)
 	c.onDelete = func() {
 		// Delete has begun (the key is no longer served from the cache);
 		// a replay now runs the acquire script, which reads the record
 		// before the delete script runs.
 		go func() {
-			a, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: c.held, Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+			a, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: c.held, Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
 			if err != nil {
 				t.Error(err)
 			}
@@ -315,7 +316,7 @@ func TestNearCacheRemovalNotUndone(t *testing.T) {
 		}()
 		<-c.ran
 	}
-	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err != nil || !ok {
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: id}); err != nil || !ok {
 		t.Fatalf("Delete = %v, %v", ok, err)
 	}
 	close(c.release)

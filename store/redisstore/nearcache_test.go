@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisproc"
-	"github.com/idemkit/idem/internal/testinfra/testenv"
-	"github.com/idemkit/idem/store/redisstore"
-	"github.com/idemkit/idem/store/storetest"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
+	"github.com/idemkit/idem/store/storetest"
 )
 
 // cachingClient returns a rueidis client of addr with client-side caching
@@ -63,7 +64,7 @@ func TestConformanceNearCache(t *testing.T) {
 		}
 	})
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			s, err := redisstore.NewRueidis(client, &redisstore.Options{Prefix: testenv.Prefix(t), NearCache: true})
 			if err != nil {
 				t.Fatal(err)
@@ -125,27 +126,27 @@ func privateRedis(t *testing.T) (*redisproc.Server, *redis.Client) {
 	return srv, admin
 }
 
-var nearResult = idem.Result{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
+var nearResult = store.Result{Status: http.StatusCreated, Header: http.Header{"Content-Type": {"application/json"}},
 	Body: []byte(`{"id":"ch_1"}`)}
 
 // complete acquires id and completes it with res.
-func completeKey(t *testing.T, s idem.Store, id idem.ID, res idem.Result) int64 {
+func completeKey(t *testing.T, s store.Store, id store.ID, res store.Result) int64 {
 	t.Helper()
 	ctx := context.Background()
-	a, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "first", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+	a, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "first", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
 	if err != nil || !a.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want acquired", a, err)
 	}
-	ref := idem.LeaseRef{ID: id, Owner: "first", Fence: a.Record.Fence}
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: res, Retention: time.Hour}); err != nil {
+	ref := store.LeaseRef{ID: id, Owner: "first", Fence: a.Record.Fence}
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: res, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	return a.Record.Fence
 }
 
-func replay(t *testing.T, s idem.Store, id idem.ID) idem.AcquireResult {
+func replay(t *testing.T, s store.Store, id store.ID) store.AcquireResult {
 	t.Helper()
-	a, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp",
+	a, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp",
 		LeaseDuration: time.Minute, Retention: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -165,9 +166,9 @@ func TestNearCacheReplayWithoutRoundTrip(t *testing.T) {
 	}
 	t.Cleanup(func() { closeStore() })
 	ctx := context.Background()
-	id := idem.ID{Tenant: "t", Key: "replay"}
+	id := store.ID{Tenant: "t", Key: "replay"}
 	// Loads the scripts first: EVALSHA falls back to EVAL once per script.
-	completeKey(t, s, idem.ID{Tenant: "t", Key: "warm"}, nearResult)
+	completeKey(t, s, store.ID{Tenant: "t", Key: "warm"}, nearResult)
 
 	var fence int64
 	calls := commandsBetween(t, admin, func() { fence = completeKey(t, s, id, nearResult) })
@@ -177,7 +178,7 @@ func TestNearCacheReplayWithoutRoundTrip(t *testing.T) {
 		t.Errorf("first request ran %v; want the acquire and complete scripts alone, no cached read", calls)
 	}
 	calls = commandsBetween(t, admin, func() {
-		if a := replay(t, s, id); a.Acquired || a.Record.State != idem.StateCompleted || a.Record.Fence != fence {
+		if a := replay(t, s, id); a.Acquired || a.Record.State != store.StateCompleted || a.Record.Fence != fence {
 			t.Errorf("first replay = %+v; want the COMPLETED record of fence %d", a, fence)
 		}
 	})
@@ -188,7 +189,7 @@ func TestNearCacheReplayWithoutRoundTrip(t *testing.T) {
 	calls = commandsBetween(t, admin, func() {
 		for range replays {
 			a := replay(t, s, id)
-			if a.Acquired || a.Record.State != idem.StateCompleted || a.Record.Result == nil ||
+			if a.Acquired || a.Record.State != store.StateCompleted || a.Record.Result == nil ||
 				string(a.Record.Result.Body) != string(nearResult.Body) || a.Record.Result.Status != nearResult.Status ||
 				a.Record.Result.Header.Get("Content-Type") != "application/json" || a.Record.TTL <= 0 || a.Record.TTL > time.Hour {
 				t.Fatalf("replay = %+v; want the stored result", a)
@@ -202,7 +203,7 @@ func TestNearCacheReplayWithoutRoundTrip(t *testing.T) {
 		t.Errorf("stats = %+v; want %d hits and 1 miss", st, replays)
 	}
 	rec, err := s.Get(ctx, id)
-	if err != nil || rec.State != idem.StateCompleted || rec.Fence != fence {
+	if err != nil || rec.State != store.StateCompleted || rec.Fence != fence {
 		t.Errorf("Get = %+v, %v; want the COMPLETED record", rec, err)
 	}
 }
@@ -249,14 +250,14 @@ func TestNearCacheSeesOtherClients(t *testing.T) {
 	}
 
 	// Deleted by another client: the next request executes.
-	id := idem.ID{Tenant: "t", Key: "deleted"}
+	id := store.ID{Tenant: "t", Key: "deleted"}
 	completeKey(t, s, id, nearResult)
 	replay(t, s, id) // fills the cache
 	if a, st := replay(t, s, id), hitsOf(s); a.Acquired || st == 0 {
 		t.Fatalf("replay = %+v, %d hits; want a cache hit", a, st)
 	}
 	drain()
-	if ok, err := other.Delete(ctx, idem.DeleteParams{ID: id}); err != nil || !ok {
+	if ok, err := other.Delete(ctx, store.DeleteParams{ID: id}); err != nil || !ok {
 		t.Fatalf("Delete through the other client = %v, %v", ok, err)
 	}
 	waitInvalidation()
@@ -266,35 +267,35 @@ func TestNearCacheSeesOtherClients(t *testing.T) {
 
 	// Completed, cached, then deleted, executed and resolved through the
 	// other client with a new result: the next request sees the new one.
-	id = idem.ID{Tenant: "t", Key: "resolved"}
+	id = store.ID{Tenant: "t", Key: "resolved"}
 	oldFence := completeKey(t, s, id, nearResult)
 	replay(t, s, id)
 	if a := replay(t, s, id); a.Record.Fence != oldFence {
 		t.Fatalf("replay = %+v; want fence %d", a, oldFence)
 	}
 	drain()
-	if _, err := other.Delete(ctx, idem.DeleteParams{ID: id}); err != nil {
+	if _, err := other.Delete(ctx, store.DeleteParams{ID: id}); err != nil {
 		t.Fatal(err)
 	}
 	waitInvalidation()
-	a, err := other.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "second", LeaseDuration: time.Minute, Retention: time.Hour})
+	a, err := other.Acquire(ctx, store.AcquireParams{ID: id, Owner: "second", LeaseDuration: time.Minute, Retention: time.Hour})
 	if err != nil || !a.Acquired {
 		t.Fatalf("Acquire through the other client = %+v, %v", a, err)
 	}
-	ref := idem.LeaseRef{ID: id, Owner: "second", Fence: a.Record.Fence}
-	if err := other.MarkUnknown(ctx, idem.MarkUnknownParams{LeaseRef: ref, Reason: "test", Retention: time.Hour}); err != nil {
+	ref := store.LeaseRef{ID: id, Owner: "second", Fence: a.Record.Fence}
+	if err := other.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "test", Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := s.Get(ctx, id); err != nil || rec.State != idem.StateUnknown {
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateUnknown {
 		t.Fatalf("Get = %+v, %v; want UNKNOWN", rec, err)
 	}
-	newResult := idem.Result{Status: http.StatusOK, Body: []byte("resolved")}
-	if err := other.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence, Result: &newResult, Retention: time.Hour}); err != nil {
+	newResult := store.Result{Status: http.StatusOK, Body: []byte("resolved")}
+	if err := other.Resolve(ctx, store.ResolveParams{ID: id, Fence: ref.Fence, Result: &newResult, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 { // the script's answer, then cached reads of the new record
 		got := replay(t, s, id)
-		if got.Record.State != idem.StateCompleted || got.Record.Fence != ref.Fence || string(got.Record.Result.Body) != "resolved" {
+		if got.Record.State != store.StateCompleted || got.Record.Fence != ref.Fence || string(got.Record.Result.Body) != "resolved" {
 			t.Fatalf("request after the resolve = %+v; want the resolved result, fence %d", got, ref.Fence)
 		}
 	}
@@ -311,11 +312,11 @@ func TestNearCacheOwnDeleteSeenAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 20 {
-		id := idem.ID{Tenant: "t", Key: strconv.Itoa(i)}
+		id := store.ID{Tenant: "t", Key: strconv.Itoa(i)}
 		completeKey(t, s, id, nearResult)
 		replay(t, s, id)
 		replay(t, s, id)
-		if ok, err := s.Delete(context.Background(), idem.DeleteParams{ID: id}); err != nil || !ok {
+		if ok, err := s.Delete(context.Background(), store.DeleteParams{ID: id}); err != nil || !ok {
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
 		if a := replay(t, s, id); !a.Acquired {
@@ -373,7 +374,7 @@ func TestNearCacheFlushedWhenConnectionLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := idem.ID{Tenant: "t", Key: "lost"}
+	id := store.ID{Tenant: "t", Key: "lost"}
 	completeKey(t, s, id, nearResult)
 	replay(t, s, id)
 	if a := replay(t, s, id); a.Acquired || hitsOf(s) == 0 {

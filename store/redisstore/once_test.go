@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -30,14 +31,14 @@ func TestLostReplyNotResent(t *testing.T) {
 	}
 	t.Cleanup(func() { closeFn() })
 	ctx := context.Background()
-	acquire := func(key string) idem.LeaseRef {
+	acquire := func(key string) store.LeaseRef {
 		t.Helper()
-		res, err := s.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: key}, Owner: "o-" + key, Fingerprint: "fp",
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: key}, Owner: "o-" + key, Fingerprint: "fp",
 			LeaseDuration: time.Minute, Retention: time.Hour})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire(%s) = %+v, %v", key, res, err)
 		}
-		return idem.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
+		return store.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
 	}
 	if err := s.Release(ctx, acquire("warm")); err != nil { // loads the script: a NOSCRIPT reply is not the one to drop
 		t.Fatal(err)
@@ -48,10 +49,10 @@ func TestLostReplyNotResent(t *testing.T) {
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
 	}
-	if err == nil || errors.Is(err, idem.ErrLeaseLost) {
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("Release whose reply was lost = %v; want the connection's error (the release ran once, its outcome unknown)", err)
 	}
-	if _, err := s.Get(ctx, ref.ID); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, ref.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("after the release: Get = %v, want ErrNotFound", err)
 	}
 
@@ -59,7 +60,7 @@ func TestLostReplyNotResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := engine.Begin(ctx, idem.Request{Tenant: "t", Key: "via-engine", Fingerprint: "fp"})
+	att, err := engine.Begin(ctx, idem.Key{Tenant: "t", Key: "via-engine", Fingerprint: "fp"})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}

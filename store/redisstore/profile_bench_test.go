@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 )
 
 // serverStats is what a private server reports of its work: its CPU

@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store"
 )
 
 // fenceGraceMs is how much longer a key lives than its record, keeping the
@@ -73,7 +73,7 @@ type Options struct {
 	Coalesce bool
 }
 
-// Store is an idem.Store on Redis. It is safe for concurrent use.
+// Store is an store.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	r      runner
 	prefix string
@@ -138,11 +138,11 @@ func newStore(r batchRunner, mode indexMode, opts *Options) (*Store, error) {
 }
 
 // recordKey returns the Redis key of the record of id.
-func (s *Store) recordKey(id idem.ID) string {
+func (s *Store) recordKey(id store.ID) string {
 	return redisrecord.Key(s.prefix, id)
 }
 
-func (s *Store) keys(id idem.ID) []string { return []string{s.recordKey(id)} }
+func (s *Store) keys(id store.ID) []string { return []string{s.recordKey(id)} }
 
 // tombstoneSuffix names a record's tombstone (record.lua): the record's
 // key and this, in the same Cluster slot.
@@ -150,14 +150,14 @@ const tombstoneSuffix = "~e"
 
 // tombstonedKeys returns the keys of the scripts that read or write a
 // record's tombstone: indexedKeys and the tombstone's.
-func (s *Store) tombstonedKeys(id idem.ID) []string {
+func (s *Store) tombstonedKeys(id store.ID) []string {
 	k := s.recordKey(id)
 	return []string{k, s.index.keyOf(k), k + tombstoneSuffix}
 }
 
 // indexedKeys returns the keys of the scripts that may change the index:
 // the record's, then its index's (in the record's Cluster slot).
-func (s *Store) indexedKeys(id idem.ID) []string {
+func (s *Store) indexedKeys(id store.ID) []string {
 	k := s.recordKey(id)
 	return []string{k, s.index.keyOf(k)}
 }
@@ -169,58 +169,58 @@ func boolArg(b bool) string {
 	return "0"
 }
 
-// Acquire implements idem.Store.
-func (s *Store) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	var mark uint64
 	if s.near != nil {
 		// A COMPLETED record is the answer to every acquire until it ends
 		// or is deleted: acquire.lua would return it unchanged.
 		if rec, ok := s.near.completed(ctx, p.ID, s.recordKey(p.ID)); ok {
-			return idem.AcquireResult{Record: rec}, nil
+			return store.AcquireResult{Record: rec}, nil
 		}
 		mark = s.near.mark()
 	}
 	r, notReplicated, err := s.write(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
-		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	if r.kind == replyStr { // acquired: "fence:acquired_ms[:previous_fence:previous_acquired_ms]"
 		fence, at, took, err := parseAcquired(r.str)
 		if err != nil {
-			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+			return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 		}
 		if notReplicated != nil && took != nil {
 			// Releasing would forget the attempt taken over, whose work may
 			// have run: leave the record to end with its lease, after which
 			// the next acquisition finds it abandoned again.
-			return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w (takeover kept until its lease ends)", notReplicated)
+			return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w (takeover kept until its lease ends)", notReplicated)
 		}
 		if notReplicated != nil {
-			return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
+			return store.AcquireResult{}, s.releaseUnreplicated(ctx, store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
 		}
-		return idem.AcquireResult{Acquired: true, Takeover: took, Record: idem.Record{ID: p.ID, State: idem.StateProcessing,
+		return store.AcquireResult{Acquired: true, Takeover: took, Record: store.Record{ID: p.ID, State: store.StateProcessing,
 			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.LeaseDuration}}, nil
 	}
 	rec, _, err := parseRecord(p.ID, r)
 	if err != nil {
-		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	if notReplicated != nil && rec.State == idem.StateProcessing && rec.Owner == p.Owner {
+	if notReplicated != nil && rec.State == store.StateProcessing && rec.Owner == p.Owner {
 		// The caller's own earlier try (whose reply was lost) acquired the
 		// key, and the engine would take this record as its lease: it must
 		// be replicated like a fresh acquisition, or released.
-		return idem.AcquireResult{}, s.releaseUnreplicated(ctx, idem.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
+		return store.AcquireResult{}, s.releaseUnreplicated(ctx, store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}, notReplicated)
 	}
 	if notReplicated != nil { // the record of a node that may be a stale primary (see transition)
-		return idem.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", notReplicated)
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", notReplicated)
 	}
 	s.sawRecord(rec, mark)
-	return idem.AcquireResult{Record: rec}, nil
+	return store.AcquireResult{Record: rec}, nil
 }
 
-// Complete implements idem.Store.
-func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
+// Complete implements store.Store.
+func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	var mark uint64
 	if s.near != nil {
 		mark = s.near.mark()
@@ -234,20 +234,20 @@ func (s *Store) Complete(ctx context.Context, p idem.CompleteParams) error {
 	return err
 }
 
-// Extend implements idem.Store.
-func (s *Store) Extend(ctx context.Context, p idem.ExtendParams) error {
+// Extend implements store.Store.
+func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.transition(ctx, "extend", s.write, extendScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
 }
 
-// Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, p idem.LeaseRef) error {
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 	return s.transition(ctx, "release", s.write, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
-// MarkUnknown implements idem.Store. With Options.ReplicaAcks it waits
+// MarkUnknown implements store.Store. With Options.ReplicaAcks it waits
 // for the replicas like Acquire and Complete.
-func (s *Store) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	return s.transition(ctx, "mark unknown", s.write, markUnknownScript, s.indexedKeys(p.ID),
 		[]any{p.Owner, p.Fence, p.Reason, p.Retention.Milliseconds(), fenceGraceMs})
 }
@@ -267,30 +267,30 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 	case r.kind == replyInt && r.num == 1:
 		return nil
 	case r.kind == replyInt && r.num == 0:
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return fmt.Errorf("redisstore: %s: bad reply %+v", op, r)
 }
 
-// Claim implements idem.Store.
-func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Claim implements store.Store.
+func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	r, err := s.r.run(ctx, claimScript, s.indexedKeys(p.ID), []any{p.Owner, p.LeaseDuration.Milliseconds(), fenceGraceMs})
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
 	if r.kind == replyArray && len(r.fields) == 0 {
-		return idem.ClaimResult{}, idem.ErrNotFound
+		return store.ClaimResult{}, store.ErrNotFound
 	}
 	rec, claimed, err := parseRecord(p.ID, r)
 	if err != nil {
-		return idem.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
+		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
 	}
-	return idem.ClaimResult{Claimed: claimed, Record: rec}, nil
+	return store.ClaimResult{Claimed: claimed, Record: rec}, nil
 }
 
-// Resolve implements idem.Store. With Options.ReplicaAcks it waits for
+// Resolve implements store.Store. With Options.ReplicaAcks it waits for
 // the replicas like Acquire and Complete.
-func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
+func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs}
 	if p.Result != nil {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
@@ -312,19 +312,19 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	case r.num == 1:
 		return nil
 	case r.num == 0:
-		return idem.ErrNotFound
+		return store.ErrNotFound
 	case r.num == -1:
-		return idem.ErrNotUnknown
+		return store.ErrNotUnknown
 	case r.num == -2:
-		return idem.ErrStaleFence
+		return store.ErrStaleFence
 	case r.num == -3:
-		return idem.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	return fmt.Errorf("redisstore: resolve: bad reply %d", r.num)
 }
 
-// Get implements idem.Store.
-func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	var mark uint64
 	if s.near != nil {
 		if rec, ok := s.near.completed(ctx, id, s.recordKey(id)); ok {
@@ -335,14 +335,14 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	k := s.recordKey(id)
 	r, err := s.r.run(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+		return store.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
 	if r.kind == replyArray && len(r.fields) == 0 {
-		return idem.Record{}, idem.ErrNotFound
+		return store.Record{}, store.ErrNotFound
 	}
 	rec, _, err := parseRecord(id, r)
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+		return store.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
 	s.sawRecord(rec, mark)
 	return rec, nil
@@ -350,8 +350,8 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 
 // sawRecord tells the near cache, when on, of a COMPLETED record a script
 // sent after mark (nearCache.mark) returned.
-func (s *Store) sawRecord(rec idem.Record, mark uint64) {
-	if s.near != nil && rec.State == idem.StateCompleted {
+func (s *Store) sawRecord(rec store.Record, mark uint64) {
+	if s.near != nil && rec.State == store.StateCompleted {
 		s.near.saw(s.recordKey(rec.ID), rec.Fence, mark)
 	}
 }
@@ -374,8 +374,8 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 	return s.co.stats(), true
 }
 
-// Delete implements idem.Store.
-func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
@@ -399,4 +399,4 @@ func (s *Store) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
 	return r.num == 1, nil
 }
 
-var _ idem.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)

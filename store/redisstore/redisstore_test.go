@@ -4,11 +4,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	client := testenv.Redis(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)

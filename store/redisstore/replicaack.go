@@ -7,8 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/store"
 )
 
 // ErrNotReplicated is returned, wrapped, when a write reached the primary
@@ -227,7 +228,7 @@ func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any
 // but not replicated, so that a retry does not wait for its lease to end,
 // and returns the error for the caller of Acquire. The release runs even
 // when ctx is cancelled; if it fails the record lives out its lease.
-func (s *Store) releaseUnreplicated(ctx context.Context, ref idem.LeaseRef, notReplicated error) error {
+func (s *Store) releaseUnreplicated(ctx context.Context, ref store.LeaseRef, notReplicated error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout)
 	defer cancel()
 	if err := s.Release(ctx, ref); err != nil {

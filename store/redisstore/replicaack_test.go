@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // The test server has no replicas, so asking for one acknowledgement must
@@ -23,12 +25,12 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	id := idem.ID{Tenant: "t", Key: rand.Text()}
-	_, err = s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", LeaseDuration: time.Minute})
+	id := store.ID{Tenant: "t", Key: rand.Text()}
+	_, err = s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", LeaseDuration: time.Minute})
 	if !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Acquire with ReplicaAcks 1 and no replica = %v; want ErrNotReplicated", err)
 	}
-	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after a fail-closed acquire = %v; want ErrNotFound (record released)", err)
 	}
 
@@ -39,14 +41,14 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own := idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: rand.Text()}, Owner: "o2", Fingerprint: "fp", LeaseDuration: time.Minute}
+	own := store.AcquireParams{ID: store.ID{Tenant: "t", Key: rand.Text()}, Owner: "o2", Fingerprint: "fp", LeaseDuration: time.Minute}
 	if res, err := plain.Acquire(ctx, own); err != nil || !res.Acquired {
 		t.Fatalf("Acquire without ReplicaAcks = %+v, %v", res, err)
 	}
 	if _, err = s.Acquire(ctx, own); !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Fatalf("Acquire of the owner's own unreplicated record = %v; want ErrNotReplicated", err)
 	}
-	if _, err := s.Get(ctx, own.ID); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.Get(ctx, own.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get after the owner's retry failed closed = %v; want ErrNotFound (record released)", err)
 	}
 
@@ -55,7 +57,7 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	_, _, err = e.Do(ctx, idem.Request{Tenant: "t", Key: rand.Text(), Fingerprint: "fp"}, func(context.Context, int64) ([]byte, error) {
+	_, _, err = e.Do(ctx, idem.Key{Tenant: "t", Key: rand.Text(), Fingerprint: "fp"}, func(context.Context, *idem.Lease) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})
@@ -81,17 +83,17 @@ func TestReplicaAckEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	acquire := func() idem.LeaseRef {
+	acquire := func() store.LeaseRef {
 		t.Helper()
-		id := idem.ID{Tenant: "t", Key: rand.Text()}
-		res, err := plain.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+		id := store.ID{Tenant: "t", Key: rand.Text()}
+		res, err := plain.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire = %+v, %v", res, err)
 		}
-		return idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
+		return store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
 	}
 	ref := acquire()
-	if err := acked.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: time.Minute, Retention: time.Hour}); !errors.Is(err, redisstore.ErrNotReplicated) {
+	if err := acked.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: time.Minute, Retention: time.Hour}); !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Errorf("Extend = %v; want ErrNotReplicated", err)
 	}
 	if err := acked.Release(ctx, ref); !errors.Is(err, redisstore.ErrNotReplicated) {
@@ -102,14 +104,14 @@ func TestReplicaAckEveryWrite(t *testing.T) {
 	// store's word either: it may be a stale primary, restarted empty
 	// after a failover (found by internal/check: a Complete answered "lease
 	// lost" by the old primary of a Sentinel failover).
-	stranger := idem.LeaseRef{ID: ref.ID, Owner: "stranger", Fence: ref.Fence}
-	if err := acked.Complete(ctx, idem.CompleteParams{LeaseRef: stranger, Retention: time.Hour}); !errors.Is(err, redisstore.ErrNotReplicated) || errors.Is(err, idem.ErrLeaseLost) {
+	stranger := store.LeaseRef{ID: ref.ID, Owner: "stranger", Fence: ref.Fence}
+	if err := acked.Complete(ctx, store.CompleteParams{LeaseRef: stranger, Retention: time.Hour}); !errors.Is(err, redisstore.ErrNotReplicated) || errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("refused Complete = %v; want ErrNotReplicated, not ErrLeaseLost", err)
 	}
-	if res, err := acked.Acquire(ctx, idem.AcquireParams{ID: ref.ID, Owner: "other", Fingerprint: "fp", LeaseDuration: time.Minute}); !errors.Is(err, redisstore.ErrNotReplicated) {
+	if res, err := acked.Acquire(ctx, store.AcquireParams{ID: ref.ID, Owner: "other", Fingerprint: "fp", LeaseDuration: time.Minute}); !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Errorf("Acquire of a held key = %+v, %v; want ErrNotReplicated", res, err)
 	}
-	if existed, err := acked.Delete(ctx, idem.DeleteParams{ID: ref.ID}); !existed || !errors.Is(err, redisstore.ErrNotReplicated) {
+	if existed, err := acked.Delete(ctx, store.DeleteParams{ID: ref.ID}); !existed || !errors.Is(err, redisstore.ErrNotReplicated) {
 		t.Errorf("Delete = %v, %v; want true, ErrNotReplicated", existed, err)
 	}
 }
@@ -120,7 +122,7 @@ func TestReplicaAckZeroDoesNotWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: idem.ID{Tenant: "t", Key: "k"}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+	res, err := s.Acquire(context.Background(), store.AcquireParams{ID: store.ID{Tenant: "t", Key: "k"}, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 	if err != nil || !res.Acquired {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}

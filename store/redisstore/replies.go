@@ -9,15 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/recordcodec"
 )
 
 // parseAcquired decodes acquire.lua's reply to a successful acquisition:
 // "fence:acquired_ms", followed by ":previous_fence:previous_acquired_ms"
 // for a takeover.
-func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err error) {
+func parseAcquired(s string) (fence, acquiredMs int64, took *store.Takeover, err error) {
 	var n [4]int64
 	fields, rest := 0, s
 	for ; err == nil && fields < len(n); fields++ {
@@ -32,7 +32,7 @@ func parseAcquired(s string) (fence, acquiredMs int64, took *idem.Takeover, err 
 		return 0, 0, nil, fmt.Errorf("%w: acquire reply %q", errCorrupt, s)
 	}
 	if fields == 4 {
-		took = &idem.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
+		took = &store.Takeover{Fence: n[2], AcquiredAt: time.UnixMilli(n[3])}
 	}
 	return n[0], n[1], took, nil
 }
@@ -46,20 +46,20 @@ const recordFields = 12
 // parseRecord decodes a record's reply: {'0' (claim.lua: '1' when
 // claimed), state, owner, fence, fingerprint, acquired_ms, completed_ms,
 // status, header, body, ttl_ms, reason}.
-func parseRecord(id idem.ID, r reply) (rec idem.Record, claimed bool, err error) {
+func parseRecord(id store.ID, r reply) (rec store.Record, claimed bool, err error) {
 	if r.kind != replyArray {
-		return idem.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)
+		return store.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)
 	}
 	return parseFields(id, r.fields)
 }
 
-func parseFields(id idem.ID, f []string) (idem.Record, bool, error) {
+func parseFields(id store.ID, f []string) (store.Record, bool, error) {
 	if len(f) != recordFields || (f[0] != "0" && f[0] != "1") {
-		return idem.Record{}, false, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
+		return store.Record{}, false, fmt.Errorf("%w: %d fields", errCorrupt, len(f))
 	}
 	rec, err := redisrecord.Record(id, f[1:], time.UnixMilli)
 	if err != nil {
-		return idem.Record{}, false, fmt.Errorf("%w: %w", errCorrupt, err)
+		return store.Record{}, false, fmt.Errorf("%w: %w", errCorrupt, err)
 	}
 	return rec, f[0] == "1", nil
 }

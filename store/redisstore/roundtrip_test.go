@@ -5,10 +5,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // roundTrips is a go-redis hook that counts the round trips a client
@@ -47,11 +48,11 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := func(context.Context, int64) ([]byte, error) { return []byte("ok"), nil }
+	work := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
 	key := "k"
 	do := func(key string) {
 		t.Helper()
-		if _, _, err := engine.Do(ctx, idem.Request{Tenant: "t", Key: key, Fingerprint: "f"}, work); err != nil {
+		if _, _, err := engine.Do(ctx, idem.Key{Tenant: "t", Key: key, Fingerprint: "f"}, work); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/redis/rueidis"
+
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
 	"github.com/idemkit/idem/store/storetest"
-	"github.com/redis/rueidis"
 )
 
 // rueidisClient returns a rueidis client of the test Redis server, closed
@@ -38,7 +39,7 @@ func rueidisClient(t testing.TB) rueidis.Client {
 func TestConformanceRueidis(t *testing.T) {
 	client := rueidisClient(t)
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+		New: func(t *testing.T) (store.Store, func(time.Duration)) {
 			s, err := redisstore.NewRueidis(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)
@@ -66,11 +67,11 @@ func TestNewRueidisRejectsBadOptions(t *testing.T) {
 func TestScriptsReloadAfterFlush(t *testing.T) {
 	ctx := context.Background()
 	goredis := testenv.Redis(t)
-	stores := map[string]func() (idem.Store, error){
-		"go-redis": func() (idem.Store, error) {
+	stores := map[string]func() (store.Store, error){
+		"go-redis": func() (store.Store, error) {
 			return redisstore.New(goredis, &redisstore.Options{Prefix: testenv.Prefix(t)})
 		},
-		"rueidis": func() (idem.Store, error) {
+		"rueidis": func() (store.Store, error) {
 			return redisstore.NewRueidis(rueidisClient(t), &redisstore.Options{Prefix: testenv.Prefix(t)})
 		},
 	}
@@ -83,8 +84,8 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 			if err := goredis.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-			id := idem.ID{Tenant: "t", Key: "after-flush"}
-			res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "f", LeaseDuration: time.Minute})
+			id := store.ID{Tenant: "t", Key: "after-flush"}
+			res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "f", LeaseDuration: time.Minute})
 			if err != nil || !res.Acquired {
 				t.Fatalf("Acquire after SCRIPT FLUSH = %+v, %v; want acquired", res, err)
 			}

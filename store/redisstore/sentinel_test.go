@@ -13,13 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestSentinelFailover kills the primary of a primary + 2 replicas + 3
@@ -166,7 +168,7 @@ type payment struct {
 // guardrail, reserve the key in a transaction before the charge, charge,
 // settle with the charge id, commit; a duplicate reservation returns the
 // recorded charge id without charging. Without it, just charge.
-func (p *payment) run(ctx context.Context, id idem.ID, fence int64, guardrail bool) (string, error) {
+func (p *payment) run(ctx context.Context, id store.ID, fence int64, guardrail bool) (string, error) {
 	if !guardrail {
 		return p.provider.Charge(id.Key), nil
 	}
@@ -245,13 +247,13 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	}
 	pay := &payment{pg: pg, pool: pool, provider: &chargeCounter{charges: map[string][]string{}}, commits: map[string]int{}, refused: map[string]int{}}
 	// guarded tells the two halves apart by key.
-	guarded := func(id idem.ID) bool { return strings.HasPrefix(id.Key, "g-") }
+	guarded := func(id store.ID) bool { return strings.HasPrefix(id.Key, "g-") }
 	// attempt begins an attempt at id and, if it acquires the key, runs the
 	// payment and completes the key with the charge id. It reports whether
 	// the key was acquired; a failed complete (the failover) leaves the key
 	// PROCESSING until its lease ends, as in production.
-	attempt := func(ctx context.Context, id idem.ID) (bool, error) {
-		att, err := engine.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key, Fingerprint: "fp"})
+	attempt := func(ctx context.Context, id store.ID) (bool, error) {
+		att, err := engine.Begin(ctx, idem.Key{Tenant: id.Tenant, Key: id.Key, Fingerprint: "fp"})
 		if err != nil || att.Outcome != idem.Acquired {
 			return false, err
 		}
@@ -268,12 +270,12 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 			t.Errorf("payment for %v: %v", id, err)
 			return true, nil
 		}
-		att.Lease.Complete(ctx, idem.Result{Status: 201, Body: []byte(charge)})
+		att.Lease.Complete(ctx, store.Result{Status: 201, Body: []byte(charge)})
 		return true, nil
 	}
 	var (
 		mu         sync.Mutex
-		held       []idem.ID // acquisitions the store acknowledged, and paid for
+		held       []store.ID // acquisitions the store acknowledged, and paid for
 		nErr, nOK  atomic.Int64
 		seq        atomic.Int64
 		attempted  = make(chan struct{}, 1) // an acquisition ended since the last receive
@@ -281,7 +283,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 		wg         sync.WaitGroup
 		workers    = 8
 		acquireOne = func() {
-			id := idem.ID{Tenant: "fo", Key: map[bool]string{false: "n-", true: "g-"}[seq.Add(1)%2 == 0] + rand.Text()}
+			id := store.ID{Tenant: "fo", Key: map[bool]string{false: "n-", true: "g-"}[seq.Add(1)%2 == 0] + rand.Text()}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			defer func() {

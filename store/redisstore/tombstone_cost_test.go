@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/internal/redisproc"
-	"github.com/idemkit/idem/store/redisstore"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // TestTombstoneCost measures what a tombstone costs Redis (docs/cost-curve.md,
@@ -51,17 +52,19 @@ func TestTombstoneCost(t *testing.T) {
 	}
 	hexOf := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	tenant := hexOf("Bearer sk_live_client")
-	id := func(i int) idem.ID { return idem.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)} }
+	id := func(i int) store.ID {
+		return store.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)}
+	}
 	before := used()
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Go(func() {
 			for i := w; i < n; i += 16 {
-				res, err := s.Acquire(ctx, idem.AcquireParams{ID: id(i), Owner: "owner", Fingerprint: hexOf(strconv.Itoa(i)),
+				res, err := s.Acquire(ctx, store.AcquireParams{ID: id(i), Owner: "owner", Fingerprint: hexOf(strconv.Itoa(i)),
 					LeaseDuration: time.Minute, Retention: time.Hour})
 				if err == nil {
-					err = s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id(i), Owner: "owner", Fence: res.Record.Fence},
-						Result: idem.Result{Status: 201}, Retention: time.Hour, KeyRetention: 30 * 24 * time.Hour})
+					err = s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id(i), Owner: "owner", Fence: res.Record.Fence},
+						Result: store.Result{Status: 201}, Retention: time.Hour, KeyRetention: 30 * 24 * time.Hour})
 				}
 				if err == nil {
 					err = client.Del(ctx, "idem:"+"{"+strconv.Itoa(len(tenant))+":"+tenant+":"+id(i).Key+"}").Err()

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/idemkit/idem/internal/testinfra/redistopo"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/redisstore"
-	"github.com/redis/go-redis/v9"
 )
 
 // topologyWorkers is how many goroutines run cycles at once in
@@ -116,7 +117,7 @@ func boolInt(v bool) int {
 
 // cycleTime runs n acquire+complete cycles on fresh keys over topologyWorkers
 // goroutines and returns how long they took.
-func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
+func cycleTime(b *testing.B, s store.Store, n int) time.Duration {
 	ctx := context.Background()
 	base := rand.Text()[:8]
 	var next atomic.Int64
@@ -129,14 +130,14 @@ func cycleTime(b *testing.B, s idem.Store, n int) time.Duration {
 				if i > int64(n) {
 					return
 				}
-				id := idem.ID{Tenant: "bench", Key: base + strconv.FormatInt(i, 10)}
-				res, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
+				id := store.ID{Tenant: "bench", Key: base + strconv.FormatInt(i, 10)}
+				res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute})
 				if err != nil || !res.Acquired {
 					b.Errorf("acquire: %+v, %v", res, err)
 					return
 				}
-				err = s.Complete(ctx, idem.CompleteParams{LeaseRef: idem.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
-					Result: idem.Result{Status: 200, Body: []byte(`{"ok":true}`)}, Retention: time.Minute})
+				err = s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
+					Result: store.Result{Status: 200, Body: []byte(`{"ok":true}`)}, Retention: time.Minute})
 				if err != nil {
 					b.Errorf("complete: %v", err)
 					return

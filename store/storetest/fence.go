@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // fenceLead is the most a fence may run ahead of the acquisition time, in
@@ -14,7 +14,7 @@ import (
 // a second ahead (docs/deployment.md, "Fences across stores").
 const fenceLead = 2 * time.Second
 
-func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testFenceIncreases(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	var fences []int64
 	ctx := context.Background()
@@ -24,7 +24,7 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 		t.Fatalf("Release: %v", err)
 	}
 	// expires: lease and retention end
-	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
+	ref = mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
 	fences = append(fences, ref.Fence)
 	advance(3 * short)
 	ref = mustAcquire(t, s, id, short) // abandoned, taken over
@@ -35,15 +35,15 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 	if err := markUnknown(s, ref, "test", long); err != nil {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
+	if err := s.Resolve(ctx, store.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
 		t.Fatalf("Resolve: %v", err)
 	}
 	ref = mustAcquire(t, s, id, long) // completed, then deleted
 	fences = append(fences, ref.Fence)
-	if err := complete(s, ref, idem.Result{}, long); err != nil {
+	if err := complete(s, ref, store.Result{}, long); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if _, err := s.Delete(ctx, idem.DeleteParams{ID: id}); err != nil {
+	if _, err := s.Delete(ctx, store.DeleteParams{ID: id}); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
 	ref = mustAcquire(t, s, id, long)
@@ -76,10 +76,10 @@ func testFenceIncreases(t *testing.T, s idem.Store, advance func(time.Duration))
 // makes them comparable across stores: a team that moves from one store
 // to another keeps getting fences above those its old store wrote into
 // its own tables (the fenced writes of pgstore.FencedExec).
-func testFenceClockFloor(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testFenceClockFloor(t *testing.T, s store.Store, _ func(time.Duration)) {
 	for i := range 5 {
 		id := newID(t)
-		res := acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+		res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
 		if !res.Acquired {
 			t.Fatalf("Acquire %d of a new key: not acquired", i)
 		}
@@ -88,7 +88,7 @@ func testFenceClockFloor(t *testing.T, s idem.Store, _ func(time.Duration)) {
 			t.Fatalf("fence %d acquired at %v (%d µs); want at least the acquisition time in µs and at most %v above it",
 				f, res.Record.AcquiredAt, floor, fenceLead)
 		}
-		if err := s.Release(context.Background(), idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}); err != nil {
+		if err := s.Release(context.Background(), store.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}

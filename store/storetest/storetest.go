@@ -1,4 +1,4 @@
-// Package storetest is the conformance suite of idem.Store: every store
+// Package storetest is the conformance suite of store.Store: every store
 // must pass it, the ones in this module and any written elsewhere.
 //
 // The suite's cases run in parallel (t.Parallel), as River's driver suite
@@ -10,7 +10,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, storetest.Harness{
-//			New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+//			New: func(t *testing.T) (store.Store, func(time.Duration)) {
 //				clock := newFakeClock() // this case's clock, read by this store alone
 //				s, err := memstore.New(&memstore.Options{Clock: clock.Now})
 //				if err != nil {
@@ -23,7 +23,7 @@
 //
 // and for Redis, which keeps real time:
 //
-//	New: func(t *testing.T) (idem.Store, func(time.Duration)) {
+//	New: func(t *testing.T) (store.Store, func(time.Duration)) {
 //		s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
 //		if err != nil {
 //			t.Fatal(err)
@@ -43,7 +43,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // Harness tells the suite how to make and age a store.
@@ -54,7 +54,7 @@ type Harness struct {
 	// so advance must move no clock but this store's (a fake clock per
 	// store), or be Sleep for a server that keeps real time, whose clock
 	// every case expects to run.
-	New func(t *testing.T) (s idem.Store, advance func(d time.Duration))
+	New func(t *testing.T) (s store.Store, advance func(d time.Duration))
 }
 
 // Sleep is the advance of a store whose server keeps real time: it waits d.
@@ -80,7 +80,7 @@ const long = time.Hour
 func Run(t *testing.T, h Harness) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s idem.Store, advance func(time.Duration))
+		fn   func(t *testing.T, s store.Store, advance func(time.Duration))
 	}{
 		{"AcquireOnceUnderContention", testAcquireOnce},
 		{"AcquireReturnsExistingRecord", testAcquireExisting},
@@ -140,17 +140,17 @@ func Run(t *testing.T, h Harness) {
 	}
 }
 
-func newID(t *testing.T) idem.ID {
-	return idem.ID{Tenant: "tenant-" + rand.Text()[:6], Key: "key-" + rand.Text()[:10]}
+func newID(t *testing.T) store.ID {
+	return store.ID{Tenant: "tenant-" + rand.Text()[:6], Key: "key-" + rand.Text()[:10]}
 }
 
 // acquire acquires id for a new owner; the record outlives its lease by long.
-func acquire(t *testing.T, s idem.Store, id idem.ID, fp string, lease time.Duration) idem.AcquireResult {
+func acquire(t *testing.T, s store.Store, id store.ID, fp string, lease time.Duration) store.AcquireResult {
 	t.Helper()
-	return acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, LeaseDuration: lease, Retention: long})
+	return acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: fp, LeaseDuration: lease, Retention: long})
 }
 
-func acquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.AcquireResult {
+func acquireWith(t *testing.T, s store.Store, p store.AcquireParams) store.AcquireResult {
 	t.Helper()
 	res, err := s.Acquire(context.Background(), p)
 	if err != nil {
@@ -161,12 +161,12 @@ func acquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.AcquireR
 
 // mustAcquire acquires the absent key id for a new owner, for lease; the
 // record outlives the lease by long.
-func mustAcquire(t *testing.T, s idem.Store, id idem.ID, lease time.Duration) idem.LeaseRef {
+func mustAcquire(t *testing.T, s store.Store, id store.ID, lease time.Duration) store.LeaseRef {
 	t.Helper()
-	return mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: lease, Retention: long})
+	return mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: lease, Retention: long})
 }
 
-func mustAcquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.LeaseRef {
+func mustAcquireWith(t *testing.T, s store.Store, p store.AcquireParams) store.LeaseRef {
 	t.Helper()
 	id := p.ID
 	res := acquireWith(t, s, p)
@@ -176,20 +176,20 @@ func mustAcquireWith(t *testing.T, s idem.Store, p idem.AcquireParams) idem.Leas
 	if !res.Acquired {
 		t.Fatalf("Acquire(%v) = not acquired, record %+v; want acquired", id, res.Record)
 	}
-	if res.Record.State != idem.StateProcessing || res.Record.Fence <= 0 || res.Record.Owner == "" {
+	if res.Record.State != store.StateProcessing || res.Record.Fence <= 0 || res.Record.Owner == "" {
 		t.Fatalf("Acquire(%v) record = %+v; want PROCESSING with owner and positive fence", id, res.Record)
 	}
-	return idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
+	return store.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
 }
 
-func complete(s idem.Store, ref idem.LeaseRef, r idem.Result, retention time.Duration) error {
-	return s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: r, Retention: retention})
+func complete(s store.Store, ref store.LeaseRef, r store.Result, retention time.Duration) error {
+	return s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: r, Retention: retention})
 }
 
-func get(t *testing.T, s idem.Store, id idem.ID) (idem.Record, bool) {
+func get(t *testing.T, s store.Store, id store.ID) (store.Record, bool) {
 	t.Helper()
 	rec, err := s.Get(context.Background(), id)
-	if errors.Is(err, idem.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return rec, false
 	}
 	if err != nil {
@@ -200,28 +200,28 @@ func get(t *testing.T, s idem.Store, id idem.ID) (idem.Record, bool) {
 
 func wantLost(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, idem.ErrLeaseLost) {
+	if !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("%s = %v; want ErrLeaseLost", what, err)
 	}
 }
 
-func testAcquireOnce(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testAcquireOnce(t *testing.T, s store.Store, _ func(time.Duration)) {
 	const n = 64
 	id := newID(t)
 	var wg sync.WaitGroup
-	results := make([]idem.AcquireResult, n)
+	results := make([]store.AcquireResult, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+			results[i], errs[i] = s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long, Retention: long})
 		})
 	}
 	close(start)
 	wg.Wait()
 	winners := 0
-	var winner idem.Record
+	var winner store.Record
 	for i := range n {
 		if errs[i] != nil {
 			t.Fatalf("goroutine %d: %v", i, errs[i])
@@ -235,13 +235,13 @@ func testAcquireOnce(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		t.Fatalf("%d of %d concurrent acquisitions won; want exactly 1", winners, n)
 	}
 	for i := range n {
-		if r := results[i]; !r.Acquired && (r.Record.Owner != winner.Owner || r.Record.Fence != winner.Fence || r.Record.State != idem.StateProcessing) {
+		if r := results[i]; !r.Acquired && (r.Record.Owner != winner.Owner || r.Record.Fence != winner.Fence || r.Record.State != store.StateProcessing) {
 			t.Fatalf("loser %d saw %+v; want the winner's PROCESSING record (owner %s, fence %d)", i, r.Record, winner.Owner, winner.Fence)
 		}
 	}
 }
 
-func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testAcquireExisting(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
 	res := acquire(t, s, id, "fp", long)
@@ -249,7 +249,7 @@ func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		t.Fatal("second Acquire of a PROCESSING key acquired it")
 	}
 	r := res.Record
-	if r.State != idem.StateProcessing || r.Owner != ref.Owner || r.Fence != ref.Fence || r.ID != id {
+	if r.State != store.StateProcessing || r.Owner != ref.Owner || r.Fence != ref.Fence || r.ID != id {
 		t.Fatalf("second Acquire saw %+v; want PROCESSING owner %s fence %d", r, ref.Owner, ref.Fence)
 	}
 	if r.TTL <= 0 || r.TTL > long {
@@ -258,8 +258,8 @@ func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	// The TTL of a PROCESSING record is the rest of its lease, not of the
 	// record's life, which goes on for the retention.
 	id = newID(t)
-	mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: long})
-	if r, ok := get(t, s, id); !ok || r.State != idem.StateProcessing || r.TTL <= 0 || r.TTL > hold {
+	mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: long})
+	if r, ok := get(t, s, id); !ok || r.State != store.StateProcessing || r.TTL <= 0 || r.TTL > hold {
 		t.Fatalf("Get = %+v (found %v); want PROCESSING with TTL in (0, %v], the lease left", r, ok, hold)
 	}
 }
@@ -267,9 +267,9 @@ func testAcquireExisting(t *testing.T, s idem.Store, _ func(time.Duration)) {
 // testRepeatedAcquire: an owner that repeats its Acquire (the reply of the
 // first was lost) finds the key held by itself, with the first fence; the
 // engine takes such a record as its own.
-func testRepeatedAcquire(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testRepeatedAcquire(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
-	p := idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long}
+	p := store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long}
 	first, err := s.Acquire(context.Background(), p)
 	if err != nil || !first.Acquired {
 		t.Fatalf("Acquire = %+v, %v; want acquired", first, err)
@@ -278,15 +278,15 @@ func testRepeatedAcquire(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := again.Record; r.State != idem.StateProcessing || r.Owner != p.Owner || r.Fence != first.Record.Fence {
+	if r := again.Record; r.State != store.StateProcessing || r.Owner != p.Owner || r.Fence != first.Record.Fence {
 		t.Fatalf("repeated Acquire by the same owner = %+v; want its own PROCESSING record with fence %d", again, first.Record.Fence)
 	}
 }
 
-func testCompleteAndReplay(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testCompleteAndReplay(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	want := idem.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}}, Body: []byte(`{"id":"ch_1"}`)}
+	want := store.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}, "X-Multi": {"a", "b"}}, Body: []byte(`{"id":"ch_1"}`)}
 	if err := complete(s, ref, want, long); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -311,9 +311,9 @@ func testCompleteAndReplay(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 }
 
-func checkCompleted(t *testing.T, r idem.Record, want idem.Result) {
+func checkCompleted(t *testing.T, r store.Record, want store.Result) {
 	t.Helper()
-	if r.State != idem.StateCompleted || r.Result == nil {
+	if r.State != store.StateCompleted || r.Result == nil {
 		t.Fatalf("record %+v; want COMPLETED with a result", r)
 	}
 	got := r.Result
@@ -322,65 +322,65 @@ func checkCompleted(t *testing.T, r idem.Record, want idem.Result) {
 	}
 }
 
-func testCompletedNotOverwritten(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testCompletedNotOverwritten(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	first := idem.Result{Status: 200, Body: []byte("first")}
+	first := store.Result{Status: 200, Body: []byte("first")}
 	if err := complete(s, ref, first, long); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	// The owner repeating its Complete (a retry after a lost reply) succeeds
 	// and keeps the first result.
-	if err := complete(s, ref, idem.Result{Status: 500, Body: []byte("second")}, long); err != nil {
+	if err := complete(s, ref, store.Result{Status: 500, Body: []byte("second")}, long); err != nil {
 		t.Fatalf("repeated Complete by the same lease = %v; want nil", err)
 	}
-	wantLost(t, "Complete by another owner", complete(s, idem.LeaseRef{ID: id, Owner: "intruder", Fence: ref.Fence + 1}, idem.Result{Body: []byte("third")}, long))
+	wantLost(t, "Complete by another owner", complete(s, store.LeaseRef{ID: id, Owner: "intruder", Fence: ref.Fence + 1}, store.Result{Body: []byte("third")}, long))
 	wantLost(t, "Release of a COMPLETED key", s.Release(context.Background(), ref))
-	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantLost(t, "Extend of a COMPLETED key", s.Extend(context.Background(), store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
 	wantLost(t, "MarkUnknown of a COMPLETED key", markUnknown(s, ref, "late", long))
 	rec, _ := get(t, s, id)
 	checkCompleted(t, rec, first)
 }
 
-func testStaleOwner(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testStaleOwner(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	stale := mustAcquire(t, s, id, short)
 	advance(2 * short)
 	fresh := mustTakeOver(t, s, id, stale, long)
-	wantLost(t, "stale Extend", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: stale, LeaseDuration: long, Retention: long}))
-	wantLost(t, "stale Complete", complete(s, stale, idem.Result{Body: []byte("stale")}, long))
+	wantLost(t, "stale Extend", s.Extend(context.Background(), store.ExtendParams{LeaseRef: stale, LeaseDuration: long, Retention: long}))
+	wantLost(t, "stale Complete", complete(s, stale, store.Result{Body: []byte("stale")}, long))
 	wantLost(t, "stale Release", s.Release(context.Background(), stale))
 	wantLost(t, "stale MarkUnknown", markUnknown(s, stale, "stale", long))
 	rec, ok := get(t, s, id)
-	if !ok || rec.State != idem.StateProcessing || rec.Owner != fresh.Owner || rec.Fence != fresh.Fence {
+	if !ok || rec.State != store.StateProcessing || rec.Owner != fresh.Owner || rec.Fence != fresh.Fence {
 		t.Fatalf("after stale calls the record is %+v (found %v); want the new owner's PROCESSING record", rec, ok)
 	}
-	if err := complete(s, fresh, idem.Result{Body: []byte("fresh")}, long); err != nil {
+	if err := complete(s, fresh, store.Result{Body: []byte("fresh")}, long); err != nil {
 		t.Fatalf("new owner's Complete: %v", err)
 	}
 }
 
-func testWrongOwnerOrFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testWrongOwnerOrFence(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	for _, bad := range []idem.LeaseRef{
+	for _, bad := range []store.LeaseRef{
 		{ID: id, Owner: "someone-else", Fence: ref.Fence},
 		{ID: id, Owner: ref.Owner, Fence: ref.Fence - 1},
 		{ID: id, Owner: ref.Owner, Fence: ref.Fence + 1},
 		// redislock #71: a token equal to the key must not pass as the owner.
 		{ID: id, Owner: id.Key, Fence: ref.Fence},
 	} {
-		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), idem.ExtendParams{LeaseRef: bad, LeaseDuration: long, Retention: long}))
-		wantLost(t, fmt.Sprintf("Complete(%+v)", bad), complete(s, bad, idem.Result{}, long))
+		wantLost(t, fmt.Sprintf("Extend(%+v)", bad), s.Extend(context.Background(), store.ExtendParams{LeaseRef: bad, LeaseDuration: long, Retention: long}))
+		wantLost(t, fmt.Sprintf("Complete(%+v)", bad), complete(s, bad, store.Result{}, long))
 		wantLost(t, fmt.Sprintf("Release(%+v)", bad), s.Release(context.Background(), bad))
 		wantLost(t, fmt.Sprintf("MarkUnknown(%+v)", bad), markUnknown(s, bad, "foreign", long))
 	}
 	rec, ok := get(t, s, id)
-	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
+	if !ok || rec.State != store.StateProcessing || rec.Owner != ref.Owner {
 		t.Fatalf("record after foreign calls = %+v; want untouched", rec)
 	}
-	absent := idem.LeaseRef{ID: newID(t), Owner: "x", Fence: 1}
-	wantLost(t, "Complete of an absent key", complete(s, absent, idem.Result{}, long))
+	absent := store.LeaseRef{ID: newID(t), Owner: "x", Fence: 1}
+	wantLost(t, "Complete of an absent key", complete(s, absent, store.Result{}, long))
 	wantLost(t, "MarkUnknown of an absent key", markUnknown(s, absent, "x", long))
 	if _, ok := get(t, s, absent.ID); ok {
 		t.Fatal("MarkUnknown of an absent key created a record")
@@ -390,11 +390,11 @@ func testWrongOwnerOrFence(t *testing.T, s idem.Store, _ func(time.Duration)) {
 // testLeaseExpires: a PROCESSING record outlives its lease by the
 // retention (an ended lease is not a free key: the owner's work may have
 // run), and then ends.
-func testLeaseExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testLeaseExpires(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
-	ref := mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: hold})
+	ref := mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: hold})
 	advance(2 * short)
-	if rec, ok := get(t, s, id); !ok || rec.State != idem.StateUnknown || rec.Owner != ref.Owner || rec.Fence != ref.Fence {
+	if rec, ok := get(t, s, id); !ok || rec.State != store.StateUnknown || rec.Owner != ref.Owner || rec.Fence != ref.Fence {
 		t.Fatalf("record after its lease ended, within its retention = %+v (found %v); want reported UNKNOWN, owner and fence kept", rec, ok)
 	}
 	advance(hold + short)
@@ -407,48 +407,48 @@ func testLeaseExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
 // testExtend: a lease extended before its deadline outlives that deadline.
 // The first lease is hold, not short: the Extend must reach the store
 // before it ends.
-func testExtend(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testExtend(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
-	ref := mustAcquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: short})
-	if err := s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: short}); err != nil {
+	ref := mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: hold, Retention: short})
+	if err := s.Extend(context.Background(), store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: short}); err != nil {
 		t.Fatalf("Extend: %v", err)
 	}
 	advance(hold + short)
 	rec, ok := get(t, s, id)
-	if !ok || rec.State != idem.StateProcessing || rec.Owner != ref.Owner {
+	if !ok || rec.State != store.StateProcessing || rec.Owner != ref.Owner {
 		t.Fatalf("extended lease after the first deadline: %+v (found %v); want still PROCESSING", rec, ok)
 	}
 	if rec.TTL < long-time.Minute {
 		t.Fatalf("TTL after Extend = %v; want about %v", rec.TTL, long)
 	}
-	if err := complete(s, ref, idem.Result{Body: []byte("ok")}, long); err != nil {
+	if err := complete(s, ref, store.Result{Body: []byte("ok")}, long); err != nil {
 		t.Fatalf("Complete after Extend: %v", err)
 	}
 }
 
 // testExtendAfterExpiry: an ended lease is never renewed (redsync #147),
 // whether its record is still kept or gone.
-func testExtendAfterExpiry(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testExtendAfterExpiry(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	kept := newID(t)
 	ref := mustAcquire(t, s, kept, short) // the record outlives the lease by long
 	advance(2 * short)
-	wantLost(t, "Extend after the lease ended", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
-	if rec, ok := get(t, s, kept); !ok || rec.State != idem.StateUnknown || rec.Reason != idem.ReasonAbandoned {
-		t.Fatalf("record after a refused Extend = %+v (found %v); want still abandoned (UNKNOWN, %q)", rec, ok, idem.ReasonAbandoned)
+	wantLost(t, "Extend after the lease ended", s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	if rec, ok := get(t, s, kept); !ok || rec.State != store.StateUnknown || rec.Reason != store.ReasonAbandoned {
+		t.Fatalf("record after a refused Extend = %+v (found %v); want still abandoned (UNKNOWN, %q)", rec, ok, store.ReasonAbandoned)
 	}
-	if res := acquire(t, s, kept, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown {
+	if res := acquire(t, s, kept, "fp", long); res.Acquired || res.Record.State != store.StateUnknown {
 		t.Fatalf("Acquire after a refused Extend = %+v; want the abandoned record turned UNKNOWN, not a revived lease", res)
 	}
 
 	gone := newID(t)
-	ref = mustAcquireWith(t, s, idem.AcquireParams{ID: gone, Owner: rand.Text(), LeaseDuration: short, Retention: short})
+	ref = mustAcquireWith(t, s, store.AcquireParams{ID: gone, Owner: rand.Text(), LeaseDuration: short, Retention: short})
 	advance(3 * short)
-	wantLost(t, "Extend after the record ended", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantLost(t, "Extend after the record ended", s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
 	if rec, ok := get(t, s, gone); ok {
 		t.Fatalf("Extend after the record ended re-created it: %+v", rec)
 	}
-	wantLost(t, "Complete after the record ended", complete(s, ref, idem.Result{}, long))
+	wantLost(t, "Complete after the record ended", complete(s, ref, store.Result{}, long))
 	wantLost(t, "MarkUnknown after the record ended", markUnknown(s, ref, "late", long))
 	if rec, ok := get(t, s, gone); ok {
 		t.Fatalf("Complete or MarkUnknown after the record ended created one: %+v", rec)
@@ -458,11 +458,11 @@ func testExtendAfterExpiry(t *testing.T, s idem.Store, advance func(time.Duratio
 // testResultExpires: a result is kept for its retention, not for the
 // lease, and then ends. The result that must still be there when the other
 // has gone is kept for hold, so the check does not race the store's clock.
-func testResultExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testResultExpires(t *testing.T, s store.Store, advance func(time.Duration)) {
 	gone, kept := newID(t), newID(t)
-	for id, retention := range map[idem.ID]time.Duration{gone: short, kept: hold} {
+	for id, retention := range map[store.ID]time.Duration{gone: short, kept: hold} {
 		ref := mustAcquire(t, s, id, long)
-		if err := complete(s, ref, idem.Result{Status: 200}, retention); err != nil {
+		if err := complete(s, ref, store.Result{Status: 200}, retention); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 	}
@@ -470,13 +470,13 @@ func testResultExpires(t *testing.T, s idem.Store, advance func(time.Duration)) 
 	if rec, ok := get(t, s, gone); ok {
 		t.Fatalf("result after its retention = %+v; want absent", rec)
 	}
-	if rec, ok := get(t, s, kept); !ok || rec.State != idem.StateCompleted {
+	if rec, ok := get(t, s, kept); !ok || rec.State != store.StateCompleted {
 		t.Fatalf("result within its retention = %+v (found %v); want COMPLETED", rec, ok)
 	}
 	mustAcquire(t, s, gone, long)
 }
 
-func testRelease(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testRelease(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
 	if err := s.Release(context.Background(), ref); err != nil {
@@ -493,14 +493,14 @@ func testRelease(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 }
 
-func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testDelete(t *testing.T, s store.Store, _ func(time.Duration)) {
 	ctx := context.Background()
 	done := newID(t)
 	ref := mustAcquire(t, s, done, long)
-	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
+	if err := complete(s, ref, store.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: done}); err != nil || !ok {
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: done}); err != nil || !ok {
 		t.Fatalf("Delete(completed) = %v, %v; want true, nil", ok, err)
 	}
 	if _, ok := get(t, s, done); ok {
@@ -508,19 +508,19 @@ func testDelete(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 	running := newID(t)
 	ref = mustAcquire(t, s, running, long)
-	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: running}); err != nil || !ok {
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: running}); err != nil || !ok {
 		t.Fatalf("Delete(processing) = %v, %v; want true, nil", ok, err)
 	}
-	wantLost(t, "Complete after Delete", complete(s, ref, idem.Result{}, long))
+	wantLost(t, "Complete after Delete", complete(s, ref, store.Result{}, long))
 	if _, ok := get(t, s, running); ok {
 		t.Fatal("Complete after Delete re-created the record")
 	}
-	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: newID(t)}); err != nil || ok {
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: newID(t)}); err != nil || ok {
 		t.Fatalf("Delete(absent) = %v, %v; want false, nil", ok, err)
 	}
 }
 
-func testFingerprint(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testFingerprint(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	res := acquire(t, s, id, "fp-one", long)
 	if !res.Acquired || res.Record.Fingerprint != "fp-one" {
@@ -530,8 +530,8 @@ func testFingerprint(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	if res.Acquired || res.Record.Fingerprint != "fp-one" {
 		t.Fatalf("Acquire with another fingerprint = %+v; want not acquired, stored fingerprint fp-one", res)
 	}
-	ref := idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
-	if err := complete(s, ref, idem.Result{Status: 200}, long); err != nil {
+	ref := store.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
+	if err := complete(s, ref, store.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
 	if rec, _ := get(t, s, id); rec.Fingerprint != "fp-one" {
@@ -539,18 +539,18 @@ func testFingerprint(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	}
 }
 
-func testNoCollision(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testNoCollision(t *testing.T, s store.Store, _ func(time.Duration)) {
 	suffix := rand.Text()[:6]
-	a := idem.ID{Tenant: "a:b" + suffix, Key: "c"}
-	b := idem.ID{Tenant: "a", Key: "b" + suffix + ":c"}
-	c := idem.ID{Tenant: "", Key: "a:b" + suffix + ":c"}
-	d := idem.ID{Tenant: "a}{b" + suffix, Key: "c}"}
-	for _, id := range []idem.ID{a, b, c, d} {
+	a := store.ID{Tenant: "a:b" + suffix, Key: "c"}
+	b := store.ID{Tenant: "a", Key: "b" + suffix + ":c"}
+	c := store.ID{Tenant: "", Key: "a:b" + suffix + ":c"}
+	d := store.ID{Tenant: "a}{b" + suffix, Key: "c}"}
+	for _, id := range []store.ID{a, b, c, d} {
 		mustAcquire(t, s, id, long)
 	}
 }
 
-func testBodies(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testBodies(t *testing.T, s store.Store, _ func(time.Duration)) {
 	big := make([]byte, 4<<20)
 	if _, err := rand.Read(big); err != nil {
 		t.Fatal(err)
@@ -563,7 +563,7 @@ func testBodies(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		t.Run(name, func(t *testing.T) {
 			id := newID(t)
 			ref := mustAcquire(t, s, id, long)
-			want := idem.Result{Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}, "X-Nul": {"a\x00b"}}, Body: body}
+			want := store.Result{Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}, "X-Nul": {"a\x00b"}}, Body: body}
 			if err := complete(s, ref, want, long); err != nil {
 				t.Fatalf("Complete: %v", err)
 			}
@@ -575,42 +575,42 @@ func testBodies(t *testing.T, s idem.Store, _ func(time.Duration)) {
 
 // testCompleteCopies: a caller may reuse its header and body once Complete
 // has returned (the middleware pools them); the stored result must not change.
-func testCompleteCopies(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testCompleteCopies(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
 	body := []byte("original body")
 	header := http.Header{"Content-Type": {"text/plain"}}
-	if err := complete(s, ref, idem.Result{Status: 201, Header: header, Body: body}, long); err != nil {
+	if err := complete(s, ref, store.Result{Status: 201, Header: header, Body: body}, long); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	copy(body, "OVERWRITTEN!!")
 	header["Content-Type"][0] = "application/evil"
 	header.Set("X-Extra", "1")
 	rec, _ := get(t, s, id)
-	checkCompleted(t, rec, idem.Result{Status: 201, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("original body")})
+	checkCompleted(t, rec, store.Result{Status: 201, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("original body")})
 }
 
-func testCancelled(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testCancelled(t *testing.T, s store.Store, _ func(time.Duration)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	id := newID(t)
-	if _, err := s.Acquire(ctx, idem.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: long, Retention: long}); err == nil {
+	if _, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: long, Retention: long}); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
-	if rec, ok := get(t, s, id); ok && (rec.State != idem.StateProcessing || rec.Owner != "o" || rec.Fence <= 0) {
+	if rec, ok := get(t, s, id); ok && (rec.State != store.StateProcessing || rec.Owner != "o" || rec.Fence <= 0) {
 		t.Fatalf("cancelled Acquire left a half record %+v", rec)
 	}
 	id = newID(t)
 	ref := mustAcquire(t, s, id, long)
-	if err := s.Complete(ctx, idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200, Body: []byte("x")}, Retention: long}); err == nil {
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200, Body: []byte("x")}, Retention: long}); err == nil {
 		t.Fatal("Complete with a cancelled context succeeded")
 	}
 	rec, ok := get(t, s, id)
 	switch {
 	case !ok:
 		t.Fatal("cancelled Complete removed the record")
-	case rec.State == idem.StateProcessing && rec.Owner == ref.Owner && rec.Result == nil:
-	case rec.State == idem.StateCompleted && rec.Result != nil && string(rec.Result.Body) == "x":
+	case rec.State == store.StateProcessing && rec.Owner == ref.Owner && rec.Result == nil:
+	case rec.State == store.StateCompleted && rec.Result != nil && string(rec.Result.Body) == "x":
 	default:
 		t.Fatalf("cancelled Complete left a half record %+v", rec)
 	}

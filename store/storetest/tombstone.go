@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
-// Tombstones (idem.StateExpired): a COMPLETED record whose Complete had a
+// Tombstones (store.StateExpired): a COMPLETED record whose Complete had a
 // KeyRetention above its Retention outlives its result as a compact record
 // that no retry can run past.
 
@@ -19,11 +19,11 @@ import (
 // or body; Acquire returns it (whatever the fingerprint) and acquires
 // nothing; the old owner cannot revive it; when the key retention ends
 // the key is absent and the next acquisition gets a higher fence.
-func testTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testTombstone(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	res := idem.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
-	if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: res, Retention: short, KeyRetention: short + hold}); err != nil {
+	res := store.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
+	if err := s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: res, Retention: short, KeyRetention: short + hold}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	completed, ok := get(t, s, id)
@@ -31,9 +31,9 @@ func testTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
 		t.Fatal("Get right after Complete: not found")
 	}
 	advance(2 * short)
-	check := func(what string, r idem.Record) {
+	check := func(what string, r store.Record) {
 		t.Helper()
-		if r.State != idem.StateExpired || r.Fingerprint != "fp" || r.Fence != ref.Fence || r.ID != id {
+		if r.State != store.StateExpired || r.Fingerprint != "fp" || r.Fence != ref.Fence || r.ID != id {
 			t.Fatalf("%s = %+v; want EXPIRED with fingerprint fp and fence %d", what, r, ref.Fence)
 		}
 		if r.Result == nil || r.Result.Status != 201 || len(r.Result.Body) != 0 || len(r.Result.Header) != 0 {
@@ -60,7 +60,7 @@ func testTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
 		}
 		check("Acquire of a tombstone", got.Record)
 	}
-	wantLost(t, "Complete by the owner of a tombstone", s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: res, Retention: long}))
+	wantLost(t, "Complete by the owner of a tombstone", s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: res, Retention: long}))
 	wantLost(t, "Release by the owner of a tombstone", s.Release(context.Background(), ref))
 	check("the tombstone after its owner's late calls", mustGet(t, s, id))
 
@@ -75,10 +75,10 @@ func testTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
 
 // testNoTombstoneWithoutKeyRetention: a key retention not above the
 // retention keeps nothing past the result, as before tombstones.
-func testNoTombstoneWithoutKeyRetention(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testNoTombstoneWithoutKeyRetention(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
-	if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200}, Retention: short, KeyRetention: short}); err != nil {
+	if err := s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200}, Retention: short, KeyRetention: short}); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
 	advance(2 * short)
@@ -90,32 +90,32 @@ func testNoTombstoneWithoutKeyRetention(t *testing.T, s idem.Store, advance func
 
 // testDeleteTombstone: an operator's Delete removes a tombstone (by any
 // fence, or by its own), and the key runs again.
-func testDeleteTombstone(t *testing.T, s idem.Store, advance func(time.Duration)) {
-	ids := []idem.ID{newID(t), newID(t)}
-	var refs []idem.LeaseRef
+func testDeleteTombstone(t *testing.T, s store.Store, advance func(time.Duration)) {
+	ids := []store.ID{newID(t), newID(t)}
+	var refs []store.LeaseRef
 	for _, id := range ids {
 		ref := mustAcquire(t, s, id, long)
-		if err := s.Complete(context.Background(), idem.CompleteParams{LeaseRef: ref, Result: idem.Result{Status: 200}, Retention: short, KeyRetention: long}); err != nil {
+		if err := s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200}, Retention: short, KeyRetention: long}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 		refs = append(refs, ref)
 	}
 	advance(2 * short)
 	for i, fence := range []int64{0, refs[1].Fence} {
-		if rec := mustGet(t, s, ids[i]); rec.State != idem.StateExpired {
+		if rec := mustGet(t, s, ids[i]); rec.State != store.StateExpired {
 			t.Fatalf("Get = %+v; want EXPIRED", rec)
 		}
-		if ok, err := s.Delete(context.Background(), idem.DeleteParams{ID: ids[i], Fence: fence}); err != nil || !ok {
+		if ok, err := s.Delete(context.Background(), store.DeleteParams{ID: ids[i], Fence: fence}); err != nil || !ok {
 			t.Fatalf("Delete(fence %d) of a tombstone = %v, %v; want true", fence, ok, err)
 		}
 		if rec, ok := get(t, s, ids[i]); ok {
 			t.Fatalf("Get after Delete = %+v; want absent", rec)
 		}
-		mustAcquireWith(t, s, idem.AcquireParams{ID: ids[i], Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+		mustAcquireWith(t, s, store.AcquireParams{ID: ids[i], Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
 	}
 }
 
-func mustGet(t *testing.T, s idem.Store, id idem.ID) idem.Record {
+func mustGet(t *testing.T, s store.Store, id store.ID) store.Record {
 	t.Helper()
 	rec, ok := get(t, s, id)
 	if !ok {

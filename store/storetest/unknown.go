@@ -12,19 +12,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
 )
 
 // The cases of the fourth state, UNKNOWN: abandoned leases, takeovers,
 // MarkUnknown, the reconciliation claim, Resolve and ListUnknown.
 
-func markUnknown(s idem.Store, ref idem.LeaseRef, reason string, retention time.Duration) error {
-	return s.MarkUnknown(context.Background(), idem.MarkUnknownParams{LeaseRef: ref, Reason: reason, Retention: retention})
+func markUnknown(s store.Store, ref store.LeaseRef, reason string, retention time.Duration) error {
+	return s.MarkUnknown(context.Background(), store.MarkUnknownParams{LeaseRef: ref, Reason: reason, Retention: retention})
 }
 
 // mustUnknown acquires the absent key id and marks it UNKNOWN, kept for
 // retention.
-func mustUnknown(t *testing.T, s idem.Store, id idem.ID, retention time.Duration) idem.LeaseRef {
+func mustUnknown(t *testing.T, s store.Store, id store.ID, retention time.Duration) store.LeaseRef {
 	t.Helper()
 	ref := mustAcquire(t, s, id, long)
 	if err := markUnknown(s, ref, "test", retention); err != nil {
@@ -35,10 +35,10 @@ func mustUnknown(t *testing.T, s idem.Store, id idem.ID, retention time.Duration
 
 // mustTakeOver acquires id, whose lease held by stale ended, with TakeOver,
 // and checks what the store reports of the attempt it took over.
-func mustTakeOver(t *testing.T, s idem.Store, id idem.ID, stale idem.LeaseRef, lease time.Duration) idem.LeaseRef {
+func mustTakeOver(t *testing.T, s store.Store, id store.ID, stale store.LeaseRef, lease time.Duration) store.LeaseRef {
 	t.Helper()
-	res := acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: lease, Retention: long, TakeOver: true})
-	if !res.Acquired || res.Record.State != idem.StateProcessing {
+	res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: lease, Retention: long, TakeOver: true})
+	if !res.Acquired || res.Record.State != store.StateProcessing {
 		t.Fatalf("Acquire with TakeOver of an ended lease = %+v; want acquired", res)
 	}
 	if res.Record.Fence <= stale.Fence {
@@ -47,12 +47,12 @@ func mustTakeOver(t *testing.T, s idem.Store, id idem.ID, stale idem.LeaseRef, l
 	if res.Takeover == nil || res.Takeover.Fence != stale.Fence || res.Takeover.AcquiredAt.IsZero() {
 		t.Fatalf("Acquire with TakeOver reports %+v; want the previous fence %d and its acquisition time", res.Takeover, stale.Fence)
 	}
-	return idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
+	return store.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}
 }
 
-func claim(t *testing.T, s idem.Store, id idem.ID, owner string, lease time.Duration) idem.ClaimResult {
+func claim(t *testing.T, s store.Store, id store.ID, owner string, lease time.Duration) store.ClaimResult {
 	t.Helper()
-	res, err := s.Claim(context.Background(), idem.ClaimParams{ID: id, Owner: owner, LeaseDuration: lease})
+	res, err := s.Claim(context.Background(), store.ClaimParams{ID: id, Owner: owner, LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("Claim(%v): %v", id, err)
 	}
@@ -67,10 +67,10 @@ func wantErr(t *testing.T, what string, err, want error) {
 }
 
 // wantUnknown checks that id is UNKNOWN, made by ref, for reason.
-func wantUnknown(t *testing.T, s idem.Store, ref idem.LeaseRef, reason string) idem.Record {
+func wantUnknown(t *testing.T, s store.Store, ref store.LeaseRef, reason string) store.Record {
 	t.Helper()
 	rec, ok := get(t, s, ref.ID)
-	if !ok || rec.State != idem.StateUnknown || rec.Owner != ref.Owner || rec.Fence != ref.Fence || rec.Reason != reason || rec.Result != nil {
+	if !ok || rec.State != store.StateUnknown || rec.Owner != ref.Owner || rec.Fence != ref.Fence || rec.Reason != reason || rec.Result != nil {
 		t.Fatalf("Get(%v) = %+v (found %v); want UNKNOWN, owner %s, fence %d, reason %q, no result", ref.ID, rec, ok, ref.Owner, ref.Fence, reason)
 	}
 	return rec
@@ -86,24 +86,24 @@ func near(a, b time.Time) bool {
 // testAbandonedBecomesUnknown: a PROCESSING record whose lease ended is
 // reported UNKNOWN by Get (no write), and an Acquire without TakeOver
 // turns it UNKNOWN for the Acquire's retention, whatever its fingerprint.
-func testAbandonedBecomesUnknown(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	id := newID(t)
 	first := acquire(t, s, id, "fp-one", short)
-	ref := idem.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
+	ref := store.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
 	advance(2 * short)
-	wantUnknown(t, s, ref, idem.ReasonAbandoned)
-	if page := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(page) > 0 && page[0].ID != id {
+	wantUnknown(t, s, ref, store.ReasonAbandoned)
+	if page := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(page) > 0 && page[0].ID != id {
 		t.Fatalf("ListUnknown(%s) = %+v; want at most the abandoned key", id.Tenant, page)
 	}
 
-	res := acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-two", LeaseDuration: long, Retention: hold})
+	res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-two", LeaseDuration: long, Retention: hold})
 	r := res.Record
 	if res.Acquired || res.Takeover != nil {
 		t.Fatalf("Acquire without TakeOver of an ended lease = %+v; want not acquired, no takeover", res)
 	}
-	if r.State != idem.StateUnknown || r.Reason != idem.ReasonAbandoned || r.ID != id || r.Owner != ref.Owner || r.Fence != ref.Fence || r.Fingerprint != "fp-one" {
-		t.Fatalf("Acquire without TakeOver of an ended lease saw %+v; want UNKNOWN %q keeping owner %s, fence %d, fingerprint fp-one", r, idem.ReasonAbandoned, ref.Owner, ref.Fence)
+	if r.State != store.StateUnknown || r.Reason != store.ReasonAbandoned || r.ID != id || r.Owner != ref.Owner || r.Fence != ref.Fence || r.Fingerprint != "fp-one" {
+		t.Fatalf("Acquire without TakeOver of an ended lease saw %+v; want UNKNOWN %q keeping owner %s, fence %d, fingerprint fp-one", r, store.ReasonAbandoned, ref.Owner, ref.Fence)
 	}
 	if !near(r.AcquiredAt, first.Record.AcquiredAt) || r.CompletedAt.Before(r.AcquiredAt) {
 		t.Fatalf("times = acquired %v, completed %v; want acquired %v kept, completed after it", r.AcquiredAt, r.CompletedAt, first.Record.AcquiredAt)
@@ -111,21 +111,21 @@ func testAbandonedBecomesUnknown(t *testing.T, s idem.Store, advance func(time.D
 	if r.TTL <= 0 || r.TTL > hold {
 		t.Fatalf("TTL = %v; want in (0, %v], the Acquire's retention", r.TTL, hold)
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("ListUnknown(%s) = %+v; want the key turned UNKNOWN", id.Tenant, got)
 	}
 
 	// UNKNOWN stays UNKNOWN: a retry with or without TakeOver never runs it.
 	for _, takeOver := range []bool{false, true} {
-		res = acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-one", LeaseDuration: long, Retention: long, TakeOver: takeOver})
-		if res.Acquired || res.Takeover != nil || res.Record.State != idem.StateUnknown || res.Record.Fence != ref.Fence {
+		res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-one", LeaseDuration: long, Retention: long, TakeOver: takeOver})
+		if res.Acquired || res.Takeover != nil || res.Record.State != store.StateUnknown || res.Record.Fence != ref.Fence {
 			t.Fatalf("Acquire (TakeOver %v) of an UNKNOWN key = %+v; want the UNKNOWN record", takeOver, res)
 		}
 	}
 	// The owner's lease is over: it cannot renew it (it may still release
 	// the key, see testReleaseOwnAbandoned).
-	wantLost(t, "Extend of an UNKNOWN record", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
-	wantUnknown(t, s, ref, idem.ReasonAbandoned)
+	wantLost(t, "Extend of an UNKNOWN record", s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantUnknown(t, s, ref, store.ReasonAbandoned)
 
 	// It lives for the Acquire's retention, not the first record's.
 	advance(hold + short)
@@ -137,29 +137,29 @@ func testAbandonedBecomesUnknown(t *testing.T, s idem.Store, advance func(time.D
 // testTakeOver: an Acquire with TakeOver of an ended lease acquires the
 // key with a higher fence and reports the attempt it took over; it never
 // takes over a lease that still holds.
-func testTakeOver(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testTakeOver(t *testing.T, s store.Store, advance func(time.Duration)) {
 	live := newID(t)
 	holder := mustAcquire(t, s, live, long)
-	res := acquireWith(t, s, idem.AcquireParams{ID: live, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
-	if res.Acquired || res.Takeover != nil || res.Record.State != idem.StateProcessing || res.Record.Owner != holder.Owner {
+	res := acquireWith(t, s, store.AcquireParams{ID: live, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
+	if res.Acquired || res.Takeover != nil || res.Record.State != store.StateProcessing || res.Record.Owner != holder.Owner {
 		t.Fatalf("Acquire with TakeOver of a live lease = %+v; want the holder's PROCESSING record", res)
 	}
 
 	id := newID(t)
 	first := acquire(t, s, id, "fp", short)
-	stale := idem.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
+	stale := store.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
 	advance(2 * short)
-	res = acquireWith(t, s, idem.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
+	res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
 	if !res.Acquired || res.Takeover == nil {
 		t.Fatalf("Acquire with TakeOver of an ended lease = %+v; want acquired with a takeover", res)
 	}
 	if tk := res.Takeover; tk.Fence != stale.Fence || !near(tk.AcquiredAt, first.Record.AcquiredAt) {
 		t.Fatalf("Takeover = %+v; want fence %d, acquired at %v", tk, stale.Fence, first.Record.AcquiredAt)
 	}
-	if r := res.Record; r.State != idem.StateProcessing || r.Fence <= stale.Fence || r.Owner == stale.Owner || r.Reason != "" {
+	if r := res.Record; r.State != store.StateProcessing || r.Fence <= stale.Fence || r.Owner == stale.Owner || r.Reason != "" {
 		t.Fatalf("record after the takeover = %+v; want a new PROCESSING record with a fence above %d", r, stale.Fence)
 	}
-	if r, ok := get(t, s, id); !ok || r.State != idem.StateProcessing || r.Fence != res.Record.Fence {
+	if r, ok := get(t, s, id); !ok || r.State != store.StateProcessing || r.Fence != res.Record.Fence {
 		t.Fatalf("Get after the takeover = %+v (found %v); want the new owner's PROCESSING record", r, ok)
 	}
 }
@@ -167,16 +167,16 @@ func testTakeOver(t *testing.T, s idem.Store, advance func(time.Duration)) {
 // testLateOwner: the owner's word that arrives after its lease ended, on
 // a record still its own (nobody took over), is accepted: Complete,
 // MarkUnknown and Release.
-func testLateOwner(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testLateOwner(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	completed, marked, released := newID(t), newID(t), newID(t)
-	refs := map[idem.ID]idem.LeaseRef{}
-	for _, id := range []idem.ID{completed, marked, released} {
+	refs := map[store.ID]store.LeaseRef{}
+	for _, id := range []store.ID{completed, marked, released} {
 		refs[id] = mustAcquire(t, s, id, short)
 	}
 	advance(2 * short)
 
-	want := idem.Result{Status: 200, Body: []byte("late")}
+	want := store.Result{Status: 200, Body: []byte("late")}
 	if err := complete(s, refs[completed], want, long); err != nil {
 		t.Fatalf("late Complete on the owner's own record = %v; want nil", err)
 	}
@@ -202,7 +202,7 @@ func testLateOwner(t *testing.T, s idem.Store, advance func(time.Duration)) {
 // testCompleteOwnUnknown: MarkUnknown keeps the fingerprint and fence for
 // the retention; the owner that learns the outcome completes its own
 // UNKNOWN record (an abandoned one too), which then leaves the listing.
-func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testCompleteOwnUnknown(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
@@ -213,10 +213,10 @@ func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Durati
 	if rec.Fingerprint != "fp" || rec.AcquiredAt.IsZero() || rec.CompletedAt.IsZero() || rec.TTL <= long-time.Minute || rec.TTL > long {
 		t.Fatalf("UNKNOWN record = %+v; want fingerprint, times and the retention %v kept", rec, long)
 	}
-	wantLost(t, "Extend of own UNKNOWN record", s.Extend(ctx, idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantLost(t, "Extend of own UNKNOWN record", s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
 	wantLost(t, "Release of own UNKNOWN record", s.Release(ctx, ref))
 
-	want := idem.Result{Status: 201, Header: http.Header{"X-Late": {"yes"}}, Body: []byte("known after all")}
+	want := store.Result{Status: 201, Header: http.Header{"X-Late": {"yes"}}, Body: []byte("known after all")}
 	if err := complete(s, ref, want, long); err != nil {
 		t.Fatalf("Complete of own UNKNOWN record = %v; want nil", err)
 	}
@@ -225,10 +225,10 @@ func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Durati
 	if rec.Fence != ref.Fence || rec.Owner != ref.Owner {
 		t.Fatalf("completed record = %+v; want owner %s and fence %d", rec, ref.Owner, ref.Fence)
 	}
-	if err := complete(s, ref, idem.Result{Body: []byte("again")}, long); err != nil {
+	if err := complete(s, ref, store.Result{Body: []byte("again")}, long); err != nil {
 		t.Fatalf("repeated Complete = %v; want nil", err)
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 0 {
 		t.Fatalf("ListUnknown after Complete = %+v; want empty", got)
 	}
 
@@ -236,7 +236,7 @@ func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Durati
 	id = newID(t)
 	ref = mustAcquire(t, s, id, short)
 	advance(2 * short)
-	if res := acquire(t, s, id, "fp", long); res.Record.State != idem.StateUnknown {
+	if res := acquire(t, s, id, "fp", long); res.Record.State != store.StateUnknown {
 		t.Fatalf("Acquire of an ended lease = %+v; want UNKNOWN", res)
 	}
 	if err := complete(s, ref, want, long); err != nil {
@@ -251,15 +251,15 @@ func testCompleteOwnUnknown(t *testing.T, s idem.Store, advance func(time.Durati
 // one, when it knows its work did not run: the key leaves the listing and
 // the next acquisition runs, under a higher fence. Nobody else releases
 // it, and neither does its owner while a reconciliation claim holds it.
-func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testReleaseOwnAbandoned(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	id, claimed, lapsed, taken := newID(t), newID(t), newID(t), newID(t)
-	refs := map[idem.ID]idem.LeaseRef{}
-	for _, k := range []idem.ID{id, claimed, lapsed, taken} {
+	refs := map[store.ID]store.LeaseRef{}
+	for _, k := range []store.ID{id, claimed, lapsed, taken} {
 		refs[k] = mustAcquire(t, s, k, short)
 	}
 	advance(2 * short)
-	if res := acquire(t, s, id, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown {
+	if res := acquire(t, s, id, "fp", long); res.Acquired || res.Record.State != store.StateUnknown {
 		t.Fatalf("Acquire of an ended lease = %+v; want UNKNOWN", res)
 	}
 	fresh := mustTakeOver(t, s, taken, refs[taken], short)
@@ -271,24 +271,24 @@ func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Durat
 	}
 
 	ref := refs[id]
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("ListUnknown = %+v; want the abandoned key", got)
 	}
-	for _, bad := range []idem.LeaseRef{
+	for _, bad := range []store.LeaseRef{
 		{ID: id, Owner: "someone-else", Fence: ref.Fence},
 		{ID: id, Owner: ref.Owner, Fence: ref.Fence + 1},
 		{ID: id, Owner: ref.Owner, Fence: ref.Fence - 1},
 	} {
 		wantLost(t, fmt.Sprintf("Release(%+v) of another's abandoned record", bad), s.Release(ctx, bad))
 	}
-	wantUnknown(t, s, ref, idem.ReasonAbandoned)
+	wantUnknown(t, s, ref, store.ReasonAbandoned)
 	if err := s.Release(ctx, ref); err != nil {
 		t.Fatalf("Release of own abandoned record = %v; want nil", err)
 	}
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("record after the owner released its abandoned record = %+v; want absent", rec)
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 0 {
 		t.Fatalf("ListUnknown after the owner's Release = %+v; want empty", got)
 	}
 	wantLost(t, "repeated Release of a released record", s.Release(ctx, ref))
@@ -297,14 +297,14 @@ func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Durat
 		t.Fatalf("fence after the release = %d; want above %d", next.Fence, ref.Fence)
 	}
 	wantLost(t, "Release by the released owner of the next owner's record", s.Release(ctx, ref))
-	if rec, ok := get(t, s, id); !ok || rec.State != idem.StateProcessing || rec.Fence != next.Fence {
+	if rec, ok := get(t, s, id); !ok || rec.State != store.StateProcessing || rec.Fence != next.Fence {
 		t.Fatalf("record after a stale Release = %+v (found %v); want the next owner's PROCESSING record", rec, ok)
 	}
 
 	// A live reconciliation claim stands: the reconciler's verdict decides.
 	wantLost(t, "Release of own abandoned record under a claim", s.Release(ctx, refs[claimed]))
-	wantUnknown(t, s, refs[claimed], idem.ReasonAbandoned)
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: claimed, Fence: refs[claimed].Fence, Claim: "reconciler"}); err != nil {
+	wantUnknown(t, s, refs[claimed], store.ReasonAbandoned)
+	if err := s.Resolve(ctx, store.ResolveParams{ID: claimed, Fence: refs[claimed].Fence, Claim: "reconciler"}); err != nil {
 		t.Fatalf("Resolve under the claim after a refused Release = %v; want nil", err)
 	}
 
@@ -312,11 +312,11 @@ func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Durat
 
 	// An owner that was taken over cannot release the record of the owner
 	// after it, abandoned in turn; that owner can.
-	if res := acquire(t, s, taken, "fp", long); res.Acquired || res.Record.State != idem.StateUnknown || res.Record.Fence != fresh.Fence {
+	if res := acquire(t, s, taken, "fp", long); res.Acquired || res.Record.State != store.StateUnknown || res.Record.Fence != fresh.Fence {
 		t.Fatalf("Acquire of the new owner's ended lease = %+v; want its UNKNOWN record", res)
 	}
 	wantLost(t, "Release by a stale owner of the new owner's abandoned record", s.Release(ctx, refs[taken]))
-	wantUnknown(t, s, fresh, idem.ReasonAbandoned)
+	wantUnknown(t, s, fresh, store.ReasonAbandoned)
 	if err := s.Release(ctx, fresh); err != nil {
 		t.Fatalf("Release by the new owner of its abandoned record = %v; want nil", err)
 	}
@@ -332,32 +332,32 @@ func testReleaseOwnAbandoned(t *testing.T, s idem.Store, advance func(time.Durat
 
 // testStaleOwnerUnknown: an owner whose key was taken over can neither
 // mark the new owner's record UNKNOWN nor complete it once it is UNKNOWN.
-func testStaleOwnerUnknown(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testStaleOwnerUnknown(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	stale := mustAcquire(t, s, id, short)
 	advance(2 * short)
 	fresh := mustTakeOver(t, s, id, stale, long)
 	wantLost(t, "stale MarkUnknown of the new owner's PROCESSING record", markUnknown(s, stale, "stale", long))
-	if rec, ok := get(t, s, id); !ok || rec.State != idem.StateProcessing || rec.Fence != fresh.Fence {
+	if rec, ok := get(t, s, id); !ok || rec.State != store.StateProcessing || rec.Fence != fresh.Fence {
 		t.Fatalf("record after a stale MarkUnknown = %+v; want the new owner's PROCESSING record", rec)
 	}
 	if err := markUnknown(s, fresh, "fresh", long); err != nil {
 		t.Fatalf("MarkUnknown by the new owner: %v", err)
 	}
-	wantLost(t, "stale Complete of the new owner's UNKNOWN record", complete(s, stale, idem.Result{Body: []byte("stale")}, long))
+	wantLost(t, "stale Complete of the new owner's UNKNOWN record", complete(s, stale, store.Result{Body: []byte("stale")}, long))
 	wantLost(t, "stale MarkUnknown of the new owner's UNKNOWN record", markUnknown(s, stale, "stale", long))
-	for _, bad := range []idem.LeaseRef{
+	for _, bad := range []store.LeaseRef{
 		{ID: id, Owner: "someone-else", Fence: fresh.Fence},
 		{ID: id, Owner: fresh.Owner, Fence: fresh.Fence + 1},
 	} {
-		wantLost(t, fmt.Sprintf("Complete(%+v) of an UNKNOWN record", bad), complete(s, bad, idem.Result{}, long))
+		wantLost(t, fmt.Sprintf("Complete(%+v) of an UNKNOWN record", bad), complete(s, bad, store.Result{}, long))
 	}
 	wantUnknown(t, s, fresh, "fresh")
 }
 
 // testMarkUnknownIdempotent: a repeated MarkUnknown (a retry after a lost
 // reply) succeeds and keeps the first reason; the key is listed once.
-func testMarkUnknownIdempotent(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testMarkUnknownIdempotent(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, long)
 	for _, reason := range []string{"first", "second"} {
@@ -366,7 +366,7 @@ func testMarkUnknownIdempotent(t *testing.T, s idem.Store, _ func(time.Duration)
 		}
 	}
 	wantUnknown(t, s, ref, "first")
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id || got[0].Reason != "first" {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id || got[0].Reason != "first" {
 		t.Fatalf("ListUnknown = %+v; want the key once, reason first", got)
 	}
 }
@@ -374,18 +374,18 @@ func testMarkUnknownIdempotent(t *testing.T, s idem.Store, _ func(time.Duration)
 // testClaimExclusive: of concurrent claims on one UNKNOWN record exactly
 // one wins; the others get the record. Claim finds nothing to claim on an
 // absent, PROCESSING or COMPLETED key.
-func testClaimExclusive(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testClaimExclusive(t *testing.T, s store.Store, _ func(time.Duration)) {
 	const n = 32
 	id := newID(t)
 	ref := mustUnknown(t, s, id, long)
 	var wg sync.WaitGroup
-	results := make([]idem.ClaimResult, n)
+	results := make([]store.ClaimResult, n)
 	errs := make([]error, n)
 	start := make(chan struct{})
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			results[i], errs[i] = s.Claim(context.Background(), idem.ClaimParams{ID: id, Owner: fmt.Sprintf("claimer-%d", i), LeaseDuration: long})
+			results[i], errs[i] = s.Claim(context.Background(), store.ClaimParams{ID: id, Owner: fmt.Sprintf("claimer-%d", i), LeaseDuration: long})
 		})
 	}
 	close(start)
@@ -398,7 +398,7 @@ func testClaimExclusive(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		if results[i].Claimed {
 			winners++
 		}
-		if r := results[i].Record; r.State != idem.StateUnknown || r.Fence != ref.Fence || r.ID != id {
+		if r := results[i].Record; r.State != store.StateUnknown || r.Fence != ref.Fence || r.ID != id {
 			t.Fatalf("claim %d saw %+v; want the UNKNOWN record, fence %d", i, r, ref.Fence)
 		}
 	}
@@ -406,70 +406,70 @@ func testClaimExclusive(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		t.Fatalf("%d of %d concurrent claims won; want exactly 1", winners, n)
 	}
 
-	_, err := s.Claim(context.Background(), idem.ClaimParams{ID: newID(t), Owner: "c", LeaseDuration: long})
-	wantErr(t, "Claim of an absent key", err, idem.ErrNotFound)
+	_, err := s.Claim(context.Background(), store.ClaimParams{ID: newID(t), Owner: "c", LeaseDuration: long})
+	wantErr(t, "Claim of an absent key", err, store.ErrNotFound)
 	processing := newID(t)
 	mustAcquire(t, s, processing, long)
-	if res := claim(t, s, processing, "c", long); res.Claimed || res.Record.State != idem.StateProcessing {
+	if res := claim(t, s, processing, "c", long); res.Claimed || res.Record.State != store.StateProcessing {
 		t.Fatalf("Claim of a PROCESSING key = %+v; want not claimed, the record", res)
 	}
 	completed := newID(t)
-	if err := complete(s, mustAcquire(t, s, completed, long), idem.Result{Status: 200}, long); err != nil {
+	if err := complete(s, mustAcquire(t, s, completed, long), store.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if res := claim(t, s, completed, "c", long); res.Claimed || res.Record.State != idem.StateCompleted {
+	if res := claim(t, s, completed, "c", long); res.Claimed || res.Record.State != store.StateCompleted {
 		t.Fatalf("Claim of a COMPLETED key = %+v; want not claimed, the record", res)
 	}
 }
 
 // testClaimEnds: a claim whose lease ended can be taken by another
 // claimer, and no longer resolves.
-func testClaimEnds(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testClaimEnds(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	ref := mustUnknown(t, s, id, long)
 	if res := claim(t, s, id, "first", short); !res.Claimed {
 		t.Fatalf("first Claim = %+v; want claimed", res)
 	}
 	advance(2 * short)
-	wantLost(t, "Resolve under an ended claim", s.Resolve(context.Background(), idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "first"}))
-	if res := claim(t, s, id, "second", long); !res.Claimed || res.Record.State != idem.StateUnknown {
+	wantLost(t, "Resolve under an ended claim", s.Resolve(context.Background(), store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "first"}))
+	if res := claim(t, s, id, "second", long); !res.Claimed || res.Record.State != store.StateUnknown {
 		t.Fatalf("Claim after the first claim ended = %+v; want claimed", res)
 	}
 	if res := claim(t, s, id, "first", long); res.Claimed {
 		t.Fatal("Claim while the second claim holds: claimed")
 	}
-	wantLost(t, "Resolve under the first, ended claim", s.Resolve(context.Background(), idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "first"}))
-	if err := s.Resolve(context.Background(), idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "second"}); err != nil {
+	wantLost(t, "Resolve under the first, ended claim", s.Resolve(context.Background(), store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "first"}))
+	if err := s.Resolve(context.Background(), store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "second"}); err != nil {
 		t.Fatalf("Resolve under the current claim: %v", err)
 	}
 }
 
 // testClaimAbandoned: a claim on a PROCESSING record whose lease ended
 // turns it UNKNOWN (abandoned) first, keeping the record's life.
-func testClaimAbandoned(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testClaimAbandoned(t *testing.T, s store.Store, advance func(time.Duration)) {
 	id := newID(t)
 	ref := mustAcquire(t, s, id, short)
 	advance(2 * short)
 	res := claim(t, s, id, "claimer", long)
-	if r := res.Record; !res.Claimed || r.State != idem.StateUnknown || r.Reason != idem.ReasonAbandoned || r.Fence != ref.Fence || r.Owner != ref.Owner {
-		t.Fatalf("Claim of an ended lease = %+v; want claimed, UNKNOWN %q, fence %d", res, idem.ReasonAbandoned, ref.Fence)
+	if r := res.Record; !res.Claimed || r.State != store.StateUnknown || r.Reason != store.ReasonAbandoned || r.Fence != ref.Fence || r.Owner != ref.Owner {
+		t.Fatalf("Claim of an ended lease = %+v; want claimed, UNKNOWN %q, fence %d", res, store.ReasonAbandoned, ref.Fence)
 	}
 	if r := res.Record; r.TTL <= 0 || r.TTL > long {
 		t.Fatalf("TTL = %v; want the record's remaining life, in (0, %v]", r.TTL, long)
 	}
-	wantUnknown(t, s, ref, idem.ReasonAbandoned)
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+	wantUnknown(t, s, ref, store.ReasonAbandoned)
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
 		t.Fatalf("ListUnknown = %+v; want the claimed key", got)
 	}
-	wantLost(t, "Extend after a claim turned the record UNKNOWN", s.Extend(context.Background(), idem.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
+	wantLost(t, "Extend after a claim turned the record UNKNOWN", s.Extend(context.Background(), store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
 }
 
 // testResolveCompleted: a resolution with a result turns the UNKNOWN
 // record COMPLETED for the new retention; retries replay it. An operator
 // (no claim) resolves whoever holds the claim.
-func testResolveCompleted(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testResolveCompleted(t *testing.T, s store.Store, _ func(time.Duration)) {
 	ctx := context.Background()
-	want := idem.Result{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
+	want := store.Result{Status: 200, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"ch_1"}`)}
 	for _, by := range []string{"claimer", "operator"} {
 		t.Run(by, func(t *testing.T) {
 			id := newID(t)
@@ -477,7 +477,7 @@ func testResolveCompleted(t *testing.T, s idem.Store, _ func(time.Duration)) {
 			if res := claim(t, s, id, "claimer", long); !res.Claimed {
 				t.Fatalf("Claim = %+v; want claimed", res)
 			}
-			p := idem.ResolveParams{ID: id, Fence: ref.Fence, Result: &want, Retention: hold}
+			p := store.ResolveParams{ID: id, Fence: ref.Fence, Result: &want, Retention: hold}
 			if by == "claimer" {
 				p.Claim = "claimer"
 			}
@@ -494,8 +494,8 @@ func testResolveCompleted(t *testing.T, s idem.Store, _ func(time.Duration)) {
 			} else {
 				checkCompleted(t, res.Record, want)
 			}
-			wantErr(t, "second Resolve", s.Resolve(ctx, p), idem.ErrNotUnknown)
-			if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+			wantErr(t, "second Resolve", s.Resolve(ctx, p), store.ErrNotUnknown)
+			if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 0 {
 				t.Fatalf("ListUnknown after Resolve = %+v; want empty", got)
 			}
 		})
@@ -504,16 +504,16 @@ func testResolveCompleted(t *testing.T, s idem.Store, _ func(time.Duration)) {
 
 // testResolveNotExecuted: a resolution without a result deletes the
 // record, so the retry runs, under a fence above the UNKNOWN one.
-func testResolveNotExecuted(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testResolveNotExecuted(t *testing.T, s store.Store, _ func(time.Duration)) {
 	id := newID(t)
 	ref := mustUnknown(t, s, id, long)
-	if err := s.Resolve(context.Background(), idem.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
+	if err := s.Resolve(context.Background(), store.ResolveParams{ID: id, Fence: ref.Fence}); err != nil {
 		t.Fatalf("Resolve not executed: %v", err)
 	}
 	if rec, ok := get(t, s, id); ok {
 		t.Fatalf("record after Resolve not executed = %+v; want absent", rec)
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 0 {
 		t.Fatalf("ListUnknown after Resolve = %+v; want empty", got)
 	}
 	next := mustAcquire(t, s, id, long)
@@ -524,24 +524,24 @@ func testResolveNotExecuted(t *testing.T, s idem.Store, _ func(time.Duration)) {
 
 // testResolveErrors: a Resolve that cannot apply says why and changes
 // nothing.
-func testResolveErrors(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testResolveErrors(t *testing.T, s store.Store, _ func(time.Duration)) {
 	ctx := context.Background()
-	result := &idem.Result{Status: 200}
-	wantErr(t, "Resolve of an absent key", s.Resolve(ctx, idem.ResolveParams{ID: newID(t), Fence: 1, Result: result, Retention: long}), idem.ErrNotFound)
+	result := &store.Result{Status: 200}
+	wantErr(t, "Resolve of an absent key", s.Resolve(ctx, store.ResolveParams{ID: newID(t), Fence: 1, Result: result, Retention: long}), store.ErrNotFound)
 
 	processing := newID(t)
 	pref := mustAcquire(t, s, processing, long)
-	wantErr(t, "Resolve of a PROCESSING key", s.Resolve(ctx, idem.ResolveParams{ID: processing, Fence: pref.Fence}), idem.ErrNotUnknown)
-	if rec, ok := get(t, s, processing); !ok || rec.State != idem.StateProcessing {
+	wantErr(t, "Resolve of a PROCESSING key", s.Resolve(ctx, store.ResolveParams{ID: processing, Fence: pref.Fence}), store.ErrNotUnknown)
+	if rec, ok := get(t, s, processing); !ok || rec.State != store.StateProcessing {
 		t.Fatalf("PROCESSING record after a refused Resolve = %+v (found %v)", rec, ok)
 	}
 	completed := newID(t)
 	cref := mustAcquire(t, s, completed, long)
-	if err := complete(s, cref, idem.Result{Status: 201}, long); err != nil {
+	if err := complete(s, cref, store.Result{Status: 201}, long); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "Resolve of a COMPLETED key", s.Resolve(ctx, idem.ResolveParams{ID: completed, Fence: cref.Fence, Result: result, Retention: long}), idem.ErrNotUnknown)
-	if rec, _ := get(t, s, completed); rec.State != idem.StateCompleted || rec.Result.Status != 201 {
+	wantErr(t, "Resolve of a COMPLETED key", s.Resolve(ctx, store.ResolveParams{ID: completed, Fence: cref.Fence, Result: result, Retention: long}), store.ErrNotUnknown)
+	if rec, _ := get(t, s, completed); rec.State != store.StateCompleted || rec.Result.Status != 201 {
 		t.Fatalf("COMPLETED record after a refused Resolve = %+v", rec)
 	}
 
@@ -549,24 +549,24 @@ func testResolveErrors(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	ref := mustUnknown(t, s, id, long)
 	for _, fence := range []int64{ref.Fence - 1, ref.Fence + 1, 0} {
 		wantErr(t, fmt.Sprintf("Resolve with fence %d of a record with fence %d", fence, ref.Fence),
-			s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: fence, Result: result, Retention: long}), idem.ErrStaleFence)
-		wantErr(t, fmt.Sprintf("Resolve not executed with fence %d", fence), s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: fence}), idem.ErrStaleFence)
+			s.Resolve(ctx, store.ResolveParams{ID: id, Fence: fence, Result: result, Retention: long}), store.ErrStaleFence)
+		wantErr(t, fmt.Sprintf("Resolve not executed with fence %d", fence), s.Resolve(ctx, store.ResolveParams{ID: id, Fence: fence}), store.ErrStaleFence)
 	}
-	wantLost(t, "Resolve under a claim nobody took", s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "nobody"}))
+	wantLost(t, "Resolve under a claim nobody took", s.Resolve(ctx, store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "nobody"}))
 	if res := claim(t, s, id, "holder", long); !res.Claimed {
 		t.Fatalf("Claim = %+v; want claimed", res)
 	}
-	wantLost(t, "Resolve under another's claim", s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "intruder", Result: result, Retention: long}))
-	wantLost(t, "Resolve not executed under another's claim", s.Resolve(ctx, idem.ResolveParams{ID: id, Fence: ref.Fence, Claim: "intruder"}))
+	wantLost(t, "Resolve under another's claim", s.Resolve(ctx, store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "intruder", Result: result, Retention: long}))
+	wantLost(t, "Resolve not executed under another's claim", s.Resolve(ctx, store.ResolveParams{ID: id, Fence: ref.Fence, Claim: "intruder"}))
 	wantUnknown(t, s, ref, "test")
 }
 
 // listUnknown returns every UNKNOWN record that p's pages list, checking
 // that no record is listed twice.
-func listUnknown(t *testing.T, s idem.Store, p idem.ListParams) []idem.Record {
+func listUnknown(t *testing.T, s store.Store, p store.ListParams) []store.Record {
 	t.Helper()
-	var all []idem.Record
-	seen := map[idem.ID]bool{}
+	var all []store.Record
+	seen := map[store.ID]bool{}
 	for pages := 0; ; pages++ {
 		page, err := s.ListUnknown(context.Background(), p)
 		if err != nil {
@@ -577,7 +577,7 @@ func listUnknown(t *testing.T, s idem.Store, p idem.ListParams) []idem.Record {
 				t.Fatalf("ListUnknown listed %v twice", r.ID)
 			}
 			seen[r.ID] = true
-			if r.State != idem.StateUnknown || (!p.AllTenants && r.Tenant != p.Tenant) {
+			if r.State != store.StateUnknown || (!p.AllTenants && r.Tenant != p.Tenant) {
 				t.Fatalf("ListUnknown(%+v) listed %+v; want UNKNOWN records of tenant %q only", p, r, p.Tenant)
 			}
 		}
@@ -592,8 +592,8 @@ func listUnknown(t *testing.T, s idem.Store, p idem.ListParams) []idem.Record {
 	}
 }
 
-func ids(recs []idem.Record) []idem.ID {
-	out := make([]idem.ID, len(recs))
+func ids(recs []store.Record) []store.ID {
+	out := make([]store.ID, len(recs))
 	for i, r := range recs {
 		out[i] = r.ID
 	}
@@ -603,13 +603,13 @@ func ids(recs []idem.Record) []idem.ID {
 // testListUnknown: a tenant's listing holds its UNKNOWN keys and nothing
 // else, not even a tenant whose name extends it; the listing of all
 // tenants holds every one of them.
-func testListUnknown(t *testing.T, s idem.Store, _ func(time.Duration)) {
+func testListUnknown(t *testing.T, s store.Store, _ func(time.Duration)) {
 	tenant := "list-" + rand.Text()[:8]
 	other := tenant + "a" // sorts right after tenant's keys
-	want := map[string][]idem.ID{}
+	want := map[string][]store.ID{}
 	for _, tn := range []string{tenant, other} {
 		for i := range 3 {
-			id := idem.ID{Tenant: tn, Key: fmt.Sprintf("k%d", i)}
+			id := store.ID{Tenant: tn, Key: fmt.Sprintf("k%d", i)}
 			ref := mustUnknown(t, s, id, long)
 			want[tn] = append(want[tn], id)
 			if rec := wantUnknown(t, s, ref, "test"); rec.Fingerprint != "fp" {
@@ -618,19 +618,19 @@ func testListUnknown(t *testing.T, s idem.Store, _ func(time.Duration)) {
 		}
 	}
 	// Keys of the tenant that are not UNKNOWN.
-	mustAcquire(t, s, idem.ID{Tenant: tenant, Key: "processing"}, long)
-	if err := complete(s, mustAcquire(t, s, idem.ID{Tenant: tenant, Key: "completed"}, long), idem.Result{}, long); err != nil {
+	mustAcquire(t, s, store.ID{Tenant: tenant, Key: "processing"}, long)
+	if err := complete(s, mustAcquire(t, s, store.ID{Tenant: tenant, Key: "completed"}, long), store.Result{}, long); err != nil {
 		t.Fatal(err)
 	}
 	for _, tn := range []string{tenant, other} {
-		got := ids(listUnknown(t, s, idem.ListParams{Tenant: tn}))
-		slices.SortFunc(got, func(a, b idem.ID) int { return cmp.Compare(a.Key, b.Key) })
+		got := ids(listUnknown(t, s, store.ListParams{Tenant: tn}))
+		slices.SortFunc(got, func(a, b store.ID) int { return cmp.Compare(a.Key, b.Key) })
 		if !slices.Equal(got, want[tn]) {
 			t.Fatalf("ListUnknown(%q) = %v; want %v", tn, got, want[tn])
 		}
 	}
-	all := map[idem.ID]bool{}
-	for _, r := range listUnknown(t, s, idem.ListParams{AllTenants: true, Limit: idem.MaxListLimit}) {
+	all := map[store.ID]bool{}
+	for _, r := range listUnknown(t, s, store.ListParams{AllTenants: true, Limit: store.MaxListLimit}) {
 		all[r.ID] = true
 	}
 	for _, id := range append(want[tenant], want[other]...) {
@@ -638,7 +638,7 @@ func testListUnknown(t *testing.T, s idem.Store, _ func(time.Duration)) {
 			t.Fatalf("ListUnknown of all tenants misses %v", id)
 		}
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: "nobody-" + rand.Text()[:8]}); len(got) != 0 {
+	if got := listUnknown(t, s, store.ListParams{Tenant: "nobody-" + rand.Text()[:8]}); len(got) != 0 {
 		t.Fatalf("ListUnknown of a tenant without keys = %+v; want empty", got)
 	}
 }
@@ -646,8 +646,8 @@ func testListUnknown(t *testing.T, s idem.Store, _ func(time.Duration)) {
 // testListPages: pages are full up to the limit (zero: DefaultListLimit;
 // above MaxListLimit: MaxListLimit), in a stable order: paging by any
 // limit lists the same records in the same order.
-func testListPages(t *testing.T, s idem.Store, _ func(time.Duration)) {
-	const n = idem.MaxListLimit + 1
+func testListPages(t *testing.T, s store.Store, _ func(time.Duration)) {
+	const n = store.MaxListLimit + 1
 	tenant := "pages-" + rand.Text()[:8]
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -655,10 +655,10 @@ func testListPages(t *testing.T, s idem.Store, _ func(time.Duration)) {
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
-				id := idem.ID{Tenant: tenant, Key: fmt.Sprintf("key-%04d", i)}
-				res, err := s.Acquire(context.Background(), idem.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: long, Retention: long})
+				id := store.ID{Tenant: tenant, Key: fmt.Sprintf("key-%04d", i)}
+				res, err := s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: long, Retention: long})
 				if err == nil {
-					err = markUnknown(s, idem.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}, "test", long)
+					err = markUnknown(s, store.LeaseRef{ID: id, Owner: res.Record.Owner, Fence: res.Record.Fence}, "test", long)
 				}
 				if err != nil {
 					mu.Lock()
@@ -676,8 +676,8 @@ func testListPages(t *testing.T, s idem.Store, _ func(time.Duration)) {
 
 	ctx := context.Background()
 	// This tenant's index has no stale entries, so every page but the last is full.
-	for _, c := range []struct{ limit, want int }{{0, idem.DefaultListLimit}, {idem.MaxListLimit + 500, idem.MaxListLimit}, {7, 7}} {
-		page, err := s.ListUnknown(ctx, idem.ListParams{Tenant: tenant, Limit: c.limit})
+	for _, c := range []struct{ limit, want int }{{0, store.DefaultListLimit}, {store.MaxListLimit + 500, store.MaxListLimit}, {7, 7}} {
+		page, err := s.ListUnknown(ctx, store.ListParams{Tenant: tenant, Limit: c.limit})
 		if err != nil {
 			t.Fatalf("ListUnknown(limit %d): %v", c.limit, err)
 		}
@@ -685,11 +685,11 @@ func testListPages(t *testing.T, s idem.Store, _ func(time.Duration)) {
 			t.Fatalf("ListUnknown(limit %d) = %d records, next %q; want %d and a next page", c.limit, len(page.Records), page.Next, c.want)
 		}
 	}
-	byMax := ids(listUnknown(t, s, idem.ListParams{Tenant: tenant, Limit: idem.MaxListLimit}))
+	byMax := ids(listUnknown(t, s, store.ListParams{Tenant: tenant, Limit: store.MaxListLimit}))
 	if len(byMax) != n {
 		t.Fatalf("ListUnknown listed %d records; want %d", len(byMax), n)
 	}
-	by7 := ids(listUnknown(t, s, idem.ListParams{Tenant: tenant, Limit: 7}))
+	by7 := ids(listUnknown(t, s, store.ListParams{Tenant: tenant, Limit: 7}))
 	if !slices.Equal(byMax, by7) {
 		t.Fatal("paging by 7 and by MaxListLimit list different records or orders")
 	}
@@ -698,33 +698,33 @@ func testListPages(t *testing.T, s idem.Store, _ func(time.Duration)) {
 // testListForgets: keys that stop being UNKNOWN (resolved either way,
 // completed by their owner, deleted, expired) leave the listing; a page
 // whose keys all went still leads on to the rest.
-func testListForgets(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testListForgets(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	tenant := "forget-" + rand.Text()[:8]
-	refs := map[string]idem.LeaseRef{}
+	refs := map[string]store.LeaseRef{}
 	for _, k := range []string{"a-resolved", "b-not-executed", "c-completed", "d-deleted", "e-expired", "f-kept"} {
 		retention := long
 		if k == "e-expired" {
 			retention = short
 		}
-		refs[k] = mustUnknown(t, s, idem.ID{Tenant: tenant, Key: k}, retention)
+		refs[k] = mustUnknown(t, s, store.ID{Tenant: tenant, Key: k}, retention)
 	}
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: refs["a-resolved"].ID, Fence: refs["a-resolved"].Fence, Result: &idem.Result{Status: 200}, Retention: long}); err != nil {
+	if err := s.Resolve(ctx, store.ResolveParams{ID: refs["a-resolved"].ID, Fence: refs["a-resolved"].Fence, Result: &store.Result{Status: 200}, Retention: long}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Resolve(ctx, idem.ResolveParams{ID: refs["b-not-executed"].ID, Fence: refs["b-not-executed"].Fence}); err != nil {
+	if err := s.Resolve(ctx, store.ResolveParams{ID: refs["b-not-executed"].ID, Fence: refs["b-not-executed"].Fence}); err != nil {
 		t.Fatal(err)
 	}
-	if err := complete(s, refs["c-completed"], idem.Result{Status: 200}, long); err != nil {
+	if err := complete(s, refs["c-completed"], store.Result{Status: 200}, long); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := s.Delete(ctx, idem.DeleteParams{ID: refs["d-deleted"].ID}); err != nil || !ok {
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: refs["d-deleted"].ID}); err != nil || !ok {
 		t.Fatalf("Delete = %v, %v", ok, err)
 	}
 	advance(2 * short)
 	kept := refs["f-kept"].ID
 	for _, limit := range []int{1, 0} {
-		if got := ids(listUnknown(t, s, idem.ListParams{Tenant: tenant, Limit: limit})); !slices.Equal(got, []idem.ID{kept}) {
+		if got := ids(listUnknown(t, s, store.ListParams{Tenant: tenant, Limit: limit})); !slices.Equal(got, []store.ID{kept}) {
 			t.Fatalf("ListUnknown(limit %d) = %v; want only %v", limit, got, kept)
 		}
 	}
@@ -732,7 +732,7 @@ func testListForgets(t *testing.T, s idem.Store, advance func(time.Duration)) {
 
 // testUnknownExpires: an UNKNOWN record lives for its retention, then the
 // key is absent and a new acquisition gets a higher fence.
-func testUnknownExpires(t *testing.T, s idem.Store, advance func(time.Duration)) {
+func testUnknownExpires(t *testing.T, s store.Store, advance func(time.Duration)) {
 	gone, kept := newID(t), newID(t)
 	goneRef := mustUnknown(t, s, gone, short)
 	keptRef := mustUnknown(t, s, kept, hold)
@@ -743,7 +743,7 @@ func testUnknownExpires(t *testing.T, s idem.Store, advance func(time.Duration))
 	if rec, ok := get(t, s, gone); ok {
 		t.Fatalf("UNKNOWN record after its retention = %+v; want absent", rec)
 	}
-	if got := listUnknown(t, s, idem.ListParams{Tenant: gone.Tenant}); len(got) != 0 {
+	if got := listUnknown(t, s, store.ListParams{Tenant: gone.Tenant}); len(got) != 0 {
 		t.Fatalf("ListUnknown after the retention = %+v; want empty", got)
 	}
 	if next := mustAcquire(t, s, gone, long); next.Fence <= goneRef.Fence {

@@ -14,8 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
+	"github.com/idemkit/idem/store"
 )
 
 // EachStore runs f on a new store of each kind in testenv.Stores. The
@@ -26,7 +26,7 @@ import (
 // a lease end early. Redis runs in real time: there the server's clock is
 // what is under test, and the test's margins must hold on a loaded
 // machine.
-func EachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
+func EachStore(t *testing.T, f func(t *testing.T, s store.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) {
 			if name == "memory" {
@@ -41,13 +41,13 @@ func EachStore(t *testing.T, f func(t *testing.T, s idem.Store)) {
 // EachStoreRealTime is EachStore with every store in real time, for tests
 // that serve over a network: in a bubble, a goroutine waiting on a socket
 // is not durably blocked, so the bubble's clock would never move.
-func EachStoreRealTime(t *testing.T, f func(t *testing.T, s idem.Store)) {
-	EachKind(t, func(t *testing.T, newStore func(t *testing.T) idem.Store) { f(t, newStore(t)) })
+func EachStoreRealTime(t *testing.T, f func(t *testing.T, s store.Store)) {
+	EachKind(t, func(t *testing.T, newStore func(t *testing.T) store.Store) { f(t, newStore(t)) })
 }
 
 // EachKind runs f once for each kind of store, in real time, with the
 // kind's constructor, for tests that make a store per subtest.
-func EachKind(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) idem.Store)) {
+func EachKind(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) store.Store)) {
 	for name, newStore := range testenv.Stores() {
 		t.Run(name, func(t *testing.T) { f(t, newStore) })
 	}
@@ -56,7 +56,7 @@ func EachKind(t *testing.T, f func(t *testing.T, newStore func(t *testing.T) ide
 // Op names a store operation, for Faulty.
 type Op string
 
-// The operations of idem.Store.
+// The operations of store.Store.
 const (
 	OpAcquire     Op = "acquire"
 	OpComplete    Op = "complete"
@@ -79,7 +79,7 @@ var ErrInjected = errors.New("storekit: injected: connection refused")
 // LoseNext after they took effect (the reply was lost on the way back).
 // With only Store set it fails nothing. It is safe for concurrent use.
 type Faulty struct {
-	idem.Store
+	store.Store
 
 	mu   sync.Mutex
 	fail map[Op]int // guarded by mu: how many calls of each op to fail
@@ -136,84 +136,84 @@ func (f *Faulty) after(op Op, err error) error {
 	return err
 }
 
-// Acquire implements idem.Store.
-func (f *Faulty) Acquire(ctx context.Context, p idem.AcquireParams) (idem.AcquireResult, error) {
+// Acquire implements store.Store.
+func (f *Faulty) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
 	if err := f.before(OpAcquire); err != nil {
-		return idem.AcquireResult{}, err
+		return store.AcquireResult{}, err
 	}
 	res, err := f.Store.Acquire(ctx, p)
 	return res, f.after(OpAcquire, err)
 }
 
-// Complete implements idem.Store.
-func (f *Faulty) Complete(ctx context.Context, p idem.CompleteParams) error {
+// Complete implements store.Store.
+func (f *Faulty) Complete(ctx context.Context, p store.CompleteParams) error {
 	if err := f.before(OpComplete); err != nil {
 		return err
 	}
 	return f.after(OpComplete, f.Store.Complete(ctx, p))
 }
 
-// Extend implements idem.Store.
-func (f *Faulty) Extend(ctx context.Context, p idem.ExtendParams) error {
+// Extend implements store.Store.
+func (f *Faulty) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := f.before(OpExtend); err != nil {
 		return err
 	}
 	return f.after(OpExtend, f.Store.Extend(ctx, p))
 }
 
-// Release implements idem.Store.
-func (f *Faulty) Release(ctx context.Context, p idem.LeaseRef) error {
+// Release implements store.Store.
+func (f *Faulty) Release(ctx context.Context, p store.LeaseRef) error {
 	if err := f.before(OpRelease); err != nil {
 		return err
 	}
 	return f.after(OpRelease, f.Store.Release(ctx, p))
 }
 
-// MarkUnknown implements idem.Store.
-func (f *Faulty) MarkUnknown(ctx context.Context, p idem.MarkUnknownParams) error {
+// MarkUnknown implements store.Store.
+func (f *Faulty) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	if err := f.before(OpMarkUnknown); err != nil {
 		return err
 	}
 	return f.after(OpMarkUnknown, f.Store.MarkUnknown(ctx, p))
 }
 
-// Claim implements idem.Store.
-func (f *Faulty) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
+// Claim implements store.Store.
+func (f *Faulty) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
 	if err := f.before(OpClaim); err != nil {
-		return idem.ClaimResult{}, err
+		return store.ClaimResult{}, err
 	}
 	res, err := f.Store.Claim(ctx, p)
 	return res, f.after(OpClaim, err)
 }
 
-// Resolve implements idem.Store.
-func (f *Faulty) Resolve(ctx context.Context, p idem.ResolveParams) error {
+// Resolve implements store.Store.
+func (f *Faulty) Resolve(ctx context.Context, p store.ResolveParams) error {
 	if err := f.before(OpResolve); err != nil {
 		return err
 	}
 	return f.after(OpResolve, f.Store.Resolve(ctx, p))
 }
 
-// ListUnknown implements idem.Store.
-func (f *Faulty) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+// ListUnknown implements store.Store.
+func (f *Faulty) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	if err := f.before(OpList); err != nil {
-		return idem.ListPage{}, err
+		return store.ListPage{}, err
 	}
 	page, err := f.Store.ListUnknown(ctx, p)
 	return page, f.after(OpList, err)
 }
 
-// Get implements idem.Store.
-func (f *Faulty) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+// Get implements store.Store.
+func (f *Faulty) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	if err := f.before(OpGet); err != nil {
-		return idem.Record{}, err
+		return store.Record{}, err
 	}
 	rec, err := f.Store.Get(ctx, id)
 	return rec, f.after(OpGet, err)
 }
 
-// Delete implements idem.Store.
-func (f *Faulty) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) {
+// Delete implements store.Store.
+func (f *Faulty) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
 	if err := f.before(OpDelete); err != nil {
 		return false, err
 	}
@@ -221,24 +221,24 @@ func (f *Faulty) Delete(ctx context.Context, p idem.DeleteParams) (bool, error) 
 	return live, f.after(OpDelete, err)
 }
 
-var _ idem.Store = (*Faulty)(nil)
+var _ store.Store = (*Faulty)(nil)
 
 // DeadlineStore is a real store that sends on CompleteDeadline the
 // deadline of the context each Complete is called with (the zero time for
 // none), before it runs the Complete.
 type DeadlineStore struct {
-	idem.Store
+	store.Store
 	CompleteDeadline chan time.Time
 }
 
 // NewDeadlineStore returns a DeadlineStore around s whose channel holds
 // one deadline.
-func NewDeadlineStore(s idem.Store) *DeadlineStore {
+func NewDeadlineStore(s store.Store) *DeadlineStore {
 	return &DeadlineStore{Store: s, CompleteDeadline: make(chan time.Time, 1)}
 }
 
-// Complete implements idem.Store.
-func (d *DeadlineStore) Complete(ctx context.Context, p idem.CompleteParams) error {
+// Complete implements store.Store.
+func (d *DeadlineStore) Complete(ctx context.Context, p store.CompleteParams) error {
 	dl, _ := ctx.Deadline()
 	d.CompleteDeadline <- dl
 	return d.Store.Complete(ctx, p)

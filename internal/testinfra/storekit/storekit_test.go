@@ -7,15 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func mem(t *testing.T) idem.Store {
+func mem(t *testing.T) store.Store {
 	s, err := memstore.New(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -28,8 +30,8 @@ func mem(t *testing.T) idem.Store {
 func TestFaulty(t *testing.T) {
 	ctx := context.Background()
 	f := &storekit.Faulty{Store: mem(t)}
-	acquire := func(key string) (idem.AcquireResult, error) {
-		return f.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: key}, Owner: "o-" + key, LeaseDuration: time.Minute, Retention: time.Minute})
+	acquire := func(key string) (store.AcquireResult, error) {
+		return f.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: key}, Owner: "o-" + key, LeaseDuration: time.Minute, Retention: time.Minute})
 	}
 	if _, err := acquire("a"); err != nil {
 		t.Fatalf("a Faulty with nothing set failed: %v", err)
@@ -40,7 +42,7 @@ func TestFaulty(t *testing.T) {
 			t.Fatalf("FailNext: %v, want ErrInjected", err)
 		}
 	}
-	if rec, err := f.Get(ctx, idem.ID{Key: "b"}); !errors.Is(err, idem.ErrNotFound) {
+	if rec, err := f.Get(ctx, store.ID{Key: "b"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("a failed acquire reached the store: %+v, %v", rec, err)
 	}
 	if res, err := acquire("b"); err != nil || !res.Acquired {
@@ -50,12 +52,12 @@ func TestFaulty(t *testing.T) {
 	if _, err := acquire("c"); !errors.Is(err, storekit.ErrInjected) {
 		t.Fatalf("LoseNext: %v, want ErrInjected", err)
 	}
-	if rec, err := f.Get(ctx, idem.ID{Key: "c"}); err != nil || rec.State != idem.StateProcessing {
+	if rec, err := f.Get(ctx, store.ID{Key: "c"}); err != nil || rec.State != store.StateProcessing {
 		t.Fatalf("a lost reply's acquire did not take effect: %+v, %v", rec, err)
 	}
 	f.FailNext(storekit.OpGet, math.MaxInt)
 	for range 3 {
-		if _, err := f.Get(ctx, idem.ID{Key: "c"}); !errors.Is(err, storekit.ErrInjected) {
+		if _, err := f.Get(ctx, store.ID{Key: "c"}); !errors.Is(err, storekit.ErrInjected) {
 			t.Fatalf("a store down for Get answered: %v", err)
 		}
 	}
@@ -63,7 +65,7 @@ func TestFaulty(t *testing.T) {
 		t.Fatalf("a store down for Get failed an Acquire: %v", err)
 	}
 	f.FailNext(storekit.OpGet, 0)
-	if _, err := f.Get(ctx, idem.ID{Key: "c"}); err != nil {
+	if _, err := f.Get(ctx, store.ID{Key: "c"}); err != nil {
 		t.Fatalf("a store back up: %v", err)
 	}
 }
@@ -71,15 +73,15 @@ func TestFaulty(t *testing.T) {
 func TestDeadlineStore(t *testing.T) {
 	d := storekit.NewDeadlineStore(mem(t))
 	ctx := context.Background()
-	res, err := d.Acquire(ctx, idem.AcquireParams{ID: idem.ID{Key: "k"}, Owner: "o", LeaseDuration: time.Minute, Retention: time.Minute})
+	res, err := d.Acquire(ctx, store.AcquireParams{ID: store.ID{Key: "k"}, Owner: "o", LeaseDuration: time.Minute, Retention: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := time.Now().Add(time.Hour)
 	cctx, cancel := context.WithDeadline(ctx, want)
 	defer cancel()
-	ref := idem.LeaseRef{ID: idem.ID{Key: "k"}, Owner: "o", Fence: res.Record.Fence}
-	if err := d.Complete(cctx, idem.CompleteParams{LeaseRef: ref, Retention: time.Minute, Result: idem.Result{Status: 200}}); err != nil {
+	ref := store.LeaseRef{ID: store.ID{Key: "k"}, Owner: "o", Fence: res.Record.Fence}
+	if err := d.Complete(cctx, store.CompleteParams{LeaseRef: ref, Retention: time.Minute, Result: store.Result{Status: 200}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := <-d.CompleteDeadline; !got.Equal(want) {
@@ -90,7 +92,7 @@ func TestDeadlineStore(t *testing.T) {
 // EachStore runs the memory store in a bubble, where waiting costs no
 // real time.
 func TestEachStoreBubblesTheMemoryStore(t *testing.T) {
-	storekit.EachStore(t, func(t *testing.T, s idem.Store) {
+	storekit.EachStore(t, func(t *testing.T, s store.Store) {
 		if _, ok := s.(*memstore.Store); !ok {
 			return
 		}

@@ -1,0 +1,191 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store"
+)
+
+// Do's function gets the lease it runs under, and its context carries
+// that lease and ends with it: its deadline is the lease's end, moved by
+// each renewal.
+func TestDoGivesTheFunctionItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 3 * time.Second, RenewEvery: time.Second})
+		key := idem.Key{Tenant: "acme", Key: "job-1", NoFingerprint: true}
+		start := time.Now()
+		_, _, err := e.Do(context.Background(), key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
+			if l == nil || l.ID() != key.ID() || l.Fence() <= 0 || l.Check() != nil {
+				t.Fatalf("lease = %+v; want the held lease of %v", l, key.ID())
+			}
+			if got, ok := idem.LeaseFromContext(ctx); !ok || got != l {
+				t.Errorf("LeaseFromContext in Do = %p, %t; want the function's lease %p", got, ok, l)
+			}
+			first, ok := ctx.Deadline()
+			if !ok || !first.Equal(start.Add(3*time.Second)) {
+				t.Errorf("deadline = %v, %t; want the lease's end %v", first, ok, start.Add(3*time.Second))
+			}
+			time.Sleep(1500 * time.Millisecond) // one renewal, at 1s
+			if later, _ := ctx.Deadline(); !later.Equal(start.Add(4 * time.Second)) {
+				t.Errorf("deadline after a renewal at 1s = %v; want %v", later.Sub(start), 4*time.Second)
+			}
+			return []byte("ok"), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := idem.LeaseFromContext(context.Background()); ok {
+			t.Error("LeaseFromContext on a context without a lease = true")
+		}
+	})
+}
+
+// A caller's deadline that comes before the lease's end is the deadline.
+func TestDoKeepsAnEarlierCallerDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, mustMem(t), nil)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		want, _ := ctx.Deadline()
+		_, _, err := e.Do(ctx, idem.Key{Key: "short", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+			if got, ok := ctx.Deadline(); !ok || !got.Equal(want) {
+				t.Errorf("deadline = %v, %t; want the caller's %v, before the 30s lease ends", got, ok, want)
+			}
+			return nil, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A Do that meets a key in flight is told to come back when work like the
+// engine's recent work would be done, not when the other lease ends.
+func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 30 * time.Second})
+		ctx := context.Background()
+		inFlight := func(key string) *idem.InFlightError {
+			t.Helper()
+			started, release := make(chan struct{}), make(chan struct{})
+			done := make(chan error)
+			go func() {
+				_, _, err := e.Do(ctx, idem.Key{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+					close(started)
+					<-release
+					return nil, nil
+				})
+				done <- err
+			}()
+			<-started
+			time.Sleep(time.Millisecond) // the other attempt has run 1ms
+			_, _, err := e.Do(ctx, idem.Key{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+				t.Error("ran while another attempt held the key")
+				return nil, nil
+			})
+			var ife *idem.InFlightError
+			if !errors.As(err, &ife) {
+				t.Fatalf("Do while in flight = %v; want an *InFlightError", err)
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			return ife
+		}
+
+		// Nothing measured yet: the rest of the other attempt's lease.
+		if got := inFlight("first").RetryAfter; got != 30*time.Second-time.Millisecond {
+			t.Errorf("RetryAfter before any measured work = %v; want the rest of the lease, %v", got, 30*time.Second-time.Millisecond)
+		}
+		for i := range 20 {
+			_, _, err := e.Do(ctx, idem.Key{Key: fmt.Sprint("job-", i), NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+				time.Sleep(5 * time.Millisecond)
+				return nil, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Work takes ~5ms (the first Do's 1ms weighs little by now); this
+		// one has run 1ms of it.
+		if got := inFlight("second").RetryAfter; got < 3*time.Millisecond || got > 5*time.Millisecond {
+			t.Errorf("RetryAfter after 5ms works = %v; want the rest of a 5ms work, ~4ms, not the 30s lease", got)
+		}
+	})
+}
+
+// Retryable says retry exactly where a later Do may get further.
+func TestRetryable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 4})
+		ctx := context.Background()
+		do := func(key, fp string, fn func(context.Context, *idem.Lease) ([]byte, error)) error {
+			_, _, err := e.Do(ctx, idem.Key{Key: key, Fingerprint: fp}, fn)
+			return err
+		}
+		ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
+		own := errors.New("card declined before charging")
+
+		if err := do("done", "a", ok); err != nil {
+			t.Fatal(err)
+		}
+		if err := do("unknown", "a", func(context.Context, *idem.Lease) ([]byte, error) {
+			return nil, idem.OutcomeUnknown(errors.New("timeout"))
+		}); !errors.Is(err, idem.ErrOutcomeUnknown) {
+			t.Fatalf("Do with OutcomeUnknown = %v", err)
+		}
+		cases := []struct {
+			name string
+			err  error
+			want bool
+		}{
+			{"nil", nil, false},
+			{"replayed", do("done", "a", ok), false},
+			{"the function's own error, key released", do("own", "a", func(context.Context, *idem.Lease) ([]byte, error) { return nil, own }), true},
+			{"mismatch", do("done", "b", ok), false},
+			{"unknown outcome, from the function", do("cut", "a", func(context.Context, *idem.Lease) ([]byte, error) {
+				return nil, idem.OutcomeUnknown(own)
+			}), false},
+			{"unknown key", do("unknown", "a", ok), false},
+			{"context ended under the work", do("ctx", "a", func(context.Context, *idem.Lease) ([]byte, error) { return nil, context.DeadlineExceeded }), false},
+			{"result too large, after the work ran", do("big", "a", func(context.Context, *idem.Lease) ([]byte, error) { return []byte("too large"), nil }), false},
+			{"invalid key", do("", "a", ok), false},
+			{"no fingerprint", do("k", "", ok), false},
+			{"in flight", &idem.InFlightError{RetryAfter: time.Second}, true},
+			{"store failed", fmt.Errorf("%w: acquire: %w", idem.ErrStore, store.ErrStoreFull), true},
+			{"lease lost after the work ran", fmt.Errorf("complete: %w", idem.ErrLeaseLost), false},
+		}
+		// The work ran and the store did not take its output (nor could
+		// the engine hold it): acknowledge, do not retry.
+		down := newEngine(t, completeFails{mustMem(t)}, &idem.Options{MaxHeld: -1})
+		out, _, err := down.Do(ctx, idem.Key{Key: "ran", NoFingerprint: true}, ok)
+		if string(out) != "ok" || !errors.Is(err, idem.ErrStore) {
+			t.Fatalf("Do whose Complete failed = %q, %v; want the output and ErrStore", out, err)
+		}
+		cases = append(cases, struct {
+			name string
+			err  error
+			want bool
+		}{"store failed after the work ran", err, false})
+		for _, c := range cases {
+			if got := idem.Retryable(c.err); got != c.want {
+				t.Errorf("%s: Retryable(%v) = %t; want %t", c.name, c.err, got, c.want)
+			}
+		}
+	})
+}
+
+// completeFails is a real store whose Complete fails: the store went away
+// after the work ran.
+type completeFails struct{ store.Store }
+
+func (completeFails) Complete(context.Context, store.CompleteParams) error {
+	return errors.New("injected: connection reset")
+}
