@@ -51,8 +51,9 @@
 //     trailers the handler set are not stored;
 //   - a retry while the first still runs: ABORTED, the code gRPC's
 //     guidance gives for "retry the whole transaction", with a RetryInfo
-//     whose delay is the method's recent average duration, within 1s and
-//     the rest of the lease (not the whole lease), and the same delay in
+//     whose delay is the method's recent average duration, at most the
+//     rest of the lease (not the whole lease) and at least 1s (1s also
+//     when less of the lease is left), and the same delay in
 //     the trailer grpc-retry-pushback-ms, which a service config retry
 //     policy reads (the store-down and lease-ended answers below carry
 //     both too);
