@@ -78,6 +78,10 @@ type Options struct {
 	// the result, false releases the key (DefaultStoreResult releases on
 	// every 5xx, 408, 425 and 429). Set StatusPolicy or StoreResult, not
 	// both; nil means StatusPolicy decides.
+	//
+	// Deprecated: Use StatusPolicy, which can also mark a key UNKNOWN: a
+	// StoreResult that releases the key of a 500 or 504 that came after a
+	// side effect lets the retry run it twice.
 	StoreResult func(status int) bool
 	// UnknownRetryAfter is the Retry-After of the 503 outcome_unknown
 	// answered for an UNKNOWN key when the engine gives none (it has no

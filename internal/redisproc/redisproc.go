@@ -72,7 +72,7 @@ type Server struct {
 // Kill, whatever happens to ctx, which bounds only the start.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Dir == "" {
-		return nil, errors.New("redistopo: Config.Dir is empty")
+		return nil, errors.New("redisproc: Config.Dir is empty")
 	}
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
@@ -117,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 // Debian).
 func programOf(cfg Config) (string, []string, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		return "", nil, fmt.Errorf("redistopo: the redis-server program is needed (Debian: apt-get install redis-server): %w", err)
+		return "", nil, fmt.Errorf("redisproc: the redis-server program is needed (Debian: apt-get install redis-server): %w", err)
 	}
 	if cfg.SentinelConf == "" {
 		return "redis-server", nil, nil
@@ -153,7 +153,7 @@ func freePort() (int, error) {
 		bus.Close()
 		return port, nil
 	}
-	return 0, errors.New("redistopo: no free loopback port pair found")
+	return 0, errors.New("redisproc: no free loopback port pair found")
 }
 
 // Restart starts the server again after Kill or a crash: the same port,
@@ -167,7 +167,7 @@ func (s *Server) launch(ctx context.Context) error {
 	s.mu.Lock()
 	if s.done != nil && !closed(s.done) {
 		s.mu.Unlock()
-		return fmt.Errorf("redistopo: %s is still running", s.Addr)
+		return fmt.Errorf("redisproc: %s is still running", s.Addr)
 	}
 	// Redis logs to stdout (no --logfile); stdout and stderr go to one
 	// file, appended to across restarts, so start errors are kept too.
@@ -185,7 +185,7 @@ func (s *Server) launch(ctx context.Context) error {
 	log.Close() // the process has its own descriptor
 	if err != nil {
 		s.mu.Unlock()
-		return fmt.Errorf("redistopo: start %s: %w", s.program, err)
+		return fmt.Errorf("redisproc: start %s: %w", s.program, err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -201,7 +201,7 @@ func (s *Server) launch(ctx context.Context) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		if closed(done) {
-			return fmt.Errorf("redistopo: %s on port %d exited at start: %s", s.program, s.Port, oneLine(s.Log(5)))
+			return fmt.Errorf("redisproc: %s on port %d exited at start: %s", s.program, s.Port, oneLine(s.Log(5)))
 		}
 		err := s.answers(ctx, c, cmd.Process.Pid)
 		if err == nil {
@@ -209,7 +209,7 @@ func (s *Server) launch(ctx context.Context) error {
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			s.Kill()
-			return fmt.Errorf("redistopo: %s on port %d did not answer: %w; log: %s", s.program, s.Port, err, oneLine(s.Log(5)))
+			return fmt.Errorf("redisproc: %s on port %d did not answer: %w; log: %s", s.program, s.Port, err, oneLine(s.Log(5)))
 		}
 		_ = ctxtime.Sleep(ctx, 20*time.Millisecond) // a done ctx ends the loop above
 	}
@@ -226,7 +226,7 @@ func (s *Server) answers(ctx context.Context, c *redis.Client, pid int) error {
 		return err
 	}
 	if got != strconv.Itoa(pid) {
-		return fmt.Errorf("redistopo: %s is served by process %s, not by the one started (%d)", s.Addr, got, pid)
+		return fmt.Errorf("redisproc: %s is served by process %s, not by the one started (%d)", s.Addr, got, pid)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 func (s *Server) signal(sig syscall.Signal) error {
 	cmd, done := s.current()
 	if cmd == nil || closed(done) {
-		return fmt.Errorf("redistopo: server %s has exited", s.Addr)
+		return fmt.Errorf("redisproc: server %s has exited", s.Addr)
 	}
 	return cmd.Process.Signal(sig)
 }

@@ -1,8 +1,7 @@
-// Package redistopo starts throwaway redis-server processes: one server
-// with Start, for any program (the breach lab of `idem lab`), and for tests
-// a standalone node, a Redis Cluster, and a primary with replicas watched by
-// Sentinels. Every server is a process this package starts on a loopback
-// port, and it never signals a process it did not start.
+// Package redistopo starts throwaway Redis topologies for tests: a
+// standalone node, a Redis Cluster, and a primary with replicas watched by
+// Sentinels. Every server is a process internal/redisproc starts on a
+// loopback port, and it never signals a process it did not start.
 //
 // The test helpers (StartNode, StartCluster, StartSentinel) put each server
 // in a temporary directory of the test and stop it (SIGKILL) in t.Cleanup.
