@@ -210,6 +210,9 @@ type ResolveParams struct {
 	Claim     string
 	Result    *Result
 	Retention time.Duration
+	// KeyRetention, with a Result, leaves a tombstone as
+	// CompleteParams.KeyRetention does.
+	KeyRetention time.Duration
 }
 
 // DeleteParams names the record Store.Delete removes: the key's record

@@ -101,7 +101,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Durati
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention}
+	p := ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: e.keyRetention}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
@@ -161,7 +161,7 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 	if res != nil && len(res.Body) > e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), e.maxResult)
 	}
-	err := e.resolve(ctx, ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention})
+	err := e.resolve(ctx, ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention, KeyRetention: e.keyRetention})
 	if err == nil {
 		v := VerdictNotExecuted
 		if res != nil {

@@ -135,7 +135,8 @@ RETURNING ` + recordColumns),
 		// Resolve: $3 the fence, $4 the claim's owner or '' (an operator).
 		resolveCompleted: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
-	reason = NULL, claim_owner = NULL, claim_until = NULL
+	reason = NULL, claim_owner = NULL, claim_until = NULL,
+	key_until = CASE WHEN $9::bigint > $5::bigint THEN clock_timestamp() + $9 * interval '1 microsecond' END
 WHERE tenant_id = $1 AND idempotency_key = $2 AND fence = $3 AND ` + unknownNow + `
 	AND ($4 = '' OR (claim_owner = $4 AND claim_until > clock_timestamp()))`),
 		resolveDeleted: r.Replace(`DELETE FROM S.records
@@ -364,7 +365,7 @@ func (s *Store) Resolve(ctx context.Context, p idem.ResolveParams) error {
 	)
 	if p.Result != nil {
 		tag, err = s.pool.Exec(ctx, s.q.resolveCompleted, p.Tenant, p.Key, p.Fence, p.Claim, p.Retention.Microseconds(),
-			p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+			p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	} else {
 		tag, err = s.pool.Exec(ctx, s.q.resolveDeleted, p.Tenant, p.Key, p.Fence, p.Claim)
 	}

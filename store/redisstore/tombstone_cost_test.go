@@ -51,7 +51,9 @@ func TestTombstoneCost(t *testing.T) {
 	}
 	hexOf := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	tenant := hexOf("Bearer sk_live_client")
-	id := func(i int) idem.ID { return idem.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)} }
+	id := func(i int) idem.ID {
+		return idem.ID{Tenant: tenant, Key: fmt.Sprintf("%08d-9c2b-4c1e-a5f3-6e0d1b2c3a4f", i)}
+	}
 	before := used()
 	var wg sync.WaitGroup
 	for w := range 16 {
