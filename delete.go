@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Delete invalidates a COMPLETED key, so that the next attempt with it
-// runs anew, and reports whether there was a record. It refuses, changing
+// Delete invalidates a COMPLETED key, or its tombstone (EXPIRED), so that
+// the next attempt with it runs anew, and reports whether there was a record. It refuses, changing
 // nothing, a key whose work may be running or may have run without a
 // known result: a PROCESSING key gets an *InFlightError (errors.Is
 // ErrInFlight), an UNKNOWN one (or a PROCESSING one whose lease ended) an
@@ -33,7 +33,7 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 			return false, err
 		case rec.State == StateProcessing:
 			return false, &InFlightError{RetryAfter: rec.TTL}
-		case rec.State != StateCompleted:
+		case rec.State != StateCompleted && rec.State != StateExpired:
 			return false, &UnknownError{Record: rec}
 		}
 		ok, err := e.delete(ctx, DeleteParams{ID: id, Fence: rec.Fence})
