@@ -59,8 +59,8 @@ func Record(id idem.ID, f []string, at func(int64) time.Time) (idem.Record, erro
 		rec.State = idem.StateCompleted
 		rec.CompletedAt = at(completed)
 		rec.Result = &idem.Result{Status: int(status), Header: h, Body: []byte(f[8])}
-	case "E": // a tombstone: the status alone (redisstore's record.lua)
-		rec.State = idem.StateExpired
+	case "E": // a tombstone: the status alone (redisstore's record.lua); it keeps no acquisition time
+		rec.State, rec.AcquiredAt = idem.StateExpired, time.Time{}
 		rec.CompletedAt = at(completed)
 		rec.Result = &idem.Result{Status: int(status)}
 	case "U":
