@@ -9,8 +9,8 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// Delete invalidates a COMPLETED key, so that the next attempt with it
-// runs anew, and reports whether there was a record. It refuses, changing
+// Delete invalidates a COMPLETED key, or its tombstone (EXPIRED), so that
+// the next attempt with it runs anew, and reports whether there was a record. It refuses, changing
 // nothing, a key whose work may be running or may have run without a
 // known result: a PROCESSING key gets an *InFlightError (errors.Is
 // ErrInFlight), an UNKNOWN one (or a PROCESSING one whose lease ended) an
@@ -35,7 +35,7 @@ func (e *Engine) Delete(ctx context.Context, id store.ID) (bool, error) {
 			return false, err
 		case rec.State == store.StateProcessing:
 			return false, &InFlightError{RetryAfter: rec.TTL}
-		case rec.State != store.StateCompleted:
+		case rec.State != store.StateCompleted && rec.State != store.StateExpired:
 			return false, &UnknownError{Record: rec}
 		}
 		ok, err := e.delete(ctx, store.DeleteParams{ID: id, Fence: rec.Fence})

@@ -103,7 +103,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, id store.ID, retention time.
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention}
+	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: e.keyRetention}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
@@ -163,7 +163,7 @@ func (e *Engine) Resolve(ctx context.Context, id store.ID, fence int64, res *sto
 	if res != nil && len(res.Body) > e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), e.maxResult)
 	}
-	err := e.resolve(ctx, store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention})
+	err := e.resolve(ctx, store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention, KeyRetention: e.keyRetention})
 	if err == nil {
 		v := VerdictNotExecuted
 		if res != nil {

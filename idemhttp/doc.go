@@ -31,6 +31,10 @@
 //     time the route's recent executions took, at most the lease left), or,
 //     with Options.Wait, a wait for the result;
 //   - the same key with a different fingerprint: 422 (Options.MismatchStatus);
+//   - a retry after the response's retention, within the key retention
+//     (Options.KeyRetention, idem.Options.KeyRetention): 410 key_expired
+//     with the completion time and the original status; the handler never
+//     runs again for it;
 //   - an invalid key (empty, over 255 characters, not printable ASCII, sent
 //     twice): 400;
 //   - the store unreachable or not answering within the engine's
@@ -40,6 +44,10 @@
 //     response and stores it when the store answers again (idem.Options
 //     MaxHeld), and a retry that reaches this process meanwhile gets it
 //     replayed.
+//
+// Every answer to a keyed request carries Idempotency-Expiry (HeaderExpiry):
+// how long responses and keys are kept. With Options.Repeatability, OASIS
+// Repeatable Requests (Repeatability-Request-ID) are keyed requests too.
 //
 // Every error is an application/problem+json body (RFC 9457) with a stable
 // `code` member (the Code constants) and Cache-Control: no-store; see

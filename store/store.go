@@ -29,8 +29,9 @@ const (
 	// while its key retention (CompleteParams.KeyRetention) goes on: the
 	// result is gone, the key is not. Record keeps the fingerprint, the
 	// fence, CompletedAt and, in Result, the original Status only (no
-	// header, no body). A retry never runs it again; an Acquire returns it
-	// and acquires nothing.
+	// header, no body); AcquiredAt may be zero (the Redis store does not
+	// keep it). A retry never runs it again; an Acquire returns it and
+	// acquires nothing.
 	StateExpired
 )
 
@@ -209,6 +210,9 @@ type ResolveParams struct {
 	Claim     string
 	Result    *Result
 	Retention time.Duration
+	// KeyRetention, with a Result, leaves a tombstone as
+	// CompleteParams.KeyRetention does.
+	KeyRetention time.Duration
 }
 
 // DeleteParams names the record Store.Delete removes: the key's record

@@ -59,8 +59,8 @@ func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, er
 		rec.State = store.StateCompleted
 		rec.CompletedAt = at(completed)
 		rec.Result = &store.Result{Status: int(status), Header: h, Body: []byte(f[8])}
-	case "E": // a tombstone: the status alone (redisstore's record.lua)
-		rec.State = store.StateExpired
+	case "E": // a tombstone: the status alone (redisstore's record.lua); it keeps no acquisition time
+		rec.State, rec.AcquiredAt = store.StateExpired, time.Time{}
 		rec.CompletedAt = at(completed)
 		rec.Result = &store.Result{Status: int(status)}
 	case "U":

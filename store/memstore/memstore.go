@@ -287,6 +287,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 		return nil
 	}
 	s.toCompleted(e, now, *p.Result, p.Retention)
+	if p.KeyRetention > p.Retention {
+		e.keyUntil = now.Add(p.KeyRetention)
+	}
 	return nil
 }
 

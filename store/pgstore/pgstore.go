@@ -229,7 +229,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	)
 	if p.Result != nil {
 		tag, err = s.pool.Exec(ctx, s.q.resolveCompleted, p.Tenant, p.Key, p.Fence, p.Claim, p.Retention.Microseconds(),
-			p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body))
+			p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	} else {
 		tag, err = s.pool.Exec(ctx, s.q.resolveDeleted, p.Tenant, p.Key, p.Fence, p.Claim)
 	}

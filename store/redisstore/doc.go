@@ -12,6 +12,10 @@
 //	                           ms, status, header (recordcodec.AppendHeader)
 //	                           and body; when U the ms it became UNKNOWN,
 //	                           the reason and the reconciliation claim
+//	PREFIX{5:acme:order-42}~e  a tombstone (E), when the record completed
+//	                           with a key retention: the end of the key
+//	                           retention, fence, fingerprint, completed
+//	                           ms, status; its own PX ends it
 //	PREFIX unknown             the index of UNKNOWN records (see below)
 //
 // The encoding (struct.pack in the scripts, described in record.lua) is

@@ -291,14 +291,14 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // Resolve implements store.Store. With Options.ReplicaAcks it waits for
 // the replicas like Acquire and Complete.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
-	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs}
+	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs, p.KeyRetention.Milliseconds()}
 	if p.Result != nil {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
 	}
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
-	r, notReplicated, err := s.write(ctx, resolveScript, s.indexedKeys(p.ID), args)
+	r, notReplicated, err := s.write(ctx, resolveScript, s.tombstonedKeys(p.ID), args)
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID)) // see Delete
 	}

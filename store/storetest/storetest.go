@@ -127,6 +127,7 @@ func Run(t *testing.T, h Harness) {
 		{"TombstoneOutlivesResult", testTombstone},
 		{"NoTombstoneWithoutKeyRetention", testNoTombstoneWithoutKeyRetention},
 		{"DeleteRemovesTombstone", testDeleteTombstone},
+		{"ResolvedKeepsTombstone", testResolvedKeepsTombstone},
 
 		// What operators ask (admin.go).
 		{"ListUnknownRefusesForeignCursors", testListBadCursor},

@@ -73,6 +73,29 @@ func testTombstone(t *testing.T, s store.Store, advance func(time.Duration)) {
 	}
 }
 
+// testResolvedKeepsTombstone: an UNKNOWN record resolved with a result and
+// a key retention becomes a tombstone when its retention ends, as a
+// completed one does.
+func testResolvedKeepsTombstone(t *testing.T, s store.Store, advance func(time.Duration)) {
+	id := newID(t)
+	ref := mustAcquire(t, s, id, long)
+	if err := s.MarkUnknown(context.Background(), store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: long}); err != nil {
+		t.Fatalf("MarkUnknown: %v", err)
+	}
+	if err := s.Resolve(context.Background(), store.ResolveParams{ID: id, Fence: ref.Fence, Result: &store.Result{Status: 202},
+		Retention: short, KeyRetention: long}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	advance(2 * short)
+	rec := mustGet(t, s, id)
+	if rec.State != store.StateExpired || rec.Fence != ref.Fence || rec.Result == nil || rec.Result.Status != 202 {
+		t.Fatalf("Get after the retention of a resolved key = %+v; want EXPIRED, fence %d, status 202", rec, ref.Fence)
+	}
+	if got := acquire(t, s, id, "fp", long); got.Acquired || got.Record.State != store.StateExpired {
+		t.Fatalf("Acquire of the resolved key's tombstone = %+v; want not acquired, EXPIRED", got)
+	}
+}
+
 // testNoTombstoneWithoutKeyRetention: a key retention not above the
 // retention keeps nothing past the result, as before tombstones.
 func testNoTombstoneWithoutKeyRetention(t *testing.T, s store.Store, advance func(time.Duration)) {

@@ -1,0 +1,60 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/store/memstore"
+)
+
+// With Options.KeyRetention a completed key outlives its result: past the
+// retention Begin answers Expired (Do: ErrKeyExpired) and nothing runs,
+// another fingerprint is still a Mismatch, Delete lets it run anew; past
+// the key retention it runs again. The memory store's clock is moved.
+func TestKeyRetentionExpiredOutcome(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	move := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
+	s, err := memstore.New(&memstore.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, s, &idem.Options{Retention: time.Hour, KeyRetention: 24 * time.Hour})
+	if e.KeyRetention() != 24*time.Hour {
+		t.Fatalf("KeyRetention() = %v", e.KeyRetention())
+	}
+	runs := 0
+	work := func(context.Context, *idem.Lease) ([]byte, error) { runs++; return []byte("charged"), nil }
+	req := idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"}
+	if _, _, err := e.Do(ctx, req, work); err != nil || runs != 1 {
+		t.Fatalf("first Do: %v, %d runs", err, runs)
+	}
+	move(2 * time.Hour)
+	att, err := e.Begin(ctx, req)
+	if err != nil || att.Outcome != idem.Expired || att.Record.Result == nil || !att.Record.CompletedAt.Equal(now.Add(-2*time.Hour)) {
+		t.Fatalf("Begin past the retention = %+v, %v; want Expired with the completion time", att, err)
+	}
+	if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrKeyExpired) || runs != 1 {
+		t.Fatalf("Do past the retention = %v, %d runs; want ErrKeyExpired, 1 run", err, runs)
+	}
+	if att, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "other"}); err != nil || att.Outcome != idem.Mismatch {
+		t.Fatalf("Begin with another fingerprint = %v, %v; want Mismatch", att.Outcome, err)
+	}
+	move(23 * time.Hour)
+	if _, _, err := e.Do(ctx, req, work); err != nil || runs != 2 {
+		t.Fatalf("Do past the key retention: %v, %d runs; want a second run", err, runs)
+	}
+	move(2 * time.Hour)
+	if ok, err := e.Delete(ctx, req.ID()); !ok || err != nil {
+		t.Fatalf("Delete(EXPIRED) = %v, %v; want true", ok, err)
+	}
+	if _, _, err := e.Do(ctx, req, work); err != nil || runs != 3 {
+		t.Fatalf("Do after Delete: %v, %d runs; want a third run", err, runs)
+	}
+}
