@@ -120,14 +120,22 @@ WHERE tenant_id = $1 AND idempotency_key = $2 AND owner = $3 AND fence = $4
 	expires_at = CASE WHEN state = 'U' THEN expires_at ELSE clock_timestamp() + $6 * interval '1 microsecond' END
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner = $3 AND fence = $4
 	AND expires_at > clock_timestamp()`),
-		// Claim turns an abandoned row UNKNOWN (keeping its end) in the
-		// same step as it takes the claim.
-		claim: r.Replace(`UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
-	completed_at = coalesce(completed_at, clock_timestamp()),
-	claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
-WHERE tenant_id = $1 AND idempotency_key = $2 AND ` + unknownNow + `
-	AND (claim_until IS NULL OR claim_until <= clock_timestamp())
-RETURNING ` + recordColumns),
+		// Claim decides on the row it returns, in one statement: cur locks
+		// the live row (its newest version) and says whether it is free to
+		// claim; won takes the claim on it, turning an abandoned row UNKNOWN
+		// (keeping its end). The answer is won's row, or cur's, with the
+		// decision in the last column.
+		claim: r.Replace(`WITH cur AS (
+	SELECT ` + recordColumns + `, ` + unknownNow + ` AND (claim_until IS NULL OR claim_until <= clock_timestamp()) AS free
+	FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() FOR UPDATE
+), won AS (
+	UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
+		completed_at = coalesce(completed_at, clock_timestamp()),
+		claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
+	WHERE tenant_id = $1 AND idempotency_key = $2 AND (SELECT free FROM cur)
+	RETURNING ` + recordColumns + `, true
+)
+SELECT * FROM won UNION ALL SELECT * FROM cur WHERE NOT free`),
 		// Resolve: $3 the fence, $4 the claim's owner or '' (an operator).
 		resolveCompleted: r.Replace(`UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
@@ -333,21 +341,35 @@ func (s *Store) transition(ctx context.Context, op, sql string, args ...any) err
 	return nil
 }
 
-// Claim implements idem.Store. The claim is taken in one statement; the
-// record is read again only when it could not be.
+// Claim implements idem.Store. One statement decides and returns the row
+// it decided on: a second read could see a row changed since (marked
+// UNKNOWN by its owner, say) and report it not claimed.
 func (s *Store) Claim(ctx context.Context, p idem.ClaimParams) (idem.ClaimResult, error) {
-	r, ok, err := s.queryRow(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), idem.ReasonAbandoned)
+	rows, err := s.pool.Query(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), idem.ReasonAbandoned)
 	if err != nil {
 		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 	}
-	if ok {
-		return idem.ClaimResult{Claimed: true, Record: r.rec}, nil
+	defer rows.Close()
+	var (
+		res idem.ClaimResult
+		r   row
+	)
+	found := rows.Next()
+	if found {
+		r, err = scanRow(p.ID, rows, &res.Claimed)
 	}
-	rec, err := s.Get(ctx, p.ID)
-	if err != nil {
-		return idem.ClaimResult{}, err
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
 	}
-	return idem.ClaimResult{Record: rec}, nil
+	switch {
+	case err != nil:
+		return idem.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+	case !found:
+		return idem.ClaimResult{}, idem.ErrNotFound
+	}
+	res.Record = r.rec
+	return res, nil
 }
 
 // Resolve implements idem.Store. The change is one statement that checks
