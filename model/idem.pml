@@ -9,11 +9,15 @@
  *     (TakeoverRun) and forwards the key to a provider that deduplicates
  *     by it; worker 2 turns them UNKNOWN (TakeoverUnknown) and reconciles;
  *     worker 3 turns them UNKNOWN and does not reconcile. Each sends
- *     ATTEMPTS requests, crashes (or stalls for good) at any point, and
- *     loses the reply of any store call (it then asks again, as the
- *     engine does) and of its effect (it then marks the key UNKNOWN);
- *   - an operator, who resolves an UNKNOWN key by the provider's word and
- *     force-deletes a key (at most MAXDEL times);
+ *     ATTEMPTS requests (one more after a not-executed resolution),
+ *     crashes (or stalls for good) before or after its effect, loses the
+ *     reply of its effect (it then marks the key UNKNOWN) and of a
+ *     Complete, Release or MarkUnknown (it asks again, same owner and
+ *     fence, as the engine does); worker 1's acquire that took the key
+ *     loses its reply too (it asks again as the same owner);
+ *   - an operator, who resolves an UNKNOWN key by the provider's word
+ *     (acting on what it read earlier) or force-deletes the key
+ *     (MAXOPS actions, at most MAXDEL deletes);
  *   - the clock: any lease and any reconciliation claim ends at any time.
  * The provider (the ledger) is fenced by the key: it applies an effect
  * only with a fence above every fence it saw, and a lookup that finds no
@@ -120,11 +124,6 @@ inline acquire() {
   :: st == UNK -> out = O_UNK
   fi;
   f = fence; p = prev; v = resid; vs = ressrc
-}
-
-/* Extend(tok, f): extend.lua; pgstore extend. Never revives an ended lease. */
-inline extend() {
-  ok = (st == PROC && owner == tok && fence == f && !expired)
 }
 
 /* Complete(tok, f, v): complete.lua; pgstore complete, completedByUs */
