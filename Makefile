@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check screenshots check check-short mutate
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check screenshots check check-short mutate model model-mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -52,3 +52,9 @@ check: ## the check campaign, long: 50 runs of every store configuration (about 
 
 mutate: ## apply each mutation of internal/check/mutations to a copy of the tree and check that the harness catches it
 	scripts/mutate.sh
+
+model: ## spin checks model/idem.pml, the protocol of a key with three workers, an operator and the clock, exhaustively (about 20 s)
+	scripts/model.sh
+
+model-mutants: ## each deliberate mutation of the model (scripts/model.sh) must be caught by spin
+	scripts/model.sh mutants

@@ -8,7 +8,7 @@
 # - on a fresh Debian machine, as root, apt-get installs what is missing
 #   (gcc, redis-server, postgresql, nats-server, prometheus for its
 #   promtool, systemd for systemd-analyze, chromium for the console's
-#   browser test; about a minute), and the new
+#   browser test, spin for make model; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
@@ -72,6 +72,8 @@ command -v systemd-analyze >/dev/null || install systemd "systemd-analyze, for t
 # Chromium runs the console's end-to-end test (internal/console/browsertest),
 # headless; with its recommends, for the fonts of its screenshots.
 command -v chromium >/dev/null || install chromium "Chromium, for the console's browser test"
+# spin checks the protocol's model (make model, model/idem.pml).
+command -v spin >/dev/null || install spin "spin, the Promela model checker, for make model"
 
 if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
   say "Redis: IDEM_TEST_REDIS_URL names it, left alone"

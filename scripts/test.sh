@@ -17,6 +17,8 @@ go vet ./...
 packages=$(go list ./... | wc -l)
 phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest, cmd/idem, internal/lab and store/redisstore, about a minute each)"
 go test -race -count=1 -timeout 15m ./... "$@"
+phase "make model: spin checks the protocol's model (model/idem.pml) exhaustively for a double effect, a fence that does not increase or a replay that differs (about 20 s; apt-get installs spin where missing)"
+make model
 phase "make check-short: every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 3 min; check-out/ gets the history of a violation)"
 make check-short
 phase "examples/natsconsumer, its own module: go vet, then its fault test on NATS JetStream (about 20 s)"

@@ -202,21 +202,35 @@ func (s *Store) transition(ctx context.Context, op, sql string, args ...any) err
 	return nil
 }
 
-// Claim implements store.Store. The claim is taken in one statement; the
-// record is read again only when it could not be.
+// Claim implements store.Store. One statement decides and returns the row
+// it decided on: a second read could see a row changed since (marked
+// UNKNOWN by its owner, say) and report it not claimed.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	r, ok, err := s.queryRow(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), store.ReasonAbandoned)
+	rows, err := s.pool.Query(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), store.ReasonAbandoned)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
 	}
-	if ok {
-		return store.ClaimResult{Claimed: true, Record: r.rec}, nil
+	defer rows.Close()
+	var (
+		res store.ClaimResult
+		r   row
+	)
+	found := rows.Next()
+	if found {
+		r, err = scanRow(p.ID, rows, &res.Claimed)
 	}
-	rec, err := s.Get(ctx, p.ID)
-	if err != nil {
-		return store.ClaimResult{}, err
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
 	}
-	return store.ClaimResult{Record: rec}, nil
+	switch {
+	case err != nil:
+		return store.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
+	case !found:
+		return store.ClaimResult{}, store.ErrNotFound
+	}
+	res.Record = r.rec
+	return res, nil
 }
 
 // Resolve implements store.Store. The change is one statement that checks

@@ -1,9 +1,19 @@
 -- claim (Store.Claim): $3 the claim's owner, $4 its lease, $5 the reason
--- of an abandoned row. Claim turns an abandoned row UNKNOWN (keeping its
--- end) in the same step as it takes the claim.
-UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
-	completed_at = coalesce(completed_at, clock_timestamp()),
-	claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
-WHERE tenant_id = $1 AND idempotency_key = $2 AND {unknown_now}
-	AND (claim_until IS NULL OR claim_until <= clock_timestamp())
-RETURNING {record_columns}
+-- of an abandoned row.
+--
+-- Claim decides on the row it returns, in one statement: cur locks the
+-- live row (its newest version) and says whether it is free to claim; won
+-- takes the claim on it, turning an abandoned row UNKNOWN (keeping its
+-- end). The answer is won's row, or cur's, with the decision in the last
+-- column.
+WITH cur AS (
+	SELECT {record_columns}, {unknown_now} AND (claim_until IS NULL OR claim_until <= clock_timestamp()) AS free
+	FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() FOR UPDATE
+), won AS (
+	UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
+		completed_at = coalesce(completed_at, clock_timestamp()),
+		claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
+	WHERE tenant_id = $1 AND idempotency_key = $2 AND (SELECT free FROM cur)
+	RETURNING {record_columns}, true
+)
+SELECT * FROM won UNION ALL SELECT * FROM cur WHERE NOT free
