@@ -52,16 +52,19 @@ func TestKeyRetentionTombstone(t *testing.T) {
 			}
 			u, _ := url.Parse(up.URL)
 			g, err := New(Config{Upstream: u, Store: store, Retention: time.Hour, KeyRetention: 30 * 24 * time.Hour,
-				ErrorFormat: format, Logger: slog.New(slog.DiscardHandler)})
+				ErrorFormat: format, Repeatability: true, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := httptest.NewServer(g.Handler())
 			defer srv.Close()
-			send := func(body string) (*http.Response, []byte) {
+			send := func(body string, hdr ...string) (*http.Response, []byte) {
 				t.Helper()
 				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(body))
 				req.Header.Set("Idempotency-Key", "late-retry")
+				for i := 0; i+1 < len(hdr); i += 2 {
+					req.Header.Set(hdr[i], hdr[i+1])
+				}
 				req.Header.Set("Authorization", "Bearer client")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
@@ -119,6 +122,13 @@ func TestKeyRetentionTombstone(t *testing.T) {
 			}
 			resp, _ = send(`{"amount":2}`)
 			expect("another payload after retention", resp, format.MismatchStatus(), 1)
+			// The same key sent as a Repeatable Request: refused as a repeat.
+			resp, _ = send(`{"amount":1}`, idemhttp.HeaderRepeatabilityID, "late-retry",
+				idemhttp.HeaderRepeatabilityFirstSent, time.Now().UTC().Format(http.TimeFormat))
+			expect("a Repeatable Request after retention", resp, http.StatusGone, 1)
+			if got := resp.Header.Get(idemhttp.HeaderRepeatabilityResult); got != "rejected" {
+				t.Errorf("a Repeatable Request after retention: Repeatability-Result %q, want rejected", got)
+			}
 
 			clock.move(30 * 24 * time.Hour) // past both
 			resp, _ = send(`{"amount":1}`)
