@@ -107,6 +107,16 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 		}
 		procs = append(procs, p)
 	}
+	// Before the stores close: the engines' held finalizations are stored
+	// or dropped (each is retried at most to its lease's end or
+	// FinalizeTimeout), so no retry outlives the run.
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), idem.FinalizeTimeout+4*w.Lease+time.Second)
+		defer cancel()
+		for _, p := range procs {
+			_ = p.eng.Flush(fctx)
+		}
+	}()
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
