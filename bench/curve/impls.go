@@ -94,7 +94,7 @@ type redisSetup struct {
 
 func newRedis(addr string, poolSize int) (*redisSetup, error) {
 	client := func(db int) *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: poolSize, MinIdleConns: 0})
+		return redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: poolSize, MinIdleConns: 0, ContextTimeoutEnabled: true})
 	}
 	// Default options otherwise: auto-pipelining, as the store benchmarks.
 	rd, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, SelectDB: dbIdem, DisableCache: true})
@@ -410,7 +410,7 @@ func newPostgres(ctx context.Context, url string) (*postgres, error) {
 	if p.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, errors.Join(err, p.close())
 	}
-	if err := pgstore.Migrate(ctx, p.pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, p.pool, &pgstore.Options{Schema: schema}); err != nil {
 		return nil, errors.Join(err, p.close())
 	}
 	return p, nil
