@@ -142,3 +142,24 @@ func followTopology(c *redis.ClusterClient, err error) {
 	}
 	c.ReloadState(context.Background())
 }
+
+// ErrNoContextTimeout is returned by New for a go-redis client built
+// without ContextTimeoutEnabled: it would wait out its read timeout (3 s
+// by default) past a store call's deadline, so that a renewal stuck on a
+// stalled server would outlive its lease.
+var ErrNoContextTimeout = errors.New("redisstore: the go-redis client must honour context deadlines: set ContextTimeoutEnabled: true in its redis.Options, FailoverOptions, ClusterOptions or RingOptions")
+
+// ignoresDeadlines reports whether client is a go-redis client whose
+// options say it does not honour context deadlines. Another Scripter is
+// taken at its word.
+func ignoresDeadlines(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return !c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
