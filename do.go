@@ -25,9 +25,15 @@ const FinalizeTimeout = 10 * time.Second
 // fn runs under the key's Lease, which it is given: pass Lease.Fence with
 // its side effects (so that they can refuse an owner whose lease was taken
 // over) and call Lease.Check just before one. fn's context is the lease's:
-// it carries the lease (LeaseFromContext), its deadline is the lease's end
-// by the local clock (each renewal moves it later), and it is cancelled
-// when the lease is lost, when it expires, and when Do's ctx is.
+// it carries the lease (LeaseFromContext), it is cancelled when the lease
+// is lost, when it expires, and when Do's ctx is, and its Deadline is the
+// lease's end by the local clock as it stands (or ctx's deadline, when
+// that comes first), which a renewal moves later: a call made with it
+// (a gRPC call sends it on) ends with the lease. A timeout derived from
+// it that is longer than the rest of the lease is bounded by the lease's
+// end instead (context.WithTimeout keeps the earlier deadline), and a
+// renewal postpones that end: keep the timeouts of fn's calls shorter
+// than the lease.
 //
 // If fn returns an error the key is released, so a later call runs fn
 // again, and the error is returned: return an error only when the work
@@ -105,7 +111,7 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 		}
 	}()
 	began := time.Now()
-	out, err = fn(l.Context(), l)
+	out, err = fn(&workContext{Context: l.Context(), l: l}, l)
 	finished = true
 	e.works.add(time.Since(began))
 	switch {
@@ -216,3 +222,24 @@ type ranError struct{ err error }
 
 func (r ranError) Error() string { return r.err.Error() }
 func (r ranError) Unwrap() error { return r.err }
+
+// workContext is the context of Do's function: the lease's, whose
+// Deadline is the lease's end as it stands. It is not on every
+// Lease.Context: there a timeout derived by a handler (the gateway's
+// upstream timeout) longer than the rest of the lease would lose its own
+// timer to the lease's end, which renewals keep moving.
+type workContext struct {
+	context.Context
+	l *Lease
+}
+
+// Deadline is the lease's end by the local clock as of now, or the
+// caller's deadline when that comes first. The heartbeat cancels the
+// context when that end passes unrenewed.
+func (c *workContext) Deadline() (time.Time, bool) {
+	d := c.l.localDeadline()
+	if pd, ok := c.Context.Deadline(); ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}

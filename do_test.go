@@ -71,7 +71,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 30 * time.Second})
 		ctx := context.Background()
-		inFlight := func(key string) *idem.InFlightError {
+		inFlight := func(key string, ran time.Duration) *idem.InFlightError {
 			t.Helper()
 			started, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error)
@@ -84,7 +84,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 				done <- err
 			}()
 			<-started
-			time.Sleep(time.Millisecond) // the other attempt has run 1ms
+			time.Sleep(ran) // the other attempt has run this long
 			_, _, err := e.Do(ctx, idem.Key{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 				t.Error("ran while another attempt held the key")
 				return nil, nil
@@ -101,7 +101,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 		}
 
 		// Nothing measured yet: the rest of the other attempt's lease.
-		if got := inFlight("first").RetryAfter; got != 30*time.Second-time.Millisecond {
+		if got := inFlight("first", time.Millisecond).RetryAfter; got != 30*time.Second-time.Millisecond {
 			t.Errorf("RetryAfter before any measured work = %v; want the rest of the lease, %v", got, 30*time.Second-time.Millisecond)
 		}
 		for i := range 20 {
@@ -115,8 +115,13 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 		}
 		// Work takes ~5ms (the first Do's 1ms weighs little by now); this
 		// one has run 1ms of it.
-		if got := inFlight("second").RetryAfter; got < 3*time.Millisecond || got > 5*time.Millisecond {
+		if got := inFlight("second", time.Millisecond).RetryAfter; got < 3*time.Millisecond || got > 5*time.Millisecond {
 			t.Errorf("RetryAfter after 5ms works = %v; want the rest of a 5ms work, ~4ms, not the 30s lease", got)
+		}
+		// A work far slower than the usual: asked about again after a
+		// quarter of its age, not every millisecond.
+		if got := inFlight("slow", 2*time.Second).RetryAfter; got != 500*time.Millisecond {
+			t.Errorf("RetryAfter of a work running 2s when works take 5ms = %v; want a quarter of its age, 500ms", got)
 		}
 	})
 }

@@ -338,7 +338,7 @@ func TestDoReplayIsTheCallersCopy(t *testing.T) {
 }
 
 func TestStoreDownFailsClosed(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
 	defer client.Close()
 	s, err := redisstore.New(client, nil)
 	if err != nil {

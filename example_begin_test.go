@@ -44,11 +44,11 @@ func (p *cardProvider) Charge(ctx context.Context, order string, cents int, fenc
 // the key with the result, or releases it when nothing was charged, so a
 // retry may charge. Every later attempt gets the stored result.
 func ExampleEngine_Begin() {
-	st, err := memstore.New(nil)
+	s, err := memstore.New(nil)
 	if err != nil {
 		panic(err)
 	}
-	engine, err := idem.New(st, nil)
+	engine, err := idem.New(s, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -28,6 +28,9 @@ func ExampleEngine_Do() {
 
 	charges, reachable := 0, false
 	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+		if err := lease.Check(); err != nil { // just before the side effect
+			return nil, err
+		}
 		if !reachable {
 			return nil, errors.New("card network unreachable, nothing charged")
 		}

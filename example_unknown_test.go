@@ -17,12 +17,12 @@ import (
 // the provider by the key, finds it, and its result is recorded and
 // replayed.
 func ExampleOutcomeUnknown() {
-	st, err := memstore.New(nil)
+	s, err := memstore.New(nil)
 	if err != nil {
 		panic(err)
 	}
 	provider := map[string]string{} // the card network's charges, by idempotency key
-	engine, err := idem.New(st, &idem.Options{
+	engine, err := idem.New(s, &idem.Options{
 		Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 			if id, ok := provider[rec.Key]; ok {
 				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte(id)}}, nil

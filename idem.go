@@ -80,9 +80,10 @@ type InFlightError struct {
 	// RetryAfter is when asking again is likely to find the other attempt
 	// done. From Do: when a work as long as this engine's recent Do works
 	// (a moving mean of how long their functions ran), begun when the
-	// other attempt acquired the key, would be done; at least a quarter
-	// of such a work and at most the rest of the other attempt's lease;
-	// before this engine measured any work, the rest of that lease. From
+	// other attempt acquired the key, would be done; for an attempt
+	// already running longer, a quarter of such a work or of its age,
+	// whichever is longer; never after the other attempt's lease ends.
+	// Before this engine measured any work, the rest of that lease. From
 	// Delete: the rest of that lease.
 	RetryAfter time.Duration
 }

@@ -52,17 +52,6 @@ type leaseCarrier struct {
 	l *Lease
 }
 
-// Deadline is the lease's end by the local clock as of now (a renewal
-// moves it later), or the caller's deadline when that comes first. The
-// heartbeat cancels the lease's context when that end passes unrenewed.
-func (c *leaseCarrier) Deadline() (time.Time, bool) {
-	d := c.l.localDeadline()
-	if pd, ok := c.Context.Deadline(); ok && pd.Before(d) {
-		return pd, true
-	}
-	return d, true
-}
-
 func (c *leaseCarrier) Value(key any) any {
 	if _, ok := key.(leaseKey); ok {
 		return c.l
@@ -119,9 +108,7 @@ func (l *Lease) PreviousFence() int64 { return l.previous }
 // context is, when the store reports the lease lost (cause ErrLeaseLost),
 // when the lease deadline passes without renewal (cause ErrLeaseExpired),
 // and after Complete or Release. Use context.Cause to tell them apart. It
-// carries the lease (LeaseFromContext), and its Deadline is the lease's
-// end by the local clock as it stands (each renewal moves it), so that a
-// call made with it (a gRPC call sends it on) ends with the lease.
+// carries the lease (LeaseFromContext).
 func (l *Lease) Context() context.Context { return l.ctx }
 
 // Check reports whether the lease is still held, by the local clock, right

@@ -30,14 +30,16 @@ func (w *workTimes) add(d time.Duration) {
 
 // retryAfter is when a Do that met rec, held by another attempt whose lease
 // ends in leaseRest, should ask again: when a typical work begun at
-// rec.AcquiredAt would be done, but not sooner than a quarter of a typical
-// work (a slow one is not polled in a tight loop) and never after
-// leaseRest. Before any work was measured, it is leaseRest.
+// rec.AcquiredAt would be done; for a work that has run longer than that,
+// after a quarter of a typical work or of its age, whichever is longer (a
+// slow work is not polled in a tight loop); never after leaseRest. Before
+// any work was measured, it is leaseRest.
 func (w *workTimes) retryAfter(rec store.Record, leaseRest time.Duration) time.Duration {
 	typical := time.Duration(w.typical.Load())
 	if typical <= 0 {
 		return leaseRest
 	}
-	wait := max(typical-time.Since(rec.AcquiredAt), typical/4, time.Millisecond)
-	return min(wait, typical, leaseRest)
+	age := max(time.Since(rec.AcquiredAt), 0) // the store's clock may run ahead of ours
+	wait := max(typical-age, typical/4, age/4, time.Millisecond)
+	return min(wait, leaseRest)
 }

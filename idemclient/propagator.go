@@ -30,16 +30,15 @@ type stepKey struct{}
 type scope struct{ tenant, key string }
 
 // WithScope returns a context that carries the idempotency scope of the
-// inbound request being served: its tenant and its Idempotency-Key. The HTTP
-// idemhttp middleware needs none (see ScopeFrom); call it for work run by
-// idem.Engine.Do or anywhere else.
+// inbound request being served: its tenant and its Idempotency-Key. Work
+// under a lease needs none (see ScopeFrom); call it anywhere else.
 func WithScope(ctx context.Context, tenant, key string) context.Context {
 	return context.WithValue(ctx, scopeKey{}, scope{tenant, key})
 }
 
-// ScopeFrom returns the scope WithScope put in ctx or, inside a handler
-// behind the idemhttp middleware, the tenant and key of the request's
-// lease: a handler needs no WithScope of its own.
+// ScopeFrom returns the scope WithScope put in ctx or, under a lease (a
+// handler behind idemhttp or idemgrpc, a function run by idem.Engine.Do),
+// the tenant and key of that lease: such work needs no WithScope of its own.
 func ScopeFrom(ctx context.Context) (tenant, key string, ok bool) {
 	if s, ok := ctx.Value(scopeKey{}).(scope); ok {
 		return s.tenant, s.key, true

@@ -1,6 +1,7 @@
 package idemclient_test
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -55,5 +56,26 @@ func TestScopeFromTheMiddlewaresLease(t *testing.T) {
 	}
 	if want := idemclient.StepKey("acme", "order-9", "charge"); len(sent) != 1 || sent[0] != want {
 		t.Fatalf("provider got keys %q; want [%q], derived from the request's tenant and key", sent, want)
+	}
+}
+
+// A function run by idem.Engine.Do has the scope of its lease too.
+func TestScopeFromDosLease(t *testing.T) {
+	s, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = engine.Do(t.Context(), idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+		if tenant, key, ok := idemclient.ScopeFrom(ctx); !ok || tenant != "acme" || key != "job-7" {
+			t.Errorf("ScopeFrom in Do = %q, %q, %t; want acme, job-7", tenant, key, ok)
+		}
+		return nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

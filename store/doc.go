@@ -11,9 +11,9 @@
 //
 // Package idem is what an application programs against: the Engine, its
 // Options, the Key of an attempt, the Lease, the errors of Do. The
-// parameters of eleven store calls, the lease reference and the record's
-// states are what a store writer programs against, and on one page they
-// buried the first: go doc sorts names, and five of the first six types a
+// parameters and results of the ten store calls, the lease reference and
+// the record's states are what a store writer programs against, and on
+// one page they buried the first: go doc sorts names, and five of the first six types a
 // newcomer met were store plumbing. River keeps its driver interface and
 // every parameter type in riverdriver ("not to be implemented or invoked
 // by user code") and the types both sides share in rivertype; this package

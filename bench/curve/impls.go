@@ -91,7 +91,7 @@ type redisSetup struct {
 
 func newRedis(addr string, poolSize int) (*redisSetup, error) {
 	client := func(db int) *redis.Client {
-		return redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: poolSize, MinIdleConns: 0})
+		return redis.NewClient(&redis.Options{Addr: addr, DB: db, PoolSize: poolSize, MinIdleConns: 0, ContextTimeoutEnabled: true})
 	}
 	// Default options otherwise: auto-pipelining, as the store benchmarks.
 	rd, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, SelectDB: dbIdem, DisableCache: true})

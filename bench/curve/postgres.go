@@ -45,7 +45,7 @@ func newPostgres(ctx context.Context, url string) (*postgres, error) {
 	if p.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, errors.Join(err, p.close())
 	}
-	if err := pgstore.Migrate(ctx, p.pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, p.pool, &pgstore.Options{Schema: schema}); err != nil {
 		return nil, errors.Join(err, p.close())
 	}
 	return p, nil

@@ -28,7 +28,7 @@ func runMigrate(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
 	}
 	defer pool.Close()
-	if err := pgstore.Migrate(ctx, pool, *schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: *schema}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "schema %s is up to date\n", *schema)

@@ -159,6 +159,7 @@ func startConsumer(ctx context.Context, c consumerConfig, tweak func(*Config, *L
 	if err != nil {
 		return nil, err
 	}
+	opt.ContextTimeoutEnabled = true
 	r.rc = redis.NewClient(opt)
 	if r.pool, err = pgxpool.New(ctx, databaseURL()); err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ func Example() {
 
 	// idem on Redis, the ledger and its guardrail on PostgreSQL.
 	opt, _ := redis.ParseURL(getenv("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+	opt.ContextTimeoutEnabled = true // the engine bounds every store call
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 	pool, err := pgxpool.New(ctx, getenv("IDEM_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"))

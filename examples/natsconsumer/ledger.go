@@ -37,7 +37,7 @@ func OpenLedger(ctx context.Context, pool *pgxpool.Pool, schema string) (*Ledger
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("natsconsumer: schema %q: lower-case letters, digits and _ only", schema)
 	}
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		return nil, fmt.Errorf("natsconsumer: guardrail tables: %w", err)
 	}
 	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+schema+`.charges (

@@ -38,7 +38,7 @@ func privatePG(t *testing.T) (*pgproc.Server, *faultproxy.Proxy) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	if err := pgstore.Migrate(t.Context(), pool, pgstore.DefaultSchema); err != nil {
+	if err := pgstore.Migrate(t.Context(), pool, &pgstore.Options{Schema: pgstore.DefaultSchema}); err != nil {
 		t.Fatal(err)
 	}
 	return s, proxyTo(t, "127.0.0.1:"+itoa(s.Port))

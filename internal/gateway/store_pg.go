@@ -39,7 +39,7 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 	}
 	migrateCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := pgstore.Migrate(migrateCtx, pool, pgstore.DefaultSchema); err != nil {
+	if err := pgstore.Migrate(migrateCtx, pool, &pgstore.Options{Schema: pgstore.DefaultSchema}); err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("gateway: migrating the PostgreSQL store: %w", err)
 	}

@@ -82,7 +82,7 @@ CREATE TABLE ` + schema + `.plain (tenant_id text NOT NULL, idempotency_key text
 		return nil, fmt.Errorf("lab: PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
 	p := &pgLab{pool: pool, schema: schema}
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		p.close()
 		return nil, fmt.Errorf("lab: PostgreSQL guardrail: %w", err)
 	}

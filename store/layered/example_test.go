@@ -66,7 +66,7 @@ func ExampleNew() {
 	}
 	defer pool.Close()
 	schema := "idem_example_" + strings.ToLower(rand.Text()[:8])
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		panic(err)
 	}
 	defer pool.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func newPG(t testing.TB) *pgstore.Store {
 	t.Helper()
 	pool, schema := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), pool, schema); err != nil {
+	if err := pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema})

@@ -19,7 +19,7 @@ import (
 func TestStaleWriteBackAfterDeleteOrRelease(t *testing.T) {
 	ctx := context.Background()
 	pool, schema := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema})

@@ -38,11 +38,18 @@ type TxBeginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Migrate creates schema (DefaultSchema when empty) and applies the
-// migrations embedded in this package that it does not have yet, in one
-// transaction. It is idempotent and safe to run from several processes at
-// once: an advisory lock serialises them. The `idem migrate` command calls it.
-func Migrate(ctx context.Context, db TxBeginner, schema string) error {
+// Migrate creates the schema of opts (Options.Schema; DefaultSchema for
+// nil options or an empty Schema) and applies the migrations embedded in
+// this package that it does not have yet, in one transaction. Pass it the
+// Options you pass New, so that the store uses the schema that was
+// migrated; it reads only Schema. It is idempotent and safe to run from
+// several processes at once: an advisory lock serialises them. The `idem
+// migrate` command calls it.
+func Migrate(ctx context.Context, db TxBeginner, opts *Options) error {
+	var schema string
+	if opts != nil {
+		schema = opts.Schema
+	}
 	return migrateTo(ctx, db, schema, math.MaxInt)
 }
 

@@ -29,7 +29,7 @@ func newStore(t testing.TB) *pgstore.Store {
 func newStoreOpts(t testing.TB, opts *pgstore.Options) *pgstore.Store {
 	t.Helper()
 	pool, schema := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), pool, schema); err != nil {
+	if err := pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	o := pgstore.Options{}
@@ -58,13 +58,13 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
-		wg.Go(func() { errs[i] = pgstore.Migrate(context.Background(), pool, schema) })
+		wg.Go(func() { errs[i] = pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("concurrent Migrate: %v", err)
 	}
-	if err := pgstore.Migrate(context.Background(), pool, schema); err != nil {
+	if err := pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatalf("Migrate again: %v", err)
 	}
 	var n int
@@ -82,7 +82,7 @@ func TestBadOptions(t *testing.T) {
 		if _, err := pgstore.New(pool, &pgstore.Options{Schema: schema}); !errors.Is(err, pgstore.ErrConfig) {
 			t.Errorf("New(schema %q) = %v; want ErrConfig", schema, err)
 		}
-		if err := pgstore.Migrate(context.Background(), pool, schema); !errors.Is(err, pgstore.ErrConfig) {
+		if err := pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}); !errors.Is(err, pgstore.ErrConfig) {
 			t.Errorf("Migrate(schema %q) = %v; want ErrConfig", schema, err)
 		}
 	}
@@ -217,7 +217,7 @@ func TestMigrateUpgrade(t *testing.T) {
 		       ('t', 'old-live', 'C', 'o', nextval('`+schema+`.fence_seq'), 'fp', now(), now(), now() + interval '1 hour', 200, '', 'kept')`); err != nil {
 		t.Fatal(err)
 	}
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatalf("Migrate on top of version 2: %v", err)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})

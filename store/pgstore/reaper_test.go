@@ -21,7 +21,7 @@ import (
 func TestReaperDeletesExpiredRows(t *testing.T) {
 	pool, schema := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	const expired, live = 2500, 10
@@ -74,7 +74,7 @@ func TestReaperDeletesExpiredRows(t *testing.T) {
 // every test; this one checks each step).
 func TestCloseStopsReaper(t *testing.T) {
 	pool, schema := testenv.Postgres(t)
-	if err := pgstore.Migrate(context.Background(), pool, schema); err != nil {
+	if err := pgstore.Migrate(context.Background(), pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	before := goleak.IgnoreCurrent()
@@ -107,7 +107,7 @@ func TestCloseStopsReaper(t *testing.T) {
 func TestReaperCompactsTombstones(t *testing.T) {
 	pool, schema := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})

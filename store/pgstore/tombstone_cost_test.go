@@ -22,7 +22,7 @@ func TestTombstoneCost(t *testing.T) {
 	}
 	pool, schema := testenv.Postgres(t)
 	ctx := context.Background()
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	size := func() int64 {

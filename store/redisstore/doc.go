@@ -143,6 +143,7 @@
 // its context does. go-redis does not by default (it waits for its read
 // timeout, 3 s): set ContextTimeoutEnabled in redis.Options,
 // redis.FailoverOptions or redis.ClusterOptions of a client you build
-// yourself (ParseURL's clients have it). rueidis honours deadlines as it
-// is.
+// yourself (the clients of this package's ParseURL and OpenURL have it;
+// go-redis's own redis.ParseURL's do not), or New
+// returns ErrNoContextTimeout. rueidis honours deadlines as it is.
 package redisstore

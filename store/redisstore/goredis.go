@@ -12,10 +12,14 @@ import (
 // New returns a store on a go-redis client: *redis.Client, a Sentinel
 // failover client, *redis.ClusterClient or *redis.Ring (on a Ring,
 // ListUnknown fails: its index is spread over the shards). The client
-// must honour context deadlines (see the package documentation).
+// must honour context deadlines (see the package documentation): New
+// returns ErrNoContextTimeout for one built without ContextTimeoutEnabled.
 func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
+	}
+	if ignoresDeadlines(client) {
+		return nil, fmt.Errorf("%w (got a %T)", ErrNoContextTimeout, client)
 	}
 	if opts != nil && opts.NearCache {
 		return nil, errors.New("redisstore: NearCache needs a rueidis client (NewRueidis): go-redis has no client-side caching")
@@ -176,4 +180,25 @@ func followTopology(c *redis.ClusterClient, err error) {
 		return
 	}
 	c.ReloadState(context.Background())
+}
+
+// ErrNoContextTimeout is returned by New for a go-redis client built
+// without ContextTimeoutEnabled: it would wait out its read timeout (3 s
+// by default) past a store call's deadline, so that a renewal stuck on a
+// stalled server would outlive its lease.
+var ErrNoContextTimeout = errors.New("redisstore: the go-redis client must honour context deadlines: set ContextTimeoutEnabled: true in its redis.Options, FailoverOptions, ClusterOptions or RingOptions")
+
+// ignoresDeadlines reports whether client is a go-redis client whose
+// options say it does not honour context deadlines. Another Scripter is
+// taken at its word.
+func ignoresDeadlines(client redis.Scripter) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return !c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return !c.Options().ContextTimeoutEnabled
+	}
+	return false
 }

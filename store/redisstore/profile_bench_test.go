@@ -152,7 +152,7 @@ func BenchmarkCoalesceProfile(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer rd.Close()
-	gr := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128})
+	gr := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128, ContextTimeoutEnabled: true})
 	defer gr.Close()
 
 	engineOn := func(s *redisstore.Store, err error) cycle {

@@ -130,7 +130,7 @@ func TestReplicaAckZeroDoesNotWait(t *testing.T) {
 
 func TestReplicaAckOptionsRejected(t *testing.T) {
 	client := testenv.Redis(t)
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:6379"}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { ring.Close() })
 	for name, tc := range map[string]struct {
 		client redis.Scripter

@@ -238,7 +238,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	})
 	ctx := context.Background()
 	pool, schema := testenv.Postgres(t)
-	if err := pgstore.Migrate(ctx, pool, schema); err != nil {
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
 	pg, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1}) // the guardrail only: no records to reap

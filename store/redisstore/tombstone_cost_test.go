@@ -36,7 +36,7 @@ func TestTombstoneCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Kill()
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16, ContextTimeoutEnabled: true})
 	defer client.Close()
 	s, err := redisstore.New(client, &redisstore.Options{Prefix: "idem:"})
 	if err != nil {

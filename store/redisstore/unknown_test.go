@@ -75,7 +75,7 @@ func TestListUnknownBadInput(t *testing.T) {
 			t.Errorf("ListUnknown(%+v) = %+v; want an error", p, page)
 		}
 	}
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": "127.0.0.1:6379"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"one": "127.0.0.1:6379"}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { ring.Close() })
 	rs, err := redisstore.New(ring, nil)
 	if err != nil {

@@ -99,7 +99,7 @@ func (c *Cluster) Addrs() []string {
 
 // Client returns a cluster client of c, closed when t ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), PoolSize: 64})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), PoolSize: 64, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }

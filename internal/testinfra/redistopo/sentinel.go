@@ -81,7 +81,7 @@ func (s *Sentinel) SentinelAddrs() []string {
 // Client returns a Sentinel-aware failover client of the monitored
 // primary, closed when t ends.
 func (s *Sentinel) Client(t testing.TB) *redis.Client {
-	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: MasterName, SentinelAddrs: s.SentinelAddrs(), PoolSize: 64})
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: MasterName, SentinelAddrs: s.SentinelAddrs(), PoolSize: 64, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -31,6 +31,7 @@ func Redis(t testing.TB) *redis.Client {
 		t.Fatalf("testenv: IDEM_TEST_REDIS_URL: %v", err)
 	}
 	opts.PoolSize = 128
+	opts.ContextTimeoutEnabled = true // redisstore.New requires it
 	c := redis.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
