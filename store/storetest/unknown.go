@@ -97,6 +97,7 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 		t.Fatalf("ListUnknown(%s) = %+v; want at most the abandoned key", id.Tenant, page)
 	}
 
+	converted := time.Now() // the record lives hold from here: on a real server, by its clock
 	res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-two", LeaseDuration: long, Retention: hold})
 	r := res.Record
 	if res.Acquired || res.Takeover != nil {
@@ -112,7 +113,15 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 		t.Fatalf("TTL = %v; want in (0, %v], the Acquire's retention", r.TTL, hold)
 	}
 	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+		if took := time.Since(converted); took >= hold {
+			// A loaded machine took longer than the record lives: what
+			// follows can no longer be told from an expiry.
+			t.Skipf("the calls after the conversion took %v, past its retention %v: not checked", took, hold)
+		}
 		t.Fatalf("ListUnknown(%s) = %+v; want the key turned UNKNOWN", id.Tenant, got)
+	}
+	if took := time.Since(converted); took >= hold/2 {
+		t.Skipf("the calls after the conversion took %v, half its retention %v: the rest is not checked", took, hold)
 	}
 
 	// UNKNOWN stays UNKNOWN: a retry with or without TakeOver never runs it.
