@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/http/httputil"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,95 +41,6 @@ const (
 // FenceHeader carries the lease's fencing token to the upstream, so the
 // upstream can refuse writes of a stale attempt (see store/pgstore).
 const FenceHeader = "Idempotency-Fence"
-
-// Config is everything `idem serve` is told. Zero values mean the defaults
-// of the flags in cmd/idem.
-type Config struct {
-	Listen          string        // the proxy's address
-	Upstream        *url.URL      // required
-	Store           store.Store   // required: see OpenStore
-	StoreTimeout    time.Duration // bound of every store call (idem.Options.StoreTimeout); zero: 2s
-	Lease           time.Duration // zero: 30s
-	Retention       time.Duration // zero: 24h
-	Methods         []string      // nil: POST and PATCH
-	RequireKey      bool
-	TenantHeader    string        // an alias of TenantFrom "header:NAME"; setting both is an error
-	TenantFrom      []string      // nil: authorization (and header:Stripe-Account under ErrorFormatStripe); see TenantSourcesHelp
-	AllowAnonymous  bool          // requests without tenant credentials share one tenant instead of 400 tenant_missing
-	MaxBody         int64         // zero: idemhttp's default
-	MaxResponse     int           // the replay buffer; zero: idemhttp's default (1 MiB)
-	Wait            time.Duration // zero: answer 409 at once
-	FailOpen        bool
-	UpstreamTimeout time.Duration // zero: 30s
-	Admin           string        // the admin API's address; empty: no admin API
-	AdminToken      string        // empty: the key API is open to whoever reaches Admin (loopback only, see AdminInsecure)
-	AdminInsecure   bool          // allow Admin on a non-loopback address without AdminToken
-	ReadTimeout     time.Duration // zero: DefaultReadTimeout
-	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
-	MaxConns        int           // zero: DefaultMaxConns()
-	ShutdownTimeout time.Duration // zero: 30s
-	// Takeover is what a request does with a key whose previous attempt's
-	// lease ended (the gateway crashed or stalled): idem.TakeoverUnknown
-	// (the zero value: reconcile, else UNKNOWN) or idem.TakeoverRun (send
-	// it again, with Idempotency-Previous-Fence).
-	Takeover idem.TakeoverPolicy
-	// ReconcileURL, when set, is the upstream's lookup of a request by its
-	// key (docs/reconcile.md): a URL template with {key}, and optionally
-	// {tenant} and {fence}. Empty: UNKNOWN keys stay so until resolved.
-	ReconcileURL     string
-	ReconcileToken   string        // the bearer token sent to ReconcileURL; empty: none
-	ReconcileTimeout time.Duration // zero: 5s
-	ReconcileEvery   time.Duration // the interval of the background sweep of UNKNOWN keys; zero: no sweep
-	// ReconcileRate and ReconcileConcurrency bound the sweep's lookups:
-	// started per second, and in flight at once; zero: idem's defaults
-	// (idem.DefaultReconcileRate, idem.DefaultReconcileConcurrency).
-	ReconcileRate        float64
-	ReconcileConcurrency int
-	// StatsEvery is the interval of the samples of the gateway's counters
-	// that the admin API keeps for the console's overview (the last 360);
-	// zero: 10s, an hour of them.
-	StatsEvery time.Duration
-	// ErrorFormat is the shape of error answers to proxied requests
-	// (problem+json, or Stripe's error object); the admin API always
-	// answers problem+json. The stripe format also brings Stripe's rules
-	// (stripe.go): an upstream 400 releases the key, and Stripe-Account
-	// is part of the default tenant.
-	ErrorFormat idemhttp.ErrorFormat
-	// MismatchStatus is the status of key_mismatch; zero: the format's
-	// (422 problem, 400 stripe).
-	MismatchStatus int
-	// ReplayHeaders are the upstream response headers a replay carries on
-	// top of idemhttp's own; nil: DefaultReplayHeaders. Set-Cookie,
-	// Authorization and hop-by-hop headers are refused.
-	ReplayHeaders []string
-	// Repeatability understands OASIS Repeatable Requests
-	// (idemhttp.Options.Repeatability): Repeatability-Request-ID as a key.
-	Repeatability bool
-	// KeyRetention is how long, from completion, a key is remembered
-	// after its response's Retention: a retry in between gets 410
-	// key_expired and is not sent (idem.Options.KeyRetention). Zero: the
-	// key ends with its response.
-	KeyRetention time.Duration
-	// Routes are the policies of the requests their patterns match (the
-	// config file's routes); a request no route matches gets the
-	// settings above. Nil: every request gets them.
-	Routes []Route
-	Logger *slog.Logger // nil: slog.Default()
-	Tracer trace.Tracer // nil: no traces
-	// Transport sends requests upstream; nil: NewUpstreamTransport. The
-	// gateway learns whether a failed request reached the upstream from
-	// an *http.Transport's httptrace hooks; any other RoundTripper is
-	// taken to have sent every request it failed (the key turns UNKNOWN,
-	// never released on a guess).
-	Transport http.RoundTripper
-}
-
-// DefaultReplayHeaders are the upstream response headers a replay carries
-// by default, besides Content-Type, Location, Content-Language,
-// Content-Disposition and ETag: the request ids that client SDKs and logs
-// read back (Stripe's SDKs read Request-Id) and the API version.
-var DefaultReplayHeaders = []string{"Request-Id", "X-Request-Id", "X-Correlation-Id", "Stripe-Version",
-	"Idempotency-Key", "Original-Request"}
 
 // Gateway is a configured `idem serve`, ready to run.
 type Gateway struct {

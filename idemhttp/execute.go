@@ -1,0 +1,138 @@
+package idemhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/store"
+)
+
+// replay answers with a stored result, marked Idempotent-Replayed, and
+// echoes the request's Idempotency-Key (Stripe's SDKs read it back).
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, res *store.Result) {
+	h := w.Header()
+	for _, name := range m.replayHeaders {
+		if vs, ok := res.Header[name]; ok {
+			h[name] = slices.Clone(vs) // the stored result is shared and read-only
+		}
+	}
+	if vs, ok := r.Header[HeaderKey]; ok {
+		h[HeaderKey] = slices.Clone(vs) // validated: exactly one value
+	}
+	h.Set(HeaderReplayed, "true")
+	w.WriteHeader(res.Status)
+	w.Write(res.Body)
+}
+
+// execute runs the handler under the lease and records what it answered;
+// detached is r's context without its cancellation.
+func (m *middleware) execute(detached context.Context, next http.Handler, w http.ResponseWriter, r *http.Request, l *idem.Lease) {
+	id := l.ID()
+	if err := l.Check(); err != nil {
+		// The lease ended before the handler could start (the acquire was
+		// slow, or this process was paused): nothing ran, so the key is
+		// released, and the handler never runs outside its lease.
+		m.leaseEnded(detached, w, r, l, err)
+		return
+	}
+	x := &exchange{capture: capture{ResponseWriter: w, m: m, replayBuffer: replayBuffers.Get().(*replayBuffer)}}
+	c := &x.capture
+	finished := false
+	defer func() {
+		if finished {
+			return
+		}
+		// The handler panicked (or called runtime.Goexit); the panic goes
+		// on. It may have come after a side effect (a reverse proxy aborts
+		// a broken upstream body so): the key turns UNKNOWN, never runs again.
+		ctx := x.finalizeContext(detached)
+		defer ctx.Cancel()
+		m.finalizeErr(r, l.MarkUnknown(ctx, "the handler panicked"), OutcomeMarkedUnknown)
+		c.release()
+		m.wakeWaiters(id)
+	}()
+	x.handlerCtx = leaseContext{Context: l.Context(), override: &x.override}
+	start := time.Now()
+	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
+	finished = true
+	m.durations.add(routeOf(r), time.Since(start))
+	ctx := x.finalizeContext(detached)
+	defer ctx.Cancel()
+	m.finalize(ctx, r, l, c, &x.override)
+	c.release()
+	m.wakeWaiters(id)
+}
+
+// exchange is what a protected request needs beyond the Request itself,
+// in one allocation. It is not pooled: the handler's context and the
+// finalize context may be kept by code the request called.
+type exchange struct {
+	capture    capture
+	handlerCtx leaseContext // the handler's context
+	override   override     // what the handler declared with SetDisposition
+	final      finalctx.Context
+}
+
+// finalizeContext bounds the Complete or Release after the handler. It
+// starts when the handler has returned, so that a slow handler leaves its
+// finalize the whole FinalizeTimeout, and it does not end with the client:
+// the result is recorded even when the client has gone.
+func (x *exchange) finalizeContext(detached context.Context) *finalctx.Context {
+	x.final.Start(detached, idem.FinalizeTimeout)
+	return &x.final
+}
+
+// finalize stores the captured response, releases the key or marks it
+// UNKNOWN, exactly once: as the handler declared (SetDisposition), else
+// as the status policy says.
+func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *override) {
+	status := c.finalStatus()
+	d, reason := o.get()
+	if d == 0 {
+		d, reason = m.policy(status), "status "+strconv.Itoa(status)
+	}
+	switch {
+	case d == DispositionUnknown:
+		m.finalizeErr(r, l.MarkUnknown(ctx, reason), OutcomeMarkedUnknown)
+	case d == DispositionRelease:
+		m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
+	case c.hijacked:
+		m.finalizeErr(r, l.Complete(ctx, notReplayable(0, "the connection was hijacked")), OutcomeExecuted)
+	case c.overflow:
+		m.finalizeErr(r, l.Complete(ctx, notReplayable(status, "streamed past the replay buffer")), OutcomeExecuted)
+	default:
+		// The store copies what it keeps (store.CompleteParams), so the
+		// capture's buffers go back to the pool afterwards.
+		err := l.Complete(ctx, c.result(status))
+		if errors.Is(err, idem.ErrResultTooLarge) { // the engine's bound is below MaxResponseBuffer
+			err = l.Complete(ctx, notReplayable(status, "larger than the store's result limit"))
+		}
+		m.finalizeErr(r, err, OutcomeExecuted)
+	}
+}
+
+func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {
+	switch {
+	case err == nil:
+		m.report(r, ok)
+	case errors.Is(err, idem.ErrLeaseLost): // the engine logged it; the new owner's record is untouched
+		m.report(r, OutcomeLeaseLost)
+	default:
+		m.log.Error("idemhttp: recording the result failed and the engine could not hold it; the key stays in flight until its lease ends",
+			"method", r.Method, "path", r.URL.Path, "err", err)
+		m.report(r, OutcomeStoreError)
+	}
+}
+
+func notReplayable(status int, reason string) store.Result {
+	if status != 0 {
+		reason = "status " + strconv.Itoa(status) + ", " + reason
+	}
+	return store.Result{Status: status, Header: http.Header{notReplayableHeader: {reason}}}
+}
