@@ -2,9 +2,8 @@ package idemgrpc
 
 import (
 	"context"
-	"strconv"
-	"sync"
 
+	"github.com/idemkit/idem/internal/handlerctx"
 	"google.golang.org/grpc/codes"
 )
 
@@ -13,33 +12,20 @@ import (
 // retry runs the handler again, or mark the key UNKNOWN so that nothing
 // runs it again until the outcome is reconciled (idem.Options.Reconcile)
 // or an operator resolves it (idem.Engine.Resolve).
-type Disposition uint8
+type Disposition = handlerctx.Disposition
 
 const (
 	// DispositionStore records the answer (message or status with its
 	// details); every retry gets it replayed.
-	DispositionStore Disposition = iota + 1
+	DispositionStore Disposition = handlerctx.Store
 	// DispositionRelease deletes the key: the work provably did not take
 	// effect, and a retry runs the handler again.
-	DispositionRelease
+	DispositionRelease = handlerctx.Release
 	// DispositionUnknown turns the key UNKNOWN: the work may have taken
 	// effect and its result is not known. A retry gets UNKNOWN with the
 	// ErrorInfo reason OUTCOME_UNKNOWN, never a second run.
-	DispositionUnknown
+	DispositionUnknown = handlerctx.Unknown
 )
-
-// String names the disposition.
-func (d Disposition) String() string {
-	switch d {
-	case DispositionStore:
-		return "store"
-	case DispositionRelease:
-		return "release"
-	case DispositionUnknown:
-		return "unknown"
-	}
-	return "Disposition(" + strconv.Itoa(int(d)) + ")"
-}
 
 // DefaultStatusPolicy is the default Options.StatusPolicy. It follows
 // idemhttp.DefaultStatusPolicy: release a key only when the status says
@@ -87,44 +73,5 @@ func DefaultStatusPolicy(code codes.Code) Disposition {
 // A handler error that wraps idem.ErrOutcomeUnknown (idem.OutcomeUnknown)
 // makes the key UNKNOWN too, and a panic always does.
 func SetDisposition(ctx context.Context, d Disposition, reason string) bool {
-	o, ok := ctx.Value(dispositionKey{}).(*override)
-	if !ok || d < DispositionStore || d > DispositionUnknown {
-		return false
-	}
-	o.mu.Lock()
-	o.d, o.reason = d, reason
-	o.mu.Unlock()
-	return true
-}
-
-type dispositionKey struct{}
-
-// override is what SetDisposition declared for one call; d is zero when
-// nothing was.
-type override struct {
-	mu     sync.Mutex
-	d      Disposition
-	reason string
-}
-
-func (o *override) get() (Disposition, string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.d, o.reason
-}
-
-// leaseContext is the context a protected handler runs under: the
-// lease's (cancelled when the lease can no longer be held, and carrying
-// the lease for idem.LeaseFromContext), with the call's override for
-// SetDisposition, without an allocation of its own.
-type leaseContext struct {
-	context.Context
-	override *override
-}
-
-func (c *leaseContext) Value(key any) any {
-	if _, ok := key.(dispositionKey); ok {
-		return c.override
-	}
-	return c.Context.Value(key)
+	return handlerctx.Set(ctx, d, reason)
 }

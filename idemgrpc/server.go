@@ -19,6 +19,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/internal/handlerctx"
 	"github.com/idemkit/idem/store"
 )
 
@@ -309,7 +310,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 			"idem: the idempotency lease ended before the call could run ("+cerr.Error()+"); it did not run: retry with the same key", time.Second, nil).Err()
 	}
 	x := &call{}
-	x.ctx = leaseContext{Context: l.Context(), override: &x.override}
+	x.ctx = handlerctx.Context{Context: l.Context(), Override: &x.override}
 	start := time.Now()
 	finished := false
 	defer func() {
@@ -339,8 +340,8 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 // allocation. It is not pooled: the handler may keep its context, and the
 // store the finalize context.
 type call struct {
-	ctx      leaseContext
-	override override
+	ctx      handlerctx.Context
+	override handlerctx.Override
 	final    finalctx.Context
 }
 
@@ -359,12 +360,12 @@ func (x *call) finalizeContext(detached context.Context) *finalctx.Context {
 // idem.ErrOutcomeUnknown), else as the status policy says, and returns
 // what the caller gets: the handler's own answer, except that an
 // outcome-unknown error is answered as a retry would be.
-func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o *override, resp any, herr error, elapsed time.Duration) (any, error) {
+func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o *handlerctx.Override, resp any, herr error, elapsed time.Duration) (any, error) {
 	st, ok := status.FromError(herr)
 	if !ok { // as grpc-go answers it: a context error is CANCELLED or DEADLINE_EXCEEDED, any other UNKNOWN
 		st = status.FromContextError(herr)
 	}
-	d, reason := o.get()
+	d, reason := o.Get()
 	if d == 0 {
 		if errors.Is(herr, idem.ErrOutcomeUnknown) {
 			d, reason = DispositionUnknown, herr.Error()

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/handlerctx"
 )
 
 // Disposition is what the middleware does with a key once its handler has
@@ -16,32 +16,19 @@ import (
 // runs the handler again, or mark the key UNKNOWN so that nothing runs it
 // again until the outcome is reconciled (idem.Options.Reconcile) or an
 // operator resolves it (idem.Engine.Resolve).
-type Disposition uint8
+type Disposition = handlerctx.Disposition
 
 const (
 	// DispositionStore records the response; every retry gets it replayed.
-	DispositionStore Disposition = iota + 1
+	DispositionStore Disposition = handlerctx.Store
 	// DispositionRelease deletes the key: the work provably did not take
 	// effect, and a retry runs the handler again.
-	DispositionRelease
+	DispositionRelease = handlerctx.Release
 	// DispositionUnknown turns the key UNKNOWN: the work may have taken
 	// effect and its result is not known. A retry gets 503 outcome_unknown
 	// (after a reconciliation, if one is configured), never a second run.
-	DispositionUnknown
+	DispositionUnknown = handlerctx.Unknown
 )
-
-// String names the disposition.
-func (d Disposition) String() string {
-	switch d {
-	case DispositionStore:
-		return "store"
-	case DispositionRelease:
-		return "release"
-	case DispositionUnknown:
-		return "unknown"
-	}
-	return "Disposition(" + strconv.Itoa(int(d)) + ")"
-}
 
 // DefaultStatusPolicy is the default Options.StatusPolicy. The principle:
 // release a key only when the status says the request was not processed,
@@ -85,30 +72,7 @@ const DefaultUnknownRetryAfter = 60 * time.Second
 //
 // A panic in the handler always makes the key UNKNOWN.
 func SetDisposition(ctx context.Context, d Disposition, reason string) bool {
-	o, ok := ctx.Value(dispositionKey{}).(*override)
-	if !ok || d < DispositionStore || d > DispositionUnknown {
-		return false
-	}
-	o.mu.Lock()
-	o.d, o.reason = d, reason
-	o.mu.Unlock()
-	return true
-}
-
-type dispositionKey struct{}
-
-// override is what SetDisposition declared for one request; d is zero
-// when nothing was.
-type override struct {
-	mu     sync.Mutex
-	d      Disposition
-	reason string
-}
-
-func (o *override) get() (Disposition, string) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.d, o.reason
+	return handlerctx.Set(ctx, d, reason)
 }
 
 // storeResultPolicy turns the StoreResult function of earlier versions

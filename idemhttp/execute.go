@@ -10,6 +10,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/finalctx"
+	"github.com/idemkit/idem/internal/handlerctx"
 	"github.com/idemkit/idem/store"
 )
 
@@ -57,7 +58,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		c.release()
 		m.wakeWaiters(id)
 	}()
-	x.handlerCtx = leaseContext{Context: l.Context(), override: &x.override}
+	x.handlerCtx = handlerctx.Context{Context: l.Context(), Override: &x.override}
 	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true
@@ -74,8 +75,8 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 // finalize context may be kept by code the request called.
 type exchange struct {
 	capture    capture
-	handlerCtx leaseContext // the handler's context
-	override   override     // what the handler declared with SetDisposition
+	handlerCtx handlerctx.Context  // the handler's context
+	override   handlerctx.Override // what the handler declared with SetDisposition
 	final      finalctx.Context
 }
 
@@ -91,9 +92,9 @@ func (x *exchange) finalizeContext(detached context.Context) *finalctx.Context {
 // finalize stores the captured response, releases the key or marks it
 // UNKNOWN, exactly once: as the handler declared (SetDisposition), else
 // as the status policy says.
-func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *override) {
+func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *handlerctx.Override) {
 	status := c.finalStatus()
-	d, reason := o.get()
+	d, reason := o.Get()
 	if d == 0 {
 		d, reason = m.policy(status), "status "+strconv.Itoa(status)
 	}

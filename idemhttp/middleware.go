@@ -167,22 +167,6 @@ func headerTenant(name string) func(*http.Request) (string, error) {
 	}
 }
 
-// leaseContext is the context a protected handler runs under: the lease's,
-// which carries the lease for idem.LeaseFromContext, with the request's
-// override for SetDisposition. It is context.WithValue without an
-// allocation of its own (it lives in the request's exchange).
-type leaseContext struct {
-	context.Context
-	override *override
-}
-
-func (c *leaseContext) Value(key any) any {
-	if _, ok := key.(dispositionKey); ok {
-		return c.override
-	}
-	return c.Context.Value(key)
-}
-
 func (m *middleware) report(r *http.Request, o Outcome) {
 	if m.onOutcome != nil {
 		m.onOutcome(r, o)

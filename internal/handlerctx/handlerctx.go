@@ -1,0 +1,84 @@
+// Package handlerctx is the plumbing idemhttp and idemgrpc share around a
+// protected handler: the disposition a handler may declare for its key
+// (their SetDisposition), and the context the handler runs under, which
+// carries the lease and that declaration without an allocation of its own.
+package handlerctx
+
+import (
+	"context"
+	"strconv"
+	"sync"
+)
+
+// Disposition is what the middleware or interceptor does with a key once
+// its handler has answered. idemhttp and idemgrpc export it under their
+// own names (Disposition, DispositionStore, ...).
+type Disposition uint8
+
+const (
+	Store   Disposition = iota + 1 // store the answer and replay it
+	Release                        // delete the key: a retry runs the handler again
+	Unknown                        // turn the key UNKNOWN: nothing runs it again until resolved
+)
+
+// String names the disposition.
+func (d Disposition) String() string {
+	switch d {
+	case Store:
+		return "store"
+	case Release:
+		return "release"
+	case Unknown:
+		return "unknown"
+	}
+	return "Disposition(" + strconv.Itoa(int(d)) + ")"
+}
+
+// Override is what a handler declared for one call; its disposition is
+// zero when nothing was.
+type Override struct {
+	mu     sync.Mutex
+	d      Disposition
+	reason string
+}
+
+// Get returns what was declared.
+func (o *Override) Get() (Disposition, string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.d, o.reason
+}
+
+// Set records d and reason on the Override that ctx carries (the last
+// call wins). It reports false, doing nothing, when ctx carries none (it
+// is not a protected handler's) or d is not a disposition.
+func Set(ctx context.Context, d Disposition, reason string) bool {
+	o, ok := ctx.Value(overrideKey{}).(*Override)
+	if !ok || d < Store || d > Unknown {
+		return false
+	}
+	o.mu.Lock()
+	o.d, o.reason = d, reason
+	o.mu.Unlock()
+	return true
+}
+
+type overrideKey struct{}
+
+// Context is the context a protected handler runs under: the lease's
+// (cancelled when the lease can no longer be held, and carrying the lease
+// for idem.LeaseFromContext), with the call's Override. It is
+// context.WithValue without an allocation of its own: it lives in the
+// call's state.
+type Context struct {
+	context.Context
+	Override *Override
+}
+
+// Value returns the Override for Set, else what the lease's context holds.
+func (c *Context) Value(key any) any {
+	if _, ok := key.(overrideKey); ok {
+		return c.Override
+	}
+	return c.Context.Value(key)
+}
