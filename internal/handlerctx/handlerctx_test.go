@@ -5,12 +5,14 @@ import (
 	"testing"
 )
 
+type otherKey struct{}
+
 func TestSetReachesTheCallsOverride(t *testing.T) {
 	if Set(context.Background(), Unknown, "x") {
 		t.Fatal("Set on a context that is no handler's = true; want false")
 	}
 	var o Override
-	ctx := context.WithValue(&Context{Context: context.Background(), Override: &o}, struct{}{}, 1) // a context derived from it
+	ctx := context.WithValue(&Context{Context: context.Background(), Override: &o}, otherKey{}, 1) // a context derived from it
 	if Set(ctx, Disposition(9), "x") {
 		t.Fatal("Set of a value that is no disposition = true; want false")
 	}
