@@ -36,6 +36,9 @@ export function actions(rec, gw, reload) {
 
   const run = async (title, body, label, send, said) => {
     if (!(await confirmAction(title, body, label))) return;
+    // The answer of an earlier action goes while this one runs: what is
+    // shown is never a stale result.
+    document.getElementById('result')?.remove();
     const res = await send();
     reload(res.ok ? outcome(true, said(res)) : failure(res));
   };
