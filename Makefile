@@ -44,7 +44,7 @@ systemd-check: ## boot deploy/systemd/idem.service in a systemd-nspawn container
 
 screenshots: ## the console's screenshots in docs/console, taken by its browser test in headless Chromium
 	cd internal/console/browsertest && IDEM_SCREENSHOTS=1 go test -count=1 ./...
-check-short: ## the check campaign, short: one run of every store configuration under its nemeses (about 3 min; non-zero on a violation)
+check-short: ## the check campaign, short: one run of every store configuration under its nemeses (about 2 min; non-zero on a violation)
 	scripts/check.sh short
 
 check: ## the check campaign, long: 50 runs of every store configuration (about an hour); figures in check-out/summary.txt

@@ -6,7 +6,7 @@
 #
 #   scripts/check.sh short   one run of each configuration; the expected
 #                            unsafe ones run until the checker finds a
-#                            violation (at most 5 runs); about 3 minutes
+#                            violation (at most 5 runs); about 2 minutes
 #   scripts/check.sh long    50 runs of each (about an hour on 2 cores)
 #
 # It prints one line per run (its seed, operations, faults, verdict) and

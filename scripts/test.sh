@@ -10,16 +10,16 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 phase() { echo "test.sh: [$((SECONDS - start))s] $*"; }
 
-phase "servers, go vet, then go test -race on every package; the whole run takes about 6 min on 2 cores (3 of them the check campaign); the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
+phase "servers, go vet, then go test -race on every package; the whole run takes about 8 min on 2 quiet cores (2 of them the check campaign), about 13 with both cores busy; the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
 scripts/services.sh
 phase "go vet ./..."
 go vet ./...
 packages=$(go list ./... | wc -l)
-phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest, cmd/idem, internal/lab and store/redisstore, about a minute each)"
+phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest: store/redisstore about 3 min, cmd/idem and internal/lab about a minute each)"
 go test -race -count=1 -timeout 15m ./... "$@"
 phase "make model: spin checks the protocol's model (model/idem.pml) exhaustively for a double effect, a fence that does not increase or a replay that differs (about 20 s; apt-get installs spin where missing)"
 make model
-phase "make check-short: every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 3 min; check-out/ gets the history of a violation)"
+phase "make check-short: every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 2 min; check-out/ gets the history of a violation)"
 make check-short
 phase "examples/natsconsumer, its own module: go vet, then its fault test on NATS JetStream (about 20 s)"
 (cd examples/natsconsumer && go vet ./... && go test -race -count=1 -timeout 5m ./...)
