@@ -223,9 +223,30 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 	return e.decide(rec, req.Fingerprint), nil
 }
 
-// begin acquires the key once (and once more as the same owner after an
-// error) and decides the outcome from the store's answer.
+// begin acquires the key (beginAs) and, when the only thing in the way is
+// its own first try's record, releases that and acquires once more.
 func (e *Engine) begin(ctx context.Context, p store.AcquireParams, keyRetention time.Duration) (Attempt, error) {
+	att, err := e.beginAs(ctx, p, keyRetention)
+	if err == nil && att.Outcome == Unknown && att.Record.Owner == p.Owner && att.Record.Reason == store.ReasonAbandoned {
+		// The UNKNOWN record is our own first try's: it took the key, its
+		// reply was lost, and the lease ended before the second try found
+		// it (which turned it UNKNOWN). Nothing ran under it, since this
+		// Begin never handed the lease out: release it and take the key
+		// once more, under a new owner token.
+		cctx := e.callCtx(ctx)
+		rerr := e.store.Release(cctx, store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: att.Record.Fence})
+		cctx.end()
+		if rerr == nil {
+			p.Owner = rand.Text()
+			return e.beginAs(ctx, p, keyRetention)
+		}
+	}
+	return att, err
+}
+
+// beginAs acquires the key as p.Owner, once more as the same owner after
+// an error, and decides the outcome from the store's answer.
+func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetention time.Duration) (Attempt, error) {
 	start := time.Now()    // the local deadline counts from before the store saw the request
 	cctx := e.callCtx(ctx) // one store timeout for both tries
 	res, err := e.acquire(cctx, p)

@@ -568,6 +568,45 @@ func TestAcquireWhoseReplyWasLost(t *testing.T) {
 	})
 }
 
+// lateLostAcquire is a real store whose next Acquire takes effect, then
+// answers late (after wait) with an error: a reply lost after the store
+// acted, slower than the lease.
+type lateLostAcquire struct {
+	store.Store
+	lose atomic.Bool
+	wait time.Duration
+}
+
+func (s *lateLostAcquire) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	res, err := s.Store.Acquire(ctx, p)
+	if err == nil && s.lose.CompareAndSwap(true, false) {
+		time.Sleep(s.wait)
+		return store.AcquireResult{}, errors.New("injected: the reply was lost")
+	}
+	return res, err
+}
+
+// An acquire whose reply was lost and whose lease ended before the second
+// try leaves the key to this Begin, not UNKNOWN: nothing ran under the
+// first try, which no caller ever held (F5).
+func TestAcquireWhoseLateReplyWasLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &lateLostAcquire{Store: mustMem(t), wait: 200 * time.Millisecond}
+		s.lose.Store(true)
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 100 * time.Millisecond, RenewEvery: -1})
+		a := begin(t, e, idem.Key{Key: "late", NoFingerprint: true})
+		if a.Outcome != idem.Acquired {
+			t.Fatalf("Begin after a late lost acquire reply = %v (%+v); want Acquired: the UNKNOWN record was its own, never run", a.Outcome, a.Record)
+		}
+		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		if r := begin(t, e, idem.Key{Key: "late", NoFingerprint: true}); r.Outcome != idem.Replayed {
+			t.Fatalf("retry = %v; want Replayed", r.Outcome)
+		}
+	})
+}
+
 type leaseEvents struct {
 	mu     sync.Mutex
 	events []idem.LeaseEvent
