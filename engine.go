@@ -234,7 +234,9 @@ func (e *Engine) begin(ctx context.Context, p store.AcquireParams, keyRetention 
 		// Begin never handed the lease out: release it and take the key
 		// once more, under a new owner token.
 		cctx := e.callCtx(ctx)
+		start := time.Now()
 		rerr := e.store.Release(cctx, store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: att.Record.Fence})
+		e.observe(ctx, opRelease, start, rerr) // a store call like any other: counted and timed
 		cctx.end()
 		if rerr == nil {
 			p.Owner = rand.Text()

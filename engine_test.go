@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -593,10 +594,14 @@ func TestAcquireWhoseLateReplyWasLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := &lateLostAcquire{Store: mustMem(t), wait: 200 * time.Millisecond}
 		s.lose.Store(true)
-		e := newEngine(t, s, &idem.Options{LeaseDuration: 100 * time.Millisecond, RenewEvery: -1})
+		var calls storeCalls
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 100 * time.Millisecond, RenewEvery: -1, Observer: &calls})
 		a := begin(t, e, idem.Key{Key: "late", NoFingerprint: true})
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin after a late lost acquire reply = %v (%+v); want Acquired: the UNKNOWN record was its own, never run", a.Outcome, a.Record)
+		}
+		if got, want := calls.list(), []string{"acquire", "acquire", "release", "acquire"}; !slices.Equal(got, want) {
+			t.Fatalf("store calls observed %v; want %v (the release of its own record is a store call like any other)", got, want)
 		}
 		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete: %v", err)
@@ -605,6 +610,25 @@ func TestAcquireWhoseLateReplyWasLost(t *testing.T) {
 			t.Fatalf("retry = %v; want Replayed", r.Outcome)
 		}
 	})
+}
+
+// storeCalls records the operations of the store calls an engine observes.
+type storeCalls struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (o *storeCalls) StoreCall(_ context.Context, op string, _ time.Duration, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.ops = append(o.ops, op)
+}
+func (o *storeCalls) LeaseEvent(store.ID, idem.LeaseEvent) {}
+
+func (o *storeCalls) list() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.ops)
 }
 
 type leaseEvents struct {
