@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/idemkit/idem/internal/gateway"
@@ -79,13 +80,14 @@ func main() {
 	}
 	targets := []target{{"bare Go reverse proxy (pooled)", bare.URL, false}}
 	stores := []string{"memory"}
+	var rdb *redis.Client
 	if *redisURI != "" {
 		opt, err := redis.ParseURL(*redisURI)
 		if err != nil {
 			log.Fatal(err)
 		}
 		opt.PoolSize = 1024 // as many connections as clients: a team sizes its pool for its load
-		rdb := redis.NewClient(opt)
+		rdb = redis.NewClient(opt)
 		defer rdb.Close()
 		if err := rdb.Ping(context.Background()).Err(); err != nil {
 			log.Fatalf("redis: %v", err)
@@ -148,7 +150,13 @@ func main() {
 	for round := range *rounds {
 		for c, n := range clients {
 			for i, tg := range targets {
-				rows[c][i] = append(rows[c][i], load(tg.base, tg.replay, n, *duration))
+				proc, srv := processCPU(), redisCPU(rdb)
+				r := load(tg.base, tg.replay, n, *duration)
+				if done := r.rps * duration.Seconds(); done > 0 {
+					r.cpu = (processCPU() - proc) / time.Duration(done)
+					r.redisCPU = (redisCPU(rdb) - srv) / time.Duration(done)
+				}
+				rows[c][i] = append(rows[c][i], r)
 			}
 		}
 		log.Printf("round %d of %d done (%s)", round+1, *rounds, loadAverage())
@@ -157,7 +165,7 @@ func main() {
 	naiveRow := slices.IndexFunc(targets, func(t target) bool { return strings.HasPrefix(t.name, "naive") })
 	for c, n := range clients {
 		fmt.Printf("\n%d client(s):\n\n", n)
-		fmt.Printf("| path | req/s | x bare proxy | x naive | p50 | p99 | p50 added over bare | p99 added over bare | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Printf("| path | req/s | x bare proxy | x naive | p50 | p99 | p50 added over bare | p99 added over bare | CPU per request: process, Redis | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		bareRounds := rows[c][0]
 		for i, tg := range targets {
 			rs := rows[c][i]
@@ -176,7 +184,7 @@ func main() {
 			if errs > 0 {
 				erred = append(erred, fmt.Sprintf("%s at %d client(s): %d", tg.name, n, errs))
 			}
-			fmt.Printf("| %s | %.0f | %.2fx | %s | %v | %v | %v | %v | %d |\n", tg.name,
+			fmt.Printf("| %s | %.0f | %.2fx | %s | %v | %v | %v | %v | %v, %v | %d |\n", tg.name,
 				medianOf(rs, func(_ int, r result) float64 { return r.rps }),
 				medianOf(rs, func(k int, r result) float64 { return r.rps / bareRounds[k].rps }),
 				xNaive,
@@ -184,6 +192,8 @@ func main() {
 				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.p99) })),
 				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p50 - bareRounds[k].p50) })),
 				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p99 - bareRounds[k].p99) })),
+				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.cpu) })),
+				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.redisCPU) })),
 				errs)
 		}
 	}
@@ -269,6 +279,40 @@ type result struct {
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
+	// cpu is this process's CPU time per request (the load generator, the
+	// upstream and the row's gateway or proxy share it: the rows differ
+	// only by the gateway); redisCPU the Redis server's.
+	cpu, redisCPU time.Duration
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU time the Redis server has used (INFO cpu), or 0
+// without one. Its other clients count too: measure on a quiet server.
+func redisCPU(rdb *redis.Client) time.Duration {
+	if rdb == nil {
+		return 0
+	}
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var total float64
+	for line := range strings.SplitSeq(info, "\r\n") {
+		name, v, _ := strings.Cut(line, ":")
+		if name == "used_cpu_sys" || name == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // load runs a closed loop of n clients for d. With replay, every request
