@@ -73,38 +73,50 @@ func names(m map[string]tracetest.SpanStub) []string {
 	return out
 }
 
+// Every bad --store value is ErrStoreURI, without its password: one URI
+// for each way storeurl refuses one (its tests hold the full list), and
+// the memory options given for another store.
 func TestOpenStoreRejectsBadURIs(t *testing.T) {
-	for _, uri := range []string{"mongodb://x", "redis://:secret@host:notaport", "redis-cluster://", "postgres://%zz", "file:///tmp/x",
-		"rediss-sentinel://:secret@/master?sentinel_password=secret", "mongodb://u:secret@h/db"} {
-		_, closeStore, err := OpenStore(context.Background(), uri, nil)
+	for _, c := range []struct {
+		uri  string
+		opts *StoreOptions
+	}{
+		{"mongodb://u:secret@h/db", nil},
+		{"redis://:secret@host:notaport", nil},
+		{"rediss-sentinel://:secret@/master?sentinel_password=secret", nil},
+		{"postgres://u:secret@h:notaport/db", nil},
+		{"redis://:secret@127.0.0.1:1/0", &StoreOptions{MemoryLimit: 1 << 20}},
+	} {
+		_, closeStore, err := OpenStore(context.Background(), c.uri, c.opts)
 		if err == nil {
 			closeStore()
-			t.Errorf("OpenStore(%q) succeeded", uri)
+			t.Errorf("OpenStore(%q) succeeded", c.uri)
 			continue
 		}
 		if !errors.Is(err, ErrStoreURI) {
-			t.Errorf("OpenStore(%q) = %v; want ErrStoreURI", uri, err)
+			t.Errorf("OpenStore(%q) = %v; want ErrStoreURI", c.uri, err)
 		}
 		if strings.Contains(err.Error(), "secret") {
-			t.Errorf("OpenStore(%q) echoed the password: %v", uri, err)
+			t.Errorf("OpenStore(%q) echoed the password: %v", c.uri, err)
 		}
 	}
 }
 
-func TestOpenStoreTakesEveryRedisForm(t *testing.T) {
-	for _, uri := range []string{"redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0", "unix:///nonexistent/redis.sock",
-		"redis-sentinel://127.0.0.1:1/mymaster", "rediss-sentinel://127.0.0.1:1/mymaster", "redis-cluster://127.0.0.1:1", "rediss-cluster://127.0.0.1:1"} {
-		store, closeStore, err := OpenStore(context.Background(), uri, nil)
-		if err != nil || store == nil {
-			t.Errorf("OpenStore(%q) = %v; want a store (connections are made lazily)", uri, err)
-			continue
-		}
-		closeStore()
+// An empty --store is the memory store, as the flag's default says
+// (storeurl refuses an empty URL).
+func TestOpenStoreEmptyIsMemory(t *testing.T) {
+	store, closeStore, err := OpenStore(context.Background(), "", &StoreOptions{MemoryLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	if _, ok := store.(*memstore.Store); !ok {
+		t.Errorf("OpenStore(\"\") = %T; want a *memstore.Store", store)
 	}
 }
 
 // The gateway's Redis store coalesces its scripts unless the URI says
-// coalesce=off; a cluster ignores the option.
+// coalesce=off (storeurl's default is off); a cluster ignores the option.
 func TestOpenStoreCoalescesByDefault(t *testing.T) {
 	for _, c := range []struct {
 		uri  string
@@ -114,6 +126,8 @@ func TestOpenStoreCoalescesByDefault(t *testing.T) {
 		{"redis://127.0.0.1:1/0?dial_timeout=1s", true},
 		{"redis://127.0.0.1:1/0?coalesce=off", false},
 		{"redis://127.0.0.1:1/0?dial_timeout=1s&coalesce=off", false},
+		{"rediss://127.0.0.1:1/0", true},
+		{"unix:///nonexistent/redis.sock", true},
 		{"redis-sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", true},
 		{"redis-cluster://127.0.0.1:1", false},
 	} {

@@ -1,4 +1,4 @@
-package gateway
+package storeurl
 
 import (
 	"context"
@@ -21,27 +21,30 @@ import (
 // holding a pool slot after the link is back.
 const defaultConnectTimeout = 5 * time.Second
 
+// migrateTimeout bounds the migrations Open applies.
+const migrateTimeout = 30 * time.Second
+
 // openPostgres opens the PostgreSQL store and applies its migrations (they
-// are idempotent and serialised by an advisory lock, so several gateways
+// are idempotent and serialised by an advisory lock, so several processes
 // may start at once). The store reaps its expired rows every minute
-// (pgstore.DefaultReapInterval); several gateways share the work.
+// (pgstore.DefaultReapInterval); several processes share the work.
 func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
-	migrateCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	migrateCtx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
 	if err := pgstore.Migrate(migrateCtx, pool, &pgstore.Options{Schema: pgstore.DefaultSchema}); err != nil {
 		pool.Close()
-		return nil, nil, fmt.Errorf("gateway: migrating the PostgreSQL store: %w", err)
+		return nil, nil, fmt.Errorf("storeurl: migrating the PostgreSQL store: %w", err)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Logger: log})
 	if err != nil {
@@ -55,7 +58,7 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 func openLayered(ctx context.Context, redisURI, pgURI string, log *slog.Logger) (store.Store, func() error, error) {
 	client, err := redisstore.ParseURL(redisURI)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
 	pg, closePG, err := openPostgres(ctx, pgURI, log)
 	if err != nil {

@@ -1,0 +1,103 @@
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/redisstore"
+)
+
+// ErrBadURL is wrapped by every error about a URL that Open cannot use:
+// an unknown scheme, or a Redis or PostgreSQL URL that does not parse.
+var ErrBadURL = errors.New("storeurl: bad store URL")
+
+// Options configures Open. A nil *Options means defaults.
+type Options struct {
+	// Logger receives the warnings of the PostgreSQL and layered stores
+	// (a failed reaper pass, a failed Redis call). Nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// MemoryLimit is the memory store's bound in bytes
+	// (memstore.Options.MaxBytes): when its live records fill it, new
+	// keys fail with store.ErrStoreFull. Zero means memstore's default,
+	// 256 MiB. Setting it for another store is an error.
+	MemoryLimit int64
+	// MemoryTenantShare is the fraction of MemoryLimit that one tenant's
+	// records may take (memstore.Options.TenantShare). Zero means
+	// memstore's default, a quarter. Setting it for another store is an
+	// error.
+	MemoryTenantShare float64
+}
+
+// Open opens the store that uri names (the forms are listed in the
+// package documentation) and returns it with the function that releases
+// its connections.
+func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() error, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if uri == "" {
+		return nil, nil, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	}
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
+		return nil, nil, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+	}
+	// A Redis password that holds "+postgres" is written with %2B.
+	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
+		return openLayered(ctx, redisURI, "postgres"+pgRest, o.Logger)
+	}
+	switch {
+	case uri == "memory":
+		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit, TenantShare: o.MemoryTenantShare})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() error { return nil }, nil
+	case isRedisURI(uri):
+		s, closeStore, err := redisstore.OpenURL(uri, nil)
+		if errors.Is(err, redisstore.ErrBadURL) {
+			return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, closeStore, nil
+	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
+		s, closeStore, err := openPostgres(ctx, uri, o.Logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, closeStore, nil
+	}
+	return nil, nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+}
+
+// forms names the forms of the package documentation, for an error.
+const forms = "memory, redis://, rediss://, unix://, redis-sentinel://, redis-cluster:// " +
+	"(and their rediss- variants), postgres:// or REDIS_URL+postgres://"
+
+// isRedisURI reports whether uri names Redis: every form of
+// redisstore.ParseURL (redis, rediss, unix, and their -sentinel and
+// -cluster variants).
+func isRedisURI(uri string) bool {
+	scheme, _, ok := strings.Cut(uri, "://")
+	return ok && (strings.HasPrefix(scheme, "redis") || scheme == "unix")
+}
+
+// scheme returns the scheme of uri for an error message, never the rest,
+// which may hold a password.
+func scheme(uri string) string {
+	if s, _, ok := strings.Cut(uri, "://"); ok {
+		return s + "://"
+	}
+	return "(no scheme)"
+}
