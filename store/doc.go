@@ -26,7 +26,8 @@
 // idem, so a backend can be written, built and tested without the engine.
 // store/storetest is the conformance suite every Store passes, and
 // store/recordcodec the byte encoding of a result's header that the
-// stores of this module share.
+// stores of this module share. store/storeurl opens any of them from one
+// URL, as the gateway's --store does.
 //
 // The errors here are the very values package idem returns
 // (idem.ErrLeaseLost is ErrLeaseLost), so errors.Is finds them through
