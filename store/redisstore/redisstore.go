@@ -23,7 +23,9 @@ type Options struct {
 	// ReplicaAcks is how many replicas must acknowledge every write
 	// (acquire, complete, extend, release, mark unknown, resolve, delete;
 	// not a reconciliation claim) (Redis WAIT, on the connection that ran
-	// the script) before the store reports success. Zero means no waiting.
+	// the script) before the store reports success, and how many a Get
+	// must still see connected (so that it never answers from a node that
+	// is no longer the primary). Zero means no waiting.
 	// When too few acknowledge in time the call fails with an error
 	// wrapping ErrNotReplicated; a failed acquire releases the record it
 	// wrote. It needs a *redis.Client, a Sentinel failover client or a
@@ -333,7 +335,15 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 		mark = s.near.mark()
 	}
 	k := s.recordKey(id)
-	r, err := s.r.run(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
+	// With ReplicaAcks a read is followed by WAIT too: a node that is no
+	// longer the primary answers a read from a stale or empty copy (a
+	// demoted primary, one restarted empty before Sentinel made it a
+	// replica) where it refuses a write, and WAIT fails there (a replica
+	// refuses it; a lone master has no replica to count).
+	r, notReplicated, err := s.write(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
+	if err == nil {
+		err = notReplicated
+	}
 	if err != nil {
 		return store.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
