@@ -90,13 +90,7 @@ func (c *Cluster) settle(t testing.TB, replicas int) {
 }
 
 // Addrs returns the addresses of all nodes.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.Addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
 
 // Client returns a cluster client of c, closed when t ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
