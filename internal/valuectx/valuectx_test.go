@@ -6,15 +6,16 @@ import (
 )
 
 type (
-	carriedKey struct{}
-	otherKey   struct{}
+	carriedKey   struct{}
+	otherKey     struct{}
+	unrelatedKey struct{}
 )
 
 func TestValueFindsTheCarriedValueThroughDerivedContexts(t *testing.T) {
 	v := new(int)
 	parent := context.WithValue(context.Background(), otherKey{}, "parent's")
 	c := &Context[carriedKey, *int]{Context: parent, Carried: v}
-	ctx, cancel := context.WithCancel(context.WithValue(c, "unrelated", 1))
+	ctx, cancel := context.WithCancel(context.WithValue(c, unrelatedKey{}, 1))
 	defer cancel()
 	if got, ok := ctx.Value(carriedKey{}).(*int); !ok || got != v {
 		t.Fatalf("Value(carriedKey{}) = %v; want the carried value", ctx.Value(carriedKey{}))
