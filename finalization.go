@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/internal/ctxtime"
 	"github.com/idemkit/idem/store"
 )
 
@@ -127,7 +128,7 @@ func (e *Engine) finalizeNow(ctx context.Context, f *finalization) error {
 	defer cctx.end()
 	var err error
 	for _, wait := range finalizeBackoff {
-		if wait > 0 && !pause(cctx, wait) {
+		if wait > 0 && ctxtime.Sleep(cctx, wait) != nil {
 			break
 		}
 		start := time.Now()
@@ -138,18 +139,6 @@ func (e *Engine) finalizeNow(ctx context.Context, f *finalization) error {
 		}
 	}
 	return e.explain(cctx, err)
-}
-
-// pause waits for d, or until ctx ends; it reports whether d passed.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // timeoutError says that a store call got no answer within the store

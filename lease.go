@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/internal/valuectx"
 	"github.com/idemkit/idem/store"
 )
 
@@ -47,17 +48,7 @@ type leaseKey struct{}
 
 // leaseCarrier is the caller's context with the lease as a value. It is a
 // field of the Lease, so carrying the lease costs no allocation.
-type leaseCarrier struct {
-	context.Context
-	l *Lease
-}
-
-func (c *leaseCarrier) Value(key any) any {
-	if _, ok := key.(leaseKey); ok {
-		return c.l
-	}
-	return c.Context.Value(key)
-}
+type leaseCarrier = valuectx.Context[leaseKey, *Lease]
 
 // LeaseFromContext returns the lease that ctx runs under: the context
 // given to the function of Engine.Do, Lease.Context and every context
@@ -80,7 +71,7 @@ func (e *Engine) hold(parent context.Context, ref store.LeaseRef, fingerprint st
 	if takeover != nil {
 		l.previous = takeover.Fence
 	}
-	l.carrier = leaseCarrier{Context: parent, l: l}
+	l.carrier = leaseCarrier{Context: parent, Carried: l}
 	l.ctx, l.cancel = context.WithCancelCause(&l.carrier)
 	l.deadline.Store(int64(lease))
 	l.hb.Lock()

@@ -2,6 +2,7 @@ package idemclient
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -97,10 +98,10 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 	}
 	r := &Retrying{
 		base:        base,
-		maxAttempts: cmpOr(o.MaxAttempts, 5),
-		baseDelay:   cmpOr(o.BaseDelay, 100*time.Millisecond),
-		maxDelay:    cmpOr(o.MaxDelay, 10*time.Second),
-		maxWait:     cmpOr(o.MaxWait, 30*time.Second),
+		maxAttempts: cmp.Or(o.MaxAttempts, 5),
+		baseDelay:   cmp.Or(o.BaseDelay, 100*time.Millisecond),
+		maxDelay:    cmp.Or(o.MaxDelay, 10*time.Second),
+		maxWait:     cmp.Or(o.MaxWait, 30*time.Second),
 		sleep:       o.Sleep,
 		now:         o.Now,
 	}
@@ -114,14 +115,6 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 		r.now = time.Now
 	}
 	return r, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // RoundTrip implements http.RoundTripper.

@@ -310,7 +310,7 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 			"idem: the idempotency lease ended before the call could run ("+cerr.Error()+"); it did not run: retry with the same key", time.Second, nil).Err()
 	}
 	x := &call{}
-	x.ctx = handlerctx.Context{Context: l.Context(), Override: &x.override}
+	x.ctx = handlerctx.Context{Context: l.Context(), Carried: &x.override}
 	start := time.Now()
 	finished := false
 	defer func() {

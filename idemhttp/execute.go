@@ -58,7 +58,7 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 		c.release()
 		m.wakeWaiters(id)
 	}()
-	x.handlerCtx = handlerctx.Context{Context: l.Context(), Override: &x.override}
+	x.handlerCtx = handlerctx.Context{Context: l.Context(), Carried: &x.override}
 	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
 	finished = true

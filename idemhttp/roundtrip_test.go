@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -57,24 +56,16 @@ func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // one command, so one round trip.
 func TestStoreRoundTrips(t *testing.T) {
 	var commands *commandCounter // Redis only
-	stores := map[string]func(t *testing.T) store.Store{
-		"memory": func(t *testing.T) store.Store {
-			s, err := memstore.New(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		"redis": func(t *testing.T) store.Store {
-			client := testenv.Redis(t)
-			commands = new(commandCounter)
-			client.AddHook(commands)
-			s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
+	stores := testenv.Stores()
+	stores["redis"] = func(t *testing.T) store.Store { // testenv's, with its commands counted
+		client := testenv.Redis(t)
+		commands = new(commandCounter)
+		client.AddHook(commands)
+		s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	}
 	for name, newStore := range stores {
 		t.Run(name, func(t *testing.T) {

@@ -26,6 +26,8 @@ command -v cc >/dev/null || { echo "model: spin's verifier needs a C compiler (c
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=scripts/tally.sh
+. scripts/tally.sh
 
 # verify DIR: builds and runs pan on DIR/idem.pml; pan's report in DIR/pan.out.
 verify() {
@@ -72,7 +74,6 @@ if [ "${1:-}" != mutants ]; then
   exit 1
 fi
 
-missed=0
 for m in "${mutants[@]}"; do
   name=${m%%|*}
   expr=${m#*|}
@@ -81,21 +82,15 @@ for m in "${mutants[@]}"; do
   grep -n "MUT($name)" model/idem.pml | cut -d: -f1 | while read -r line; do echo "${line}${expr}"; done >"$d/sed"
   sed -f "$d/sed" model/idem.pml >"$d/idem.pml"
   if cmp -s model/idem.pml "$d/idem.pml"; then
-    echo "model: MISSED $name: its sed script changed nothing" >&2
-    missed=$((missed + 1))
+    mutant_missed model "$name" "its sed script changed nothing"
     continue
   fi
   verify "$d"
   what=$(grep -m1 -oE 'assertion violated .*\(at depth [0-9]+\)|invalid end state \(at depth [0-9]+\)' "$d/pan.out" || true)
   if [ -n "$what" ]; then
-    echo "model: CAUGHT $name: $what"
+    mutant_caught model "$name" "$what"
   else
-    echo "model: MISSED $name: $(grep -E 'errors:|not completed' "$d/pan.out" | tr '\n' ' ')" >&2
-    missed=$((missed + 1))
+    mutant_missed model "$name" "$(grep -E 'errors:|not completed' "$d/pan.out" | tr '\n' ' ')"
   fi
 done
-if [ $missed -gt 0 ]; then
-  echo "model: $missed of ${#mutants[@]} mutants not caught" >&2
-  exit 1
-fi
-echo "model: all ${#mutants[@]} mutants caught"
+mutants_verdict model ${#mutants[@]} mutants

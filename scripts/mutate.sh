@@ -21,7 +21,8 @@ if [ ${#names[@]} -eq 0 ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-missed=0
+# shellcheck source=scripts/tally.sh
+. scripts/tally.sh
 for name in "${names[@]}"; do
   patch=$root/internal/check/mutations/$name.patch
   config=$(sed -n 's/^# config: //p' "$patch")
@@ -40,14 +41,9 @@ for name in "${names[@]}"; do
   caught=$(ls "$out/$name" 2>/dev/null | grep -v -e summary -e inconclusive | head -1 || true)
   if [ $rc -eq 0 ] && [ -n "$caught" ]; then
     kinds=$(cut -d' ' -f1 "$out/$name/$caught/violations.txt" | sort | uniq -c | awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}')
-    echo "mutate: CAUGHT  $name ($config, run $caught): $kinds"
+    mutant_caught mutate "$name" "$config, run $caught: $kinds"
   else
-    echo "mutate: MISSED  $name ($config): $what; see $log"
-    missed=$((missed + 1))
+    mutant_missed mutate "$name" "$config: $what; see $log"
   fi
 done
-if [ $missed -gt 0 ]; then
-  echo "mutate: $missed of ${#names[@]} mutations not caught" >&2
-  exit 1
-fi
-echo "mutate: all ${#names[@]} mutations caught"
+mutants_verdict mutate ${#names[@]} mutations

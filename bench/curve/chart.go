@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,14 +17,9 @@ import (
 // renderAll draws concurrency.svg, keys.svg and memory.md in dir from its
 // curve.csv and memory.csv.
 func renderAll(dir string) error {
-	f, err := os.Open(filepath.Join(dir, "curve.csv"))
+	rows, err := readFile(dir, "curve.csv", readRows)
 	if err != nil {
 		return err
-	}
-	rows, err := readRows(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("curve.csv: %w", err)
 	}
 	conc, keys, err := charts(rows)
 	if err != nil {
@@ -37,19 +33,30 @@ func renderAll(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "curve.md"), sweepTables(rows), 0o644); err != nil {
 		return err
 	}
-	f, err = os.Open(filepath.Join(dir, "memory.csv"))
+	mems, err := readFile(dir, "memory.csv", readMemory)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // no fill, no memory figures
 	}
 	if err != nil {
 		return err
 	}
-	mems, err := readMemory(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("memory.csv: %w", err)
-	}
 	return os.WriteFile(filepath.Join(dir, "memory.md"), memoryTable(mems), 0o644)
+}
+
+// readFile reads the file name in dir with read; read's error is prefixed
+// with the name.
+func readFile[T any](dir, name string, read func(io.Reader) (T, error)) (T, error) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer f.Close()
+	v, err := read(f)
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", name, err)
+	}
+	return v, nil
 }
 
 // charts builds the two charts from the rows: cycles/s against concurrency

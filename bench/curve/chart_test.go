@@ -201,15 +201,3 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
-
-func TestParseInts(t *testing.T) {
-	got, err := parseInts("1, 2,4")
-	if err != nil || len(got) != 3 || got[2] != 4 {
-		t.Errorf("parseInts = %v, %v", got, err)
-	}
-	for _, bad := range []string{"", "1,,2", "-1", "x"} {
-		if _, err := parseInts(bad); err == nil {
-			t.Errorf("parseInts(%q): no error", bad)
-		}
-	}
-}

@@ -295,9 +295,9 @@ func idemRedis(r *redisSetup) ([]impl, backend, error) {
 			if from >= to {
 				return nil
 			}
-			tmpl := store.ID{Tenant: "fill", Key: "template"}
-			if err := storeCycle(ctx, gs, tmpl); err != nil {
-				return fmt.Errorf("template record: %w", err)
+			tmpl, err := fillTemplate(ctx, gs)
+			if err != nil {
+				return err
 			}
 			k := redisrecord.Key(keyPrefix, tmpl)
 			dump, err := r.idem.Dump(ctx, k).Result()
@@ -331,6 +331,16 @@ func storeCycle(ctx context.Context, s store.Store, id store.ID) error {
 	}
 	return s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "owner", Fence: res.Record.Fence},
 		Result: store.Result{Status: http.StatusCreated, Header: header, Body: body}, Retention: retention})
+}
+
+// fillTemplate writes, through s, the record that a fill copies (so that
+// every copy is byte for byte what the store writes), and returns its ID.
+func fillTemplate(ctx context.Context, s store.Store) (store.ID, error) {
+	id := store.ID{Tenant: "fill", Key: "template"}
+	if err := storeCycle(ctx, s, id); err != nil {
+		return id, fmt.Errorf("template record: %w", err)
+	}
+	return id, nil
 }
 
 // idemMemory returns idem on the memory store, and its backend, whose size

@@ -41,6 +41,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idem/bench/internal/counts"
 	"github.com/idemkit/idem/internal/redisproc"
 )
 
@@ -79,10 +80,10 @@ func main() {
 		return
 	}
 	var err error
-	if c.concurrency, err = parseInts(conc); err != nil {
+	if c.concurrency, err = counts.Parse(conc, 0); err != nil {
 		log.Fatalf("-concurrency: %v", err)
 	}
-	ks, err := parseInts(keys)
+	ks, err := counts.Parse(keys, 0)
 	if err != nil {
 		log.Fatalf("-keys: %v", err)
 	}
@@ -106,19 +107,6 @@ func main() {
 	if err := run(ctx, c); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// parseInts parses "1,2,4" into positive-or-zero numbers.
-func parseInts(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q is not a count", f)
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 func run(ctx context.Context, c config) (err error) {

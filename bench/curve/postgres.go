@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -80,9 +79,9 @@ func (p *postgres) impl() (impl, backend, error) {
 			if from >= to {
 				return nil
 			}
-			tmpl := store.ID{Tenant: "fill", Key: "template"}
-			if err := storeCycle(ctx, s, tmpl); err != nil {
-				return fmt.Errorf("template record: %w", err)
+			tmpl, err := fillTemplate(ctx, s)
+			if err != nil {
+				return err
 			}
 			rows, err := p.pool.Query(ctx, `SELECT column_name FROM information_schema.columns
 				WHERE table_schema = $1 AND table_name = 'records' ORDER BY ordinal_position`, p.schema)
@@ -105,14 +104,14 @@ func (p *postgres) impl() (impl, backend, error) {
 				}
 			}
 			q := "INSERT INTO " + records + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(sel, ", ") +
-				" FROM " + records + " t, generate_series($1::bigint, $2::bigint) g WHERE t.tenant_id = 'fill' AND t.idempotency_key = 'template'"
+				" FROM " + records + " t, generate_series($1::bigint, $2::bigint) g WHERE t.tenant_id = $3 AND t.idempotency_key = $4"
 			const batch = 100_000
 			for lo := from; lo < to; lo += batch {
-				if _, err := p.pool.Exec(ctx, q, lo, min(lo+batch, to)-1); err != nil {
+				if _, err := p.pool.Exec(ctx, q, lo, min(lo+batch, to)-1, tmpl.Tenant, tmpl.Key); err != nil {
 					return err
 				}
 			}
-			_, err = p.pool.Exec(ctx, "DELETE FROM "+records+" WHERE tenant_id = 'fill' AND idempotency_key = 'template'")
+			_, err = p.pool.Exec(ctx, "DELETE FROM "+records+" WHERE tenant_id = $1 AND idempotency_key = $2", tmpl.Tenant, tmpl.Key)
 			if err == nil {
 				_, err = p.pool.Exec(ctx, "VACUUM ANALYZE "+records)
 			}

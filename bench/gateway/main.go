@@ -27,13 +27,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idem/bench/internal/counts"
 	"github.com/idemkit/idem/internal/gateway"
 	"github.com/redis/go-redis/v9"
 )
@@ -208,13 +208,9 @@ func parseClients(s string, one int) ([]int, error) {
 	if one > 0 {
 		return []int{one}, nil
 	}
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("-clients: %q is not a positive count", f)
-		}
-		out = append(out, n)
+	out, err := counts.Parse(s, 1)
+	if err != nil {
+		return nil, fmt.Errorf("-clients: %w", err)
 	}
 	return out, nil
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"strconv"
 	"sync"
+
+	"github.com/idemkit/idem/internal/valuectx"
 )
 
 // Disposition is what the middleware or interceptor does with a key once
@@ -67,18 +69,7 @@ type overrideKey struct{}
 
 // Context is the context a protected handler runs under: the lease's
 // (cancelled when the lease can no longer be held, and carrying the lease
-// for idem.LeaseFromContext), with the call's Override. It is
+// for idem.LeaseFromContext), carrying the call's Override for Set. It is
 // context.WithValue without an allocation of its own: it lives in the
 // call's state.
-type Context struct {
-	context.Context
-	Override *Override
-}
-
-// Value returns the Override for Set, else what the lease's context holds.
-func (c *Context) Value(key any) any {
-	if _, ok := key.(overrideKey); ok {
-		return c.Override
-	}
-	return c.Context.Value(key)
-}
+type Context = valuectx.Context[overrideKey, *Override]

@@ -12,7 +12,7 @@ func TestSetReachesTheCallsOverride(t *testing.T) {
 		t.Fatal("Set on a context that is no handler's = true; want false")
 	}
 	var o Override
-	ctx := context.WithValue(&Context{Context: context.Background(), Override: &o}, otherKey{}, 1) // a context derived from it
+	ctx := context.WithValue(&Context{Context: context.Background(), Carried: &o}, otherKey{}, 1) // a context derived from it
 	if Set(ctx, Disposition(9), "x") {
 		t.Fatal("Set of a value that is no disposition = true; want false")
 	}

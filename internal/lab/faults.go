@@ -43,8 +43,7 @@ func prepareFailover(ctx context.Context, lb *lab) (runSetup, error) {
 		cleanup()
 		return runSetup{}, err
 	}
-	ep := &endpoint{}
-	ep.set(primary.Addr)
+	ep := newEndpoint(primary.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S/5); err != nil {
@@ -71,8 +70,7 @@ func prepareCrash(ctx context.Context, lb *lab) (runSetup, error) {
 	if err != nil {
 		return runSetup{}, err
 	}
-	ep := &endpoint{}
-	ep.set(srv.Addr)
+	ep := newEndpoint(srv.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S*6/10); err != nil {
@@ -105,8 +103,7 @@ func prepareClock(ctx context.Context, lb *lab) (runSetup, error) {
 	if err != nil {
 		return runSetup{}, err
 	}
-	ep := &endpoint{}
-	ep.set(srv.Addr)
+	ep := newEndpoint(srv.Addr)
 	S := lb.spread()
 	fault := func(ctx context.Context) error {
 		if err := ctxtime.Sleep(ctx, S/2); err != nil {
@@ -124,8 +121,7 @@ func prepareProxy(m faultproxy.Mode) func(ctx context.Context, lb *lab) (runSetu
 			return runSetup{}, err
 		}
 		p.SetDelay(lb.lease * 3 / 2)
-		ep := &endpoint{}
-		ep.set(p.Addr())
+		ep := newEndpoint(p.Addr())
 		S := lb.spread()
 		fault := func(ctx context.Context) error {
 			if err := ctxtime.Sleep(ctx, S/5); err != nil {
@@ -140,8 +136,7 @@ func prepareProxy(m faultproxy.Mode) func(ctx context.Context, lb *lab) (runSetu
 }
 
 func preparePGKill(ctx context.Context, lb *lab) (runSetup, error) {
-	setup := runSetup{ep: &endpoint{}}
-	setup.ep.set(lb.redis.Addr)
+	setup := runSetup{ep: newEndpoint(lb.redis.Addr)}
 	setup.charged = func(ctx context.Context, key string, e Effect) Effect {
 		if g, ok := e.(guardEffect); ok {
 			lb.pg.pool.Exec(context.WithoutCancel(ctx), `SELECT pg_terminate_backend($1)`, g.pid)
@@ -166,8 +161,7 @@ func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
 		p.Close()
 		return runSetup{}, err
 	}
-	setup := runSetup{ep: &endpoint{}, guard: guardLedger{pg: lb.pg, pool: pool}}
-	setup.ep.set(lb.redis.Addr)
+	setup := runSetup{ep: newEndpoint(lb.redis.Addr), guard: guardLedger{pg: lb.pg, pool: pool}}
 	setup.cleanup = func() { pool.Close(); p.Close() }
 	// The commit that follows the first charge of a key loses its reply:
 	// the server commits, the worker gets an error.
@@ -192,15 +186,13 @@ func preparePGLostCommit(ctx context.Context, lb *lab) (runSetup, error) {
 }
 
 func prepareProviderCut(ctx context.Context, lb *lab) (runSetup, error) {
-	setup := runSetup{ep: &endpoint{}}
-	setup.ep.set(lb.redis.Addr)
+	setup := runSetup{ep: newEndpoint(lb.redis.Addr)}
 	setup.afterCharge = func(ev chargeEvent, _ func(int)) bool { return ev.First }
 	return setup, nil
 }
 
 func prepareWorkerKill(ctx context.Context, lb *lab) (runSetup, error) {
-	setup := runSetup{ep: &endpoint{}}
-	setup.ep.set(lb.redis.Addr)
+	setup := runSetup{ep: newEndpoint(lb.redis.Addr)}
 	setup.afterCharge = func(ev chargeEvent, kill func(int)) bool {
 		if !ev.First {
 			return false
@@ -219,8 +211,7 @@ func prepareStoreStop(ctx context.Context, lb *lab) (runSetup, error) {
 	if err != nil {
 		return runSetup{}, err
 	}
-	setup := runSetup{ep: &endpoint{}, cleanup: srv.Kill} // Kill continues a stopped server first
-	setup.ep.set(srv.Addr)
+	setup := runSetup{ep: newEndpoint(srv.Addr), cleanup: srv.Kill} // Kill continues a stopped server first
 	L := unknownLease
 	stopped := make(chan struct{})
 	var once sync.Once

@@ -104,8 +104,7 @@ func runWorkerProcess(conf string, stdin io.Reader, stdout io.Writer) error {
 	}
 	pay := newPayClient(c.PayURL, c.PayTimeout)
 	defer pay.close()
-	ep := &endpoint{}
-	ep.set(c.RedisAddr)
+	ep := newEndpoint(c.RedisAddr)
 	base := &redis.Options{Addr: c.RedisAddr, DB: c.RedisDB, Username: c.RedisUsername, Password: c.RedisPassword}
 	env := &workerEnv{Tenant: c.Tenant, Prefix: c.Prefix, Lease: c.Lease, Pay: pay, Reconcile: im.reconcile,
 		Ledger: plainLedger{pg}, Fenced: new(atomic.Int64), NewRedis: redisClients(base, ep)}

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -54,7 +55,7 @@ type runSetup struct {
 // scenario's servers, the workers, the clients while the fault hits, one
 // last read of every key, and the check of the history.
 func (lb *lab) runOne(ctx context.Context, sc *scenario, im impl) (Counts, error) {
-	lease := sc.leaseOr(lb.lease)
+	lease := cmp.Or(sc.lease, lb.lease)
 	setup, err := lb.prepare(ctx, sc)
 	if err != nil {
 		return Counts{}, err
@@ -88,7 +89,7 @@ func (lb *lab) runOne(ctx context.Context, sc *scenario, im impl) (Counts, error
 	defer closeWorkers(workers)
 	r := &runner{env: env, workers: workers, hist: &history{}, clientTimeout: sc.clientTimeout(lease)}
 	keys := sc.keyNames(lb.keys)
-	if err := r.clientsUnderFault(ctx, keys, sc.perKey(), sc.spreadOr(lb.spread()), setup.fault); err != nil {
+	if err := r.clientsUnderFault(ctx, keys, sc.perKey(), cmp.Or(sc.spread, lb.spread()), setup.fault); err != nil {
 		return Counts{}, fmt.Errorf("lab: %s: injecting the fault: %w", sc.name, err)
 	}
 	r.finalRead(ctx, keys, len(keys)*sc.perKey())
@@ -122,8 +123,7 @@ func (lb *lab) prepare(ctx context.Context, sc *scenario) (runSetup, error) {
 	if sc.prepare != nil {
 		return sc.prepare(ctx, lb)
 	}
-	setup := runSetup{ep: &endpoint{}}
-	setup.ep.set(lb.redis.Addr)
+	setup := runSetup{ep: newEndpoint(lb.redis.Addr)}
 	return setup, nil
 }
 

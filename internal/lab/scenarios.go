@@ -39,14 +39,6 @@ func (s *scenario) keys(def int) int {
 	return def
 }
 
-// leaseOr returns the scenario's lease, or def when it has none of its own.
-func (s *scenario) leaseOr(def time.Duration) time.Duration {
-	if s.lease > 0 {
-		return s.lease
-	}
-	return def
-}
-
 func (s *scenario) clientTimeout(lease time.Duration) time.Duration {
 	if s.timeout != nil {
 		return s.timeout(lease)
@@ -61,14 +53,6 @@ func (s *scenario) keyNames(def int) []string {
 		keys[i] = "order-" + strconv.Itoa(i)
 	}
 	return keys
-}
-
-// spreadOr returns the scenario's spread, or def.
-func (s *scenario) spreadOr(def time.Duration) time.Duration {
-	if s.spread > 0 {
-		return s.spread
-	}
-	return def
 }
 
 // payTimeoutOr returns the caller's timeout of one charge over HTTP.

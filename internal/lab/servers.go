@@ -139,6 +139,9 @@ type endpoint struct {
 	addr string
 }
 
+// newEndpoint returns an endpoint at addr.
+func newEndpoint(addr string) *endpoint { return &endpoint{addr: addr} }
+
 func (e *endpoint) set(a string) { e.mu.Lock(); e.addr = a; e.mu.Unlock() }
 func (e *endpoint) get() string  { e.mu.Lock(); defer e.mu.Unlock(); return e.addr }
 

@@ -18,6 +18,7 @@ package probe
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -230,8 +231,8 @@ func newProber(cfg Config) (*prober, error) {
 	if p.cfg.CredentialHeader == "" {
 		p.cfg.CredentialHeader = "Authorization"
 	}
-	p.cfg.Burst = min(cmpOr(cfg.Burst, 8), maxBurst)
-	p.cfg.RequestTimeout = cmpOr(cfg.RequestTimeout, 10*time.Second)
+	p.cfg.Burst = min(cmp.Or(cfg.Burst, 8), maxBurst)
+	p.cfg.RequestTimeout = cmp.Or(cfg.RequestTimeout, 10*time.Second)
 	if p.cfg.Sleep == nil {
 		p.cfg.Sleep = ctxtime.Sleep
 	}
@@ -277,14 +278,6 @@ func variant(body []byte, contentType string) []byte {
 		return append(bytes.Clone(body), "&idem_probe_variant=1"...)
 	}
 	return append(bytes.Clone(body), '\n')
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // newKey returns a fresh idempotency key, so that no check sees another's.

@@ -15,11 +15,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/idemkit/idem/internal/ctxtime"
+	"github.com/idemkit/idem/internal/childproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -61,9 +60,7 @@ type Server struct {
 	args    []string
 	env     []string
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd     // the latest process; nil before the first one starts
-	done chan struct{} // closed when cmd has exited and been reaped
+	proc childproc.Proc // the latest process
 }
 
 // Start runs a redis-server as cfg says and waits until it answers (INFO,
@@ -164,55 +161,28 @@ func (s *Server) Restart(ctx context.Context) error { return s.launch(ctx) }
 // launch starts a process of s, unless one is running, and waits until it
 // answers; a process that does not is killed.
 func (s *Server) launch(ctx context.Context) error {
-	s.mu.Lock()
-	if s.done != nil && !closed(s.done) {
-		s.mu.Unlock()
-		return fmt.Errorf("redisproc: %s is still running", s.Addr)
-	}
-	// Redis logs to stdout (no --logfile); stdout and stderr go to one
-	// file, appended to across restarts, so start errors are kept too.
-	log, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		s.mu.Unlock()
-		return err
-	}
 	cmd := exec.Command(s.program, s.args...)
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
-	cmd.Stdout, cmd.Stderr = log, log
-	err = cmd.Start()
-	log.Close() // the process has its own descriptor
+	// Redis logs to stdout (no --logfile), which goes to the log.
+	done, err := s.proc.Start(cmd, s.logPath())
 	if err != nil {
-		s.mu.Unlock()
-		return fmt.Errorf("redisproc: start %s: %w", s.program, err)
+		return fmt.Errorf("redisproc: start %s on %s: %w", s.program, s.Addr, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second})
 	defer c.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if closed(done) {
-			return fmt.Errorf("redisproc: %s on port %d exited at start: %s", s.program, s.Port, oneLine(s.Log(5)))
-		}
-		err := s.answers(ctx, c, cmd.Process.Pid)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.Kill()
-			return fmt.Errorf("redisproc: %s on port %d did not answer: %w; log: %s", s.program, s.Port, err, oneLine(s.Log(5)))
-		}
-		_ = ctxtime.Sleep(ctx, 20*time.Millisecond) // a done ctx ends the loop above
+	err = childproc.Await(ctx, done, time.Now().Add(startTimeout), 20*time.Millisecond,
+		func() error { return s.answers(ctx, c, cmd.Process.Pid) })
+	switch {
+	case errors.Is(err, childproc.ErrExited):
+		return fmt.Errorf("redisproc: %s on port %d exited at start: %s", s.program, s.Port, oneLine(s.Log(5)))
+	case err != nil:
+		s.Kill()
+		return fmt.Errorf("redisproc: %s on port %d did not answer: %w; log: %s", s.program, s.Port, err, oneLine(s.Log(5)))
 	}
+	return nil
 }
 
 // answers reports whether the server at c is the process pid: another
@@ -234,13 +204,11 @@ func (s *Server) answers(ctx context.Context, c *redis.Client, pid int) error {
 // Kill stops the process at once with SIGKILL, as a crash would, and waits
 // for it to exit. Killing a server that has exited is harmless.
 func (s *Server) Kill() {
-	cmd, done := s.current()
-	if cmd == nil || closed(done) {
+	if s.proc.Signal(syscall.SIGCONT) != nil { // a paused process must be able to die
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGCONT) // a paused process must be able to die
-	_ = cmd.Process.Kill()
-	<-done
+	_ = s.proc.Signal(syscall.SIGKILL)
+	s.proc.Wait()
 }
 
 // Pause stops the process with SIGSTOP: it keeps its sockets but answers
@@ -251,50 +219,23 @@ func (s *Server) Pause() error { return s.signal(syscall.SIGSTOP) }
 func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 
 func (s *Server) signal(sig syscall.Signal) error {
-	cmd, done := s.current()
-	if cmd == nil || closed(done) {
-		return fmt.Errorf("redisproc: server %s has exited", s.Addr)
+	if err := s.proc.Signal(sig); err != nil {
+		return fmt.Errorf("redisproc: server %s: %w", s.Addr, err)
 	}
-	return cmd.Process.Signal(sig)
+	return nil
 }
 
 // Alive reports whether the process is running.
-func (s *Server) Alive() bool {
-	cmd, done := s.current()
-	return cmd != nil && !closed(done)
-}
-
-// current returns the latest process and the channel closed when it exits.
-func (s *Server) current() (*exec.Cmd, chan struct{}) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cmd, s.done
-}
+func (s *Server) Alive() bool { return s.proc.Running() }
 
 // Log returns the last n lines of the server's log, of every run of it,
 // for failure messages.
-func (s *Server) Log(n int) string {
-	b, _ := os.ReadFile(s.logPath())
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (s *Server) Log(n int) string { return strings.Join(childproc.Tail(s.logPath(), n), "\n") }
 
 func (s *Server) logPath() string { return filepath.Join(s.Dir, "redis.log") }
 
 // oneLine joins log lines for an error message.
 func oneLine(log string) string { return strings.ReplaceAll(log, "\n", " | ") }
-
-func closed(done chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
 
 // InfoField returns one field of INFO section from the node at c.
 func InfoField(ctx context.Context, c *redis.Client, section, field string) (string, error) {

@@ -1,12 +1,13 @@
 // Package redisrecord is what the Redis store and the layered store's
-// mirror share about a record in Redis: the name of its key and the
-// decoding of what their Lua scripts return.
+// mirror share about a record in Redis: the name of its key, the Cluster
+// slot of a key, and the decoding of what their Lua scripts return.
 package redisrecord
 
 import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem/store"
@@ -73,4 +74,28 @@ func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, er
 		return store.Record{}, fmt.Errorf("state %q", f[0])
 	}
 	return rec, nil
+}
+
+// Slot returns the Redis Cluster hash slot of key, as CLUSTER KEYSLOT
+// does: CRC16 (XMODEM: polynomial 0x1021, initial 0) of the hash tag (the
+// part between the first '{' and the next '}', when not empty) or of the
+// whole key, modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
 }

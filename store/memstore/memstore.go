@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/idemkit/idem/internal/listcursor"
 	"github.com/idemkit/idem/store"
 )
 
@@ -310,12 +310,9 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	case limit > store.MaxListLimit:
 		limit = store.MaxListLimit
 	}
-	var after store.ID
-	if p.After != "" {
-		var ok bool
-		if after, ok = parseCursor(p.After); !ok || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return store.ListPage{}, errBadCursor
-		}
+	after, ok := listcursor.After(p)
+	if !ok {
+		return store.ListPage{}, errBadCursor
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
@@ -336,29 +333,13 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 		page.Records = append(page.Records, s.unknown[id.Tenant][id.Key].view(now))
 	}
 	if len(ids) > limit {
-		page.Next = cursor(ids[limit-1])
+		page.Next = listcursor.Next(ids[limit-1])
 	}
 	return page, nil
 }
 
 func compareIDs(a, b store.ID) int {
 	return cmp.Or(strings.Compare(a.Tenant, b.Tenant), strings.Compare(a.Key, b.Key))
-}
-
-// cursor encodes id as "len(tenant):tenant" + key, which parses back
-// whatever bytes the tenant and key hold.
-func cursor(id store.ID) string {
-	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
-}
-
-func parseCursor(c string) (store.ID, bool) {
-	n, rest, ok := strings.Cut(c, ":")
-	length, err := strconv.Atoi(n)
-	if !ok || err != nil || length < 0 || length > len(rest) {
-		return store.ID{}, false
-	}
-	id := store.ID{Tenant: rest[:length], Key: rest[length:]}
-	return id, store.ValidateTenant(id.Tenant) == nil && store.ValidateKey(id.Key) == nil
 }
 
 // Get implements store.Store.

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idem/internal/listcursor"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/recordcodec"
 )
@@ -275,12 +274,9 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 		limit = store.DefaultListLimit
 	}
 	limit = min(limit, store.MaxListLimit)
-	var after store.ID
-	if p.After != "" {
-		var err error
-		if after, err = parseCursor(p.After); err != nil || (!p.AllTenants && after.Tenant != p.Tenant) {
-			return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", store.ErrInvalidCursor, p.After)
-		}
+	after, ok := listcursor.After(p)
+	if !ok {
+		return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w: cursor %q is not one of this listing", store.ErrInvalidCursor, p.After)
 	}
 	sql, args := s.q.listTenant, []any{p.Tenant, after.Key, limit + 1} // one more, to know whether a page follows
 	if p.AllTenants {
@@ -295,7 +291,7 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	for rows.Next() {
 		if len(page.Records) == limit {
 			last := page.Records[limit-1].ID
-			page.Next = cursor(last)
+			page.Next = listcursor.Next(last)
 			break
 		}
 		var id store.ID
@@ -311,25 +307,6 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 		return store.ListPage{}, fmt.Errorf("pgstore: list unknown: %w", err)
 	}
 	return page, nil
-}
-
-// cursor encodes id as a ListPage.Next: the tenant's length first, so that
-// no tenant and key pair reads as another.
-func cursor(id store.ID) string {
-	return strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + id.Key
-}
-
-func parseCursor(c string) (store.ID, error) {
-	n, rest, ok := strings.Cut(c, ":")
-	size, err := strconv.Atoi(n)
-	if !ok || err != nil || size < 0 || size > len(rest) {
-		return store.ID{}, errors.New("malformed")
-	}
-	id := store.ID{Tenant: rest[:size], Key: rest[size:]}
-	if err := store.ValidateTenant(id.Tenant); err != nil {
-		return store.ID{}, err
-	}
-	return id, store.ValidateKey(id.Key)
 }
 
 // Get implements store.Store.

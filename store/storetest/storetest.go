@@ -209,18 +209,9 @@ func wantLost(t *testing.T, what string, err error) {
 func testAcquireOnce(t *testing.T, s store.Store, _ func(time.Duration)) {
 	const n = 64
 	id := newID(t)
-	var wg sync.WaitGroup
-	results := make([]store.AcquireResult, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long, Retention: long})
-		})
-	}
-	close(start)
-	wg.Wait()
+	results, errs := atOnce(n, func(i int) (store.AcquireResult, error) {
+		return s.Acquire(context.Background(), store.AcquireParams{ID: id, Owner: fmt.Sprintf("owner-%d", i), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+	})
 	winners := 0
 	var winner store.Record
 	for i := range n {
@@ -240,6 +231,24 @@ func testAcquireOnce(t *testing.T, s store.Store, _ func(time.Duration)) {
 			t.Fatalf("loser %d saw %+v; want the winner's PROCESSING record (owner %s, fence %d)", i, r.Record, winner.Owner, winner.Fence)
 		}
 	}
+}
+
+// atOnce runs call(i) for each i below n, in n goroutines released
+// together, and returns their results and errors by i.
+func atOnce[R any](n int, call func(i int) (R, error)) ([]R, []error) {
+	var wg sync.WaitGroup
+	results := make([]R, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = call(i)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return results, errs
 }
 
 func testAcquireExisting(t *testing.T, s store.Store, _ func(time.Duration)) {

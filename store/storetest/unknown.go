@@ -387,18 +387,9 @@ func testClaimExclusive(t *testing.T, s store.Store, _ func(time.Duration)) {
 	const n = 32
 	id := newID(t)
 	ref := mustUnknown(t, s, id, long)
-	var wg sync.WaitGroup
-	results := make([]store.ClaimResult, n)
-	errs := make([]error, n)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			results[i], errs[i] = s.Claim(context.Background(), store.ClaimParams{ID: id, Owner: fmt.Sprintf("claimer-%d", i), LeaseDuration: long})
-		})
-	}
-	close(start)
-	wg.Wait()
+	results, errs := atOnce(n, func(i int) (store.ClaimResult, error) {
+		return s.Claim(context.Background(), store.ClaimParams{ID: id, Owner: fmt.Sprintf("claimer-%d", i), LeaseDuration: long})
+	})
 	winners := 0
 	for i := range n {
 		if errs[i] != nil {

@@ -20,11 +20,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idem/internal/childproc"
 )
 
 // Server is one PostgreSQL server started by Start.
@@ -37,9 +38,7 @@ type Server struct {
 	bin  string
 	cred *syscall.Credential // the postgres user, when run as root; nil otherwise
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	proc childproc.Proc // the latest postmaster
 }
 
 // URL returns the server's connection string for user postgres, database
@@ -153,61 +152,38 @@ func (s *Server) Restart(ctx context.Context) error {
 // start starts postgres once and waits until it accepts connections, or
 // it exits, or deadline passes.
 func (s *Server) start(ctx context.Context, deadline time.Time) error {
-	s.mu.Lock()
-	if s.done != nil && !closed(s.done) {
-		s.mu.Unlock()
-		return errors.New("pgproc: the server is still running")
-	}
-	log, err := os.OpenFile(filepath.Join(s.Dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		s.mu.Unlock()
-		return err
-	}
 	cmd := s.command(filepath.Join(s.bin, "postgres"), "-D", s.data(), "-p", strconv.Itoa(s.Port),
 		"-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories="+s.Dir, "-c", "fsync=off",
 		"-c", "max_connections=200", "-c", "shared_buffers=32MB")
-	cmd.Stdout, cmd.Stderr = log, log
-	err = cmd.Start()
-	log.Close()
+	done, err := s.proc.Start(cmd, s.logPath())
 	if err != nil {
-		s.mu.Unlock()
 		return fmt.Errorf("pgproc: start postgres: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
-	s.mu.Unlock()
-	for {
-		if closed(done) {
-			return fmt.Errorf("pgproc: postgres exited at start: %s", s.Log(5))
-		}
+	err = childproc.Await(ctx, done, deadline, 50*time.Millisecond, func() error {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		conn, err := pgx.Connect(cctx, s.URL(""))
-		cancel()
 		if err == nil {
 			conn.Close(context.Background())
-			return nil
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			s.Kill()
-			return fmt.Errorf("pgproc: postgres on port %d did not accept connections: %w; log: %s", s.Port, err, s.Log(5))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err
+	})
+	switch {
+	case errors.Is(err, childproc.ErrExited):
+		return fmt.Errorf("pgproc: postgres exited at start: %s", s.Log(5))
+	case err != nil:
+		s.Kill()
+		return fmt.Errorf("pgproc: postgres on port %d did not accept connections: %w; log: %s", s.Port, err, s.Log(5))
 	}
+	return nil
 }
 
 // signal sends sig to the server's process group.
 func (s *Server) signal(sig syscall.Signal) error {
-	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.mu.Unlock()
-	if cmd == nil || closed(done) {
-		return errors.New("pgproc: the server has exited")
+	if err := s.proc.SignalGroup(sig); err != nil {
+		return fmt.Errorf("pgproc: the server: %w", err)
 	}
-	return syscall.Kill(-cmd.Process.Pid, sig)
+	return nil
 }
 
 // Pause stops every process of the server with SIGSTOP.
@@ -223,10 +199,7 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = s.signal(syscall.SIGKILL)
-	s.mu.Lock()
-	done := s.done
-	s.mu.Unlock()
-	<-done
+	s.proc.Wait()
 	// The backends are gone with their group; wait until the port is free.
 	for range 100 {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(s.Port), 50*time.Millisecond)
@@ -239,20 +212,6 @@ func (s *Server) Kill() {
 }
 
 // Log returns the last n lines of the server's log.
-func (s *Server) Log(n int) string {
-	b, _ := os.ReadFile(filepath.Join(s.Dir, "postgres.log"))
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
-}
+func (s *Server) Log(n int) string { return strings.Join(childproc.Tail(s.logPath(), n), " | ") }
 
-func closed(done chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Server) logPath() string { return filepath.Join(s.Dir, "postgres.log") }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -89,13 +90,7 @@ func (c *Cluster) settle(t testing.TB, replicas int) {
 }
 
 // Addrs returns the addresses of all nodes.
-func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		addrs[i] = n.Addr
-	}
-	return addrs
-}
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
 
 // Client returns a cluster client of c, closed when t ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
@@ -234,28 +229,9 @@ func (c *Cluster) MigrateSlot(ctx context.Context, slot int, to string, batch in
 	return nil
 }
 
-// Slot returns the cluster hash slot of key, as CLUSTER KEYSLOT does:
-// CRC16 (XMODEM) of the hash tag (the part between the first '{' and the
-// next '}', when not empty) or of the whole key, modulo 16384.
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+// Slot returns the cluster hash slot of key, as CLUSTER KEYSLOT does
+// (redisrecord.Slot).
+func Slot(key string) int { return redisrecord.Slot(key) }
 
 // SlotOwners returns, for each of the 16384 slots, the address of the
 // primary that owns it as the node at via sees it ("" for a slot nobody

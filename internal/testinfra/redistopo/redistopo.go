@@ -83,3 +83,12 @@ func StartNode(t testing.TB) *Server {
 
 // Server is one redis-server of a topology.
 type Server = redisproc.Server
+
+// addrs returns the addresses of servers.
+func addrs(servers []*Server) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = s.Addr
+	}
+	return out
+}

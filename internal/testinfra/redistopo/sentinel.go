@@ -70,13 +70,7 @@ func StartSentinel(t testing.TB, replicas, sentinels int) *Sentinel {
 }
 
 // SentinelAddrs returns the addresses of the Sentinels.
-func (s *Sentinel) SentinelAddrs() []string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, n := range s.Sentinels {
-		addrs[i] = n.Addr
-	}
-	return addrs
-}
+func (s *Sentinel) SentinelAddrs() []string { return addrs(s.Sentinels) }
 
 // Client returns a Sentinel-aware failover client of the monitored
 // primary, closed when t ends.

@@ -122,103 +122,75 @@ func (f *Faulty) take(m map[Op]int, op Op) bool {
 	return true
 }
 
-func (f *Faulty) before(op Op) error {
+// call runs next(ctx, p) as the operation op: not at all when a failure
+// of op is due (ErrInjected), and with its answer lost (ErrInjected after
+// it took effect) when a lost answer is due.
+func call[P, R any](f *Faulty, op Op, next func(context.Context, P) (R, error), ctx context.Context, p P) (R, error) {
 	if f.take(f.fail, op) {
-		return ErrInjected
+		var zero R
+		return zero, ErrInjected
 	}
-	return nil
+	r, err := next(ctx, p)
+	if err == nil && f.take(f.lose, op) {
+		return r, ErrInjected
+	}
+	return r, err
 }
 
-func (f *Faulty) after(op Op, err error) error {
-	if err == nil && f.take(f.lose, op) {
-		return ErrInjected
-	}
+// callErr is call for an operation that returns only an error.
+func callErr[P any](f *Faulty, op Op, next func(context.Context, P) error, ctx context.Context, p P) error {
+	_, err := call(f, op, func(ctx context.Context, p P) (struct{}, error) { return struct{}{}, next(ctx, p) }, ctx, p)
 	return err
 }
 
 // Acquire implements store.Store.
 func (f *Faulty) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
-	if err := f.before(OpAcquire); err != nil {
-		return store.AcquireResult{}, err
-	}
-	res, err := f.Store.Acquire(ctx, p)
-	return res, f.after(OpAcquire, err)
+	return call(f, OpAcquire, f.Store.Acquire, ctx, p)
 }
 
 // Complete implements store.Store.
 func (f *Faulty) Complete(ctx context.Context, p store.CompleteParams) error {
-	if err := f.before(OpComplete); err != nil {
-		return err
-	}
-	return f.after(OpComplete, f.Store.Complete(ctx, p))
+	return callErr(f, OpComplete, f.Store.Complete, ctx, p)
 }
 
 // Extend implements store.Store.
 func (f *Faulty) Extend(ctx context.Context, p store.ExtendParams) error {
-	if err := f.before(OpExtend); err != nil {
-		return err
-	}
-	return f.after(OpExtend, f.Store.Extend(ctx, p))
+	return callErr(f, OpExtend, f.Store.Extend, ctx, p)
 }
 
 // Release implements store.Store.
 func (f *Faulty) Release(ctx context.Context, p store.LeaseRef) error {
-	if err := f.before(OpRelease); err != nil {
-		return err
-	}
-	return f.after(OpRelease, f.Store.Release(ctx, p))
+	return callErr(f, OpRelease, f.Store.Release, ctx, p)
 }
 
 // MarkUnknown implements store.Store.
 func (f *Faulty) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
-	if err := f.before(OpMarkUnknown); err != nil {
-		return err
-	}
-	return f.after(OpMarkUnknown, f.Store.MarkUnknown(ctx, p))
+	return callErr(f, OpMarkUnknown, f.Store.MarkUnknown, ctx, p)
 }
 
 // Claim implements store.Store.
 func (f *Faulty) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if err := f.before(OpClaim); err != nil {
-		return store.ClaimResult{}, err
-	}
-	res, err := f.Store.Claim(ctx, p)
-	return res, f.after(OpClaim, err)
+	return call(f, OpClaim, f.Store.Claim, ctx, p)
 }
 
 // Resolve implements store.Store.
 func (f *Faulty) Resolve(ctx context.Context, p store.ResolveParams) error {
-	if err := f.before(OpResolve); err != nil {
-		return err
-	}
-	return f.after(OpResolve, f.Store.Resolve(ctx, p))
+	return callErr(f, OpResolve, f.Store.Resolve, ctx, p)
 }
 
 // ListUnknown implements store.Store.
 func (f *Faulty) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
-	if err := f.before(OpList); err != nil {
-		return store.ListPage{}, err
-	}
-	page, err := f.Store.ListUnknown(ctx, p)
-	return page, f.after(OpList, err)
+	return call(f, OpList, f.Store.ListUnknown, ctx, p)
 }
 
 // Get implements store.Store.
 func (f *Faulty) Get(ctx context.Context, id store.ID) (store.Record, error) {
-	if err := f.before(OpGet); err != nil {
-		return store.Record{}, err
-	}
-	rec, err := f.Store.Get(ctx, id)
-	return rec, f.after(OpGet, err)
+	return call(f, OpGet, f.Store.Get, ctx, id)
 }
 
 // Delete implements store.Store.
 func (f *Faulty) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
-	if err := f.before(OpDelete); err != nil {
-		return false, err
-	}
-	live, err := f.Store.Delete(ctx, p)
-	return live, f.after(OpDelete, err)
+	return call(f, OpDelete, f.Store.Delete, ctx, p)
 }
 
 var _ store.Store = (*Faulty)(nil)

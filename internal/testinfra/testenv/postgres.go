@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"crypto/rand"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +13,7 @@ import (
 
 // DatabaseURL returns the PostgreSQL database for tests.
 func DatabaseURL() string {
-	if u := os.Getenv("IDEM_TEST_DATABASE_URL"); u != "" {
-		return u
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	return envOr("IDEM_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 }
 
 // Postgres creates a schema that only t uses, and returns a pool on the

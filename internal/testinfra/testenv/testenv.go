@@ -5,6 +5,7 @@
 package testenv
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"os"
@@ -16,12 +17,10 @@ import (
 )
 
 // RedisURL returns the Redis server for tests.
-func RedisURL() string {
-	if u := os.Getenv("IDEM_TEST_REDIS_URL"); u != "" {
-		return u
-	}
-	return "redis://127.0.0.1:6379/0"
-}
+func RedisURL() string { return envOr("IDEM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0") }
+
+// envOr returns the environment variable name, or def when it is unset or empty.
+func envOr(name, def string) string { return cmp.Or(os.Getenv(name), def) }
 
 // Redis returns a client of the test Redis server, closed when t ends.
 func Redis(t testing.TB) *redis.Client {
