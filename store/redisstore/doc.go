@@ -79,7 +79,9 @@
 // too: a node whose replicas do not answer may be a stale primary, so its
 // "lease lost" or its record is not the store's word); a failed
 // acquire releases its record, so the work never starts on a lease that
-// only the primary knows. It does not make Redis durable: WAIT counts
+// only the primary knows. A Get is followed by WAIT too, so that it never
+// answers from a node that is no longer the primary (a replica refuses
+// WAIT; a primary restarted empty has no replica to count). It does not make Redis durable: WAIT counts
 // replicas that received the write, not ones that persisted it; a failover
 // may still promote a replica that missed it (a Sentinel or cluster
 // failover picks the most up-to-date replica it can see, not necessarily
