@@ -57,12 +57,13 @@ type Proxy struct {
 	done   chan struct{} // closed by Close: ends every delay
 
 	mu        sync.Mutex
-	conns     map[net.Conn]struct{} // guarded by mu
-	mode      Mode                  // guarded by mu
-	delay     time.Duration         // guarded by mu
-	dropReply func(reply []byte) bool
-	replies   int // replies seen under DropEverySecond, guarded by mu
-	dropped   int // guarded by mu
+	conns     map[net.Conn]struct{}   // guarded by mu
+	mode      Mode                    // guarded by mu
+	delay     time.Duration           // guarded by mu
+	dropReply func(reply []byte) bool // guarded by mu
+	dropLeft  int                     // replies dropReply still drops, guarded by mu
+	replies   int                     // replies seen under DropEverySecond, guarded by mu
+	dropped   int                     // guarded by mu
 	closed    bool
 
 	wg sync.WaitGroup
@@ -106,10 +107,14 @@ func (p *Proxy) SetDelay(d time.Duration) {
 // connection for which match returns true is not forwarded, and that
 // connection is cut on both sides. The server has done the work; the
 // client sees a broken connection. It fires once, in any mode.
-func (p *Proxy) DropReplyOnce(match func(reply []byte) bool) {
+func (p *Proxy) DropReplyOnce(match func(reply []byte) bool) { p.DropReplies(match, 1) }
+
+// DropReplies is DropReplyOnce for the next n replies that match: each
+// is dropped and its connection cut.
+func (p *Proxy) DropReplies(match func(reply []byte) bool, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.dropReply = match
+	p.dropReply, p.dropLeft = match, n
 }
 
 // Dropped returns how many replies the proxy dropped, by DropReplyOnce
@@ -226,7 +231,9 @@ func (p *Proxy) pass(reply []byte) bool {
 	drop := false
 	switch {
 	case p.dropReply != nil && p.dropReply(reply):
-		p.dropReply = nil
+		if p.dropLeft--; p.dropLeft <= 0 {
+			p.dropReply = nil
+		}
 		drop = true
 	case p.mode == DropEverySecond:
 		p.replies++

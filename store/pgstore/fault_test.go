@@ -102,6 +102,34 @@ func TestLostReplyAfterAcquireLeaseEnded(t *testing.T) {
 	}
 }
 
+// TestLostReplyAfterAcquireAndOwnLookup: as above with TakeOver, and the
+// reply of the retry's look for its own row is lost too. The next try
+// looks again before it runs the statement, which would take over the
+// call's own row under a new fence and report a takeover of a fence no
+// caller was ever given. Found by internal/check (postgres, seed
+// 10734925: an acquire that "took" a fence absent from the history).
+func TestLostReplyAfterAcquireAndOwnLookup(t *testing.T) {
+	s, proxy := viaProxy(t, newStore(t))
+	ctx := context.Background()
+	id := store.ID{Tenant: "acme", Key: "own-lookup-lost"}
+	insertOrSelect := func(reply []byte) bool {
+		return commandComplete("INSERT 0 1")(reply) || commandComplete("SELECT 1")(reply)
+	}
+	proxy.DropReplies(insertOrSelect, 2)
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "me", Fingerprint: "fp",
+		LeaseDuration: time.Millisecond, Retention: time.Hour, TakeOver: true})
+	if proxy.Dropped() != 2 {
+		t.Fatalf("%d replies dropped; want 2: the fault did not bite", proxy.Dropped())
+	}
+	if err != nil || !res.Acquired || res.Record.Owner != "me" || res.Takeover != nil {
+		t.Fatalf("Acquire after a lost reply, an ended lease and a lost lookup = %+v (takeover %+v), %v; want acquired by me, no takeover", res, res.Takeover, err)
+	}
+	rec, err := s.Get(ctx, id)
+	if err != nil || rec.Fence != res.Record.Fence {
+		t.Fatalf("the row is %+v, %v; want the first try's, fence %d", rec, err, res.Record.Fence)
+	}
+}
+
 // TestLostReplyAfterComplete: the COMPLETED row was written but the reply
 // lost; the engine's retry of Complete succeeds and keeps the result.
 func TestLostReplyAfterComplete(t *testing.T) {

@@ -50,9 +50,17 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		if try > 0 && err != nil && p.TakeOver {
 			// The lost try may have taken the key, and its lease may have
 			// ended since: the statement would take over this very call's
-			// row. Look for it first.
-			if res, found, err = s.own(ctx, p); err == nil && found {
+			// row. Look for it first, and do not run the statement before
+			// a look has answered: a lost look leaves err set, so the next
+			// try looks again.
+			res, found, err = s.own(ctx, p)
+			switch {
+			case err == nil && found:
 				return res, nil
+			case err != nil && (ctx.Err() != nil || !isConnectionError(err)):
+				return store.AcquireResult{}, fmt.Errorf("pgstore: acquire: %w", err)
+			case err != nil:
+				continue
 			}
 		}
 		res, found, err = s.acquireOnce(ctx, p)
