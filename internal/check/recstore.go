@@ -76,6 +76,21 @@ func (r *recStore) Acquire(ctx context.Context, p store.AcquireParams) (store.Ac
 		// what the acquire did is unknown.
 		out = Output{Info: true, Detail: err.Error()}
 	}
+	in := Input{Kind: KAcquire, Key: keyOf(p.ID), Owner: p.Owner, FP: p.Fingerprint,
+		TakeOver: p.TakeOver, Lease: r.lease(p.LeaseDuration)}
+	if err == nil && !res.Acquired && res.Record.Owner == p.Owner {
+		// The answer is a record of this very owner token, which only an
+		// earlier try of this acquire made: the store retried within the
+		// call (pgstore does after a lost reply), and other calls may have
+		// seen and changed that record between its tries (turned it
+		// UNKNOWN as abandoned). Such a call is not one atomic step but
+		// two: an acquire whose outcome its caller did not learn, then a
+		// read of the record, both within the call.
+		readLane, _ := r.rec.begin()
+		r.rec.end(readLane, call, Input{Kind: KGet, Key: keyOf(p.ID)}, Output{Rec: viewOf(res.Record)})
+		r.rec.end(lane, call, in, Output{Info: true, Detail: "retried within the store call: answered with its own record"})
+		return res, err
+	}
 	if err == nil {
 		if res.Acquired {
 			out.Acquired, out.Fence = true, res.Record.Fence
@@ -86,8 +101,7 @@ func (r *recStore) Acquire(ctx context.Context, p store.AcquireParams) (store.Ac
 			out.Rec = viewOf(res.Record)
 		}
 	}
-	r.rec.end(lane, call, Input{Kind: KAcquire, Key: keyOf(p.ID), Owner: p.Owner, FP: p.Fingerprint,
-		TakeOver: p.TakeOver, Lease: r.lease(p.LeaseDuration)}, out)
+	r.rec.end(lane, call, in, out)
 	return res, err
 }
 
