@@ -23,7 +23,7 @@ import (
 
 // Client returns a plain client of the server s, closed when t ends.
 func Client(t testing.TB, s *Server) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
