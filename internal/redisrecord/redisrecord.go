@@ -14,6 +14,19 @@ import (
 	"github.com/idemkit/idem/store/recordcodec"
 )
 
+// Prefix returns the prefix of a store's keys: p, or def when p is
+// empty. A brace in it is an error: it would open the hash tag that Key
+// puts after it, and split a record's keys over Cluster slots.
+func Prefix(p, def string) (string, error) {
+	if p == "" {
+		return def, nil
+	}
+	if strings.ContainsAny(p, "{}") {
+		return "", fmt.Errorf("prefix %q holds a brace, which would break the hash tag", p)
+	}
+	return p, nil
+}
+
 // Key returns the Redis key of the record of id under prefix. The hash tag
 // {len(tenant):tenant:key} keeps every key of one record in one Cluster
 // slot, and the tenant's length makes the name injective: tenant "a:b" with

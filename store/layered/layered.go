@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -69,12 +68,11 @@ func New(client redis.Scripter, authority store.Store, opts *Options) (*Store, e
 	if opts != nil {
 		o = *opts
 	}
-	if o.Prefix == "" {
-		o.Prefix = "idem:mirror:"
+	prefix, err := redisrecord.Prefix(o.Prefix, "idem:mirror:")
+	if err != nil {
+		return nil, fmt.Errorf("layered: %w", err)
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("layered: prefix %q holds a brace, which would break the hash tag", o.Prefix)
-	}
+	o.Prefix = prefix
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

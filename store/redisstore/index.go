@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/idemkit/idem/store"
 )
 
@@ -67,37 +68,9 @@ func (x index) key(i int) string {
 // keyOf returns the key of the index of the record at recordKey.
 func (x index) keyOf(recordKey string) string {
 	if x.mode == indexPerSlot {
-		return x.key(slot(recordKey))
+		return x.key(redisrecord.Slot(recordKey))
 	}
 	return x.single
-}
-
-// slot returns the Redis Cluster hash slot of key: CRC16 of its hash tag
-// (what is between the first '{' and the first '}' after it, when not
-// empty), else of the whole key, modulo 16384.
-func slot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
-			key = key[open+1 : open+1+n]
-		}
-	}
-	return int(crc16(key) % clusterSlots)
-}
-
-// crc16 is the CRC16 of Redis Cluster (XMODEM: polynomial 0x1021, initial 0).
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
 }
 
 // slotTags returns, for each slot, the shortest decimal number (as a
@@ -106,7 +79,7 @@ var slotTags = sync.OnceValue(func() *[clusterSlots]string {
 	var tags [clusterSlots]string
 	for n, left := 0, clusterSlots; left > 0; n++ {
 		t := strconv.Itoa(n)
-		if s := slot(t); tags[s] == "" {
+		if s := redisrecord.Slot(t); tags[s] == "" {
 			tags[s] = t
 			left--
 		}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"testing"
 
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/idemkit/idem/store"
 )
 
@@ -10,8 +11,9 @@ import (
 // of the Redis Cluster specification and its hash tag rules, and that the
 // index of every slot is in that slot.
 func TestSlot(t *testing.T) {
-	if got := crc16("123456789"); got != 0x31C3 {
-		t.Fatalf("crc16(123456789) = %#x; want 0x31c3", got)
+	// The specification's check value: CRC16("123456789") is 0x31C3.
+	if got := redisrecord.Slot("123456789"); got != 0x31C3%clusterSlots {
+		t.Fatalf("Slot(123456789) = %d; want %d (CRC16 0x31c3 modulo 16384)", got, 0x31C3%clusterSlots)
 	}
 	for _, c := range []struct{ a, b string }{
 		{"{user1000}.following", "user1000"},
@@ -19,18 +21,18 @@ func TestSlot(t *testing.T) {
 		{"foo{{bar}}zap", "{bar"},
 		{"foo{bar}{zap}", "bar"},
 	} {
-		if slot(c.a) != slot(c.b) {
-			t.Errorf("slot(%q) = %d, slot(%q) = %d; want equal", c.a, slot(c.a), c.b, slot(c.b))
+		if redisrecord.Slot(c.a) != redisrecord.Slot(c.b) {
+			t.Errorf("redisrecord.Slot(%q) = %d, redisrecord.Slot(%q) = %d; want equal", c.a, redisrecord.Slot(c.a), c.b, redisrecord.Slot(c.b))
 		}
 	}
 	x := newIndex("p:", indexPerSlot)
 	for i := range clusterSlots {
-		if s := slot(x.key(i)); s != i {
+		if s := redisrecord.Slot(x.key(i)); s != i {
 			t.Fatalf("index %d has key %q in slot %d", i, x.key(i), s)
 		}
 	}
 	rec := "p:{4:acme:order-42}"
-	if slot(x.keyOf(rec)) != slot(rec) {
+	if redisrecord.Slot(x.keyOf(rec)) != redisrecord.Slot(rec) {
 		t.Fatalf("the index of %q is not in its slot", rec)
 	}
 }

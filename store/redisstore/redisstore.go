@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -115,12 +114,11 @@ func newStore(r batchRunner, mode indexMode, opts *Options) (*Store, error) {
 	if opts != nil {
 		o = *opts
 	}
-	if o.Prefix == "" {
-		o.Prefix = "idem:"
+	prefix, err := redisrecord.Prefix(o.Prefix, "idem:")
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w", err)
 	}
-	if strings.ContainsAny(o.Prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: prefix %q holds a brace, which would break the hash tag", o.Prefix)
-	}
+	o.Prefix = prefix
 	if o.ReplicaAcks < 0 || o.ReplicaAckTimeout < 0 {
 		return nil, fmt.Errorf("redisstore: ReplicaAcks %d and ReplicaAckTimeout %v may not be negative", o.ReplicaAcks, o.ReplicaAckTimeout)
 	}
