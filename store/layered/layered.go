@@ -199,15 +199,33 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 	}
 	existed, err := s.authority.Delete(ctx, p)
 	if err != nil {
+		// The delete may have landed and only its reply been lost: the
+		// mirror must not go on answering with a record the authority may
+		// no longer hold (found by internal/check: replays of a deleted
+		// key). Dropping it costs at most a read from the authority.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mirrorDropTimeout)
+		defer cancel()
+		if merr := s.dropMirror(mctx, p.ID, fence); merr != nil {
+			return false, errors.Join(wrap(err), merr)
+		}
 		return false, wrap(err)
 	}
 	if p.Fence != 0 && !existed {
 		return false, nil // another attempt's record, or none: the mirror stays
 	}
-	if err := deleteScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, fence, tombstoneMs).Err(); err != nil {
-		return existed, fmt.Errorf("layered: delete mirror: %w", err)
+	return existed, s.dropMirror(ctx, p.ID, fence)
+}
+
+// mirrorDropTimeout bounds the drop of a mirror after a failed delete,
+// which runs even when the caller's context has ended.
+const mirrorDropTimeout = time.Second
+
+// dropMirror deletes the mirror of id and leaves the tombstone of fence.
+func (s *Store) dropMirror(ctx context.Context, id store.ID, fence int64) error {
+	if err := deleteScript.Run(ctx, s.redis, []string{s.mirrorKey(id)}, fence, tombstoneMs).Err(); err != nil {
+		return fmt.Errorf("layered: delete mirror: %w", err)
 	}
-	return existed, nil
+	return nil
 }
 
 // tombstoneMs is how long the mirror of a deleted or released key refuses

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/testinfra/storekit"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/layered"
@@ -210,5 +211,35 @@ func TestProcessingSurvivesForgottenMirror(t *testing.T) {
 	second, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "b", Fingerprint: "fp", LeaseDuration: time.Hour})
 	if err != nil || second.Acquired || second.Record.Owner != "a" || second.Record.Fence != first.Record.Fence {
 		t.Fatalf("Acquire after Redis forgot = %+v, %v; want not acquired, held by a", second, err)
+	}
+}
+
+// A delete whose reply the authority lost may have landed: the mirror no
+// longer answers with the record (found by internal/check, layered: after
+// such a delete the mirror went on replaying the deleted key while the
+// authority had no row, and a Resolve of it answered "not found").
+func TestDeleteWithLostReplyDropsTheMirror(t *testing.T) {
+	client := testenv.Redis(t)
+	authority := &storekit.Faulty{Store: newPG(t)}
+	s := newLayered(t, client, authority, testenv.Prefix(t))
+	ctx := context.Background()
+	id := store.ID{Tenant: "acme", Key: "deleted"}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "a", Fingerprint: "fp", LeaseDuration: time.Hour, Retention: time.Hour})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	ref := store.LeaseRef{ID: id, Owner: "a", Fence: res.Record.Fence}
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 201}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateCompleted {
+		t.Fatalf("Get = %+v, %v; want COMPLETED (and mirrored)", rec, err)
+	}
+	authority.LoseNext(storekit.OpDelete, 1)
+	if _, err := s.Delete(ctx, store.DeleteParams{ID: id}); err == nil {
+		t.Fatal("Delete whose reply was lost = nil error; want the loss reported")
+	}
+	if rec, err := s.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get after a delete that landed with its reply lost = %+v, %v; want ErrNotFound, not the mirror's copy", rec, err)
 	}
 }
