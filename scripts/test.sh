@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 phase() { echo "test.sh: [$((SECONDS - start))s] $*"; }
 
-phase "servers, go vet, then go test -race on every package; the whole run takes about 8 min on 2 quiet cores (2 of them the check campaign), about 13 with both cores busy; the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
+phase "servers, go vet, then go test -race on every package; the whole run takes about 10 min on 2 quiet cores (2 of them the check campaign), about 16 with both cores busy; the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
 scripts/services.sh
 phase "go vet ./..."
 go vet ./...
