@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
-	"strings"
 
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/storeurl"
@@ -24,45 +22,33 @@ const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:po
 
 // StoreOptions configures OpenStore: --memory-limit (MemoryLimit, past
 // which new keys get 503 store_full), --memory-tenant-share and the
-// logger. A nil *StoreOptions means defaults.
+// logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
+// defaults.
 type StoreOptions = storeurl.Options
 
 // OpenStore opens the store a --store URI names (storeurl.Open, with the
-// gateway's defaults: an empty URI is the memory store and a Redis store
-// coalesces its scripts). The returned close function releases its
-// connections.
+// gateway's defaults: an empty URI is the memory store, and a Redis store
+// coalesces its scripts unless the URI says coalesce=off: the gateway
+// measured faster with them at 2 and at 32-64 concurrent clients, for
+// first requests and replays alike, and a key's semantics are the same
+// (docs/benchmarks.md, "Coalesced scripts"); the library's default stays
+// off, a choice for a process that owns its store, as the gateway does).
+// The returned close function releases its connections.
 func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store, func() error, error) {
 	if uri == "" {
 		uri = "memory"
 	}
-	if opts != nil && (opts.MemoryLimit != 0 || opts.MemoryTenantShare != 0) && uri != "memory" {
+	var o StoreOptions
+	if opts != nil {
+		o = *opts
+	}
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
 		return nil, nil, fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only (--store memory)", ErrStoreURI)
 	}
-	s, closeStore, err := storeurl.Open(ctx, coalesceByDefault(uri), opts)
+	o.Coalesce = true
+	s, closeStore, err := storeurl.Open(ctx, uri, &o)
 	if errors.Is(err, storeurl.ErrBadURL) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 	}
 	return s, closeStore, err
-}
-
-// coalesceByDefault turns on the Redis store's coalesced scripts unless
-// uri says coalesce=off: the gateway measured faster with them at 2 and at
-// 32-64 concurrent clients, for first requests and replays alike, and a
-// key's semantics are the same (docs/benchmarks.md, "Coalesced scripts").
-// The library's default (storeurl, redisstore.OpenURL) stays off: it is a
-// choice for a process that owns its store, as the gateway does. A
-// layered URI is left alone: its Redis part takes no coalesce.
-func coalesceByDefault(uri string) string {
-	scheme, _, _ := strings.Cut(uri, "://")
-	if !strings.HasPrefix(scheme, "redis") && scheme != "unix" || strings.Contains(uri, "+postgres") {
-		return uri
-	}
-	base, query, _ := strings.Cut(uri, "?")
-	if q, err := url.ParseQuery(query); err == nil && q.Has("coalesce") {
-		return uri
-	}
-	if query == "" {
-		return base + "?coalesce=on"
-	}
-	return uri + "&coalesce=on"
 }

@@ -18,8 +18,8 @@
 // options are go-redis's (dial_timeout=3s, pool_size=64...; see
 // redisstore.ParseURL), plus near_cache=on (replays served from process
 // memory), near_cache_bytes=N and coalesce=on (the scripts that come
-// while one is in flight go out as one batch; off by default here, on by
-// default in idem serve). Its go-redis client connects lazily: Open does
+// while one is in flight go out as one batch; off unless the URL or
+// Options.Coalesce says so, on by default in idem serve). Its go-redis client connects lazily: Open does
 // not check that the server answers (with near_cache=on, rueidis dials at
 // Open).
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 
 	"github.com/idemkit/idem/store"
@@ -32,6 +33,11 @@ type Options struct {
 	// memstore's default, a quarter. Setting it for another store is an
 	// error.
 	MemoryTenantShare float64
+	// Coalesce turns on a Redis store's coalesced scripts
+	// (redisstore.Options.Coalesce) when its URL says neither coalesce=on
+	// nor coalesce=off. The layered store's Redis part takes no
+	// coalescing, with or without it.
+	Coalesce bool
 }
 
 // Open opens the store that uri names (the forms are listed in the
@@ -63,6 +69,9 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 		}
 		return s, func() error { return nil }, nil
 	case isRedisURI(uri):
+		if o.Coalesce {
+			uri = coalesceUnlessSaid(uri)
+		}
 		s, closeStore, err := redisstore.OpenURL(uri, nil)
 		if errors.Is(err, redisstore.ErrBadURL) {
 			return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
@@ -79,6 +88,20 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 		return s, closeStore, nil
 	}
 	return nil, nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+}
+
+// coalesceUnlessSaid adds coalesce=on to a Redis uri whose query does not
+// name coalesce (Options.Coalesce). A query that does not parse is left to
+// redisstore.OpenURL, which says what is wrong with it.
+func coalesceUnlessSaid(uri string) string {
+	base, query, _ := strings.Cut(uri, "?")
+	if q, err := url.ParseQuery(query); err != nil || q.Has("coalesce") {
+		return uri
+	}
+	if query == "" {
+		return base + "?coalesce=on"
+	}
+	return uri + "&coalesce=on"
 }
 
 // forms names the forms of the package documentation, for an error.

@@ -70,6 +70,22 @@ func TestOpenCoalescesOnlyWhenTheURLSaysSo(t *testing.T) {
 	}
 }
 
+// Options.Coalesce is the default a URL's coalesce= overrides.
+func TestOpenCoalesceOption(t *testing.T) {
+	for uri, want := range map[string]bool{"redis://127.0.0.1:1/0": true, "redis://127.0.0.1:1/0?coalesce=off": false,
+		"redis://127.0.0.1:1/0?dial_timeout=1s": true} {
+		s, closeStore, err := storeurl.Open(context.Background(), uri, &storeurl.Options{Coalesce: true})
+		if err != nil {
+			t.Fatalf("Open(%q): %v", uri, err)
+		}
+		_, on := s.(*redisstore.Store).CoalesceStats()
+		closeStore()
+		if on != want {
+			t.Errorf("Open(%q) with Options.Coalesce coalesces: %v; want %v", uri, on, want)
+		}
+	}
+}
+
 // The memory options bound the memory store, and are refused for another
 // store rather than ignored.
 func TestOpenMemoryOptions(t *testing.T) {
