@@ -180,7 +180,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		}
 		mark = s.near.mark()
 	}
-	r, notReplicated, err := s.write(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
+	r, notReplicated, err := s.acked(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
 		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
@@ -225,7 +225,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	if s.near != nil {
 		mark = s.near.mark()
 	}
-	err := s.transition(ctx, "complete", s.write, completeScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fence,
+	err := s.transition(ctx, "complete", s.acked, completeScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fence,
 		s.retentionMs.arg(p.Retention), p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body, fenceGraceMs,
 		p.KeyRetention.Milliseconds()})
 	if err == nil && s.near != nil {
@@ -236,19 +236,19 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	return s.transition(ctx, "extend", s.write, extendScript, s.keys(p.ID),
+	return s.transition(ctx, "extend", s.acked, extendScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
-	return s.transition(ctx, "release", s.write, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
+	return s.transition(ctx, "release", s.acked, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // MarkUnknown implements store.Store. With Options.ReplicaAcks it waits
 // for the replicas like Acquire and Complete.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
-	return s.transition(ctx, "mark unknown", s.write, markUnknownScript, s.indexedKeys(p.ID),
+	return s.transition(ctx, "mark unknown", s.acked, markUnknownScript, s.indexedKeys(p.ID),
 		[]any{p.Owner, p.Fence, p.Reason, p.Retention.Milliseconds(), fenceGraceMs})
 }
 
@@ -298,7 +298,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
-	r, notReplicated, err := s.write(ctx, resolveScript, s.tombstonedKeys(p.ID), args)
+	r, notReplicated, err := s.acked(ctx, resolveScript, s.tombstonedKeys(p.ID), args)
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID)) // see Delete
 	}
@@ -338,7 +338,7 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	// demoted primary, one restarted empty before Sentinel made it a
 	// replica) where it refuses a write, and WAIT fails there (a replica
 	// refuses it; a lone master has no replica to count).
-	r, notReplicated, err := s.write(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
+	r, notReplicated, err := s.acked(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
 	if err == nil {
 		err = notReplicated
 	}
@@ -387,7 +387,7 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
-	r, notReplicated, err := s.write(ctx, deleteScript, s.tombstonedKeys(p.ID), []any{fenceGraceMs, p.Fence})
+	r, notReplicated, err := s.acked(ctx, deleteScript, s.tombstonedKeys(p.ID), []any{fenceGraceMs, p.Fence})
 	if s.near != nil {
 		// Again after the script: an acquire that ran meanwhile may have
 		// seen the record, and this process's cached copy is dropped only

@@ -201,9 +201,10 @@ func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) 
 	return r, nil, err
 }
 
-// write runs a script whose writes must reach Options.ReplicaAcks
-// replicas, when that is set.
-func (s *Store) write(ctx context.Context, sc *script, keys []string, args []any) (reply, error, error) {
+// acked runs a script and, when Options.ReplicaAcks is set, WAIT after
+// it: a write's changes must reach that many replicas, and a read must
+// come from a primary that still has them.
+func (s *Store) acked(ctx context.Context, sc *script, keys []string, args []any) (reply, error, error) {
 	if s.replicas == 0 {
 		return s.run(ctx, sc, keys, args)
 	}
