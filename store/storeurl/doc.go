@@ -24,9 +24,10 @@
 // Open).
 //
 // A PostgreSQL form opens store/pgstore: Open connects and applies the
-// migrations to pgstore.DefaultSchema (they are idempotent and serialised
-// by an advisory lock, so several processes may start at once), within
-// 30 s or ctx's deadline. The options are pgx's; a connection that the URL
+// migrations to Options.Schema (pgstore.DefaultSchema by default; they
+// are idempotent and serialised by an advisory lock, so several processes
+// may start at once), or with Options.NoMigrate only checks that the
+// schema has them all, within 30 s or ctx's deadline. The options are pgx's; a connection that the URL
 // gives no connect_timeout is bounded to 5 s. The store reaps its expired
 // rows every minute.
 //
@@ -35,5 +36,5 @@
 // only, not near_cache or coalesce.
 //
 // An error about the URL itself wraps ErrBadURL and never repeats a
-// password.
+// password; Check finds it without connecting.
 package storeurl

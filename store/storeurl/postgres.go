@@ -1,9 +1,10 @@
 package storeurl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,9 +27,10 @@ const migrateTimeout = 30 * time.Second
 
 // openPostgres opens the PostgreSQL store and applies its migrations (they
 // are idempotent and serialised by an advisory lock, so several processes
-// may start at once). The store reaps its expired rows every minute
-// (pgstore.DefaultReapInterval); several processes share the work.
-func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.Store, func() error, error) {
+// may start at once), or with o.NoMigrate checks that none is missing. The
+// store reaps its expired rows every minute (pgstore.DefaultReapInterval);
+// several processes share the work.
+func openPostgres(ctx context.Context, uri string, o *Options) (*pgstore.Store, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(uri)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
@@ -40,13 +42,24 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
+	po := &pgstore.Options{Schema: o.Schema, Logger: o.Logger}
 	migrateCtx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	if err := pgstore.Migrate(migrateCtx, pool, &pgstore.Options{Schema: pgstore.DefaultSchema}); err != nil {
+	if o.NoMigrate {
+		pending, err := pgstore.Pending(migrateCtx, pool, po)
+		if err == nil && len(pending) > 0 {
+			err = fmt.Errorf("%w: schema %s lacks %d migrations (%s)", ErrNotMigrated, cmp.Or(o.Schema, pgstore.DefaultSchema),
+				len(pending), strings.Join(pending, ", "))
+		}
+		if err != nil {
+			pool.Close()
+			return nil, nil, fmt.Errorf("storeurl: checking the PostgreSQL store's schema: %w", err)
+		}
+	} else if err := pgstore.Migrate(migrateCtx, pool, po); err != nil {
 		pool.Close()
 		return nil, nil, fmt.Errorf("storeurl: migrating the PostgreSQL store: %w", err)
 	}
-	s, err := pgstore.New(pool, &pgstore.Options{Logger: log})
+	s, err := pgstore.New(pool, po)
 	if err != nil {
 		pool.Close()
 		return nil, nil, err
@@ -55,17 +68,17 @@ func openPostgres(ctx context.Context, uri string, log *slog.Logger) (*pgstore.S
 }
 
 // openLayered opens Redis in front of PostgreSQL.
-func openLayered(ctx context.Context, redisURI, pgURI string, log *slog.Logger) (store.Store, func() error, error) {
+func openLayered(ctx context.Context, redisURI, pgURI string, o *Options) (store.Store, func() error, error) {
 	client, err := redisstore.ParseURL(redisURI)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}
-	pg, closePG, err := openPostgres(ctx, pgURI, log)
+	pg, closePG, err := openPostgres(ctx, pgURI, o)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
 	}
-	s, err := layered.New(client, pg, &layered.Options{Logger: log})
+	s, err := layered.New(client, pg, &layered.Options{Logger: o.Logger})
 	if err != nil {
 		client.Close()
 		closePG()

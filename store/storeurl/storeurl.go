@@ -8,8 +8,11 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -38,6 +41,75 @@ type Options struct {
 	// nor coalesce=off. The layered store's Redis part takes no
 	// coalescing, with or without it.
 	Coalesce bool
+	// Schema is the PostgreSQL schema that holds the store's tables
+	// (pgstore.Options.Schema), of a PostgreSQL or layered store. Empty
+	// means pgstore.DefaultSchema. Setting it for another store is an
+	// error.
+	Schema string
+	// NoMigrate makes Open check that the PostgreSQL schema has every
+	// migration (pgstore.Pending) instead of applying them, so that a role
+	// without the CREATE privilege can open the store: a schema that
+	// lacks one is an error wrapping ErrNotMigrated. The other stores have
+	// nothing to migrate.
+	NoMigrate bool
+}
+
+// ErrNotMigrated is wrapped by Open's error when Options.NoMigrate is set
+// and the PostgreSQL schema lacks migrations: apply them (pgstore.Migrate,
+// `idem migrate`) first.
+var ErrNotMigrated = errors.New("storeurl: the PostgreSQL schema is not current")
+
+// Check returns the error Open would return for uri and opts before it
+// connects anywhere: a URL that does not parse (wrapping ErrBadURL), or
+// an option that does not apply to its store. It connects to nothing.
+func Check(uri string, opts *Options) error {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if uri == "" {
+		return fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	}
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
+		return fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+	}
+	redisURI, pgURI, layered := splitLayered(uri)
+	if o.Schema != "" && !layered && !isPostgresURI(uri) {
+		return fmt.Errorf("storeurl: a schema (Options.Schema, idem's --schema) is a PostgreSQL one, and a %s store has none", scheme(uri))
+	}
+	if o.Schema != "" {
+		if err := pgstore.CheckSchema(o.Schema); err != nil {
+			return err
+		}
+	}
+	var err error
+	switch {
+	case layered:
+		if err = redisstore.CheckURL(redisURI); err == nil {
+			_, err = pgxpool.ParseConfig(pgURI)
+		}
+	case uri == "memory":
+	case isRedisURI(uri):
+		err = redisstore.CheckURL(uri)
+	case isPostgresURI(uri):
+		_, err = pgxpool.ParseConfig(uri)
+	default:
+		return fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+	}
+	if err != nil && !errors.Is(err, ErrBadURL) {
+		err = fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	return err
+}
+
+// splitLayered splits a layered URL into its Redis and PostgreSQL parts. A
+// Redis password that holds "+postgres" is written with %2B.
+func splitLayered(uri string) (redisURI, pgURI string, ok bool) {
+	redisURI, pgRest, ok := strings.Cut(uri, "+postgres")
+	if !ok || !isRedisURI(redisURI) {
+		return "", "", false
+	}
+	return redisURI, "postgres" + pgRest, true
 }
 
 // Open opens the store that uri names (the forms are listed in the
@@ -51,15 +123,11 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if uri == "" {
-		return nil, nil, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	if err := Check(uri, &o); err != nil {
+		return nil, nil, err
 	}
-	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
-		return nil, nil, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
-	}
-	// A Redis password that holds "+postgres" is written with %2B.
-	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
-		return openLayered(ctx, redisURI, "postgres"+pgRest, o.Logger)
+	if redisURI, pgURI, ok := splitLayered(uri); ok {
+		return openLayered(ctx, redisURI, pgURI, &o)
 	}
 	switch {
 	case uri == "memory":
@@ -80,8 +148,8 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 			return nil, nil, err
 		}
 		return s, closeStore, nil
-	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
-		s, closeStore, err := openPostgres(ctx, uri, o.Logger)
+	case isPostgresURI(uri):
+		s, closeStore, err := openPostgres(ctx, uri, &o)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -114,6 +182,10 @@ const forms = "memory, redis://, rediss://, unix://, redis-sentinel://, redis-cl
 func isRedisURI(uri string) bool {
 	scheme, _, ok := strings.Cut(uri, "://")
 	return ok && (strings.HasPrefix(scheme, "redis") || scheme == "unix")
+}
+
+func isPostgresURI(uri string) bool {
+	return strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://")
 }
 
 // scheme returns the scheme of uri for an error message, never the rest,
