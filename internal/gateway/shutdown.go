@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // answerFlushTimeout bounds how long a shutdown waits, after cutting the
@@ -23,6 +24,19 @@ func (g *Gateway) tracked(next http.Handler) http.Handler {
 	})
 }
 
+// unreadyWhenDraining answers GET /readyz with 503 once the shutdown has
+// started, so that a load balancer stops sending new requests before the
+// proxy stops accepting them; the rest of the admin API is next's.
+func (g *Gateway) unreadyWhenDraining(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" && g.draining.Load() {
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, "the gateway is shutting down")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // abandonInFlight runs when the shutdown timeout ended with requests
 // still in flight: it cuts their upstream calls (cause errShutdown), so
 // that each key is marked UNKNOWN when its request may have reached the
@@ -30,7 +44,7 @@ func (g *Gateway) tracked(next http.Handler) http.Handler {
 // until its lease ends; and it waits, at most idem.FinalizeTimeout, for
 // those marks to be stored.
 func (g *Gateway) abandonInFlight() {
-	g.cfg.Logger.Warn("idem: shutdown timeout: cutting the upstream calls still in flight; their keys turn UNKNOWN")
+	g.cfg.Logger.Warn("idem: shutdown timeout: cutting the upstream calls still in flight; their keys turn UNKNOWN (released when nothing was sent): reconcile or resolve them")
 	g.stop(errShutdown)
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()
