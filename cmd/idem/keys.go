@@ -14,6 +14,8 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/pgstore"
+	"github.com/idemkit/idem/store/storeurl"
 )
 
 const keysUsage = `idem keys [--store URI] get TENANT KEY
@@ -49,6 +51,8 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	body := fs.String("body", "", "resolve: the body of the recorded response")
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
 	force := fs.Bool("force", false, "delete: also a key in flight (PROCESSING) or UNKNOWN, which lets the next request run it again")
+	schema := fs.String("schema", pgstore.DefaultSchema, schemaUsage)
+	noMigrate := fs.Bool("no-migrate", false, noMigrateUsage)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -77,9 +81,19 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return err
 		}
 	}
-	st, closeStore, err := gateway.OpenStore(ctx, *storeURI, nil)
-	if err != nil {
+	opts := &gateway.StoreOptions{NoMigrate: *noMigrate}
+	if set["schema"] {
+		opts.Schema = *schema
+	}
+	if err := gateway.CheckStore(*storeURI, opts); err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
+	}
+	st, closeStore, err := gateway.OpenStore(ctx, *storeURI, opts)
+	switch {
+	case errors.Is(err, storeurl.ErrNotMigrated):
+		return fmt.Errorf("%w: run 'idem migrate' with the same --store and --schema first", err)
+	case err != nil:
+		return err
 	}
 	defer closeStore()
 	e, err := idem.New(st, nil)

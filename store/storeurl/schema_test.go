@@ -66,13 +66,13 @@ func TestOpenSchemaAndNoMigrate(t *testing.T) {
 			t.Fatalf("Open(%q) of an empty schema without migrating = %v; want ErrNotMigrated naming the migrations", uri, err)
 		}
 	}
-	s, closeStore, err := storeurl.Open(ctx, testenv.DatabaseURL(), &storeurl.Options{Schema: schema})
+	_, closeStore, err := storeurl.Open(ctx, testenv.DatabaseURL(), &storeurl.Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	closeStore()
 	for _, uri := range []string{testenv.DatabaseURL(), testenv.RedisURL() + "+" + testenv.DatabaseURL()} {
-		s, closeStore, err = storeurl.Open(ctx, uri, &storeurl.Options{Schema: schema, NoMigrate: true})
+		s, closeStore, err := storeurl.Open(ctx, uri, &storeurl.Options{Schema: schema, NoMigrate: true})
 		if err != nil {
 			t.Fatalf("Open(%q) of a migrated schema without migrating = %v", uri, err)
 		}

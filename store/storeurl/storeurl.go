@@ -75,7 +75,7 @@ func Check(uri string, opts *Options) error {
 	}
 	redisURI, pgURI, layered := splitLayered(uri)
 	if o.Schema != "" && !layered && !isPostgresURI(uri) {
-		return fmt.Errorf("storeurl: a schema (Options.Schema, idem's --schema) is a PostgreSQL one, and a %s store has none", scheme(uri))
+		return fmt.Errorf("storeurl: a schema (Options.Schema, idem's --schema) is a PostgreSQL one; %s has none", storeName(uri))
 	}
 	if o.Schema != "" {
 		if err := pgstore.CheckSchema(o.Schema); err != nil {
@@ -182,6 +182,14 @@ const forms = "memory, redis://, rediss://, unix://, redis-sentinel://, redis-cl
 func isRedisURI(uri string) bool {
 	scheme, _, ok := strings.Cut(uri, "://")
 	return ok && (strings.HasPrefix(scheme, "redis") || scheme == "unix")
+}
+
+// storeName names uri's store for an error: memory, or its scheme.
+func storeName(uri string) string {
+	if uri == "memory" {
+		return "the memory store"
+	}
+	return "a " + scheme(uri) + " store"
 }
 
 func isPostgresURI(uri string) bool {
