@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -202,12 +203,7 @@ func printConfig(w io.Writer, s *serveSetup) error {
 		fmt.Fprintf(tw, "# config file: %s\n", c.Config)
 	}
 	fmt.Fprintln(tw, "SETTING\tVALUE\tFROM\tRELOAD")
-	names := make([]string, 0, len(c.Settings))
-	for name := range c.Settings {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(c.Settings)) {
 		v := c.Settings[name]
 		from := v.origin.String()
 		if v.Overrides != "" {
@@ -229,12 +225,7 @@ func printConfig(w io.Writer, s *serveSetup) error {
 			}
 			fmt.Fprintf(tw, ", defined at %s\n", r.Source)
 		}
-		opts := make([]string, 0, len(r.Policy))
-		for name := range r.Policy {
-			opts = append(opts, name)
-		}
-		slices.Sort(opts)
-		for _, name := range opts {
+		for _, name := range slices.Sorted(maps.Keys(r.Policy)) {
 			o := r.Policy[name]
 			value, _ := json.Marshal(o.Value)
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", name, strings.Trim(string(value), `"`), o.origin)

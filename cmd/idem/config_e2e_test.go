@@ -225,19 +225,19 @@ func TestReloadUsesTheSameChain(t *testing.T) {
 	if a := post(t, "http://"+g.addr, "", "{}"); a.status != http.StatusBadRequest {
 		t.Fatalf("no key, IDEM_REQUIRE_KEY=true over the file's false: %d; want 400", a.status)
 	}
-	if err := os.WriteFile(path, []byte("log-format: json\nrequire-key: false\nwait: 2s\n"), 0o600); err != nil {
-		t.Fatal(err)
+	reload := func(text string) {
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		g.cmd.Process.Signal(syscall.SIGHUP)
 	}
-	g.cmd.Process.Signal(syscall.SIGHUP)
+	reload("log-format: json\nrequire-key: false\nwait: 2s\n")
 	g.waitForLog(t, "configuration reloaded", 1)
 	g.waitForLog(t, "IDEM_REQUIRE_KEY in the environment overrides require-key", 2)
 	if a := post(t, "http://"+g.addr, "", "{}"); a.status != http.StatusBadRequest {
 		t.Fatalf("after the reload, no key: %d; want 400 (the variable still wins)", a.status)
 	}
-	if err := os.WriteFile(path, []byte("log-format: text\nrequire-key: false\nwait: 2s\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	g.cmd.Process.Signal(syscall.SIGHUP)
+	reload("log-format: text\nrequire-key: false\nwait: 2s\n")
 	g.waitForLog(t, "reload failed", 1)
 	g.waitForLog(t, "log-format changed, which a reload cannot apply", 1)
 }
