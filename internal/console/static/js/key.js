@@ -1,7 +1,7 @@
 // A key's page: its record (GET /v1/keys/{tenant}/{key}), the stored
 // response of a COMPLETED key (GET .../result), and the actions.
 import { call, keyPath } from './api.js';
-import { h, show, problemText, age, time, duration } from './dom.js';
+import { h, show, problemText, loadError, age, time, duration } from './dom.js';
 import { tenantCell } from './queue.js';
 import { actions } from './actions.js';
 
@@ -74,7 +74,7 @@ export async function renderKey(main, params, flash = null) {
     return;
   }
   if (!res.ok) {
-    show(main, back, heading, flash, h('p', { class: 'problem', role: 'alert' }, problemText(res)));
+    show(main, back, heading, flash, loadError(res, () => renderKey(main, params, flash)));
     return;
   }
   const rec = res.data;
