@@ -19,7 +19,8 @@ import (
 // Issue 31, item 13: a reconciliation whose lookup answered 500 was shown
 // in a green box, as if it had settled the key. It is a red one that
 // says the lookup's status, and the key stays UNKNOWN; the reason typed
-// in the confirmation is in the gateway's audit of the key.
+// in the confirmation is in the gateway's audit of the key, which the
+// key's page lists.
 func TestConsoleShowsAFailedLookupAsAFailure(t *testing.T) {
 	h := newHarness(t)
 	h.cutCharge(t, "acme", "order-500", false) // no retry: the lookup is not claimed
@@ -46,6 +47,8 @@ func TestConsoleShowsAFailedLookupAsAFailure(t *testing.T) {
 	if rec, err := h.g.Engine().Get(context.Background(), store.ID{Tenant: "acme", Key: "order-500"}); err != nil || rec.State != store.StateUnknown {
 		t.Fatalf("after the failed reconciliation the key is %+v, %v; want UNKNOWN", rec, err)
 	}
+	until(t, ctx, "the key's admin changes on its page", `[...document.querySelectorAll('#audit-table tbody tr')].some((r) =>
+		r.dataset.outcome === 'unchanged' && r.textContent.includes('admin-token') && r.textContent.includes('INC-7: is the ledger back?'))`)
 	req, _ := http.NewRequest(http.MethodGet, h.admin+"/v1/audit?tenant=acme&key=order-500", nil)
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err := http.DefaultClient.Do(req)

@@ -27,10 +27,16 @@ export function seg(value) {
   return encodeURIComponent(value).replace(/\./g, '%2E');
 }
 
-// tenantSeg writes a tenant's path segment: "-" is the empty tenant, and
-// a tenant made of dashes gets one more (the admin API's rule).
+// tenantParam writes a tenant as the admin API names it in a path or a
+// ?tenant=: "-" is the empty tenant, and a tenant made of dashes gets
+// one more.
+export function tenantParam(tenant) {
+  return /^-*$/.test(tenant) ? `-${tenant}` : tenant;
+}
+
+// tenantSeg writes a tenant's path segment.
 export function tenantSeg(tenant) {
-  return seg(/^-*$/.test(tenant) ? `-${tenant}` : tenant);
+  return seg(tenantParam(tenant));
 }
 
 // keyPath is the admin path of a key, with a suffix such as "/resolve".
