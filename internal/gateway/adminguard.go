@@ -24,7 +24,8 @@ const (
 // adminHosts says which Host (and Origin) a request to the admin API may
 // name. A browser tricked into calling the admin API names the attacker's
 // site: in Origin (a page of theirs calling it), or in Host (their name,
-// rebound by DNS to the admin's address). Neither is an allowed host:
+// rebound by DNS to the admin's address), and neither is among the
+// allowed hosts, which are:
 //
 //   - the admin listener's own address on its port: its IP, or its name;
 //     when it listens on every address (0.0.0.0, ::), any IP literal (a
