@@ -338,19 +338,7 @@ func TestAdminAPI(t *testing.T) {
 	up := newUpstream(t, 0)
 	g := startGateway(t, "--upstream", up.URL, "--admin-token", "s3cret", "--tenant-header", "X-Tenant-ID")
 	post(t, "http://"+g.addr, "order/1", `{"amount":1}`, "X-Tenant-ID", "acme")
-	call := func(method, path, token string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+g.admin+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	call := func(method, path, token string) (int, string) { return adminCall(t, g, method, path, token, "") }
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, _ := call("GET", p, ""); code != 200 {
 			t.Errorf("GET %s = %d; want 200", p, code)

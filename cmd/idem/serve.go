@@ -118,6 +118,8 @@ func loadServe(args []string) (*serveSetup, error) {
 	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
 	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
+	adminTokensFile := fs.String("admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
+	adminHosts := fs.String("admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused")
 	errorFormat := fs.String("error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
 	mismatchStatus := fs.Int("mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
 	replayHeaders := fs.String("replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
@@ -198,6 +200,7 @@ func loadServe(args []string) (*serveSetup, error) {
 			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
 			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitList(*replayHeaders),
 			Repeatability: *repeatability, KeyRetention: *keyRetention,
+			AdminTokensFile: *adminTokensFile, AdminHosts: splitList(*adminHosts),
 		}
 		if s.cfg.ReplayHeaders == nil {
 			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

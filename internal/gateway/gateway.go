@@ -51,6 +51,13 @@ type Gateway struct {
 	admin    http.Handler
 	stats    *statsRing // sampled while Run serves the admin API
 
+	// The admin API's callers: its tokens (swapped by Reload), the hosts
+	// it answers (its address as bound, once Run listens) and the audit
+	// of their changes.
+	access     atomic.Pointer[adminAccess]
+	adminHosts atomic.Pointer[adminHosts]
+	audit      *auditLog
+
 	// What every policy shares: the transport to the upstream (and its
 	// pool), the tenant of a request and the headers it depends on.
 	transport  http.RoundTripper
@@ -130,7 +137,18 @@ func New(cfg Config) (*Gateway, error) {
 	g.proxy = g.tracked(g.traced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
 	})))
-	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse))
+	access, err := loadAdminAccess(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := newAdminHosts(cfg.Admin, cfg.AdminHosts)
+	if err != nil {
+		return nil, err
+	}
+	g.access.Store(access)
+	g.adminHosts.Store(hosts)
+	g.audit = newAuditLog(reg, cfg.Logger)
+	g.admin = g.adminHandler()
 	return g, nil
 }
 
@@ -310,6 +328,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		adminAddr = aln.Addr()
+		g.adminHosts.Store(g.adminHosts.Load().bound(adminAddr))
 		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout})
 		listeners = append(listeners, aln)
 	}
