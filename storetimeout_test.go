@@ -69,7 +69,7 @@ func TestPausedRedisFailsClosed(t *testing.T) {
 			}
 			flushCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := e.Flush(flushCtx); err != nil {
+			if err := idem.FlushHeld(e, flushCtx); err != nil {
 				t.Fatal(err)
 			}
 			a := begin(t, e, req)
