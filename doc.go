@@ -83,8 +83,8 @@
 // work does not run. A Complete, MarkUnknown or Release that the store has
 // not taken by then is held in memory and retried in the background for
 // the rest of the lease (Options.MaxHeld), and a retry that reaches this
-// engine is answered from it; Engine.Flush stores what is held before the
-// process exits.
+// engine is answered from it; Engine.Shutdown stores what is held before
+// the process exits.
 //
 // # Observing
 //
