@@ -140,7 +140,7 @@ type Decision uint8
 
 const (
 	// Acquired: the caller holds a Lease and must do the work, then Complete
-	// or Release it.
+	// or Release it (and defer its Close right away).
 	Acquired Decision = iota + 1
 	// Replayed: the key is COMPLETED; Attempt.Result is the stored result.
 	Replayed
