@@ -55,16 +55,8 @@ func TestUnknownReasonHoldsNoUpstreamAddress(t *testing.T) {
 	srv := httptest.NewServer(g.Handler())
 	defer srv.Close()
 	send := func() (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":100}`))
-		req.Header.Set("Idempotency-Key", "k")
-		req.Header.Set("Authorization", "Bearer c")
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		status, body, _ := sendTo(t, srv, "k")
+		return status, body
 	}
 	if status, body := send(); status != http.StatusBadGateway || strings.Contains(body, port) {
 		t.Fatalf("first request: %d %s; want 502 upstream_no_response without the upstream's address", status, body)
@@ -80,4 +72,36 @@ func TestUnknownReasonHoldsNoUpstreamAddress(t *testing.T) {
 	if r := page.Records[0].Reason; strings.Contains(r, port) || strings.Contains(r, "127.0.0.1") || r != "the request was sent upstream and no complete response came back" {
 		t.Fatalf("stored reason %q; want the class of the failure, nothing of the transport's error", r)
 	}
+
+	// Issue 32 item 7: the first answer invites a retry only when a
+	// reconciliation may settle the key: with a reconcile URL, at once.
+	lookup := httptest.NewServer(http.NotFoundHandler())
+	defer lookup.Close()
+	rs, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg := newTestGateway(t, Config{Upstream: u, Store: rs, ReconcileURL: lookup.URL + "/lookup/{key}"})
+	rsrv := httptest.NewServer(rg.Handler())
+	defer rsrv.Close()
+	if status, _, h := sendTo(t, rsrv, "r"); status != http.StatusBadGateway || h.Get("Retry-After") != "1" {
+		t.Fatalf("with a reconcile URL: %d, Retry-After %q; want 502 with Retry-After 1", status, h.Get("Retry-After"))
+	}
+	if _, _, h := sendTo(t, srv, "k2"); h.Get("Retry-After") != "" {
+		t.Fatalf("without a reconcile URL: Retry-After %q; want none", h.Get("Retry-After"))
+	}
+}
+
+func sendTo(t *testing.T, srv *httptest.Server, key string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{"amount":100}`))
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Authorization", "Bearer c")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
 }
