@@ -53,7 +53,9 @@ type Options struct {
 	// never meets. It returns "" or ErrTenantMissing for a call without
 	// one, which is refused with UNAUTHENTICATED (reason TENANT_MISSING)
 	// unless AllowAnonymous; any other error is refused with
-	// UNAUTHENTICATED too. Put the interceptor after your authentication.
+	// UNAUTHENTICATED too, with the error's text in the status message:
+	// say what the caller did wrong, nothing it may not see. Put the
+	// interceptor after your authentication.
 	Tenant func(ctx context.Context) (string, error)
 	// AllowAnonymous lets calls without a tenant share the scope "". Nil
 	// Tenant with AllowAnonymous puts every call in that scope. New
