@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
@@ -201,9 +201,10 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 
 // reverseProxy forwards to p's upstream, over the gateway's transport.
 func (g *Gateway) reverseProxy(p *policy) http.Handler {
-	transport := g.transport
-	_, traced := transport.(*http.Transport)
-	transport = neverResend{transport}
+	// It tells a request that never left from one that may have reached
+	// the upstream (idemclient.Sent), does not send one whose lease has
+	// ended, and keeps net/http from resending one by itself.
+	transport := &idemclient.Transport{Base: g.transport}
 	upstream := p.cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -220,7 +221,7 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 				r = r.WithContext(ctx)
 			}
 			start := time.Now()
-			resp, err := forward(transport, r)
+			resp, err := transport.RoundTrip(r)
 			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
 			if err != nil && span != nil {
 				span.RecordError(err)
@@ -240,12 +241,6 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 		timer := time.AfterFunc(timeout, func() { stop(errUpstreamTimeout) })
 		defer timer.Stop()
 		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
-		if traced {
-			// The hooks go into the context here, once, with the record
-			// they fill: forward then sends the request as it is.
-			c := new(upstreamCall)
-			ctx = httptrace.WithClientTrace(context.WithValue(ctx, upstreamCallKey{}, c), c.hooks())
-		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }

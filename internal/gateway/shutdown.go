@@ -52,7 +52,7 @@ func (g *Gateway) flushHeld(shutdownCtx context.Context) {
 		ctx, cancel = context.WithTimeout(context.Background(), cmp.Or(g.cfg.StoreTimeout, idem.DefaultStoreTimeout))
 		defer cancel()
 	}
-	if err := g.engine.Flush(ctx); err != nil {
+	if err := g.engine.Shutdown(ctx); err != nil {
 		g.cfg.Logger.Error("idem: shutdown: results not stored; their keys turn UNKNOWN when their leases end", "err", err)
 	}
 }

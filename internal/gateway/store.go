@@ -46,9 +46,12 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store
 		return nil, nil, fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only (--store memory)", ErrStoreURI)
 	}
 	o.Coalesce = true
-	s, closeStore, err := storeurl.Open(ctx, uri, &o)
+	s, err := storeurl.Open(ctx, uri, &o)
 	if errors.Is(err, storeurl.ErrBadURL) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 	}
-	return s, closeStore, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
 }

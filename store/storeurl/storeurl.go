@@ -40,10 +40,17 @@ type Options struct {
 	Coalesce bool
 }
 
+// Store is a store that Open opened, with what it opened for it: Close
+// releases its connections (and stops a PostgreSQL store's reaper).
+type Store interface {
+	store.Store
+	Close() error
+}
+
 // Open opens the store that uri names (the forms are listed in the
-// package documentation) and returns it with the function that releases
-// its connections.
-func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() error, error) {
+// package documentation). Close it when done: it releases the
+// connections Open made.
+func Open(ctx context.Context, uri string, opts *Options) (Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -52,10 +59,10 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 		o.Logger = slog.Default()
 	}
 	if uri == "" {
-		return nil, nil, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+		return nil, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
 	}
 	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
-		return nil, nil, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+		return nil, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
 	}
 	// A Redis password that holds "+postgres" is written with %2B.
 	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
@@ -65,30 +72,66 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 	case uri == "memory":
 		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit, TenantShare: o.MemoryTenantShare})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return s, func() error { return nil }, nil
+		return s, nil
 	case isRedisURI(uri):
 		if o.Coalesce {
 			uri = coalesceUnlessSaid(uri)
 		}
-		s, closeStore, err := redisstore.OpenURL(uri, nil)
+		rest, prefix, err := takeParam(uri, "prefix")
+		if err != nil {
+			return nil, err
+		}
+		s, err := redisstore.OpenURL(rest, &redisstore.Options{Prefix: prefix})
 		if errors.Is(err, redisstore.ErrBadURL) {
-			return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+			return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return s, closeStore, nil
+		return s, nil
 	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
-		s, closeStore, err := openPostgres(ctx, uri, o.Logger)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, closeStore, nil
+		return openPostgres(ctx, uri, o.Logger)
 	}
-	return nil, nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+	return nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
 }
+
+// takeParam takes the query parameter name out of uri: Open's own
+// parameters (a PostgreSQL schema, a Redis key prefix) mean nothing to the
+// drivers, which would refuse them or send them to the server. It is
+// an error to give one twice or empty.
+func takeParam(uri, name string) (rest, value string, err error) {
+	base, query, ok := strings.Cut(uri, "?")
+	if !ok || !strings.Contains(query, name) {
+		return uri, "", nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %s query: %v", ErrBadURL, scheme(uri), err)
+	}
+	vs, ok := q[name]
+	switch {
+	case !ok:
+		return uri, "", nil
+	case len(vs) != 1 || vs[0] == "":
+		return "", "", fmt.Errorf("%w: %s: give %s=... once, not empty", ErrBadURL, scheme(uri), name)
+	}
+	q.Del(name)
+	if len(q) == 0 {
+		return base, vs[0], nil
+	}
+	return base + "?" + q.Encode(), vs[0], nil
+}
+
+// owned is a store with the connections Open made for it, which its
+// Close closes after it.
+type owned struct {
+	store.Store
+	close func() error
+}
+
+func (o owned) Close() error { return o.close() }
 
 // coalesceUnlessSaid adds coalesce=on to a Redis uri whose query does not
 // name coalesce (Options.Coalesce). A query that does not parse is left to
