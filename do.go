@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idem/internal/outcome"
 	"github.com/idemkit/idem/store"
 )
 
@@ -35,47 +36,68 @@ const FinalizeTimeout = 10 * time.Second
 // renewal postpones that end: keep the timeouts of fn's calls shorter
 // than the lease.
 //
-// If fn returns an error the key is released, so a later call runs fn
-// again, and the error is returned: return an error only when the work
-// did not take effect. A lease that took over an attempt whose lease
-// ended (TakeoverRun) is not released but marked UNKNOWN: that attempt
-// may have had its effect. When it may have (a request sent and not answered,
-// a timeout), wrap the error with OutcomeUnknown: the key turns UNKNOWN and
-// no later call runs fn until the outcome is reconciled. An error that
-// wraps a context error (context.Canceled, context.DeadlineExceeded) or
-// the end of the lease (ErrLeaseExpired, ErrLeaseLost) is taken as an
-// unknown outcome too: the work's context ended, the caller's going away or
-// the lease's end cut whatever fn was doing, and a call cut in flight may
-// have had its effect. Work that stopped before its side effect should say
-// so with an error of its own. A panic in fn, and an output too large to
-// store, turn the key UNKNOWN too, and the panic goes on.
+// What fn returns decides what becomes of the key:
 //
-// What Do returns, and what its caller does about it (Retryable is true
-// exactly for the rows that say retry):
+//   - its output and nil: the output is stored and replayed to every
+//     later call;
+//   - an error wrapped with NotRun: the work provably did not take effect
+//     (it stopped before its side effect: Lease.Check failed, the request
+//     was never sent): the key is released, and a later call runs fn;
+//   - an error wrapped with OutcomeUnknown: the effect may have happened
+//     (a request sent and not answered, a timeout): the key turns UNKNOWN,
+//     and no later call runs fn until the outcome is reconciled;
+//   - an error that wraps a context error (context.Canceled,
+//     context.DeadlineExceeded) or the end of the lease (ErrLeaseExpired,
+//     ErrLeaseLost), not marked NotRun: UNKNOWN too, since a call cut in
+//     flight may have had its effect. Lease.Check's error, returned as it
+//     is, is such an error: return NotRun(err) for it when nothing ran;
+//   - any other error: the work did not take effect, and the key is
+//     released, as with NotRun. Return such an error only when that holds.
 //
-//	Do returns                         the work         the key       the caller
-//	out, replayed false, nil           ran now          COMPLETED     acknowledge
-//	out, replayed true, nil            ran before       COMPLETED     acknowledge
-//	*InFlightError (ErrInFlight)       runs elsewhere   PROCESSING    retry after its RetryAfter
-//	ErrStore, out nil                  did not run      unchanged     retry later: the store failed
-//	fn's own error                     had no effect    released      retry
-//	ErrMismatch                        did not run      another's     drop: the key was reused
-//	ErrInvalidKey, ErrInvalidTenant,   did not run      unchanged     drop: the caller's bug
+// A lease that took over an attempt whose lease ended (TakeoverRun) is
+// never released but marked UNKNOWN: that attempt may have had its
+// effect. A panic in fn, and an output too large to store, turn the key
+// UNKNOWN too, and the panic goes on.
+//
+// The reason kept with an UNKNOWN key (Record.Reason, which idemhttp and
+// idemgrpc show to the callers that retry the key, and the admin API to
+// operators) is the one given to OutcomeUnknown, or else a fixed phrase
+// that names the class of the failure ("the lease expired while the work
+// ran"): never the error's text, which may hold a secret or an internal
+// address. The caller of Do gets the error itself.
+//
+// What Do returns, what its caller does about it, and Retryable's answer
+// (true exactly for the rows that say retry; TestDoErrorTable holds every
+// row to a real call):
+//
+//	Do returns                         the work        the key         the caller                   Retryable
+//	out, replayed false, nil           ran now         COMPLETED       acknowledge                  false
+//	out, replayed true, nil            ran before      COMPLETED       acknowledge                  false
+//	*InFlightError (ErrInFlight)       runs elsewhere  PROCESSING      retry after its RetryAfter   true
+//	ErrStore, out nil                  did not run     unchanged       retry later                  true
+//	ErrShutdown                        did not run     unchanged       retry on another engine      true
+//	fn's own error, or NotRun's        had no effect   released        retry                        true
+//	ErrMismatch                        did not run     another's       drop: the key was reused     false
+//	ErrKeyExpired                      ran before      result dropped  acknowledge: it never runs   false
+//	                                                                   again, its result is gone
+//	ErrInvalidKey, ErrInvalidTenant,   did not run     unchanged       drop: the caller's bug       false
 //	  ErrInvalidFingerprint,
 //	  ErrInvalidRequest
-//	*UnknownError (ErrOutcomeUnknown)  may have run     UNKNOWN       alert; Options.Reconcile or
-//	                                   before                         Engine.Resolve settles it
-//	fn's error wrapped with            may have run     UNKNOWN       alert, as above
-//	  OutcomeUnknown, or a context
-//	  or lease error; a panic
-//	out, ErrLeaseLost                  ran              another's     acknowledge: its output is
-//	                                                                  not stored
-//	out, ErrResultTooLarge             ran              UNKNOWN       acknowledge, alert
-//	out, ErrStore                      ran              PROCESSING,   acknowledge, alert: the store
-//	                                                    then UNKNOWN  did not take the output
+//	*UnknownError (ErrOutcomeUnknown)  may have run    UNKNOWN         alert; Options.Reconcile or  false
+//	                                                                   Engine.Resolve settles it
+//	out, ErrLeaseLost                  ran             another's       acknowledge: its output is   false
+//	                                                                   not stored
+//	out, *UnknownError wrapping        ran             UNKNOWN         acknowledge, alert           false
+//	  ErrResultTooLarge
+//	out, ErrStore                      ran             PROCESSING,     acknowledge, alert: the      false
+//	                                                   then UNKNOWN    store did not take the output
 //
-// A retry is always safe: whatever the error, a later Do never runs
-// again what may have run.
+// *UnknownError is the one error of an unknown outcome, on the call whose
+// fn ended so (its Err is fn's error: a panic aside, fn wrapped it with
+// OutcomeUnknown, or it is a context or lease error, or fn failed after a
+// takeover) and on every later call with the key (Err nil). A retry is
+// always safe: whatever the error, a later Do never runs again what may
+// have run.
 func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
 	att, err := e.Begin(ctx, req)
 	if err != nil {
@@ -107,7 +129,7 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 	finished := false
 	defer func() {
 		if !finished { // fn panicked: it may have had its effect
-			e.markUnknown(finalCtx, l, req, "panic in the work")
+			e.markUnknown(finalCtx, l, req, "panic in the work", nil)
 		}
 	}()
 	began := time.Now()
@@ -115,28 +137,27 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 	finished = true
 	e.works.add(time.Since(began))
 	switch {
-	case errors.Is(err, ErrOutcomeUnknown) || cutShort(err):
-		e.markUnknown(finalCtx, l, req, err.Error())
-		return nil, false, err
-	case err != nil && l.PreviousFence() != 0:
+	case err == nil:
+	case errors.Is(err, ErrOutcomeUnknown) || (cutShort(err) && !outcome.IsNotRun(err)):
+		return nil, false, e.markUnknown(finalCtx, l, req, unknownReason(err), err)
+	case l.PreviousFence() != 0:
 		// The work failed before its effect, but this lease took the key
 		// over from an attempt whose outcome is unknown: a release would
 		// let a retry run again what that attempt may have done.
-		e.markUnknown(finalCtx, l, req, "failed after taking over an attempt of unknown outcome: "+err.Error())
-		return nil, false, err
-	case err != nil:
+		return nil, false, e.markUnknown(finalCtx, l, req, "the work failed after taking over an attempt of unknown outcome", err)
+	default:
 		fctx, cancel := finalCtx()
 		defer cancel()
 		if rerr := l.Release(fctx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			e.log.Error("idem: release after failed work", "tenant", req.Tenant, "key", req.Key, "err", rerr)
 		}
-		return nil, false, err
+		return nil, false, releasedError{err}
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.Complete(fctx, store.Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) { // the work ran; its output cannot be kept
-			e.markUnknown(finalCtx, l, req, err.Error())
+			return out, false, e.markUnknown(finalCtx, l, req, "the output is over Options.MaxResultBytes", ranError{err})
 		}
 		return out, false, ranError{err}
 	}
@@ -150,70 +171,132 @@ func cutShort(err error) bool {
 		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
 }
 
-func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string) {
+// unknownReason is the reason kept with a key whose work ended with err,
+// an unknown outcome: the application's (OutcomeUnknown), or the class of
+// err. Never err's text: it may hold a secret (an API key in a URL) or an
+// internal address, and the reason is shown to every caller that retries
+// the key.
+func unknownReason(err error) string {
+	if r, ok := outcome.ChosenReason(err); ok {
+		return r
+	}
+	switch {
+	case errors.Is(err, ErrLeaseExpired):
+		return "the lease expired while the work ran"
+	case errors.Is(err, ErrLeaseLost):
+		return "the lease was lost while the work ran"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the work's deadline passed while it ran"
+	case errors.Is(err, context.Canceled):
+		return "the work's context was cancelled while it ran"
+	}
+	return "the work reported an unknown outcome"
+}
+
+// markUnknown turns the key UNKNOWN with reason and returns the error
+// that says so to Do's caller; cause is the work's error, if any.
+func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string, cause error) *UnknownError {
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.Error("idem: marking the key UNKNOWN failed and could not be held; it stays PROCESSING until its lease ends, then turns UNKNOWN",
 			"tenant", req.Tenant, "key", req.Key, "err", err)
 	}
+	return &UnknownError{Err: cause, Record: store.Record{ID: l.ID(), State: store.StateUnknown, Owner: l.ref.Owner,
+		Fence: l.Fence(), Fingerprint: l.fp, CompletedAt: time.Now(), Reason: storedReason(reason)}}
 }
 
 // OutcomeUnknown marks err as a failure after which the work's effect may
-// have happened: Do then turns the key UNKNOWN instead of releasing it.
+// have happened: Do (and idemgrpc, for a handler's error) then turns the
+// key UNKNOWN instead of releasing it. reason is kept with the key
+// (Record.Reason) and shown to the callers that retry it and to
+// operators: say what happened in words that hold no secret and no
+// internal address ("the charge was sent and no answer came back");
+// empty keeps a fixed phrase. err's own text is never kept nor shown.
 // errors.Is finds both ErrOutcomeUnknown and err in the result.
-func OutcomeUnknown(err error) error {
+func OutcomeUnknown(err error, reason string) error {
 	if err == nil {
-		return ErrOutcomeUnknown
+		err = errUnknownUnsaid
 	}
-	return &outcomeUnknown{err: err}
+	return &outcome.Unknown{Err: err, Reason: reason}
 }
 
-type outcomeUnknown struct{ err error }
+var errUnknownUnsaid = errors.New("the work's outcome is unknown")
 
-func (u *outcomeUnknown) Error() string   { return "outcome unknown: " + u.err.Error() }
-func (u *outcomeUnknown) Unwrap() []error { return []error{ErrOutcomeUnknown, u.err} }
+// NotRun marks err as a failure that came before the work's effect: the
+// work provably did not take effect, and Do (and idemgrpc, for a
+// handler's error) releases the key, so a later call runs the work, even
+// when err wraps a context error or the end of the lease, which Do
+// otherwise reads as an unknown outcome. The pattern:
+//
+//	if err := l.Check(); err != nil { // just before the side effect
+//		return nil, idem.NotRun(err)
+//	}
+//
+// An error marked both NotRun and OutcomeUnknown is an unknown outcome:
+// the safe reading wins. errors.Is and errors.As find err in the result.
+func NotRun(err error) error {
+	if err == nil {
+		err = errNotRunUnsaid
+	}
+	return &outcome.NotRun{Err: err}
+}
 
-// UnknownError is returned by Do for a key in state UNKNOWN: an earlier
-// attempt may have had its effect, and no result is recorded. Record says
-// which attempt (Fence), since when (CompletedAt) and why (Reason).
-// errors.Is(err, ErrOutcomeUnknown) is true.
+var errNotRunUnsaid = errors.New("the work did not run")
+
+// UnknownError is the error of an unknown outcome: an attempt at the key
+// may have had its effect, and no result is recorded. Do returns it on
+// the call whose work ended so (Err is the work's error; nil after a
+// panic, which goes on) and on every later call with the key, which finds
+// it UNKNOWN (Err nil). Record says which attempt (Fence), since when
+// (CompletedAt) and why (Reason); on the first call it is the record as
+// the engine asked the store to keep it. errors.Is(err,
+// ErrOutcomeUnknown) is true, and errors.Is and errors.As find Err too.
 type UnknownError struct {
 	Record store.Record
+	Err    error
 }
 
 // Error says that the outcome is unknown, and why.
 func (e *UnknownError) Error() string {
-	return fmt.Sprintf("%v: key %q was left UNKNOWN by the attempt with fence %d (%s)",
-		ErrOutcomeUnknown, e.Record.Key, e.Record.Fence, e.Record.Reason)
+	if e.Err != nil {
+		cause := e.Err
+		if u, ok := cause.(*outcome.Unknown); ok { // "outcome unknown" is said once
+			cause = u.Err
+		}
+		return fmt.Sprintf("%v: key %q is UNKNOWN (%s): %v", ErrOutcomeUnknown, e.Record.Key, e.Record.Reason, cause)
+	}
+	return fmt.Sprintf("%v: key %q was left UNKNOWN by an earlier attempt (%s)", ErrOutcomeUnknown, e.Record.Key, e.Record.Reason)
 }
 
 // Is reports ErrOutcomeUnknown.
 func (e *UnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
+// Unwrap returns the work's error, if any.
+func (e *UnknownError) Unwrap() error { return e.Err }
+
 // Retryable reports whether calling Do again with the same key, later,
 // may get further than the call that returned err: true for a key in
 // flight (wait its InFlightError.RetryAfter), a store that failed before
-// the work, and an error of the function's own (its key was released, so
-// the next call runs it). It is false for nil, for what a retry meets
-// again (ErrMismatch, an invalid key or request, an unknown outcome) and
-// for the errors Do returns after the work ran (ErrLeaseLost,
-// ErrResultTooLarge, ErrStore from storing its output). Do's documentation
-// has the whole table. Whatever it says, a retry is safe: Do never runs
-// again what may have run.
+// the work, an engine that was shut down, and an error of the function's
+// own (its key was released, so the next call runs it). It is false for
+// nil, for what a retry meets again (ErrMismatch, ErrKeyExpired, an
+// invalid key or request, an unknown outcome), for the errors Do returns
+// after the work ran (ErrLeaseLost, ErrResultTooLarge, ErrStore from
+// storing its output), and for any error Do did not return: what it does
+// not know, it does not call retryable. Do's documentation has the whole
+// table. Whatever it says, a retry is safe: Do never runs again what may
+// have run.
 func Retryable(err error) bool {
 	var ran ranError
+	var released releasedError
 	switch {
-	case err == nil, errors.As(err, &ran):
+	case err == nil, errors.As(err, &ran), errors.Is(err, ErrOutcomeUnknown):
 		return false
-	case errors.Is(err, ErrInFlight), errors.Is(err, ErrStore):
+	case errors.As(err, &released), errors.Is(err, ErrInFlight), errors.Is(err, ErrStore), errors.Is(err, ErrShutdown):
 		return true
-	case errors.Is(err, ErrMismatch), errors.Is(err, ErrOutcomeUnknown), cutShort(err),
-		errors.Is(err, ErrResultTooLarge), errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTenant),
-		errors.Is(err, ErrInvalidFingerprint), errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrLeaseClosed):
-		return false
 	}
-	return true
+	return false
 }
 
 // ranError is an error Do returns after the work ran (its output was not
@@ -222,6 +305,13 @@ type ranError struct{ err error }
 
 func (r ranError) Error() string { return r.err.Error() }
 func (r ranError) Unwrap() error { return r.err }
+
+// releasedError is the work's own error, returned by Do after it released
+// the key: Retryable is true for it, whatever it wraps.
+type releasedError struct{ err error }
+
+func (r releasedError) Error() string { return r.err.Error() }
+func (r releasedError) Unwrap() error { return r.err }
 
 // workContext is the context of Do's function: the lease's, whose
 // Deadline is the lease's end as it stands. It is not on every

@@ -126,67 +126,6 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 	})
 }
 
-// Retryable says retry exactly where a later Do may get further.
-func TestRetryable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 4})
-		ctx := context.Background()
-		do := func(key, fp string, fn func(context.Context, *idem.Lease) ([]byte, error)) error {
-			_, _, err := e.Do(ctx, idem.Key{Key: key, Fingerprint: fp}, fn)
-			return err
-		}
-		ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
-		own := errors.New("card declined before charging")
-
-		if err := do("done", "a", ok); err != nil {
-			t.Fatal(err)
-		}
-		if err := do("unknown", "a", func(context.Context, *idem.Lease) ([]byte, error) {
-			return nil, idem.OutcomeUnknown(errors.New("timeout"))
-		}); !errors.Is(err, idem.ErrOutcomeUnknown) {
-			t.Fatalf("Do with OutcomeUnknown = %v", err)
-		}
-		cases := []struct {
-			name string
-			err  error
-			want bool
-		}{
-			{"nil", nil, false},
-			{"replayed", do("done", "a", ok), false},
-			{"the function's own error, key released", do("own", "a", func(context.Context, *idem.Lease) ([]byte, error) { return nil, own }), true},
-			{"mismatch", do("done", "b", ok), false},
-			{"unknown outcome, from the function", do("cut", "a", func(context.Context, *idem.Lease) ([]byte, error) {
-				return nil, idem.OutcomeUnknown(own)
-			}), false},
-			{"unknown key", do("unknown", "a", ok), false},
-			{"context ended under the work", do("ctx", "a", func(context.Context, *idem.Lease) ([]byte, error) { return nil, context.DeadlineExceeded }), false},
-			{"result too large, after the work ran", do("big", "a", func(context.Context, *idem.Lease) ([]byte, error) { return []byte("too large"), nil }), false},
-			{"invalid key", do("", "a", ok), false},
-			{"no fingerprint", do("k", "", ok), false},
-			{"in flight", &idem.InFlightError{RetryAfter: time.Second}, true},
-			{"store failed", fmt.Errorf("%w: acquire: %w", idem.ErrStore, store.ErrStoreFull), true},
-			{"lease lost after the work ran", fmt.Errorf("complete: %w", idem.ErrLeaseLost), false},
-		}
-		// The work ran and the store did not take its output (nor could
-		// the engine hold it): acknowledge, do not retry.
-		down := newEngine(t, completeFails{mustMem(t)}, &idem.Options{MaxHeld: -1})
-		out, _, err := down.Do(ctx, idem.Key{Key: "ran", NoFingerprint: true}, ok)
-		if string(out) != "ok" || !errors.Is(err, idem.ErrStore) {
-			t.Fatalf("Do whose Complete failed = %q, %v; want the output and ErrStore", out, err)
-		}
-		cases = append(cases, struct {
-			name string
-			err  error
-			want bool
-		}{"store failed after the work ran", err, false})
-		for _, c := range cases {
-			if got := idem.Retryable(c.err); got != c.want {
-				t.Errorf("%s: Retryable(%v) = %t; want %t", c.name, c.err, got, c.want)
-			}
-		}
-	})
-}
-
 // completeFails is a real store whose Complete fails: the store went away
 // after the work ran.
 type completeFails struct{ store.Store }

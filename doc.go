@@ -34,17 +34,24 @@
 // ends with), stores its output, and hands the stored output to every
 // later call with the key. Retryable, and the table in Do's
 // documentation, say what to do about each of its errors.
-// A function that returns an error has its key released, so a later call
-// runs it again; one whose error is wrapped with OutcomeUnknown (the effect
-// may have happened) turns its key UNKNOWN, and so does a panic.
+// A function whose error is wrapped with NotRun (it stopped before its
+// side effect) has its key released, so a later call runs it again; one
+// whose error is wrapped with OutcomeUnknown (the effect may have
+// happened) turns its key UNKNOWN, and so do a panic and an unmarked
+// error that wraps a context error or the end of the lease (a call cut in
+// flight). Any other error releases the key, as NotRun does. The reason
+// kept with an UNKNOWN key is the application's or a fixed phrase, never
+// an error's text: it is shown to every caller that retries the key.
 //
 // Engine.Begin is the step-by-step form. It answers with exactly one
 // Decision: Acquired (with a Lease), Replayed (with the stored Result),
 // InFlight (with the time until the other attempt's lease ends), Mismatch
 // (the key was used for a different request) or Unknown (an earlier
 // attempt may have had its effect; the work must not run). The holder of a
-// Lease does the work and then calls Lease.Complete with the result, or
-// Lease.Release when the work did not take effect. While the work runs,
+// Lease defers Lease.Close (a panic or a path that records nothing turns
+// the key UNKNOWN, never frees it), does the work and then calls
+// Lease.Complete with the result, or Lease.Release when the work did not
+// take effect; neither ends with its context. While the work runs,
 // the lease renews itself; Lease.Context is cancelled when the lease can
 // no longer be held, and Lease.Check answers synchronously whether it is
 // still held: call it just before the side effect. Pass Lease.Fence with
@@ -83,8 +90,8 @@
 // work does not run. A Complete, MarkUnknown or Release that the store has
 // not taken by then is held in memory and retried in the background for
 // the rest of the lease (Options.MaxHeld), and a retry that reaches this
-// engine is answered from it; Engine.Flush stores what is held before the
-// process exits.
+// engine is answered from it; Engine.Shutdown stores what is held before
+// the process exits.
 //
 // # Observing
 //

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem/store"
@@ -29,7 +30,8 @@ type Engine struct {
 	storeTimeout     time.Duration
 	held             *hold
 	sweeper          *sweeper
-	works            workTimes // how long Do's work takes, for InFlightError.RetryAfter
+	works            workTimes   // how long Do's work takes, for InFlightError.RetryAfter
+	shut             atomic.Bool // Shutdown was called: Begin refuses
 }
 
 // New returns an engine over store.
@@ -80,6 +82,30 @@ func New(s store.Store, opts *Options) (*Engine, error) {
 	return e, nil
 }
 
+// Shutdown ends the engine's use, as http.Server.Shutdown ends a
+// server's: every later Begin and Do fails with ErrShutdown (nothing is
+// taken, nothing runs), the leases already held go on and finish as
+// before, and Shutdown stores every finalization the engine holds (a
+// Complete, MarkUnknown or Release the store did not take in time:
+// Options.MaxHeld), waiting until none is held. Call it after the work
+// that uses the engine has stopped (after your http.Server's Shutdown
+// returned, or your consumer stopped) and before the process exits: what
+// is held lives only in this process. When ctx ends first, Shutdown
+// returns an error wrapping ctx's error that says how many are still
+// held; their retries go on in the background (each at most for the rest
+// of its lease and FinalizeTimeout), and calling Shutdown again waits for
+// them anew.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.shut.Store(true)
+	return e.flushHeld(ctx)
+}
+
+// Flush is Shutdown.
+//
+// Deprecated: Use Shutdown, which says what it does: the engine takes no
+// new key after it.
+func (e *Engine) Flush(ctx context.Context) error { return e.Shutdown(ctx) }
+
 // Retention is how long the engine keeps a completed result by default
 // (Options.Retention), for servers that publish their expiry policy.
 func (e *Engine) Retention() time.Duration { return e.retention }
@@ -114,7 +140,7 @@ type Decision uint8
 
 const (
 	// Acquired: the caller holds a Lease and must do the work, then Complete
-	// or Release it.
+	// or Release it (and defer its Close right away).
 	Acquired Decision = iota + 1
 	// Replayed: the key is COMPLETED; Attempt.Result is the stored result.
 	Replayed
@@ -166,9 +192,12 @@ type Attempt struct {
 // Begin starts an attempt at key. On Acquired the lease's heartbeat runs
 // until Complete or Release, and Lease.Context is cancelled when the lease
 // can no longer be held. Errors wrap ErrInvalidKey, ErrInvalidTenant,
-// ErrInvalidFingerprint, ErrInvalidRequest or ErrStore; on any error
-// nothing is held.
+// ErrInvalidFingerprint, ErrInvalidRequest or ErrStore, or are
+// ErrShutdown; on any error nothing is held.
 func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
+	if e.shut.Load() {
+		return Attempt{}, ErrShutdown
+	}
 	if err := validate(req.ID()); err != nil {
 		return Attempt{}, err
 	}
@@ -211,6 +240,10 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 	// the work never ran, and then this attempt runs it.
 	rec, absent, err := e.reconcileKey(ctx, att.Record.ID, retention)
 	switch {
+	case err != nil && !errors.Is(err, ErrStore):
+		// The key changed under the reconciliation (deleted, resolved
+		// by another): nothing ran, and a retry finds the new state.
+		return Attempt{}, fmt.Errorf("%w: the key changed while it was reconciled: %w", ErrStore, err)
 	case err != nil:
 		return Attempt{}, err
 	case absent: // resolved not executed, here or by another: run it (once; no second reconciliation)

@@ -65,6 +65,7 @@ func ExampleEngine_Begin() {
 		switch att.Outcome {
 		case idem.Acquired:
 			lease := att.Lease
+			defer lease.Close() // a panic or a path that records nothing: UNKNOWN, never a second charge
 			// Just before the side effect: a pause (GC, a stalled call) may
 			// have outlived the lease, and another attempt may hold the key.
 			if err := lease.Check(); err != nil {
@@ -83,9 +84,10 @@ func ExampleEngine_Begin() {
 				fmt.Println("declined; key released")
 				return
 			case err != nil:
-				// Unknown whether it charged: never run it again. Store
-				// the failure for every retry, and reconcile.
-				lease.Complete(ctx, store.Result{Status: 502, Body: []byte("charge outcome unknown")})
+				// Unknown whether it charged: never run it again until
+				// it is reconciled. The reason is shown to retries: no
+				// error text in it.
+				lease.MarkUnknown(ctx, "the charge was sent and no answer came back")
 				return
 			}
 			if err := lease.Complete(ctx, store.Result{Status: 201, Body: []byte(chargeID)}); err != nil {

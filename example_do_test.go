@@ -29,7 +29,7 @@ func ExampleEngine_Do() {
 	charges, reachable := 0, false
 	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if err := lease.Check(); err != nil { // just before the side effect
-			return nil, err
+			return nil, idem.NotRun(err) // nothing was charged: release the key
 		}
 		if !reachable {
 			return nil, errors.New("card network unreachable, nothing charged")

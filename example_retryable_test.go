@@ -28,7 +28,7 @@ func ExampleRetryable() {
 		key := idem.Key{Tenant: "billing", Key: msgID, Fingerprint: payload}
 		_, _, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 			if err := l.Check(); err != nil { // just before the side effect
-				return nil, err
+				return nil, idem.NotRun(err) // nothing was charged: release the key
 			}
 			return []byte("charged"), charge()
 		})
@@ -38,11 +38,8 @@ func ExampleRetryable() {
 		case idem.Retryable(err):
 			return "redeliver later: " + err.Error()
 		case errors.Is(err, idem.ErrOutcomeUnknown):
-			var earlier *idem.UnknownError
-			if errors.As(err, &earlier) {
-				return "ack, and alert: an earlier attempt's outcome is unknown: " + earlier.Record.Reason
-			}
-			return "ack, and alert: " + err.Error()
+			unknown, _ := errors.AsType[*idem.UnknownError](err)
+			return "ack, and alert: it may have been charged: " + unknown.Record.Reason
 		}
 		return "drop: " + err.Error()
 	}
@@ -52,13 +49,15 @@ func ExampleRetryable() {
 	fmt.Println(handle("m1", "42 EUR", ok))
 	fmt.Println(handle("m1", "42 EUR", ok)) // a redelivery: replayed, not charged again
 	fmt.Println(handle("m1", "99 EUR", ok)) // the same ID with another payload
-	fmt.Println(handle("m2", "7 EUR", func() error { return idem.OutcomeUnknown(errors.New("no answer in 10s")) }))
+	fmt.Println(handle("m2", "7 EUR", func() error {
+		return idem.OutcomeUnknown(errors.New("no answer in 10s"), "no answer from the card network")
+	}))
 	fmt.Println(handle("m2", "7 EUR", ok)) // it may have been charged: never run again unasked
 	// Output:
 	// redeliver later: card network down, nothing sent
 	// ack
 	// ack
 	// drop: idem: key reused with a different request
-	// ack, and alert: outcome unknown: no answer in 10s
-	// ack, and alert: an earlier attempt's outcome is unknown: outcome unknown: no answer in 10s
+	// ack, and alert: it may have been charged: no answer from the card network
+	// ack, and alert: it may have been charged: no answer from the card network
 }

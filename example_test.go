@@ -51,9 +51,9 @@ func charge(ctx context.Context, engine *idem.Engine, pay *provider, order strin
 		return "", fmt.Errorf("an earlier attempt may have charged (%s): not charging again", att.Record.Reason)
 	}
 	l := att.Lease
-	done := context.WithoutCancel(ctx) // the outcome is recorded even if the caller has gone
-	if err := l.Check(); err != nil {  // just before the side effect
-		l.Release(done)
+	defer l.Close()                   // a panic or a path that says nothing: UNKNOWN, never a second charge
+	if err := l.Check(); err != nil { // just before the side effect
+		l.Release(ctx) // nothing was charged
 		return "", err
 	}
 	receipt, err := pay.Charge(l.Context(), order, cents, l.Fence())
@@ -61,13 +61,17 @@ func charge(ctx context.Context, engine *idem.Engine, pay *provider, order strin
 	case errors.Is(err, idem.ErrOutcomeUnknown):
 		// Sent, and no answer came back: it may have charged, and a
 		// release would let a retry charge again.
-		l.MarkUnknown(done, err.Error())
+		// The reason is shown to retrying clients: words of our own,
+		// never the error's text.
+		l.MarkUnknown(ctx, "the charge was sent and no answer came back")
 		return "", err
 	case err != nil:
-		l.Release(done) // declined: nothing was charged, a retry may charge
+		l.Release(ctx) // declined: nothing was charged, a retry may charge
 		return "", err
 	}
-	if err := l.Complete(done, store.Result{Body: []byte(receipt)}); err != nil {
+	// Complete, Release and MarkUnknown do not end with ctx: the outcome
+	// is recorded even if the caller has gone.
+	if err := l.Complete(ctx, store.Result{Body: []byte(receipt)}); err != nil {
 		return receipt, err // charged, but another owner has the key now
 	}
 	return receipt, nil
@@ -103,7 +107,7 @@ func Example() {
 	try("order-1", 4200)
 	try("order-1", 9900)
 
-	pay.next = idem.OutcomeUnknown(errors.New("no answer in 10s"))
+	pay.next = idem.OutcomeUnknown(errors.New("no answer in 10s"), "")
 	try("order-2", 700)
 	try("order-2", 700)
 	fmt.Println("charges made:", pay.charged)
@@ -113,6 +117,6 @@ func Example() {
 	// order-1: ch_1 (4200 cents), replayed
 	// order-1: the order's key was used for another amount
 	// order-2: outcome unknown: no answer in 10s
-	// order-2: an earlier attempt may have charged (outcome unknown: no answer in 10s): not charging again
+	// order-2: an earlier attempt may have charged (the charge was sent and no answer came back): not charging again
 	// charges made: 1
 }

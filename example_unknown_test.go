@@ -39,7 +39,8 @@ func ExampleOutcomeUnknown() {
 	charge := func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		provider["msg-7"] = fmt.Sprintf("ch_%d", len(provider)+1)
 		if cut {
-			return nil, idem.OutcomeUnknown(errors.New("connection reset after the request was sent"))
+			return nil, idem.OutcomeUnknown(errors.New("connection reset after the request was sent"),
+				"the charge was sent and no answer came back")
 		}
 		return []byte(provider["msg-7"]), nil
 	}
@@ -50,6 +51,6 @@ func ExampleOutcomeUnknown() {
 	out, replayed, err := engine.Do(ctx, msg, charge)
 	fmt.Printf("delivery 2: %s replayed=%t err=%v charges=%d\n", out, replayed, err, len(provider))
 	// Output:
-	// delivery 1: outcome unknown: connection reset after the request was sent true
+	// delivery 1: idem: outcome unknown: key "msg-7" is UNKNOWN (the charge was sent and no answer came back): connection reset after the request was sent true
 	// delivery 2: ch_1 replayed=true err=<nil> charges=1
 }

@@ -181,8 +181,8 @@ func TestFlushAndDelete(t *testing.T) {
 		b.Lease.Complete(ctx, store.Result{Body: []byte("b")})
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if err := e.Flush(short); err == nil || !strings.Contains(err.Error(), "2 finalizations still held") {
-			t.Fatalf("Flush during the outage = %v; want an error counting 2 held", err)
+		if err := idem.FlushHeld(e, short); err == nil || !strings.Contains(err.Error(), "2 finalizations still held") {
+			t.Fatalf("FlushHeld during the outage = %v; want an error counting 2 held", err)
 		}
 		s.end()
 		if ok, err := e.ForceDelete(ctx, store.ID{Key: "b"}); err != nil || !ok { // b is PROCESSING in the store: only a forced delete takes it

@@ -367,12 +367,10 @@ func (h *hold) event(f *finalization, ev HoldEvent) {
 	}
 }
 
-// Flush tries at once to store every finalization the engine holds and
-// waits until none is held, or until ctx ends; then it returns an error
-// that says how many are still held (their retries go on). Call it before
-// the process exits: what is held lives only in this process. The gateway
-// calls it within its shutdown timeout.
-func (e *Engine) Flush(ctx context.Context) error {
+// flushHeld tries at once to store every finalization the engine holds
+// and waits until none is held, or until ctx ends; then it returns an
+// error that says how many are still held (their retries go on).
+func (e *Engine) flushHeld(ctx context.Context) error {
 	h := e.held
 	h.mu.Lock()
 	empty := h.empty
@@ -382,7 +380,7 @@ func (e *Engine) Flush(ctx context.Context) error {
 	case <-empty:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("idem: Flush: %d finalizations still held: %w", h.n.Load(), ctx.Err())
+		return fmt.Errorf("idem: Shutdown: %d finalizations still held: %w", h.n.Load(), ctx.Err())
 	}
 }
 

@@ -56,8 +56,11 @@ var (
 	ErrMismatch = errors.New("idem: key reused with a different request")
 	// ErrOutcomeUnknown marks work whose effect may have happened although
 	// no result is known (see OutcomeUnknown), and is returned, as an
-	// *UnknownError, by Do for a key in state UNKNOWN.
-	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
+	// *UnknownError, by Do for a key in state UNKNOWN. Every "outcome
+	// unknown" error of this module matches it: idemclient's and
+	// idemgrpc's OutcomeUnknownError, pgstore's guardrail after a failed
+	// commit.
+	ErrOutcomeUnknown = store.ErrOutcomeUnknown
 	// ErrKeyExpired is returned by Do for a key that completed and whose
 	// result's retention ended within its key retention
 	// (Options.KeyRetention): the work is not run again, and there is no
@@ -66,12 +69,23 @@ var (
 	// ErrNotUnknown is returned by Resolve for a key that is not UNKNOWN.
 	ErrNotUnknown = store.ErrNotUnknown
 	// ErrStaleFence is returned by Resolve when the fence given is not the
-	// UNKNOWN record's.
+	// UNKNOWN record's, and by pgstore's guardrail when a newer fence has
+	// written (pgstore.ErrStaleFence is this value).
 	ErrStaleFence = store.ErrStaleFence
 	// ErrInvalidCursor is returned by ListUnknown for a ListParams.After
 	// that is not the Next of a page of the same listing (malformed, or
 	// another tenant's): the caller's error, not the store's.
 	ErrInvalidCursor = store.ErrInvalidCursor
+	// ErrTenantMissing says that a request carries none of the
+	// credentials its keys are scoped by: a tenant function returns it
+	// (idemhttp's Options.Tenant, idemgrpc's), and the request is refused
+	// (HTTP 400 tenant_missing, gRPC UNAUTHENTICATED) rather than put in a
+	// scope shared by every anonymous client. idemhttp.ErrTenantMissing
+	// and idemgrpc.ErrTenantMissing are this value.
+	ErrTenantMissing = errors.New("idem: no tenant: the request carries none of the credentials its keys are scoped by")
+	// ErrShutdown is returned by Begin and Do once Engine.Shutdown was
+	// called: nothing was taken and nothing ran.
+	ErrShutdown = errors.New("idem: engine shut down")
 )
 
 // InFlightError is returned by Do when another attempt holds the key.

@@ -14,7 +14,9 @@ import (
 )
 
 // Lease is the right to do the work for one key, held by one attempt.
-// Call exactly one of Complete, Release or MarkUnknown when the work ends.
+// Call exactly one of Complete, Release or MarkUnknown when the work ends,
+// and defer Close right after Begin, which marks the key UNKNOWN if none
+// of them was called (a panic, a forgotten path).
 type Lease struct {
 	e            *Engine
 	ref          store.LeaseRef
@@ -206,7 +208,10 @@ func (l *Lease) stop() {
 }
 
 // Complete stores res as the result of the key, to be replayed to every
-// later attempt, if this lease still holds the key. It returns ErrLeaseLost
+// later attempt, if this lease still holds the key. It does not end with
+// ctx (whose values it keeps): work that ran is recorded even when its
+// caller has gone, so pass the request's context as it is; each try is
+// bounded by Options.StoreTimeout instead. It returns ErrLeaseLost
 // (and changes nothing) when another owner took the key over, and
 // ErrResultTooLarge (keeping the lease, so the caller can Release) when the
 // body is over the limit. A store error is retried a few times within the
@@ -223,7 +228,8 @@ func (l *Lease) Complete(ctx context.Context, res store.Result) error {
 
 // Release deletes the key so that a retry can run the work again, if this
 // lease still holds it. Use it only after a failure that provably did not
-// take effect; when the effect may have happened, use MarkUnknown. After
+// take effect; when the effect may have happened, use MarkUnknown. Like
+// Complete, it does not end with ctx. After
 // the lease ended, Release still deletes the record while it is this
 // lease's own and untouched, or UNKNOWN only because a retry found the
 // lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
@@ -242,8 +248,11 @@ func (l *Lease) Release(ctx context.Context) error {
 // its effect (a request was sent and no answer came back, a timeout, a
 // crash of something downstream), and no result is known. The key turns
 // UNKNOWN, if this lease still holds it, and no retry runs the work again
-// until Reconcile or Engine.Resolve says what happened. reason is kept in
-// Record.Reason (cut to MaxReasonLength bytes); it must not hold secrets.
+// until Reconcile or Engine.Resolve says what happened. Like Complete, it
+// does not end with ctx. reason is kept in Record.Reason (cut to
+// MaxReasonLength bytes) and shown to the callers that retry the key
+// (idemhttp, idemgrpc) and to operators: say what happened in words that
+// hold no secret and no internal address, never an error's raw text.
 // ReasonAbandoned is the store's own and is stored as "owner: abandoned":
 // an owner's record with that reason could be released, and an owner that
 // said "unknown" has said the effect may have happened. A MarkUnknown the
@@ -251,13 +260,47 @@ func (l *Lease) Release(ctx context.Context) error {
 // this key's retries get the Unknown outcome from it: else they would be
 // told the key is in flight until the lease ends.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
+	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: storedReason(reason), retention: l.retention})
+}
+
+// storedReason is the form MarkUnknown keeps reason in.
+func storedReason(reason string) string {
 	if reason == store.ReasonAbandoned {
 		reason = "owner: " + store.ReasonAbandoned
 	}
 	if len(reason) > store.MaxReasonLength {
 		reason = strings.ToValidUTF8(reason[:store.MaxReasonLength], "")
 	}
-	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: reason, retention: l.retention})
+	return reason
+}
+
+// Close ends the lease if none of Complete, Release and MarkUnknown did:
+// it marks the key UNKNOWN, because the work may have run (its holder
+// panicked past the side effect, or returned by a path that recorded
+// nothing), and never releases it. After Complete, Release or
+// MarkUnknown, or once the lease was lost, it does nothing and returns
+// nil. Defer it right after Begin, as a transaction's Rollback is
+// deferred, and Release explicitly where the work provably did not run:
+//
+//	lease := att.Lease
+//	defer lease.Close() // a panic or a forgotten path: UNKNOWN, never a second run
+//	if err := lease.Check(); err != nil {
+//		return lease.Release(ctx) // just before the side effect: nothing ran
+//	}
+//	receipt, err := charge(lease.Context(), lease.Fence())
+//	...
+//	return lease.Complete(ctx, store.Result{Body: receipt})
+//
+// It runs on Begin's context detached from its cancellation, bounded by
+// FinalizeTimeout.
+func (l *Lease) Close() error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.carrier.Context), FinalizeTimeout)
+	defer cancel()
+	err := l.MarkUnknown(ctx, "the lease was closed without an outcome")
+	if errors.Is(err, ErrLeaseClosed) || errors.Is(err, ErrLeaseLost) {
+		return nil // finished already, or no longer this lease's to change
+	}
+	return err
 }
 
 func (l *Lease) finalize(ctx context.Context, f *finalization) error {
@@ -267,7 +310,9 @@ func (l *Lease) finalize(ctx context.Context, f *finalization) error {
 		return ErrLeaseClosed
 	}
 	l.stop()
-	err := l.e.finalizeNow(ctx, f)
+	// The outcome is known now: it is recorded whether or not the caller
+	// is still there (a cancelled request context must not drop it).
+	err := l.e.finalizeNow(context.WithoutCancel(ctx), f)
 	switch {
 	case err == nil:
 		l.closed = true

@@ -66,7 +66,7 @@ type Options struct {
 	// lease's owner and fence keep a late try harmless: if the key was
 	// taken over meanwhile, the store refuses it and it is dropped. When
 	// a bound is reached the finalize fails as a store error (the key
-	// stays PROCESSING until its lease ends). Engine.Flush stores what is
+	// stays PROCESSING until its lease ends). Engine.Shutdown stores what is
 	// held before the process exits; HoldObserver is told of every held
 	// finalization. Zero means DefaultMaxHeld (10,000) and
 	// DefaultMaxHeldBytes (64 MiB); a negative MaxHeld holds nothing.

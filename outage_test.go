@@ -163,7 +163,7 @@ func flush(t *testing.T, e *idem.Engine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := e.Flush(ctx); err != nil {
+	if err := idem.FlushHeld(e, ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -33,11 +33,11 @@ func TestPausedRedisFailsClosed(t *testing.T) {
 	defer srv.Kill()
 	for name, query := range map[string]string{"go-redis": "", "near-cache": "?near_cache=on"} {
 		t.Run(name, func(t *testing.T) {
-			s, closeStore, err := redisstore.OpenURL("redis://"+srv.Addr+"/0"+query, &redisstore.Options{Prefix: testenv.Prefix(t)})
+			s, err := redisstore.OpenURL("redis://"+srv.Addr+"/0"+query, &redisstore.Options{Prefix: testenv.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer closeStore()
+			defer s.Close()
 			e := newEngine(t, s, nil)
 			ctx := context.Background()
 			if _, _, err := e.Do(ctx, idem.Key{Key: "warm", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) { return nil, nil }); err != nil {
@@ -69,7 +69,7 @@ func TestPausedRedisFailsClosed(t *testing.T) {
 			}
 			flushCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			if err := e.Flush(flushCtx); err != nil {
+			if err := idem.FlushHeld(e, flushCtx); err != nil {
 				t.Fatal(err)
 			}
 			a := begin(t, e, req)

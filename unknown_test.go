@@ -139,7 +139,7 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 		req := idem.Key{Tenant: "shop", Key: "order-1", NoFingerprint: true}
 		cut := errors.New("connection reset after the request was written")
 		_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) {
-			return nil, idem.OutcomeUnknown(cut)
+			return nil, idem.OutcomeUnknown(cut, "")
 		})
 		if !errors.Is(err, cut) || !errors.Is(err, idem.ErrOutcomeUnknown) {
 			t.Fatalf("Do = %v; want the work's error, marked unknown", err)

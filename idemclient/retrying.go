@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/ctxtime"
 )
 
@@ -75,7 +76,11 @@ type RetryOptions struct {
 // upstream_no_response or upstream_timeout: it may have taken effect, and
 // the server will not run it again), RoundTrip returns an
 // *OutcomeUnknownError instead: the request did not fail, and its result
-// may still come, to a later retry with the same key.
+// may still come, to a later retry with the same key. Such an answer is
+// retried only when it carries Retry-After (the server reconciles, and a
+// retry may find the result); without one, nothing settles the key but
+// an operator, and RoundTrip returns at once rather than wait for
+// nothing. idemgrpc's client interceptor follows the same policy.
 type Retrying struct {
 	base        http.RoundTripper
 	maxAttempts int
@@ -130,7 +135,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	var waited time.Duration
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
-		if !retryable(resp, err) || attempt >= r.maxAttempts {
+		if !retryable(resp, err) || attempt >= r.maxAttempts || unknownUnsettled(resp) {
 			return last(out, resp, err, attempt)
 		}
 		if ctx.Err() != nil {
@@ -198,6 +203,15 @@ func outcome(resp *http.Response, err error) string {
 	return resp.Status
 }
 
+// unknownUnsettled reports whether resp says the request's outcome is
+// unknown and gives no Retry-After: nothing will settle it by itself
+// (the server has no reconciliation), so waiting to ask again is waiting
+// for nothing. The policy of the idem servers: an outcome-unknown answer
+// carries a retry hint only when a retry may find it settled.
+func unknownUnsettled(resp *http.Response) bool {
+	return unknownCode(resp) != "" && resp.Header.Get("Retry-After") == ""
+}
+
 // idempotentMethod reports whether RFC 9110 defines method as idempotent,
 // so that resending it is safe without a key.
 func idempotentMethod(method string) bool {
@@ -236,8 +250,10 @@ func discard(resp *http.Response) {
 	resp.Body.Close()
 }
 
-// ErrOutcomeUnknown is matched (errors.Is) by an *OutcomeUnknownError.
-var ErrOutcomeUnknown = errors.New("idemclient: outcome unknown")
+// ErrOutcomeUnknown is matched (errors.Is) by an *OutcomeUnknownError. It
+// is idem.ErrOutcomeUnknown: one value for "the outcome is unknown",
+// whichever package says it.
+var ErrOutcomeUnknown = idem.ErrOutcomeUnknown
 
 // OutcomeUnknownError is returned by Retrying when its retries ended on an
 // answer saying that the request's outcome is unknown: it may have taken
@@ -259,7 +275,7 @@ func (e *OutcomeUnknownError) Error() string {
 		e.Method, e.URL, e.Attempts, e.Status, e.Code, e.Key)
 }
 
-// Is reports ErrOutcomeUnknown.
+// Is reports ErrOutcomeUnknown, which is idem.ErrOutcomeUnknown.
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // problemLimit bounds how much of a problem response is read for its code.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
 )
 
@@ -56,6 +57,34 @@ func TestOutcomeUnknownRetriedThenTyped(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "fail") {
 		t.Errorf("error %q speaks of failure", err)
+	}
+}
+
+// TestOutcomeUnknownWithoutRetryAfterNotRetried (issue 32 item 7): a
+// server without a reconciliation answers an UNKNOWN key with no
+// Retry-After (idemhttp's default), since nothing settles it but an
+// operator. Retrying used to wait and resend until its 30 s budget ran
+// out; it returns the *OutcomeUnknownError at once, which matches
+// idem.ErrOutcomeUnknown (issue 32 item 6).
+func TestOutcomeUnknownWithoutRetryAfterNotRetried(t *testing.T) {
+	var calls atomic.Int32
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, unknownProblem)
+	})
+	c, s := newRetrying(t, transport(t), idemclient.RetryOptions{})
+	resp, err := post(t, c, context.Background(), srv.URL, `{}`)
+	if resp != nil {
+		resp.Body.Close()
+	}
+	ue, ok := errors.AsType[*idemclient.OutcomeUnknownError](err)
+	if !ok || !errors.Is(err, idem.ErrOutcomeUnknown) || ue.Attempts != 1 {
+		t.Fatalf("err %v; want an *OutcomeUnknownError after 1 attempt, matching idem.ErrOutcomeUnknown", err)
+	}
+	if calls.Load() != 1 || len(s.recorded()) != 0 {
+		t.Fatalf("%d calls, waits %v; want 1 call and no wait", calls.Load(), s.recorded())
 	}
 }
 

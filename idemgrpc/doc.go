@@ -71,13 +71,19 @@
 // # Outcome unknown
 //
 // A key is UNKNOWN when its work may have taken effect and no result is
-// recorded: the handler panicked, returned idem.OutcomeUnknown(err),
-// declared DispositionUnknown, answered DEADLINE_EXCEEDED or CANCELLED, or
-// its owner's lease ended while it ran. A call with such a key does not
-// run the handler again, and is answered UNKNOWN with the ErrorInfo
-// reason OUTCOME_UNKNOWN (its metadata holds the fence of the attempt and
-// the reason), and a RetryInfo only when a retry may find it settled (a
-// reconciliation is configured, or Options.UnknownRetryAfter). A
+// recorded: the handler panicked, returned an error wrapped with
+// idem.OutcomeUnknown (or any error matching idem.ErrOutcomeUnknown, such
+// as a downstream idemclient.OutcomeUnknownError), declared
+// DispositionUnknown, answered DEADLINE_EXCEEDED or CANCELLED, or its
+// owner's lease ended while it ran. A call with such a key does not run
+// the handler again, and is answered UNKNOWN with the ErrorInfo reason
+// OUTCOME_UNKNOWN (its metadata holds the fence of the attempt and the
+// reason: the one given to idem.OutcomeUnknown or SetDisposition, or a
+// fixed phrase, never the error's text), and a RetryInfo only when a
+// retry may find it settled (a reconciliation is configured, or
+// Options.UnknownRetryAfter). A handler error wrapped with idem.NotRun
+// (it stopped before its effect) releases the key, and the caller gets
+// the error's status. A
 // Reconcile or an operator's Resolve that finds the work done records the
 // answer in the interceptor's form with EncodeResult, and retries get it
 // replayed.

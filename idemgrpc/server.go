@@ -20,16 +20,19 @@ import (
 	"github.com/idemkit/idem/internal/await"
 	"github.com/idemkit/idem/internal/finalctx"
 	"github.com/idemkit/idem/internal/handlerctx"
+	"github.com/idemkit/idem/internal/outcome"
 	"github.com/idemkit/idem/store"
 )
 
 // ErrTenantMissing, returned by Options.Tenant, says that the call has no
 // tenant (no credentials): it is refused with UNAUTHENTICATED (reason
-// TENANT_MISSING) unless Options.AllowAnonymous.
-var ErrTenantMissing = errors.New("idemgrpc: no tenant for this call")
+// TENANT_MISSING) unless Options.AllowAnonymous. It is
+// idem.ErrTenantMissing, which idemhttp.ErrTenantMissing is too.
+var ErrTenantMissing = idem.ErrTenantMissing
 
-// Options configures the server interceptor. A nil *Options means all
-// defaults, which refuse every keyed call: set Tenant or AllowAnonymous.
+// Options configures the server interceptor. NewServerInterceptor refuses
+// a nil *Options, and Options without Tenant or AllowAnonymous: it has to
+// be told how calls are scoped.
 type Options struct {
 	// Methods are the full method names ("/pkg.Service/Method") the
 	// interceptor protects; other calls pass through untouched. Nil means
@@ -50,7 +53,9 @@ type Options struct {
 	// never meets. It returns "" or ErrTenantMissing for a call without
 	// one, which is refused with UNAUTHENTICATED (reason TENANT_MISSING)
 	// unless AllowAnonymous; any other error is refused with
-	// UNAUTHENTICATED too. Put the interceptor after your authentication.
+	// UNAUTHENTICATED too, with the error's text in the status message:
+	// say what the caller did wrong, nothing it may not see. Put the
+	// interceptor after your authentication.
 	Tenant func(ctx context.Context) (string, error)
 	// AllowAnonymous lets calls without a tenant share the scope "". Nil
 	// Tenant with AllowAnonymous puts every call in that scope. New
@@ -64,8 +69,10 @@ type Options struct {
 	StatusPolicy func(codes.Code) Disposition
 	// UnknownRetryAfter is the RetryInfo of the answer for an UNKNOWN key
 	// when the engine gives none (it has no Reconcile, so only an
-	// operator can settle it). Zero means no RetryInfo: retrying is
-	// pointless until someone resolves the key.
+	// operator can settle it): set it when your operators settle keys
+	// within so long. Zero means no RetryInfo: retrying is pointless until
+	// someone resolves the key (the policy of idemhttp and
+	// idemclient.Retrying too).
 	UnknownRetryAfter time.Duration
 	// Wait is how long a call that finds its key in flight waits for the
 	// running call to finish, and is answered what it answered (a replay)
@@ -366,14 +373,25 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 		st = status.FromContextError(herr)
 	}
 	d, reason := o.Get()
+	unknown := errors.Is(herr, idem.ErrOutcomeUnknown)
 	if d == 0 {
-		if errors.Is(herr, idem.ErrOutcomeUnknown) {
-			d, reason = DispositionUnknown, herr.Error()
-		} else {
+		switch {
+		case unknown:
+			// The reason the handler chose (idem.OutcomeUnknown), never
+			// the error's text: the reason is sent to the caller and to
+			// every retry, and kept in the store.
+			var ok bool
+			if reason, ok = outcome.ChosenReason(herr); !ok {
+				reason = "the handler returned an outcome-unknown error"
+			}
+			d = DispositionUnknown
+		case outcome.IsNotRun(herr): // idem.NotRun: the handler stopped before its effect
+			d = DispositionRelease
+		default:
 			d, reason = s.policy(st.Code()), "status "+st.Code().String()
 		}
 	}
-	if errors.Is(herr, idem.ErrOutcomeUnknown) {
+	if unknown {
 		herr = unknownStatus(codes.Unknown, reason, l.Fence(), 0)
 	}
 	switch d {

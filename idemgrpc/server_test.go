@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,7 +342,7 @@ func testPanic(t *testing.T, st store.Store) {
 func TestOutcomeUnknownError(t *testing.T) {
 	ctx := testContext(t)
 	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
+		return nil, idem.OutcomeUnknown(errors.New("provider timed out"), "")
 	}}
 	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
 	for range 2 {
@@ -349,6 +351,73 @@ func TestOutcomeUnknownError(t *testing.T) {
 	}
 	if c := svc.calls.Load(); c != 1 {
 		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
+
+// secretErr is what a provider call's error looks like: its URL holds an
+// API key and an internal address.
+var secretErr = &url.Error{Op: "Post", URL: "https://10.0.3.7:8443/v1/charges?api_key=sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+	Err: errors.New("read: connection reset by peer")}
+
+// leaks reports whether s holds any part of secretErr that no caller may see.
+func leaks(s string) bool {
+	return strings.Contains(s, "sk_live") || strings.Contains(s, "10.0.3.7") || strings.Contains(s, "api_key")
+}
+
+// TestOutcomeUnknownReasonHoldsNoSecret (issue 32 item 4): a service built
+// as the README's idemgrpc snippet, whose handler's provider call failed
+// with an error whose text holds an API key and an internal address. The
+// error's text used to be the key's reason, sent to the caller in the
+// status and to every retry: now neither the caller, nor the retry, nor
+// the store's record holds any of it, and a reason the handler chose is
+// what they see.
+func TestOutcomeUnknownReasonHoldsNoSecret(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct{ name, reason, want string }{
+		{"no reason given", "", "the handler returned an outcome-unknown error"},
+		{"the handler's reason", "the charge was sent and no answer came back", "the charge was sent and no answer came back"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				return nil, idem.OutcomeUnknown(secretErr, tc.reason)
+			}}
+			st := memStore(t)
+			e := newEngine(t, st, nil)
+			conn := serve(t, e, &idemgrpc.Options{Tenant: func(context.Context) (string, error) { return "acme", nil }}, svc)
+			for call := range 2 {
+				_, _, err := charge(ctx, conn, "k", "1")
+				s := wantStatus(t, err, codes.Unknown, idemgrpc.ReasonOutcomeUnknown)
+				seen := fmt.Sprint(s.Message(), s.Details())
+				if leaks(seen) || !strings.Contains(seen, tc.want) {
+					t.Errorf("call %d got %q; want the reason %q and nothing of the provider's error", call+1, seen, tc.want)
+				}
+			}
+			rec, err := e.Get(ctx, store.ID{Tenant: "acme", Key: "k"})
+			if err != nil || rec.State != store.StateUnknown || rec.Reason != tc.want {
+				t.Fatalf("record = %+v, %v; want UNKNOWN with the reason %q", rec, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestNotRunReleasesTheKey: a handler error wrapped with idem.NotRun says
+// the work stopped before its effect: the key is released, the caller
+// gets the error's status, and the retry runs the handler.
+func TestNotRunReleasesTheKey(t *testing.T) {
+	ctx := testContext(t)
+	var refused atomic.Bool
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		if !refused.Swap(true) {
+			return nil, idem.NotRun(status.Error(codes.FailedPrecondition, "the card network refused the request before charging"))
+		}
+		return pay(ctx, in)
+	}}
+	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+	if _, _, err := charge(ctx, conn, "k", "1"); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("first call = %v; want the handler's FAILED_PRECONDITION", err)
+	}
+	if got, replayed, err := charge(ctx, conn, "k", "1"); err != nil || replayed || got != "paid 1" {
+		t.Fatalf("retry = %q, %t, %v; want the handler run again", got, replayed, err)
 	}
 }
 
@@ -525,7 +594,7 @@ func TestClientUnknownBounded(t *testing.T) {
 			ctx := testContext(t)
 			st := newFaultStore(memStore(t), nil)
 			svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-				return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
+				return nil, idem.OutcomeUnknown(errors.New("provider timed out"), "")
 			}}
 			ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 3})
 			if err != nil {
@@ -726,7 +795,7 @@ func TestConnectionCut(t *testing.T) {
 func TestReconcile(t *testing.T) {
 	ctx := testContext(t)
 	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
-		return nil, idem.OutcomeUnknown(errors.New("provider timed out"))
+		return nil, idem.OutcomeUnknown(errors.New("provider timed out"), "")
 	}}
 	e := newEngine(t, memStore(t), &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 		res, err := idemgrpc.EncodeResult(wrapperspb.String("paid 6 (found at the provider)"), nil)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/handlerctx"
@@ -55,11 +54,6 @@ func DefaultStatusPolicy(status int) Disposition {
 	return DispositionStore
 }
 
-// DefaultUnknownRetryAfter is the Retry-After of a 503 outcome_unknown when
-// the engine gives no time of its own (no reconciliation is configured, so
-// only an operator's resolution can change the answer).
-const DefaultUnknownRetryAfter = 60 * time.Second
-
 // SetDisposition overrides, for the request whose handler runs on ctx, what
 // the middleware does with the key after the handler returns, whatever the
 // status: a handler that knows better than its status declares it here,
@@ -86,16 +80,22 @@ func storeResultPolicy(store func(int) bool) func(int) Disposition {
 	}
 }
 
-// answerUnknown answers a request whose key is UNKNOWN: 503, so that
-// retrying clients come back (a reconciliation or an operator may settle
-// it), with Retry-After, and a code that says the outcome is unknown, not
-// failed: the work may have taken effect, and it will not run again.
+// answerUnknown answers a request whose key is UNKNOWN: 503, with a code
+// that says the outcome is unknown, not failed: the work may have taken
+// effect, and it will not run again. Retry-After says when a retry may
+// find it settled: the engine's reconciliation timeout, else
+// Options.UnknownRetryAfter, else nothing (only an operator settles it).
+// The detail holds the key's reason, which the application or the engine
+// chose for callers to see (SetDisposition, idem.OutcomeUnknown, a fixed
+// phrase), never an error's raw text.
 func (m *middleware) answerUnknown(w http.ResponseWriter, r *http.Request, att idem.Attempt) {
 	after := att.RetryAfter
 	if after <= 0 {
 		after = m.unknownAfter
 	}
-	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
+	if after > 0 { // else nothing settles the key by itself: no hint (Options.UnknownRetryAfter)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(after)))
+	}
 	detail := "an earlier request with this key may have taken effect, and its result is not known (" +
 		att.Record.Reason + "); it will not run again until its outcome is reconciled or resolved"
 	m.writeError(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)

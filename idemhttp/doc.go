@@ -22,9 +22,13 @@
 //     default: 408, 425, 429 and 503 release, 502 and 504 are unknown,
 //     the rest is stored) unless the handler declared otherwise with
 //     SetDisposition; a panic makes the key UNKNOWN;
-//   - a retry of an UNKNOWN key: 503 outcome_unknown with Retry-After; the
-//     handler never runs again until the outcome is reconciled or
-//     resolved;
+//   - a retry of an UNKNOWN key: 503 outcome_unknown; the handler never
+//     runs again until the outcome is reconciled or resolved. Retry-After
+//     is there only when something may settle the key by itself: the
+//     engine's reconciliation (its ReconcileTimeout) or
+//     Options.UnknownRetryAfter; without either, no retry helps until an
+//     operator resolves the key, and none is invited (the policy of
+//     idemgrpc and idemclient.Retrying too);
 //   - a retry after that: the stored status, body and a safe subset of
 //     headers, marked Idempotent-Replayed: true;
 //   - a retry while the first still runs: 409 with Retry-After (about the
@@ -58,10 +62,11 @@
 // # Tenants
 //
 // Keys are scoped per tenant, so one client can never replay another's
-// response. By default the tenant is the SHA-256 of the Authorization header
-// (all clients without credentials share one scope); Options.TenantHeader
-// trusts a header set by your authenticating proxy; Options.Tenant takes any
-// function of the request.
+// response. By default the tenant is the SHA-256 of the Authorization header,
+// and a keyed request without one gets 400 tenant_missing (Options.
+// AllowAnonymous puts such requests in one scope shared by every anonymous
+// client instead); Options.TenantHeader trusts a header set by your
+// authenticating proxy; Options.Tenant takes any function of the request.
 //
 // # The handler's context and lease
 //

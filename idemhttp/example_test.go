@@ -19,6 +19,7 @@ import (
 func post(url, key, body string) {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk_test_alice") // keys are scoped by the client's credentials
 	req.Header.Set("Idempotency-Key", key)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

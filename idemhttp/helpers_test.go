@@ -40,9 +40,21 @@ func newEngine(t *testing.T, s store.Store, o *idem.Options) *idem.Engine {
 	return e
 }
 
+// newMiddleware makes a middleware for a test. Options that say nothing
+// of tenants put the test's requests without Authorization in the shared
+// anonymous scope (AllowAnonymous), so that a test about something else
+// need not send credentials; TestAnonymousRequestsRefusedByDefault holds
+// the default.
 func newMiddleware(t *testing.T, e *idem.Engine, o *idemhttp.Options) func(http.Handler) http.Handler {
 	t.Helper()
-	mw, err := idemhttp.New(e, o)
+	var opts idemhttp.Options
+	if o != nil {
+		opts = *o
+	}
+	if opts.Tenant == nil && opts.TenantHeader == "" {
+		opts.AllowAnonymous = true
+	}
+	mw, err := idemhttp.New(e, &opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,21 @@
 package idemhttp
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idem"
 )
 
 // ErrTenantMissing is what an Options.Tenant function returns for a
 // request that carries none of the credentials it scopes keys by. The
 // middleware answers 400 (code tenant_missing) rather than putting the
-// request in a scope shared by every anonymous client.
-var ErrTenantMissing = errors.New("idemhttp: the request carries no tenant credentials")
+// request in a scope shared by every anonymous client, unless
+// Options.AllowAnonymous. It is idem.ErrTenantMissing, which
+// idemgrpc.ErrTenantMissing is too.
+var ErrTenantMissing = idem.ErrTenantMissing
 
 // firstBodyBuffer is the most a request body gets before its bytes arrive.
 // A client's Content-Length is a claim, not bytes: allocating it up front

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/store/memstore"
 )
@@ -82,6 +83,51 @@ func TestTenantMissingIsItsOwnProblem(t *testing.T) {
 	checkProblem(t, call{key: "k"}.send(t, srv), http.StatusBadRequest, idemhttp.CodeTenantMissing)
 	if r := (call{key: "k", header: map[string]string{"Cookie": "session=alice"}}).send(t, srv); r.status != http.StatusCreated {
 		t.Fatalf("request with a tenant: %d %s", r.status, r.body)
+	}
+}
+
+// TestAnonymousRequestsRefusedByDefault (issue 32 item 5): two clients
+// without credentials sending the same key used to share the scope "" and
+// get each other's responses. By default such a request is refused with
+// 400 tenant_missing (an empty Authorization is no credential either, nor
+// is a Tenant's ""), as idemgrpc and idem serve refuse it;
+// AllowAnonymous shares one scope on purpose.
+func TestAnonymousRequestsRefusedByDefault(t *testing.T) {
+	var calls atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "call %d", calls.Add(1))
+	})
+	e := newEngine(t, mustMemStore(t), nil)
+	mw, err := idemhttp.New(e, nil) // the defaults, not the test helper's
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, mw(h))
+	checkProblem(t, call{key: "k"}.send(t, srv), http.StatusBadRequest, idemhttp.CodeTenantMissing)
+	checkProblem(t, call{key: "k", header: map[string]string{"Authorization": ""}}.send(t, srv), http.StatusBadRequest, idemhttp.CodeTenantMissing)
+	if calls.Load() != 0 {
+		t.Fatalf("the handler ran %d times for anonymous requests; want 0", calls.Load())
+	}
+	if a, b := (call{key: "k", auth: "Bearer alice"}).send(t, srv), (call{key: "k", auth: "Bearer bob"}).send(t, srv); string(a.body) == string(b.body) {
+		t.Fatalf("two clients with the same key got %q and %q; want one execution each", a.body, b.body)
+	}
+	empty, err := idemhttp.New(e, &idemhttp.Options{Tenant: func(*http.Request) (string, error) { return "", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblem(t, call{key: "k2", auth: "Bearer alice"}.send(t, serve(t, empty(h))), http.StatusBadRequest, idemhttp.CodeTenantMissing)
+
+	shared, err := idemhttp.New(e, &idemhttp.Options{AllowAnonymous: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := serve(t, shared(h))
+	first, second := call{key: "k3"}.send(t, open), call{key: "k3"}.send(t, open)
+	if first.status != http.StatusOK || string(second.body) != string(first.body) || second.header.Get(idemhttp.HeaderReplayed) != "true" {
+		t.Fatalf("AllowAnonymous: %d %q then %d %q; want one shared scope, the second replayed", first.status, first.body, second.status, second.body)
+	}
+	if idemhttp.ErrTenantMissing != idem.ErrTenantMissing {
+		t.Error("idemhttp.ErrTenantMissing is not idem.ErrTenantMissing")
 	}
 }
 

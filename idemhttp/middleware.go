@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,6 +37,7 @@ type middleware struct {
 	methods       []string
 	requireKey    bool
 	tenant        func(*http.Request) (string, error)
+	anonymous     bool // Options.AllowAnonymous
 	fingerprint   func(*http.Request, []byte) string
 	maxBody       int64
 	maxBuffer     int
@@ -71,7 +73,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if opts != nil {
 		o = *opts
 	}
-	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, fingerprint: o.Fingerprint,
+	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, anonymous: o.AllowAnonymous, fingerprint: o.Fingerprint,
 		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
 		unknownAfter: o.UnknownRetryAfter, format: o.ErrorFormat, mismatch: o.MismatchStatus, durations: newRouteTimes(),
 		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome,
@@ -129,9 +131,6 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if m.policy == nil {
 		m.policy = DefaultStatusPolicy
 	}
-	if m.unknownAfter == 0 {
-		m.unknownAfter = DefaultUnknownRetryAfter
-	}
 	if m.log == nil {
 		m.log = slog.Default()
 	}
@@ -152,9 +151,15 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 }
 
 // credentialTenant is the default tenant: the hex SHA-256 of the
-// Authorization header values, "" without them.
+// Authorization header values; none without a value that is not empty
+// (an empty value is no credential: it must not become a scope shared by
+// every client that sends it).
 func credentialTenant(r *http.Request) (string, error) {
-	return httpwire.CredentialTenant(r.Header["Authorization"]), nil
+	vs := r.Header["Authorization"]
+	if !slices.ContainsFunc(vs, func(v string) bool { return v != "" }) {
+		return "", ErrTenantMissing
+	}
+	return httpwire.CredentialTenant(vs), nil
 }
 
 func headerTenant(name string) func(*http.Request) (string, error) {
@@ -203,14 +208,20 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 		return
 	}
 	tenant, err := m.tenant(r)
+	if err == nil && tenant == "" {
+		err = ErrTenantMissing
+	}
 	if err == nil {
 		err = idem.ValidateTenant(tenant)
 	}
-	if errors.Is(err, ErrTenantMissing) {
-		m.reject(w, r, http.StatusBadRequest, CodeTenantMissing, err.Error())
+	switch {
+	case errors.Is(err, ErrTenantMissing) && m.anonymous:
+		tenant = "" // the one scope of every anonymous client (AllowAnonymous)
+	case errors.Is(err, ErrTenantMissing):
+		m.reject(w, r, http.StatusBadRequest, CodeTenantMissing, err.Error()+
+			" (send credentials, e.g. an Authorization header: keys are scoped by them)")
 		return
-	}
-	if err != nil {
+	case err != nil:
 		m.reject(w, r, http.StatusBadRequest, CodeTenantInvalid, err.Error())
 		return
 	}

@@ -15,18 +15,27 @@ type Options struct {
 	// with 400 (code key_required). False lets it pass through unprotected.
 	RequireKey bool
 	// Tenant returns the scope of a request's keys: the same key from two
-	// tenants never meets. An error answers 400 (code tenant_invalid). Nil
-	// means the hex SHA-256 of the request's Authorization header values,
-	// so one client's credentials can never replay another client's
-	// response, and "" (one shared scope) for requests without that
-	// header. Put the middleware after your authentication. A Tenant
-	// that returns ErrTenantMissing answers 400 (code tenant_missing).
+	// tenants never meets. Nil means the hex SHA-256 of the request's
+	// Authorization header values, so one client's credentials can never
+	// replay another client's response. Put the middleware after your
+	// authentication. A request for which it returns "" or an error
+	// wrapping ErrTenantMissing (no credentials) is answered 400 (code
+	// tenant_missing), unless AllowAnonymous; any other error is answered
+	// 400 (code tenant_invalid) with the error's text as the detail: say
+	// what the client did wrong, nothing it may not see.
 	Tenant func(r *http.Request) (string, error)
 	// TenantHeader, when set, takes the tenant from this request header
 	// instead, which must then be set exactly once by something you trust
 	// (an authenticating proxy): a request without it gets 400. Empty means
 	// Tenant decides. Setting both is an error.
 	TenantHeader string
+	// AllowAnonymous puts the requests that carry no tenant (no
+	// Authorization header, or a Tenant that returns "" or
+	// ErrTenantMissing) in one scope, "", shared by every anonymous
+	// client: two of them sending the same key get one execution and the
+	// same response. False answers them 400 (code tenant_missing), as
+	// idemgrpc and idem serve do.
+	AllowAnonymous bool
 	// Fingerprint digests a request and its body; reusing a key with
 	// another digest is answered 422 (code key_mismatch). Nil means the
 	// package's Fingerprint function. An empty digest is a bug in the
@@ -72,7 +81,11 @@ type Options struct {
 	StoreResult func(status int) bool
 	// UnknownRetryAfter is the Retry-After of the 503 outcome_unknown
 	// answered for an UNKNOWN key when the engine gives none (it has no
-	// Reconcile). Zero means DefaultUnknownRetryAfter.
+	// Reconcile, so only an operator's Resolve settles the key): set it
+	// when your operators settle keys within so long. Zero means no
+	// Retry-After, the same policy as idemgrpc's UnknownRetryAfter: a
+	// client (idemclient.Retrying) then does not retry the key, since
+	// nothing will change by itself.
 	UnknownRetryAfter time.Duration
 	// LeaseDuration and Retention override the engine's for these routes. Zero
 	// means the engine's.

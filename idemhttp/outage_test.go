@@ -44,7 +44,7 @@ func TestResponseHeldThroughAStoreOutage(t *testing.T) {
 		s.FailNext(storekit.OpComplete, 0)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := e.Flush(ctx); err != nil {
+		if err := e.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
 		other := newMiddleware(t, newEngine(t, s, nil), nil)(http.NotFoundHandler()) // another process

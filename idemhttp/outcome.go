@@ -13,8 +13,10 @@ const (
 	// OutcomeExecuted: the handler ran under a lease and its result was
 	// stored (possibly as not replayable).
 	OutcomeExecuted
-	// OutcomeReleased: the handler ran and failed in a retryable way (the
-	// StoreResult policy said so, or it panicked); the key was released.
+	// OutcomeReleased: the handler ran and answered that it did not
+	// process the request (the StatusPolicy, or its SetDisposition, said
+	// so); the key was released. A panic never releases the key: it is
+	// OutcomeMarkedUnknown.
 	OutcomeReleased
 	// OutcomeReplayed: the stored result was replayed; the handler did not run.
 	OutcomeReplayed

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -62,6 +63,37 @@ func TestSetDisposition(t *testing.T) {
 	if idemhttp.SetDisposition(context.Background(), idemhttp.DispositionUnknown, "") {
 		t.Error("SetDisposition outside a protected handler reported true")
 	}
+}
+
+// TestUnknownRetryAfterPolicy (issue 32 item 7): with no reconciliation,
+// nothing settles an UNKNOWN key by itself, and the 503 outcome_unknown
+// invites no retry (no Retry-After), as idemgrpc gives no RetryInfo; a
+// service whose operators settle keys within a known time says so with
+// UnknownRetryAfter.
+func TestUnknownRetryAfterPolicy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			after time.Duration
+			want  []string
+		}{{0, nil}, {90 * time.Second, []string{"90"}}} {
+			s, err := memstore.New(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusGatewayTimeout) })
+			mw := newMiddleware(t, newEngine(t, s, nil), &idemhttp.Options{UnknownRetryAfter: tc.after})(h)
+			for range 2 {
+				rec := httptest.NewRecorder()
+				mw.ServeHTTP(rec, call{key: "k"}.request(t, "http://example.test"))
+				if rec.Code == http.StatusServiceUnavailable {
+					checkProblem(t, recorded(rec), 503, idemhttp.CodeOutcomeUnknown)
+					if got := rec.Header()["Retry-After"]; !slices.Equal(got, tc.want) {
+						t.Errorf("UnknownRetryAfter %v: Retry-After %q; want %q", tc.after, got, tc.want)
+					}
+				}
+			}
+		}
+	})
 }
 
 // TestUnknownRetryAfterFromEngine: with a reconciliation configured, the

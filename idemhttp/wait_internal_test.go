@@ -22,7 +22,7 @@ func TestWaitersLeaveNothingBehind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st, _ := memstore.New(nil)
 		engine, _ := idem.New(st, nil)
-		m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second})
+		m, err := newMiddleware(engine, &Options{Wait: 2 * time.Second, AllowAnonymous: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@
 # - on a fresh Debian machine, as root, apt-get installs what is missing
 #   (gcc, redis-server, postgresql, nats-server, prometheus for its
 #   promtool, systemd for systemd-analyze, chromium for the console's
-#   browser test, spin for make model; about a minute), and the new
+#   browser test, spin for make model, make for the Makefile; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
@@ -72,6 +72,9 @@ command -v systemd-analyze >/dev/null || install systemd "systemd-analyze, for t
 # Chromium runs the console's end-to-end test (internal/console/browsertest),
 # headless; with its recommends, for the fonts of its screenshots.
 command -v chromium >/dev/null || install chromium "Chromium, for the console's browser test"
+# make runs the Makefile's targets (make help), which the docs name; the
+# test command calls the scripts themselves and does not need it.
+command -v make >/dev/null || install make "make, for the Makefile's targets (make help)"
 # spin checks the protocol's model (make model, model/idem.pml).
 command -v spin >/dev/null || install spin "spin, the Promela model checker, for make model"
 

@@ -17,10 +17,10 @@ go vet ./...
 packages=$(go list ./... | wc -l)
 phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest: store/redisstore about 3 min, cmd/idem and internal/lab about a minute each)"
 go test -race -count=1 -timeout 15m ./... "$@"
-phase "make model: spin checks the protocol's model (model/idem.pml) exhaustively for a double effect, a fence that does not increase or a replay that differs (about 20 s; apt-get installs spin where missing)"
-make model
-phase "make check-short: every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 2 min; check-out/ gets the history of a violation)"
-make check-short
+phase "scripts/model.sh (make model): spin checks the protocol's model (model/idem.pml) exhaustively for a double effect, a fence that does not increase or a replay that differs (about 20 s; apt-get installs spin where missing)"
+scripts/model.sh
+phase "scripts/check.sh short (make check-short): every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 2 min; check-out/ gets the history of a violation)"
+scripts/check.sh short
 phase "examples/natsconsumer, its own module: go vet, then its fault test on NATS JetStream (about 20 s)"
 (cd examples/natsconsumer && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 phase "interop: stripe-go against idem serve on memory, Redis and PostgreSQL (its own module, about 30s)"

@@ -17,8 +17,13 @@ var (
 	// ErrNotUnknown is returned by Resolve for a key that is not UNKNOWN.
 	ErrNotUnknown = errors.New("idem: key is not in state UNKNOWN")
 	// ErrStaleFence is returned by Resolve when the fence given is not the
-	// UNKNOWN record's.
+	// UNKNOWN record's, and by pgstore's guardrail when a newer fence has
+	// written (pgstore.ErrStaleFence is this value).
 	ErrStaleFence = errors.New("idem: fence does not match the record")
+	// ErrOutcomeUnknown marks work whose effect may have happened although
+	// no result is known (idem.ErrOutcomeUnknown is this value): pgstore's
+	// guardrail wraps it around a commit that failed after the work ran.
+	ErrOutcomeUnknown = errors.New("idem: outcome unknown")
 	// ErrInvalidCursor is returned by ListUnknown for a ListParams.After
 	// that is not the Next of a page of the same listing (malformed, or
 	// another tenant's): the caller's error, not the store's.

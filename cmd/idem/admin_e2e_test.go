@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -100,11 +105,9 @@ func TestAdminDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 			if code, body := call("DELETE", "/v1/keys/"+tenant+"/"+key); code != 409 || !strings.Contains(body, `"key_in_flight"`) {
 				t.Errorf("DELETE of a key in flight = %d %s; want 409 key_in_flight", code, body)
 			}
-			if uri != "memory" {
-				out, err := exec.Command(binary, "keys", "--store", uri, "delete", tenant, key).CombinedOutput()
-				if err == nil || !strings.Contains(string(out), "in flight") {
-					t.Errorf("idem keys delete of a key in flight: %v %s; want an error", err, out)
-				}
+			out, err := exec.Command(binary, "keys", "--admin", g.admin, "--admin-token", "s3cret", "delete", tenant, key).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "in flight") {
+				t.Errorf("idem keys delete of a key in flight: %v %s; want an error", err, out)
 			}
 			if a := postWithin(t, g, key, 5*time.Second); a.status != 409 || up.count(key) != 1 {
 				t.Errorf("retry after the DELETE = %d %s, %d runs; want 409 key_in_flight and 1 run", a.status, a.body, up.count(key))
@@ -138,5 +141,134 @@ func TestAdminDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 				t.Fatalf("GET after the forced DELETE = %d; want 404", code)
 			}
 		})
+	}
+}
+
+// Issue 31, item 5: the tokenless admin API (the default) answered any
+// Host and any Origin: from Host evil.example.com it listed the UNKNOWN
+// keys with their fences, and a text/plain POST resolved one not_executed,
+// after which the retry ran it again. Those requests are refused (403,
+// 415), the key stays UNKNOWN, and the retry does not run it.
+func TestAdminRefusesPagesOfOtherSites(t *testing.T) {
+	for name, uri := range storeURIs(t) {
+		t.Run(name, func(t *testing.T) {
+			up := newGatedUpstream(t)
+			g := startGateway(t, "--upstream", up.URL, "--store", uri, "--tenant-header", "X-Tenant-ID")
+			key := "drop-" + rand.Text()[:8]
+			if a := postWithin(t, g, key, 10*time.Second); a.status != 502 {
+				t.Fatalf("dropped request = %d %s; want 502", a.status, a.body)
+			}
+			code, body := adminCall(t, g, "GET", "/v1/keys/acme/"+key, "", "")
+			var rec struct{ Fence int64 }
+			if code != 200 || json.Unmarshal([]byte(body), &rec) != nil || !strings.Contains(body, `"UNKNOWN"`) {
+				t.Fatalf("GET of the dropped key = %d %s; want it UNKNOWN", code, body)
+			}
+			resolve := fmt.Sprintf(`{"fence":%d,"outcome":"not_executed"}`, rec.Fence)
+			rebound := func(r *http.Request) { r.Host = "evil.example.com" }
+			page := func(r *http.Request) { r.Header.Set("Origin", "http://evil.example.com") }
+			form := func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }
+			for _, c := range []struct {
+				what, method, path, body string
+				edit                     func(*http.Request)
+				status                   int
+				code                     string
+			}{
+				{"a rebound name lists the keys", "GET", "/v1/keys?state=unknown", "", rebound, 403, "admin_host_refused"},
+				{"a rebound name reads the key", "GET", "/v1/keys/acme/" + key, "", rebound, 403, "admin_host_refused"},
+				{"a rebound name resolves", "POST", "/v1/keys/acme/" + key + "/resolve", resolve,
+					func(r *http.Request) { rebound(r); r.Header.Set("Content-Type", "application/json") }, 403, "admin_host_refused"},
+				{"a page lists the keys", "GET", "/v1/keys?state=unknown", "", page, 403, "admin_origin_refused"},
+				{"a page resolves", "POST", "/v1/keys/acme/" + key + "/resolve", resolve, func(r *http.Request) { page(r); form(r) }, 403, "admin_origin_refused"},
+				{"a text/plain resolve", "POST", "/v1/keys/acme/" + key + "/resolve", resolve, form, 415, "admin_content_type"},
+				{"a DELETE without JSON", "DELETE", "/v1/keys/acme/" + key + "?force=true", "", func(*http.Request) {}, 415, "admin_content_type"},
+			} {
+				code, body := adminAs(t, g, c.method, c.path, c.body, c.edit)
+				if code != c.status || !strings.Contains(body, `"code":"`+c.code+`"`) || strings.Contains(body, `"fence"`) {
+					t.Errorf("%s: %d %s; want %d %s", c.what, code, body, c.status, c.code)
+				}
+			}
+			if code, body := adminCall(t, g, "GET", "/v1/keys/acme/"+key, "", ""); code != 200 || !strings.Contains(body, `"UNKNOWN"`) {
+				t.Fatalf("after the refused calls the key = %d %s; want it UNKNOWN", code, body)
+			}
+			if a := postWithin(t, g, key, 10*time.Second); a.status != 503 || up.count(key) != 1 {
+				t.Fatalf("the retry = %d %s after %d runs; want 503 outcome_unknown, run once", a.status, a.body, up.count(key))
+			}
+			// Prometheus and the probes scrape by whatever name they use.
+			if code, _ := adminAs(t, g, "GET", "/metrics", "", rebound); code != 200 {
+				t.Errorf("/metrics by another name = %d; want 200", code)
+			}
+		})
+	}
+}
+
+// Issue 31, item 8: every admin change is audited (a log line, a metric,
+// GET /v1/audit) with the token's name; tokens are several, read-only or
+// read-write, read from --admin-tokens-file and again on SIGHUP; idem keys
+// goes through the admin API, so its changes are audited too.
+func TestAdminChangesAuditedWithNamedTokens(t *testing.T) {
+	up := newGatedUpstream(t)
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	write := func(text string) {
+		if err := os.WriteFile(tokens, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ops read-write ops-token-1\nviewer read-only viewer-token-1\n")
+	g := startGateway(t, "--upstream", up.URL, "--tenant-header", "X-Tenant-ID", "--admin-tokens-file", tokens)
+	key := "drop-" + rand.Text()[:8]
+	if a := postWithin(t, g, key, 10*time.Second); a.status != 502 {
+		t.Fatalf("dropped request = %d %s; want 502", a.status, a.body)
+	}
+	keys := func(token string, args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "--admin", g.admin, "--admin-token", token}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	out, err := keys("viewer-token-1", "get", "acme", key)
+	var rec struct{ Fence int64 }
+	if err != nil || json.Unmarshal([]byte(out), &rec) != nil || rec.Fence == 0 {
+		t.Fatalf("idem keys get with the read-only token: %v %s", err, out)
+	}
+	fence := fmt.Sprint(rec.Fence)
+	if out, err := keys("viewer-token-1", "resolve", "--fence", fence, "--not-executed", "acme", key); err == nil || !strings.Contains(out, "admin_forbidden") {
+		t.Fatalf("idem keys resolve with the read-only token: %v %s; want 403 admin_forbidden", err, out)
+	}
+	if out, err := keys("ops-token-2", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
+		t.Fatalf("idem keys with a token not yet in the file: %v %s; want 401", err, out)
+	}
+	write("ops read-write ops-token-2\n")
+	g.cmd.Process.Signal(syscall.SIGHUP)
+	g.waitForLog(t, "configuration reloaded", 1)
+	if out, err := keys("ops-token-1", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
+		t.Fatalf("idem keys with a token the reload removed: %v %s; want 401", err, out)
+	}
+	if out, err := keys("ops-token-2", "resolve", "--fence", fence, "--status", "201", "--body", "settled", "--reason", "INC-42: charged", "acme", key); err != nil {
+		t.Fatalf("idem keys resolve with the reloaded token: %v %s", err, out)
+	}
+	if a := postWithin(t, g, key, 10*time.Second); a.status != 201 || a.body != "settled" || up.count(key) != 1 {
+		t.Fatalf("after the resolution: %d %s, %d runs; want the operator's 201 replayed, 1 run", a.status, a.body, up.count(key))
+	}
+	g.waitForLog(t, `"msg":"admin change"`, 2)
+	var lines []map[string]any
+	for _, line := range strings.Split(g.logText(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "admin change" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 2 || lines[0]["actor"] != "viewer" || lines[0]["outcome"] != "forbidden" ||
+		lines[1]["actor"] != "ops" || lines[1]["action"] != "resolve" || lines[1]["outcome"] != "completed" || lines[1]["reason"] != "INC-42: charged" ||
+		lines[1]["state_before"] != "UNKNOWN" || lines[1]["state_after"] != "COMPLETED" || lines[1]["tenant"] != "acme" || lines[1]["key"] != key ||
+		lines[1]["fence"] != float64(rec.Fence) || !strings.HasPrefix(lines[1]["remote"].(string), "127.0.0.1:") {
+		t.Fatalf("admin change lines: %v", lines)
+	}
+	if strings.Contains(g.logText(), "-token-") {
+		t.Fatalf("the log holds a token:\n%s", g.logText())
+	}
+	if n := g.metric(t, `idem_admin_changes_total{action="resolve",outcome="completed"}`); n != 1 {
+		t.Errorf("idem_admin_changes_total resolve/completed = %v; want 1", n)
+	}
+	code, body := adminCall(t, g, "GET", "/v1/audit?tenant=acme&key="+key, "ops-token-2", "")
+	if code != 200 || strings.Count(body, `"actor"`) != 2 || !strings.Contains(body, `"reason":"INC-42: charged"`) {
+		t.Fatalf("GET /v1/audit = %d %s; want the key's two records", code, body)
 	}
 }

@@ -30,7 +30,7 @@ type configFile struct {
 
 // listFlags are the flags that take a comma-separated list: in the file,
 // a YAML list.
-var listFlags = []string{"methods", "tenant-from", "replay-headers"}
+var listFlags = []string{"methods", "tenant-from", "replay-headers", "admin-hosts"}
 
 // loadConfigFile reads and decodes the file at path; fs names the flags
 // the file may set, but for notKeys (the file's own flag, the modes of

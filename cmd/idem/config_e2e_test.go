@@ -197,7 +197,7 @@ routes:
 	}
 	for _, bad := range []struct{ text, want string }{
 		{"upstream: http://x\nstore: redis://127.0.0.1:notaport\n", "--store"},
-		{"upstream: http://x\nstore: postgres://u@h/db\nschema: Bad\n", "schema"},
+		{"upstream: http://x\nstore: postgres://u@h/db?schema=Bad\n", "schema"},
 		{"upstream: http://x\nschema: other\n", "schema"},
 		{"upstream: http://x\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", "idem.yaml:4: routes[1].match"},
 		{"upstream: http://x\nreplay-headers: [Set-Cookie]\n", "Set-Cookie"},

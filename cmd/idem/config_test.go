@@ -152,3 +152,20 @@ func TestConfigDocsListEveryFlag(t *testing.T) {
 		t.Errorf("docs/deployment.md has a row for %s, which is no flag", name)
 	}
 }
+
+// Issue 31, items 5 and 8: the admin API's names and tokens file come
+// from the file like any flag, --admin-hosts as a YAML list; a bad name
+// refuses to start, naming the setting.
+func TestConfigAdminHostsAndTokensFile(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("ops read-write t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nadmin-hosts: [console.example.com, 'localhost:8888']\nadmin-tokens-file: "+tokens+"\n")
+	if err != nil || !slices.Equal(s.cfg.AdminHosts, []string{"console.example.com", "localhost:8888"}) || s.cfg.AdminTokensFile != tokens {
+		t.Fatalf("admin-hosts and admin-tokens-file from the file: %+v, %v", s, err)
+	}
+	if _, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nadmin-hosts: [https://console.example.com]\n"); err == nil || !strings.Contains(err.Error(), "--admin-hosts") {
+		t.Fatalf("admin-hosts with a scheme = %v; want an error naming --admin-hosts", err)
+	}
+}

@@ -233,9 +233,9 @@ func (l *ledger) waitFinishedIfStarted(t *testing.T, key string) {
 }
 
 // TestKeysCommandUnknown: idem keys list --unknown finds a key the
-// gateway left UNKNOWN on a shared store, and idem keys resolve settles
-// it (a stale fence is refused, changing nothing); the gateway then
-// replays the operator's response.
+// gateway left UNKNOWN, through its admin API, and idem keys resolve
+// settles it (a stale fence is refused, changing nothing); the gateway
+// then replays the operator's response.
 func TestKeysCommandUnknown(t *testing.T) {
 	testenv.Redis(t)
 	l := newLedger(t, "")
@@ -245,7 +245,7 @@ func TestKeysCommandUnknown(t *testing.T) {
 	tenant := "tenant-" + rand.Text()[:8]
 	post(t, "http://"+g.addr, key, `{}`, "X-Tenant-ID", tenant)
 	keys := func(args ...string) (string, error) {
-		out, err := exec.Command(binary, append([]string{"keys", "--store", testenv.RedisURL()}, args...)...).CombinedOutput()
+		out, err := exec.Command(binary, append([]string{"keys", "--admin", g.admin}, args...)...).CombinedOutput()
 		return string(out), err
 	}
 	out, err := keys("list", "--unknown", "--tenant", tenant)

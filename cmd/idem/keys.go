@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,21 +9,23 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"time"
 
-	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/gateway"
-	"github.com/idemkit/idem/store"
-	"github.com/idemkit/idem/store/pgstore"
-	"github.com/idemkit/idem/store/storeurl"
 )
 
-const keysUsage = `idem keys [--store URI] get TENANT KEY
-  idem keys [--store URI] delete [--force] TENANT KEY
-  idem keys [--store URI] list --unknown [--tenant TENANT]
-  idem keys [--store URI] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) TENANT KEY
-(TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes)`
+const keysUsage = `idem keys [--admin URL] [--admin-token TOKEN] get TENANT KEY
+  idem keys [--admin URL] [--admin-token TOKEN] delete [--force] [--reason TEXT] TENANT KEY
+  idem keys [--admin URL] [--admin-token TOKEN] list --unknown [--tenant TENANT]
+  idem keys [--admin URL] [--admin-token TOKEN] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) [--reason TEXT] TENANT KEY
+(TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes;
+ idem keys calls a running gateway's admin API, which audits each change)`
+
+// keysTimeout bounds each call of idem keys to the admin API.
+const keysTimeout = 30 * time.Second
 
 // headerList is a repeatable --header 'Name: value' flag.
 type headerList [][2]string
@@ -39,8 +42,13 @@ func (h *headerList) Set(s string) error {
 }
 
 func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	if givenOnCommandLine(args, "store") {
+		return fmt.Errorf("%w: idem keys no longer opens the store: it calls a running gateway's admin API, which audits each change "+
+			"(--admin 127.0.0.1:9090, the gateway's --admin; --admin-token or IDEM_ADMIN_TOKEN)", errUsage)
+	}
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
-	storeURI := fs.String("store", "", "the store to talk to (required; see 'idem help serve')")
+	adminURL := fs.String("admin", "127.0.0.1:9090", "the admin API of a running idem serve: its --admin address (host:port), or a URL (http://host:port/prefix)")
+	token := fs.String("admin-token", "", "a bearer token of the admin API (--admin-token's, or a read-write one of --admin-tokens-file to change keys)")
 	unknown := fs.Bool("unknown", false, "list: the keys in state UNKNOWN (the only state listed)")
 	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants; \"-\" is the empty tenant)")
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
@@ -51,8 +59,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	body := fs.String("body", "", "resolve: the body of the recorded response")
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
 	force := fs.Bool("force", false, "delete: also a key in flight (PROCESSING) or UNKNOWN, which lets the next request run it again")
-	schema := fs.String("schema", pgstore.DefaultSchema, schemaUsage)
-	noMigrate := fs.Bool("no-migrate", false, noMigrateUsage)
+	reason := fs.String("reason", "", "delete, resolve: why, recorded in the gateway's audit (at most 1 KiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -71,93 +78,190 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" && !*unknown {
 		return fmt.Errorf("%w: idem keys list lists the UNKNOWN keys only: add --unknown", errUsage)
 	}
-	if *storeURI == "" || *storeURI == "memory" {
-		return fmt.Errorf("%w: --store must name a shared store (redis://, postgres://...): the memory store lives inside one gateway; use its admin API", errUsage)
-	}
-	var res gateway.Resolution
-	if verb == "resolve" {
-		var err error
-		if res, err = resolutionFromFlags(*fence, *notExecuted, *status, headers, set["body"], *body, *bodyFile); err != nil {
-			return err
-		}
-	}
-	opts := &gateway.StoreOptions{NoMigrate: *noMigrate}
-	if set["schema"] {
-		opts.Schema = *schema
-	}
-	if err := gateway.CheckStore(*storeURI, opts); err != nil {
-		return fmt.Errorf("%w: --store: %w", errUsage, err)
-	}
-	st, closeStore, err := gateway.OpenStore(ctx, *storeURI, opts)
-	switch {
-	case errors.Is(err, storeurl.ErrNotMigrated):
-		return fmt.Errorf("%w: run 'idem migrate' with the same --store and --schema first", err)
-	case err != nil:
-		return err
-	}
-	defer closeStore()
-	e, err := idem.New(st, nil)
+	api, err := newAdminClient(*adminURL, *token)
 	if err != nil {
 		return err
 	}
 	enc := json.NewEncoder(stdout)
 	if verb == "list" {
-		return listUnknown(ctx, e, enc, set["tenant"], *tenant)
+		return api.listUnknown(ctx, enc, set["tenant"], *tenant)
 	}
-	id := store.ID{Tenant: gateway.ParseTenant(fs.Arg(0)), Key: fs.Arg(1)}
+	tenantArg, key := fs.Arg(0), fs.Arg(1)
+	path := "v1/keys/" + segment(tenantArg) + "/" + segment(key)
 	switch verb {
 	case "delete":
-		del := e.Delete
 		if *force {
-			del = e.ForceDelete
+			path += "?force=true"
 		}
-		existed, err := del(ctx, id)
-		switch {
-		case errors.Is(err, idem.ErrInFlight):
-			return fmt.Errorf("%w: deleting it would let a retry run it a second time; wait until it finishes, or pass --force", err)
-		case errors.Is(err, idem.ErrOutcomeUnknown):
-			return fmt.Errorf("%w: deleting it would let a retry run it again; settle it with idem keys resolve, or pass --force", err)
-		case err != nil:
-			return err
+		var note any // a DELETE's body is optional: {"reason": ...}
+		if *reason != "" {
+			note = map[string]string{"reason": *reason}
 		}
-		if !existed {
-			return fmt.Errorf("no record for tenant %q key %q", id.Tenant, id.Key)
+		if err := api.do(ctx, http.MethodDelete, path, note, nil); err != nil {
+			return explainKeyError(err, tenantArg, key)
 		}
 		fmt.Fprintln(stdout, "deleted")
 		return nil
 	case "resolve":
-		result, _ := res.Result() // checked by resolutionFromFlags
-		if err := e.Resolve(ctx, id, res.Fence, result); err != nil {
+		res, err := resolutionFromFlags(*fence, *notExecuted, *status, headers, set["body"], *body, *bodyFile)
+		if err != nil {
 			return err
+		}
+		res.Reason = *reason
+		if err := api.do(ctx, http.MethodPost, path+"/resolve", res, nil); err != nil {
+			return explainKeyError(err, tenantArg, key)
 		}
 		fmt.Fprintln(stdout, "resolved:", res.Outcome)
 		return nil
 	}
-	rec, err := e.Get(ctx, id)
+	var rec gateway.RecordView
+	if err := api.do(ctx, http.MethodGet, path, nil, &rec); err != nil {
+		return explainKeyError(err, tenantArg, key)
+	}
+	enc.SetIndent("", "  ")
+	return enc.Encode(rec)
+}
+
+// adminClient calls the admin API of a running gateway, as an operator's
+// tool must: by its address (the Host it answers), with JSON for every
+// change (adminguard.go).
+type adminClient struct {
+	base   *url.URL
+	token  string
+	client *http.Client
+}
+
+func newAdminClient(addr, token string) (*adminClient, error) {
+	raw := addr
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw // the gateway's --admin, host:port
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.User != nil {
+		return nil, fmt.Errorf("%w: --admin %q: want the gateway's --admin address (host:port) or an http(s):// URL without credentials", errUsage, addr)
+	}
+	if !strings.HasSuffix(u.Path, "/") {
+		u.Path += "/"
+	}
+	return &adminClient{base: u, token: token, client: &http.Client{Timeout: keysTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+}
+
+// problemError is an answer of the admin API that is not a success.
+type problemError struct {
+	status       int
+	code, detail string
+}
+
+func (p *problemError) Error() string {
+	if p.code == "" {
+		return fmt.Sprintf("the admin API answered %d: %s", p.status, p.detail)
+	}
+	return fmt.Sprintf("the admin API answered %d %s: %s", p.status, p.code, p.detail)
+}
+
+// do sends one call: in, when not nil, as its JSON body (a change always
+// carries Content-Type: application/json); a 2xx answer's JSON goes into
+// out, when not nil; any other answer is a *problemError.
+func (c *adminClient) do(ctx context.Context, method, path string, in, out any) error {
+	ref, err := url.Parse(path)
 	if err != nil {
 		return err
 	}
-	enc.SetIndent("", "  ")
-	return enc.Encode(gateway.ViewRecord(rec))
-}
-
-// listUnknown prints every UNKNOWN key, one JSON object a line, page by page.
-func listUnknown(ctx context.Context, e *idem.Engine, enc *json.Encoder, oneTenant bool, tenant string) error {
-	p := store.ListParams{Tenant: gateway.ParseTenant(tenant), AllTenants: !oneTenant}
-	for {
-		page, err := e.ListUnknown(ctx, p)
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
 		if err != nil {
 			return err
 		}
-		for _, rec := range page.Records {
-			if err := enc.Encode(gateway.ViewRecord(rec)); err != nil {
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.ResolveReference(ref).String(), body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("the admin API at %s did not answer (is idem serve running, with this --admin?): %w", c.base.Redacted(), err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("the admin API at %s: reading its answer: %w", c.base.Redacted(), err)
+	}
+	if resp.StatusCode/100 != 2 {
+		p := &problemError{status: resp.StatusCode}
+		var problem struct{ Code, Detail string }
+		if json.Unmarshal(data, &problem) == nil && problem.Code != "" {
+			p.code, p.detail = problem.Code, problem.Detail
+		} else {
+			p.detail = strings.TrimSpace(string(data[:min(len(data), 300)]))
+		}
+		return p
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("the admin API at %s answered %d with no JSON this idem reads: %w", c.base.Redacted(), resp.StatusCode, err)
+		}
+	}
+	return nil
+}
+
+// listUnknown prints every UNKNOWN key, one JSON object a line, page by page.
+func (c *adminClient) listUnknown(ctx context.Context, enc *json.Encoder, oneTenant bool, tenant string) error {
+	q := url.Values{"state": {"unknown"}}
+	if oneTenant {
+		q.Set("tenant", tenant)
+	}
+	for {
+		var page gateway.KeyPage
+		if err := c.do(ctx, http.MethodGet, "v1/keys?"+q.Encode(), nil, &page); err != nil {
+			return err
+		}
+		for _, rec := range page.Keys {
+			if err := enc.Encode(rec); err != nil {
 				return err
 			}
 		}
-		if p.After = page.Next; p.After == "" {
+		if page.Next == "" {
 			return nil
 		}
+		q.Set("after", page.Next)
 	}
+}
+
+// segment writes a TENANT or KEY argument as one path segment of the
+// admin API: percent-encoded, dots too, so "." and ".." stay segments.
+// A TENANT's dashes follow the admin API's rule, which is idem keys' own.
+func segment(s string) string {
+	return strings.ReplaceAll(url.PathEscape(s), ".", "%2E")
+}
+
+// explainKeyError says what to do about the admin API's refusals that an
+// operator of idem keys meets.
+func explainKeyError(err error, tenant, key string) error {
+	var p *problemError
+	if !errors.As(err, &p) {
+		return err
+	}
+	switch p.code {
+	case "key_in_flight":
+		return fmt.Errorf("%w\nthe key is in flight (PROCESSING): deleting it would let a retry run it a second time; wait until it finishes, or pass --force", err)
+	case gateway.CodeKeyUnknown:
+		return fmt.Errorf("%w\nthe key is UNKNOWN: deleting it would let a retry run it again; settle it with idem keys resolve, or pass --force", err)
+	case gateway.CodeKeyNotFound:
+		return fmt.Errorf("no record for tenant %s key %q (%w)", tenant, key, err)
+	case gateway.CodeAdminUnauthorized:
+		return fmt.Errorf("%w\ngive the gateway's token: --admin-token, or IDEM_ADMIN_TOKEN", err)
+	}
+	return err
 }
 
 // resolutionFromFlags builds and checks the operator's resolution.

@@ -2,7 +2,7 @@
 //
 //	idem serve --upstream URL [flags]   an idempotency gateway in front of any HTTP API
 //	idem demo                           the gateway in front of a toy payment API, under a burst of retries
-//	idem keys get|delete TENANT KEY     inspect or invalidate a key in a store
+//	idem keys get|delete TENANT KEY     inspect or invalidate a key, through a gateway's admin API
 //	idem keys list --unknown            list the UNKNOWN keys
 //	idem keys resolve --fence N ...     settle an UNKNOWN key: completed (with its response) or not executed
 //	idem migrate --store postgres://... create or update the PostgreSQL store's tables
@@ -39,7 +39,7 @@ var commands = map[string]command{
 	"serve":   {"run the idempotency gateway in front of an upstream HTTP API", runServe},
 	"demo":    {"run the gateway in front of a toy payment API and fire duplicate requests at it", runDemo},
 	"lab":     {"reproduce the failure vectors of the naive lock with real faults, against idem", runLab},
-	"keys":    {"inspect (get), invalidate (delete), list UNKNOWN (list --unknown) or resolve UNKNOWN keys in a store", runKeys},
+	"keys":    {"inspect (get), invalidate (delete), list UNKNOWN (list --unknown) or resolve UNKNOWN keys, through a running gateway's admin API (audited)", runKeys},
 	"migrate": {"create or update the PostgreSQL store's tables", runMigrate},
 	"probe":   {"test whether an HTTP API honours Idempotency-Key (exits 1 on a violation)", runProbe},
 	"version": {"print the version", runVersion},

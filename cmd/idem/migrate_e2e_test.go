@@ -25,15 +25,17 @@ func runIdem(t *testing.T, args ...string) (string, int) {
 	return string(out), 0
 }
 
-// Issue 31, item 10: idem serve and idem keys ran DDL at every start, so a
-// role without the CREATE privilege could not run them; idem migrate
-// --schema X made a schema nothing else could use; migrate said "up to
-// date" after applying six migrations. Now: idem migrate --schema X says
-// what it applied, then that there is nothing to apply; a role that may
-// only read and write X's tables runs idem keys and idem serve with
-// --schema X --no-migrate (and without --no-migrate is refused by the
-// database, as before); --no-migrate on a schema that lacks migrations
-// fails naming idem migrate.
+// Issue 31, item 10: idem serve ran DDL at every start, so a role
+// without the CREATE privilege could not run it; idem migrate --schema X
+// made a schema nothing else could use; migrate said "up to date" after
+// applying six migrations. Now the schema is the store URL's ?schema=, so
+// idem migrate and idem serve given the same --store agree: idem migrate
+// says what it applied, then that there is nothing to apply; a role that
+// may only read and write the schema's tables runs idem serve with
+// --no-migrate (and without it is refused by the database, as before),
+// and idem keys goes through that gateway; --no-migrate on a schema that
+// lacks migrations fails naming idem migrate; --schema and IDEM_SCHEMA
+// are refused, not ignored.
 func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 	testenv.Postgres(t)
 	ctx := context.Background()
@@ -57,13 +59,26 @@ func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 			}
 		}
 	})
-	db := testenv.DatabaseURL()
-	out, code := runIdem(t, "migrate", "--store", db, "--schema", schema)
+	inSchema := func(uri, schema string) string {
+		u, err := url.Parse(uri)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("schema", schema)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	db := inSchema(testenv.DatabaseURL(), schema)
+	out, code := runIdem(t, "migrate", "--store", db)
 	if code != 0 || !strings.Contains(out, "schema "+schema+": applied 6 migrations: 001_records.sql, ") || !strings.Contains(out, "006_key_until.sql") {
 		t.Fatalf("idem migrate of a new schema: exit %d, %q; want the 6 migrations it applied", code, out)
 	}
-	if out, code = runIdem(t, "migrate", "--store", db, "--schema", schema); code != 0 || !strings.Contains(out, "up to date: nothing to apply") {
+	if out, code = runIdem(t, "migrate", "--store", db); code != 0 || !strings.Contains(out, "up to date: nothing to apply") {
 		t.Fatalf("idem migrate again: exit %d, %q; want up to date", code, out)
+	}
+	if out, code = runIdem(t, "migrate", "--store", testenv.DatabaseURL(), "--schema", schema); code != 2 || !strings.Contains(out, "?schema=") {
+		t.Errorf("idem migrate --schema: exit %d, %q; want 2, naming ?schema=", code, out)
 	}
 	for _, sql := range []string{
 		"CREATE ROLE " + role + " LOGIN",
@@ -82,23 +97,13 @@ func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 	u.User = url.User(role)
 	asRole := u.String()
 
-	if out, code = runIdem(t, "keys", "--store", asRole, "--schema", schema, "list", "--unknown"); code == 0 || !strings.Contains(out, "permission denied") {
-		t.Errorf("idem keys as a role without CREATE, migrating: exit %d, %q; want the database's refusal", code, out)
-	}
-	if out, code = runIdem(t, "keys", "--store", asRole, "--schema", schema, "--no-migrate", "list", "--unknown"); code != 0 {
-		t.Errorf("idem keys --no-migrate as a role without CREATE: exit %d, %q; want 0", code, out)
-	}
-	if out, code = runIdem(t, "keys", "--store", db, "--schema", testenv.SchemaName(t), "--no-migrate", "list", "--unknown"); code != 1 || !strings.Contains(out, "idem migrate") {
-		t.Errorf("idem keys --no-migrate on a schema never migrated: exit %d, %q; want 1, naming idem migrate", code, out)
-	}
-
 	up := newUpstream(t, 0)
-	migrating := launchServe(t, nil, "--upstream", up.URL, "--store", asRole, "--schema", schema, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
+	migrating := launchServe(t, nil, "--upstream", up.URL, "--store", asRole, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
 	migrating.waitForLog(t, "permission denied", 1)
 	if err := migrating.stop(t); err != nil {
 		t.Errorf("exit after SIGTERM while the store refuses = %v; want 0", err)
 	}
-	g := startGateway(t, "--upstream", up.URL, "--store", asRole, "--schema", schema, "--no-migrate")
+	g := startGateway(t, "--upstream", up.URL, "--store", asRole, "--no-migrate")
 	key := "nomigrate-" + testenv.Prefix(t)
 	first, again := post(t, "http://"+g.addr, key, "{}"), post(t, "http://"+g.addr, key, "{}")
 	if first.status != 201 || !again.replayed || up.count(key) != 1 {
@@ -108,7 +113,14 @@ func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".records WHERE idempotency_key = $1", key).Scan(&n); err != nil || n != 1 {
 		t.Errorf("rows of the key in %s.records: %d, %v; want 1 (the schema idem migrate made)", schema, n, err)
 	}
-	unmigrated := launchServe(t, nil, "--upstream", up.URL, "--store", db, "--schema", testenv.SchemaName(t), "--no-migrate",
+	if out, code = runIdem(t, "keys", "--admin", g.admin, "get", tenantOf("Bearer e2e-client"), key); code != 0 || !strings.Contains(out, key) {
+		t.Errorf("idem keys get through the --no-migrate gateway: exit %d, %q; want the key's record", code, out)
+	}
+	unmigrated := launchServe(t, nil, "--upstream", up.URL, "--store", inSchema(testenv.DatabaseURL(), testenv.SchemaName(t)+"_never"), "--no-migrate",
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
 	unmigrated.waitForLog(t, "idem migrate", 1)
+	schemaVar := launchServe(t, []string{"IDEM_SCHEMA=" + schema}, "--upstream", up.URL, "--store", db, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+	if err := <-schemaVar.done; err == nil || !strings.Contains(schemaVar.logText(), "IDEM_SCHEMA") {
+		t.Errorf("idem serve with IDEM_SCHEMA: %v, %q; want refused, naming it", err, schemaVar.logText())
+	}
 }

@@ -43,29 +43,30 @@ func watchReload(ctx context.Context, log *slog.Logger, reload func()) (stop fun
 }
 
 // restartOnly are the flags, and the config file's settings, that a
-// reload cannot change: the listeners and their limits, the store (its
-// schema and migrations), the drain, the
+// reload cannot change: the listeners and their limits, the store (and
+// whether it migrates), the drain, the
 // engine's settings, the admin API, the logger's format and the traces,
 // which the running process holds; the tenant's sources and the error
 // format, which decide the scope of every key (a retry under another
 // tenant would be a new key and run again: that change is a deliberate
 // restart, not a routine reload); and max-response, which bounds what the
 // engine stores.
-var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "store", "schema", "no-migrate", "store-timeout", "memory-limit",
+var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts", "store", "no-migrate", "store-timeout", "memory-limit",
 	"memory-tenant-share", "read-timeout", "idle-timeout", "max-conns", "shutdown-timeout", "drain-delay", "takeover",
 	"reconcile-timeout", "reconcile-every", "reconcile-rate", "reconcile-concurrency", "tenant-header", "tenant-from",
 	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint"}
 
 // reloadServe reads the flags, the IDEM_ variables and the config file
-// again and hands the result to the running gateway, which swaps it in;
-// a bad file, or a change to a restartOnly setting, keeps the running
-// configuration and is logged (gateway.Reload). Without --config there is
+// again and hands the result to the running gateway, which swaps it in
+// and reads its --admin-tokens-file again; a bad file, or a change to a
+// restartOnly setting, keeps the running configuration and is logged
+// (gateway.Reload). Without --config and --admin-tokens-file there is
 // nothing to reload: flags and variables do not change in a running
 // process.
 func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *slog.LevelVar, log *slog.Logger) {
 	switch {
-	case started.settings.file == nil:
-		log.Info("idem: nothing to reload: no --config; flags and IDEM_ variables are read at start, restart to change them")
+	case started.settings.file == nil && started.cfg.AdminTokensFile == "":
+		log.Info("idem: nothing to reload: no --config and no --admin-tokens-file; flags and IDEM_ variables are read at start, restart to change them")
 		return
 	case g == nil:
 		log.Warn("idem: reload ignored: the gateway is still starting")

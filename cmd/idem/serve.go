@@ -16,7 +16,6 @@ import (
 	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store/memstore"
-	"github.com/idemkit/idem/store/pgstore"
 )
 
 // serveFlags are the values of idem serve's flags. resolveServe returns
@@ -26,7 +25,7 @@ import (
 // and a file's store: line was ignored (issue 31, item 1).
 type serveFlags struct {
 	config, checkConfig                                           string
-	listen, upstream, store, schema                               string
+	listen, upstream, store                                       string
 	noMigrate                                                     bool
 	storeTimeout, lease, retention, keyRetention                  time.Duration
 	repeatability, requireKey, allowAnonymous, failOpen           bool
@@ -37,7 +36,8 @@ type serveFlags struct {
 	maxConns, reconcileConcurrency, mismatchStatus                int
 	takeover, reconcileURL, reconcileToken                        string
 	reconcileTimeout, reconcileEvery, shutdownTimeout, drainDelay time.Duration
-	admin, adminToken, errorFormat, replayHeaders                 string
+	admin, adminToken, adminTokensFile, adminHosts                string
+	errorFormat, replayHeaders                                    string
 	adminInsecure                                                 bool
 	logFormat, logLevel, otlp                                     string
 }
@@ -52,8 +52,7 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the gateway")
 	fs.StringVar(&f.upstream, "upstream", "", "URL of the HTTP API behind the gateway (required)")
 	fs.StringVar(&f.store, "store", "memory", "where keys live: "+gateway.StoreURIHelp)
-	fs.StringVar(&f.schema, "schema", pgstore.DefaultSchema, schemaUsage)
-	fs.BoolVar(&f.noMigrate, "no-migrate", false, noMigrateUsage)
+	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not create or update the PostgreSQL store's tables (which needs the CREATE privilege); check that the schema of --store's ?schema= is current instead, and fail naming 'idem migrate' (with the same --store) when it is not")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished response is replayed")
@@ -84,6 +83,8 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.StringVar(&f.admin, "admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
 	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
+	fs.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
+	fs.StringVar(&f.adminHosts, "admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused (in the config file, a list)")
 	fs.StringVar(&f.errorFormat, "error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
 	fs.IntVar(&f.mismatchStatus, "mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
 	fs.StringVar(&f.replayHeaders, "replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
@@ -97,13 +98,6 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 // commandLineOnly are the flags of idem serve that no IDEM_ variable and
 // no config file key sets: modes of one run, not settings.
 var commandLineOnly = []string{"check-config"}
-
-// The help of the flags that idem serve, keys and migrate share: one
-// meaning for every command.
-const (
-	schemaUsage    = "the PostgreSQL schema of idem's tables, for a postgres:// or layered --store (idem migrate --schema X makes the schema that --schema X uses)"
-	noMigrateUsage = "do not create or update the PostgreSQL store's tables (which needs the CREATE privilege); check that they are current instead, and fail naming 'idem migrate' when they are not"
-)
 
 // checkConfigMode is --check-config: "" (off), "text", or "json". Given
 // alone it is text.
@@ -146,6 +140,9 @@ type serveSetup struct {
 // resolveServe defines idem serve's flags and resolves them: see
 // serveFlags.
 func resolveServe(args []string) (*serveFlags, *flag.FlagSet, *settings, error) {
+	if err := refuseSchemaFlag(args); err != nil {
+		return nil, nil, nil, err
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var f serveFlags
 	defineServeFlags(fs, &f)
@@ -227,9 +224,6 @@ func (s *serveSetup) check(f *serveFlags) error {
 		}
 		s.storeOpts.MemoryTenantShare = f.memoryTenantShare
 	}
-	if flagSet(fs, "schema") {
-		s.storeOpts.Schema = f.schema
-	}
 	s.storeOpts.NoMigrate = f.noMigrate
 	if err := gateway.CheckStore(f.store, &s.storeOpts); err != nil {
 		return fmt.Errorf("%w: --store: %w", errUsage, err)
@@ -245,6 +239,7 @@ func (s *serveSetup) check(f *serveFlags) error {
 		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns,
 		ErrorFormat: format, MismatchStatus: f.mismatchStatus, ReplayHeaders: splitList(f.replayHeaders),
 		Repeatability: f.repeatability, KeyRetention: f.keyRetention,
+		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts),
 	}
 	if s.cfg.ReplayHeaders == nil {
 		s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

@@ -124,7 +124,7 @@ func openStore(ctx context.Context, s *serveSetup, log *slog.Logger, secrets []s
 			return nil, nil, fmt.Errorf("%w: --store: %w", errUsage, err)
 		}
 		if errors.Is(err, storeurl.ErrNotMigrated) {
-			err = fmt.Errorf("%w: run 'idem migrate' with the same --store and --schema (as a role that may CREATE), or start without --no-migrate", err)
+			err = fmt.Errorf("%w: run 'idem migrate' with the same --store (as a role that may CREATE), or start without --no-migrate", err)
 		}
 		if ctx.Err() == nil {
 			log.Warn("idem: the store does not answer; retrying (/readyz answers 503 until it does)", "store", redact.URL(s.storeURI),

@@ -129,7 +129,8 @@ func TestStartExitStatus(t *testing.T) {
 	for _, args := range [][]string{
 		{"--store", "postgres://u@127.0.0.1:notaport/db"},
 		{"--store", "redis://127.0.0.1:1/0?near_cache=maybe"},
-		{"--store", "redis://127.0.0.1:1/0", "--schema", "x"},
+		{"--store", "redis://127.0.0.1:1/0?schema=x"},
+		{"--store", "postgres://u@127.0.0.1:1/db", "--schema", "x"},
 		{"--reconcile-url", "http://127.0.0.1:1/no-key"},
 		{"--config", writeConfig(t, "store: redis://127.0.0.1:1/0\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n")},
 	} {

@@ -109,7 +109,7 @@ func (l *Ledger) insertCharge(ctx context.Context, tx pgx.Tx, tenant, key string
 	if err := tx.Commit(ctx); err != nil {
 		// A failed COMMIT may have committed: say so, and the key turns
 		// UNKNOWN until Reconcile reads the ledger.
-		return "", false, idem.OutcomeUnknown(fmt.Errorf("natsconsumer: commit: %w", err))
+		return "", false, idem.OutcomeUnknown(fmt.Errorf("natsconsumer: commit: %w", err), "the ledger's COMMIT failed: it may have committed")
 	}
 	return charge, false, nil
 }

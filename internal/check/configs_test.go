@@ -128,11 +128,11 @@ func openRedis(addr, query string) func(ctx context.Context, prefix string) (sto
 		if query != "" {
 			uri += "?" + query
 		}
-		st, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix})
+		st, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix})
 		if err != nil {
 			return nil, nil, err
 		}
-		return st, func() { _ = closeFn() }, nil
+		return st, func() { _ = st.Close() }, nil
 	}
 }
 

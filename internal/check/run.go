@@ -114,7 +114,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 		fctx, cancel := context.WithTimeout(context.Background(), idem.FinalizeTimeout+4*w.Lease+time.Second)
 		defer cancel()
 		for _, p := range procs {
-			_ = p.eng.Flush(fctx)
+			_ = p.eng.Shutdown(fctx)
 		}
 	}()
 	nctx, stopNemesis := context.WithCancel(ctx)

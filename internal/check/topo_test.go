@@ -147,11 +147,11 @@ func sentinelEnv(acks int) func(t *testing.T) *Env {
 				return nil
 			},
 			NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
-				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
+				s, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
 				if err != nil {
 					return nil, nil, err
 				}
-				return s, func() { _ = closeFn() }, nil
+				return s, func() { _ = s.Close() }, nil
 			},
 			Nemeses: nemeses,
 		}
@@ -229,11 +229,11 @@ func clusterEnv(acks int) func(t *testing.T) *Env {
 		uri := "redis-cluster://" + strings.Join(cl.Addrs(), ",")
 		return &Env{
 			NewStore: func(ctx context.Context, prefix string) (store.Store, func(), error) {
-				s, closeFn, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
+				s, err := redisstore.OpenURL(uri, &redisstore.Options{Prefix: prefix, ReplicaAcks: acks})
 				if err != nil {
 					return nil, nil, err
 				}
-				return s, func() { _ = closeFn() }, nil
+				return s, func() { _ = s.Close() }, nil
 			},
 			Nemeses: []Nemesis{ClusterFailover{Cluster: cl}},
 		}

@@ -115,7 +115,7 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 			v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
 			switch {
 			case errors.Is(err, errLedgerReplyLost):
-				return nil, idem.OutcomeUnknown(err)
+				return nil, idem.OutcomeUnknown(err, "the ledger's reply was lost")
 			case err != nil:
 				return nil, err
 			}

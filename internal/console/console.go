@@ -8,7 +8,10 @@
 // token; the page asks the operator for the token, keeps it in the tab's
 // sessionStorage and sends it as "Authorization: Bearer" with each call to
 // the admin API. No cookie carries it, so another site cannot make the
-// browser act with it (no CSRF).
+// browser act with it (no CSRF); and the admin API itself refuses a
+// foreign Host (DNS rebinding), a foreign Origin and a change that is not
+// application/json, so the page sends every change as JSON. Each call
+// ends after a bound, and a view that got no answer says so, with a Retry.
 //
 // # What keeps hostile data inert
 //

@@ -1,19 +1,17 @@
 package gateway
 
 import (
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/console"
 	"github.com/idemkit/idem/store"
 )
 
@@ -38,57 +36,85 @@ func ParseTenant(segment string) string {
 // readyKey is the key /readyz looks up: a round trip to the store.
 var readyKey = store.ID{Tenant: "idem", Key: "readyz"}
 
-// adminHandler serves health, readiness, metrics and the key API.
-// A resolution's recorded body is at most maxResponse bytes, as is every
-// response the gateway records.
-func adminHandler(e *idem.Engine, reg *prometheus.Registry, token string, maxResponse int) http.Handler {
+// adminHandler serves the admin API: health, readiness and metrics to
+// anyone who reaches it (probes and scrapers name the address as they
+// please); the console's files, and the API under /v1/ behind the token,
+// only by an allowed Host (adminguard.go); the API only to a request
+// that no page of another site could have made. Every answer gets
+// nosniff: none of them is a page but the console's own. A resolution's
+// recorded body is at most cfg.MaxResponse bytes, as is every response
+// the gateway records.
+func (g *Gateway) adminHandler() http.Handler {
+	e := g.engine
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() { // a load balancer stops sending before the proxy stops accepting
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, "the gateway is shutting down")
+			return
+		}
 		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
 			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 			return
 		}
 		w.Write([]byte("ready\n"))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	keys := http.NewServeMux()
-	keys.HandleFunc("GET /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.registry, promhttp.HandlerOpts{}))
+	mux.Handle(console.Path, g.guardHost(console.Handler()))
+
+	api := http.NewServeMux()
+	read := func(pattern string, serve http.HandlerFunc) { api.Handle(pattern, g.authorize(serve)) }
+	read("GET /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
 		rec, err := e.Get(r.Context(), pathID(r))
 		if err != nil {
 			keyError(w, err)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(ViewRecord(rec))
+		writeJSON(w, ViewRecord(rec))
 	})
-	keys.HandleFunc("DELETE /v1/keys/{tenant}/{key}", func(w http.ResponseWriter, r *http.Request) {
-		force, err := forceParam(r)
-		if err != nil {
-			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeDeleteInvalid, err.Error())
-			return
-		}
-		del := e.Delete
-		if force {
-			del = e.ForceDelete
-		}
-		existed, err := del(r.Context(), pathID(r))
-		if err != nil {
-			keyError(w, err)
-			return
-		}
-		if !existed {
-			idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
+	read("GET /v1/keys", g.serveList)
+	read("GET /v1/stats", g.serveStats)
+	read("GET /v1/keys/{tenant}/{key}/result", g.serveResult)
+	read("GET /v1/audit", g.serveAudit)
+	api.Handle("DELETE /v1/keys/{tenant}/{key}", g.change(deleteAction, g.serveDelete))
+	api.Handle("POST /v1/keys/{tenant}/{key}/resolve", g.change(named(ActionResolve), g.serveResolve))
+	api.Handle("POST /v1/keys/{tenant}/{key}/reconcile", g.change(named(ActionReconcile), g.serveReconcile))
+	api.Handle("/v1/", g.authorize(http.NotFoundHandler()))
+	mux.Handle("/v1/", g.guardHost(g.guardBrowser(api)))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		mux.ServeHTTP(w, r)
 	})
-	registerUnknownAPI(keys, e, maxResponse)
-	mux.Handle("/v1/", requireToken(token, keys))
-	return mux
+}
+
+// serveDelete answers DELETE /v1/keys/{tenant}/{key}[?force=true], whose
+// body is nothing or {"reason": "..."}.
+func (g *Gateway) serveDelete(w http.ResponseWriter, r *http.Request, audit *AuditRecord) {
+	force, err := forceParam(r)
+	if err == nil {
+		audit.Reason, err = readReason(w, r)
+	}
+	if err != nil {
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeDeleteInvalid, err.Error())
+		return
+	}
+	del := g.engine.Delete
+	if force {
+		del = g.engine.ForceDelete
+	}
+	existed, err := del(r.Context(), pathID(r))
+	if err != nil {
+		keyError(w, err)
+		return
+	}
+	if !existed {
+		idemhttp.WriteProblem(w, http.StatusNotFound, CodeKeyNotFound, "no record for this tenant and key")
+		return
+	}
+	audit.Outcome = OutcomeDeleted
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func pathID(r *http.Request) store.ID {
@@ -128,23 +154,6 @@ func keyError(w http.ResponseWriter, err error) {
 	default:
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 	}
-}
-
-// requireToken lets a request through only with "Authorization: Bearer
-// token"; an empty token lets everything through.
-func requireToken(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
-			idemhttp.WriteProblem(w, http.StatusUnauthorized, CodeAdminUnauthorized, "the admin API needs the bearer token set by --admin-token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // RecordView is the JSON form of a record in the admin API. The owner token

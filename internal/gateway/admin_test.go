@@ -61,7 +61,7 @@ func adminGateway(t *testing.T, cfg Config) *Gateway {
 // admin makes one admin API call and returns the status and the body.
 func admin(t *testing.T, g *Gateway, method, path, body string) (int, string) {
 	t.Helper()
-	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req := adminRequest(method, path, body)
 	if g.cfg.AdminToken != "" {
 		req.Header.Set("Authorization", "Bearer "+g.cfg.AdminToken)
 	}

@@ -35,6 +35,15 @@ type Config struct {
 	Admin           string        // the admin API's address; empty: no admin API
 	AdminToken      string        // empty: the key API is open to whoever reaches Admin (loopback only, see AdminInsecure)
 	AdminInsecure   bool          // allow Admin on a non-loopback address without AdminToken
+	// AdminTokensFile names a file of admin tokens, one "name role token"
+	// a line (role read-only or read-write), re-read on Reload; with
+	// AdminToken (read-write, named "admin-token") they are the tokens
+	// the admin API takes (adminaccess.go).
+	AdminTokensFile string
+	// AdminHosts are the names, besides the admin address and loopback,
+	// that a request to the admin API may carry in Host and Origin
+	// ("name" on any port, or "name:port"; adminguard.go).
+	AdminHosts      []string
 	ReadTimeout     time.Duration // zero: DefaultReadTimeout
 	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
 	MaxConns        int           // zero: DefaultMaxConns()

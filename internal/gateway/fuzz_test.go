@@ -110,7 +110,7 @@ func rawRequest(method, key, auth, tenant, cookie string, body []byte, framing u
 
 // countingUpstream is the upstream as a RoundTripper: it reads the
 // request and counts it by Idempotency-Key (the gateway's transport may
-// have renamed the header to lower case, see neverResend).
+// have renamed the header to lower case, see idemclient.Transport).
 type countingUpstream struct {
 	mu    sync.Mutex
 	calls map[string]int

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
@@ -51,6 +51,13 @@ type Gateway struct {
 	proxy    http.Handler
 	admin    http.Handler
 	stats    *statsRing // sampled while Run serves the admin API
+
+	// The admin API's callers: its tokens (swapped by Reload), the hosts
+	// it answers (its address as bound, once Run listens) and the audit
+	// of their changes.
+	access     atomic.Pointer[adminAccess]
+	adminHosts atomic.Pointer[adminHosts]
+	audit      *auditLog
 
 	// What every policy shares: the transport to the upstream (and its
 	// pool), the tenant of a request and the headers it depends on.
@@ -134,7 +141,18 @@ func New(cfg Config) (*Gateway, error) {
 	g.proxy = g.tracked(g.traced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
 	})))
-	g.admin = g.unreadyWhenDraining(g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse)))
+	access, err := loadAdminAccess(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hosts, err := newAdminHosts(cfg.Admin, cfg.AdminHosts)
+	if err != nil {
+		return nil, err
+	}
+	g.access.Store(access)
+	g.adminHosts.Store(hosts)
+	g.audit = newAuditLog(reg, cfg.Logger)
+	g.admin = g.adminHandler()
 	return g, nil
 }
 
@@ -187,9 +205,10 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 
 // reverseProxy forwards to p's upstream, over the gateway's transport.
 func (g *Gateway) reverseProxy(p *policy) http.Handler {
-	transport := g.transport
-	_, traced := transport.(*http.Transport)
-	transport = neverResend{transport}
+	// It tells a request that never left from one that may have reached
+	// the upstream (idemclient.Sent), does not send one whose lease has
+	// ended, and keeps net/http from resending one by itself.
+	transport := &idemclient.Transport{Base: g.transport}
 	upstream := p.cfg.Upstream
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -206,7 +225,7 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 				r = r.WithContext(ctx)
 			}
 			start := time.Now()
-			resp, err := forward(transport, r)
+			resp, err := transport.RoundTrip(r)
 			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
 			if err != nil && span != nil {
 				span.RecordError(err)
@@ -226,12 +245,6 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 		timer := time.AfterFunc(timeout, func() { stop(errUpstreamTimeout) })
 		defer timer.Stop()
 		defer context.AfterFunc(g.stopping, func() { stop(errShutdown) })()
-		if traced {
-			// The hooks go into the context here, once, with the record
-			// they fill: forward then sends the request as it is.
-			c := new(upstreamCall)
-			ctx = httptrace.WithClientTrace(context.WithValue(ctx, upstreamCallKey{}, c), c.hooks())
-		}
 		rp.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
@@ -323,6 +336,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		adminAddr = aln.Addr()
+		g.adminHosts.Store(g.adminHosts.Load().bound(adminAddr))
 		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout})
 		listeners = append(listeners, aln)
 	}

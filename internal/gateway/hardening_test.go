@@ -33,6 +33,9 @@ func newTestGateway(t *testing.T, cfg Config) *Gateway {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Admin == "" {
+		cfg.Admin = testAdmin
+	}
 	g, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

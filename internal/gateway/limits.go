@@ -183,18 +183,21 @@ func checkAdmin(cfg Config) error {
 		return errors.New("gateway: --admin-token is blank, has white space around it or holds a control character: " +
 			"no request's Authorization header could match it (HTTP trims header values); give a real token")
 	}
-	if cfg.Admin == "" || cfg.AdminToken != "" || cfg.AdminInsecure || isLoopback(cfg.Admin) {
+	if cfg.Admin == "" || cfg.hasAdminTokens() || cfg.AdminInsecure || isLoopback(cfg.Admin) {
 		return nil
 	}
-	return errors.New("gateway: --admin " + cfg.Admin + " is reachable from the network and --admin-token is empty, " +
-		"so anyone could read stored responses and delete keys: set --admin-token (or IDEM_ADMIN_TOKEN), " +
+	return errors.New("gateway: --admin " + cfg.Admin + " is reachable from the network and has no token, " +
+		"so anyone could read stored responses and delete keys: set --admin-token (or IDEM_ADMIN_TOKEN) or --admin-tokens-file, " +
 		"listen on 127.0.0.1, or pass --admin-insecure")
 }
+
+// hasAdminTokens reports whether the admin API requires a token.
+func (c Config) hasAdminTokens() bool { return c.AdminToken != "" || c.AdminTokensFile != "" }
 
 // warnAdmin logs, at start, that the key API has no token.
 func warnAdmin(cfg Config, addr net.Addr) {
 	switch {
-	case cfg.Admin == "" || cfg.AdminToken != "":
+	case cfg.Admin == "" || cfg.hasAdminTokens():
 	case isLoopback(cfg.Admin):
 		cfg.Logger.Warn("idem: the admin key API has no --admin-token: every process on this host can read stored responses and delete keys",
 			"admin", addr.String())

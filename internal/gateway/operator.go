@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/internal/console"
 	"github.com/idemkit/idem/store"
 )
 
@@ -20,27 +19,8 @@ import (
 const (
 	CodeReconcileUnavailable = "reconcile_unavailable" // 409: POST .../reconcile without --reconcile-url: no lookup to ask
 	CodeKeyNotCompleted      = "key_not_completed"     // 409: GET .../result of a key that has no stored response
+	CodeReconcileInvalid     = "reconcile_invalid"     // 400: POST .../reconcile with a body that is not {"reason": "..."}
 )
-
-// withConsole adds to the admin API the operator's console, whose files
-// (under /ui/) hold no data and need no token, and the calls it makes
-// besides the key API's, behind the token: GET /v1/stats,
-// GET /v1/keys/{tenant}/{key}/result and POST /v1/keys/{tenant}/{key}/reconcile.
-// Every answer of the admin API gets nosniff: none of them is a page but
-// the console's own.
-func (g *Gateway) withConsole(admin http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", admin)
-	mux.Handle(console.Path, console.Handler())
-	token := g.cfg.AdminToken
-	mux.Handle("GET /v1/stats", requireToken(token, http.HandlerFunc(g.serveStats)))
-	mux.Handle("GET /v1/keys/{tenant}/{key}/result", requireToken(token, http.HandlerFunc(g.serveResult)))
-	mux.Handle("POST /v1/keys/{tenant}/{key}/reconcile", requireToken(token, http.HandlerFunc(g.serveReconcile)))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		mux.ServeHTTP(w, r)
-	})
-}
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
@@ -96,12 +76,23 @@ func (g *Gateway) serveResult(w http.ResponseWriter, r *http.Request) {
 
 // reconcileView is the answer of POST /v1/keys/{tenant}/{key}/reconcile.
 type reconcileView struct {
-	Verdict string      `json:"verdict"` // completed, not_executed or unknown
-	Detail  string      `json:"detail"`  // what happened, for the operator
-	Record  *RecordView `json:"record,omitempty"`
+	Verdict string `json:"verdict"` // completed, not_executed or unknown
+	Detail  string `json:"detail"`  // what happened, for the operator
+	// LookupStatus is the status the lookup answered, when it answered;
+	// a verdict unknown with it is a lookup that failed (a 500, a 409).
+	LookupStatus int         `json:"lookup_status,omitempty"`
+	Record       *RecordView `json:"record,omitempty"`
 }
 
-func (g *Gateway) serveReconcile(w http.ResponseWriter, r *http.Request) {
+// serveReconcile answers POST /v1/keys/{tenant}/{key}/reconcile, whose
+// body is nothing or {"reason": "..."}.
+func (g *Gateway) serveReconcile(w http.ResponseWriter, r *http.Request, audit *AuditRecord) {
+	reason, err := readReason(w, r)
+	if err != nil {
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeReconcileInvalid, err.Error())
+		return
+	}
+	audit.Reason = reason
 	if !g.reconciles {
 		idemhttp.WriteProblem(w, http.StatusConflict, CodeReconcileUnavailable,
 			"the gateway has no --reconcile-url: there is no lookup to ask. Resolve the key with POST .../resolve")
@@ -118,7 +109,11 @@ func (g *Gateway) serveReconcile(w http.ResponseWriter, r *http.Request) {
 		keyError(w, err)
 		return
 	}
-	out := reconcileView{Verdict: v.String(), Detail: report.detail(v, rec)}
+	out := reconcileView{Verdict: v.String(), Detail: report.detail(v, rec), LookupStatus: report.status}
+	audit.Outcome, audit.Detail = OutcomeUnchanged, out.Detail
+	if v == idem.VerdictCompleted || v == idem.VerdictNotExecuted {
+		audit.Outcome = v.String()
+	}
 	if v != idem.VerdictNotExecuted {
 		view := ViewRecord(rec)
 		out.Record = &view
@@ -134,8 +129,17 @@ type lookupReportKey struct{}
 // the engine keeps a failed lookup's error to its log, and the operator
 // who asked wants it on the page.
 type lookupReport struct {
-	asked bool
-	err   error
+	asked  bool
+	err    error
+	status int // the lookup's answer's; 0 when it did not answer
+}
+
+// noteLookupStatus keeps the status of a lookup's answer in the
+// lookupReport of ctx, if any.
+func noteLookupStatus(ctx context.Context, status int) {
+	if report, ok := ctx.Value(lookupReportKey{}).(*lookupReport); ok {
+		report.status = status
+	}
 }
 
 // reportingTo wraps a lookup so that a call made for an admin

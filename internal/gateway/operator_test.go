@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -23,7 +24,7 @@ const adminToken = "s3cret-admin"
 // anonymous, and returns the answer.
 func askAdmin(t *testing.T, g *Gateway, method, path string, anonymous bool) *httptest.ResponseRecorder {
 	t.Helper()
-	req := httptest.NewRequest(method, path, nil)
+	req := adminRequest(method, path, "")
 	if !anonymous {
 		req.Header.Set("Authorization", "Bearer "+adminToken)
 	}
@@ -204,8 +205,9 @@ func TestAdminReconcileNow(t *testing.T) {
 		t.Fatalf("reconcile of a key never run = %d %q; want not_executed", rec.Code, rec.Body)
 	}
 	wantProblem(t, askAdmin(t, g, http.MethodGet, "/v1/keys/acme/never", false), http.StatusNotFound, CodeKeyNotFound)
-	if rec, v := reconcile("broken"); v.Verdict != "unknown" || v.Record == nil || v.Record.State != "UNKNOWN" || !strings.Contains(v.Detail, "answered 500") {
-		t.Fatalf("reconcile with a lookup answering 500 = %d %q; want unknown, saying so", rec.Code, rec.Body)
+	if rec, v := reconcile("broken"); v.Verdict != "unknown" || v.Record == nil || v.Record.State != "UNKNOWN" || !strings.Contains(v.Detail, "answered 500") ||
+		v.LookupStatus != 500 {
+		t.Fatalf("reconcile with a lookup answering 500 = %d %q; want unknown, saying so, with the lookup's status", rec.Code, rec.Body)
 	}
 	// That lookup ended without a verdict; its claim on the key holds for
 	// the lookup's timeout and 2 s more, and no one asks again before.
@@ -213,11 +215,20 @@ func TestAdminReconcileNow(t *testing.T) {
 		t.Fatalf("reconcile again at once = %d %q; want unknown, the lookup not asked", rec.Code, rec.Body)
 	}
 	rec, v := reconcile("cut")
-	if v.Verdict != "unknown" || !strings.Contains(v.Detail, "the lookup failed") || strings.Contains(rec.Body.String(), "lookup-secret") {
+	if v.Verdict != "unknown" || !strings.Contains(v.Detail, "the lookup failed") || strings.Contains(rec.Body.String(), "lookup-secret") || v.LookupStatus != 0 {
 		t.Fatalf("reconcile with a lookup cutting the connection = %d %q; want unknown, the failure, not the URL", rec.Code, rec.Body)
 	}
 	wantProblem(t, askAdmin(t, g, http.MethodPost, "/v1/keys/acme/found/reconcile", false), http.StatusConflict, CodeKeyNotUnknown)
 	wantProblem(t, askAdmin(t, g, http.MethodPost, "/v1/keys/acme/absent/reconcile", false), http.StatusNotFound, CodeKeyNotFound)
+	// Each reconciliation is audited; one that settles is a change.
+	var audited []string
+	for _, r := range g.audit.find(func(r AuditRecord) bool { return r.Action == ActionReconcile }) {
+		audited = append(audited, fmt.Sprintf("%s:%s:%s>%s", r.Key, r.Outcome, r.StateBefore, r.StateAfter))
+	}
+	if got := strings.Join(audited, " "); got != "absent:unchanged:absent>absent found:unchanged:COMPLETED>COMPLETED cut:unchanged:UNKNOWN>UNKNOWN "+
+		"broken:unchanged:UNKNOWN>UNKNOWN broken:unchanged:UNKNOWN>UNKNOWN never:not_executed:UNKNOWN>absent found:completed:UNKNOWN>COMPLETED" {
+		t.Fatalf("the audit of the reconciliations, newest first: %s", got)
+	}
 
 	plain := newTestGateway(t, Config{Upstream: u, AdminToken: adminToken})
 	settle(t, plain, "k", nil)

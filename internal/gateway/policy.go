@@ -83,6 +83,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		Tenant: g.tenant, MaxResponseBuffer: cfg.MaxResponse, ErrorFormat: cfg.ErrorFormat,
 		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
 		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
+	o.AllowAnonymous = g.cfg.AllowAnonymous // g.tenant answers "" for an anonymous request only then
 	if err := rt.override(&o); err != nil {
 		return nil, err
 	}

@@ -108,6 +108,7 @@ func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Res
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", err)
 	}
 	defer resp.Body.Close()
+	noteLookupStatus(ctx, resp.StatusCode)
 	if got := resp.Header.Get(idemhttp.HeaderKey); got != rec.Key {
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered %d without echoing the key in %s", resp.StatusCode, idemhttp.HeaderKey)
 	}

@@ -47,7 +47,8 @@ func newReloadTelemetry(reg prometheus.Registerer) *reloadTelemetry {
 // reconcile URLs and token, and the routes. The rest (the listeners and
 // their limits, the store, the engine's settings, the tenant's sources,
 // the error format, the admin API) is the running gateway's own: a caller
-// refuses a change to it (cmd/idem does) rather than pass it here.
+// refuses a change to it (cmd/idem does) rather than pass it here. The
+// admin tokens are read again from the running --admin-tokens-file.
 func (g *Gateway) Reload(load func() (Config, error)) error {
 	err := g.reload(load)
 	if err != nil {
@@ -60,7 +61,7 @@ func (g *Gateway) Reload(load func() (Config, error)) error {
 	g.reloads.lastSuccess.SetToCurrentTime()
 	g.reloads.successful.Set(1)
 	g.cfg.Logger.Info("idem: configuration reloaded; requests in flight finish under the one they started with",
-		"routes", len(g.current.Load().cfg.Routes))
+		"routes", len(g.current.Load().cfg.Routes), "admin_tokens", len(g.access.Load().tokens))
 	return nil
 }
 
@@ -73,7 +74,12 @@ func (g *Gateway) reload(load func() (Config, error)) error {
 	if err != nil {
 		return err // compile's errors say "gateway:" or name their field
 	}
+	access, err := loadAdminAccess(g.cfg)
+	if err != nil {
+		return err
+	}
 	g.current.Store(p)
+	g.access.Store(access)
 	return nil
 }
 

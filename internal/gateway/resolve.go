@@ -50,79 +50,88 @@ type Resolution struct {
 	Header     http.Header `json:"header,omitempty"`
 	Body       *string     `json:"body,omitempty"`        // the body as text
 	BodyBase64 *string     `json:"body_base64,omitempty"` // or as base64, for bytes that are not text
+	Reason     string      `json:"reason,omitempty"`      // why, for the audit (at most 1 KiB)
 }
 
-// registerUnknownAPI adds the listing and the resolution of UNKNOWN keys
-// to the admin key API. A resolution records a body of at most maxBody
-// bytes.
-func registerUnknownAPI(keys *http.ServeMux, e *idem.Engine, maxBody int) {
-	keys.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		if q.Get("state") != "unknown" {
-			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, "only UNKNOWN keys are listed: add state=unknown")
+// serveList answers GET /v1/keys?state=unknown: a page of UNKNOWN keys.
+func (g *Gateway) serveList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("state") != "unknown" {
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, "only UNKNOWN keys are listed: add state=unknown")
+		return
+	}
+	p := store.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant"), Tenant: ParseTenant(q.Get("tenant"))}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > store.MaxListLimit {
+			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, fmt.Sprintf("limit must be a number from 1 to %d", store.MaxListLimit))
 			return
 		}
-		p := store.ListParams{After: q.Get("after"), AllTenants: !q.Has("tenant"), Tenant: ParseTenant(q.Get("tenant"))}
-		if v := q.Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > store.MaxListLimit {
-				idemhttp.WriteProblem(w, http.StatusBadRequest, CodeListInvalid, fmt.Sprintf("limit must be a number from 1 to %d", store.MaxListLimit))
-				return
-			}
-			p.Limit = n
-		}
-		page, err := e.ListUnknown(r.Context(), p)
-		if err != nil {
-			keyError(w, err)
-			return
-		}
-		out := KeyPage{Keys: make([]RecordView, 0, len(page.Records)), Next: page.Next}
-		for _, rec := range page.Records {
-			out.Keys = append(out.Keys, ViewRecord(rec))
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		json.NewEncoder(w).Encode(out)
-	})
-	keys.HandleFunc("POST /v1/keys/{tenant}/{key}/resolve", func(w http.ResponseWriter, r *http.Request) {
-		res, err := decodeResolution(w, r, maxBody)
-		if err != nil {
-			resolutionError(w, err, maxBody)
-			return
-		}
-		result, err := res.Result()
-		if err != nil {
-			idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
-			return
-		}
-		if result != nil && len(result.Body) > maxBody {
-			resolutionError(w, &http.MaxBytesError{Limit: int64(maxBody)}, maxBody)
-			return
-		}
-		if err := e.Resolve(r.Context(), pathID(r), res.Fence, result); err != nil {
-			resolveError(w, err)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
+		p.Limit = n
+	}
+	page, err := g.engine.ListUnknown(r.Context(), p)
+	if err != nil {
+		keyError(w, err)
+		return
+	}
+	out := KeyPage{Keys: make([]RecordView, 0, len(page.Records)), Next: page.Next}
+	for _, rec := range page.Records {
+		out.Keys = append(out.Keys, ViewRecord(rec))
+	}
+	writeJSON(w, out)
 }
 
-// decodeResolution reads the one JSON object of a resolution, and nothing
-// after it but white space, from at most resolveLimit(maxBody) bytes.
-func decodeResolution(w http.ResponseWriter, r *http.Request, maxBody int) (Resolution, error) {
+// serveResolve answers POST /v1/keys/{tenant}/{key}/resolve. A
+// resolution records a body of at most --max-response bytes.
+func (g *Gateway) serveResolve(w http.ResponseWriter, r *http.Request, audit *AuditRecord) {
+	maxBody := g.cfg.MaxResponse
 	var res Resolution
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, resolveLimit(maxBody)))
+	if err := decodeJSON(w, r, resolveLimit(maxBody), &res, false); err != nil {
+		resolutionError(w, err, maxBody)
+		return
+	}
+	if err := checkReason(res.Reason); err != nil {
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
+		return
+	}
+	audit.Reason = res.Reason
+	result, err := res.Result()
+	if err != nil {
+		idemhttp.WriteProblem(w, http.StatusBadRequest, CodeResolveInvalid, err.Error())
+		return
+	}
+	audit.Resolution = res.Outcome // checked: completed or not_executed
+	if result != nil && len(result.Body) > maxBody {
+		resolutionError(w, &http.MaxBytesError{Limit: int64(maxBody)}, maxBody)
+		return
+	}
+	if err := g.engine.Resolve(r.Context(), pathID(r), res.Fence, result); err != nil {
+		resolveError(w, err)
+		return
+	}
+	audit.Outcome = res.Outcome
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// decodeJSON reads into v the one JSON object of an admin call's body,
+// and nothing after it but white space, from at most limit bytes; an
+// empty body leaves v as it is when optional.
+func decodeJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, optional bool) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&res); err != nil {
-		return res, err
+	if err := dec.Decode(v); err != nil {
+		if optional && err == io.EOF {
+			return nil
+		}
+		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		if err == nil {
 			err = errors.New("data after the JSON object")
 		}
-		return res, err
+		return err
 	}
-	return res, nil
+	return nil
 }
 
 // resolutionError answers a resolution that could not be read: 413 when

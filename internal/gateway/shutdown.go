@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/idemhttp"
 )
 
 // answerFlushTimeout bounds how long a shutdown waits, after cutting the
@@ -20,19 +19,6 @@ func (g *Gateway) tracked(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.inflight.Add(1)
 		defer g.inflight.Done()
-		next.ServeHTTP(w, r)
-	})
-}
-
-// unreadyWhenDraining answers GET /readyz with 503 once the shutdown has
-// started, so that a load balancer stops sending new requests before the
-// proxy stops accepting them; the rest of the admin API is next's.
-func (g *Gateway) unreadyWhenDraining(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/readyz" && g.draining.Load() {
-			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, "the gateway is shutting down")
-			return
-		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -66,7 +52,7 @@ func (g *Gateway) flushHeld(shutdownCtx context.Context) {
 		ctx, cancel = context.WithTimeout(context.Background(), cmp.Or(g.cfg.StoreTimeout, idem.DefaultStoreTimeout))
 		defer cancel()
 	}
-	if err := g.engine.Flush(ctx); err != nil {
+	if err := g.engine.Shutdown(ctx); err != nil {
 		g.cfg.Logger.Error("idem: shutdown: results not stored; their keys turn UNKNOWN when their leases end", "err", err)
 	}
 }

@@ -19,11 +19,12 @@ const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:po
 	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix:// ` +
 	`(a Redis form takes ?near_cache=on to serve replays from process memory, ` +
 	`and ?coalesce=off to send each script alone instead of the default: the scripts that come while two are in flight go out as one batch), ` +
-	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
+	`postgres://user@host:port/db (?schema=NAME: the schema of its tables, default idem; idem migrate takes the same URL), ` +
+	`or layered: REDIS_URI+postgres://...; a Redis form takes ?prefix=P for its keys`
 
 // StoreOptions configures OpenStore: --memory-limit (MemoryLimit, past
-// which new keys get 503 store_full), --memory-tenant-share and the
-// logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
+// which new keys get 503 store_full), --memory-tenant-share, --no-migrate
+// (NoMigrate) and the logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
 // defaults.
 type StoreOptions = storeurl.Options
 
@@ -41,11 +42,14 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store
 		return nil, nil, err
 	}
 	o := storeOptions(opts)
-	s, closeStore, err := storeurl.Open(ctx, cmp.Or(uri, "memory"), &o)
+	s, err := storeurl.Open(ctx, cmp.Or(uri, "memory"), &o)
 	if errors.Is(err, storeurl.ErrBadURL) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 	}
-	return s, closeStore, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
 }
 
 // CheckStore returns the error OpenStore would return for uri and opts

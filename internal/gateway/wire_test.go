@@ -298,7 +298,7 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 		t.Fatalf("%d upstream executions; want 5, one a key", n)
 	}
 	// The tenant the upstream got is the admin API's {tenant}.
-	req := httptest.NewRequest(http.MethodGet, "/v1/keys/"+alice+"/echo-1", nil)
+	req := adminRequest(http.MethodGet, "/v1/keys/"+alice+"/echo-1", "")
 	req.Header.Set("Authorization", "Bearer adm")
 	rec := httptest.NewRecorder()
 	g.AdminHandler().ServeHTTP(rec, req)

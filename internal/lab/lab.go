@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,43 +116,80 @@ func Run(ctx context.Context, cfg Config, progress func(Row)) ([]Row, error) {
 }
 
 func newLab(ctx context.Context, cfg Config) (*lab, error) {
-	if cfg.RedisURL == "" {
-		cfg.RedisURL = "redis://127.0.0.1:6379/0"
-	}
-	if cfg.PostgresURL == "" {
-		cfg.PostgresURL = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	ropts, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, fmt.Errorf("lab: Redis URL: %w", err)
-	}
-	ropts.ContextTimeoutEnabled = true
-	c := redis.NewClient(ropts)
-	pingCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	err = c.Ping(pingCtx).Err()
-	cancel()
-	c.Close()
-	if err != nil {
-		return nil, fmt.Errorf("lab: Redis at %s: %w", ropts.Addr, err)
-	}
-	pg, err := openPG(ctx, cfg.PostgresURL)
-	if err != nil {
-		return nil, err
-	}
 	tmp, err := os.MkdirTemp("", "idem-lab-")
 	if err != nil {
-		pg.close()
 		return nil, err
 	}
-	lb := &lab{redis: ropts, pg: pg, pgURL: cfg.PostgresURL, tmp: tmp, lease: 300 * time.Millisecond, keys: 6}
+	lb := &lab{tmp: tmp, pgURL: cmp.Or(cfg.PostgresURL, "postgres://postgres@127.0.0.1:5432/test"), lease: 300 * time.Millisecond, keys: 6}
 	if cfg.Long {
 		lb.lease, lb.keys = 500*time.Millisecond, 24
+	}
+	if err := lb.openRedis(ctx, cfg.RedisURL); err != nil {
+		lb.close()
+		return nil, err
+	}
+	if lb.pg, err = openPG(ctx, lb.pgURL); err != nil {
+		lb.close()
+		return nil, fmt.Errorf("%w\n%s", err, needServers)
 	}
 	return lb, nil
 }
 
+// needServers says what the lab needs and how to get it, for a machine
+// where a server it needs does not answer.
+const needServers = `idem lab needs PostgreSQL (the ledger; --postgres, default postgres://postgres@127.0.0.1:5432/test)
+and redis-server installed (it starts servers of its own; --redis names one to use for the
+scenarios that need none, default: 127.0.0.1:6379 if it answers, else one it starts).
+On Debian, as root, scripts/services.sh installs and starts both.`
+
+// openRedis sets lb.redis: url, or without one the Redis on
+// 127.0.0.1:6379 if it answers, else a redis-server of the lab's own (as
+// the failover and crash scenarios start theirs), so that a machine with
+// redis-server installed but not running still runs the lab.
+func (lb *lab) openRedis(ctx context.Context, url string) error {
+	given := url != ""
+	ropts, err := redis.ParseURL(cmp.Or(url, defaultRedisURL))
+	if err != nil {
+		return fmt.Errorf("lab: Redis URL: %w", err)
+	}
+	ropts.ContextTimeoutEnabled = true
+	err = ping(ctx, ropts)
+	switch {
+	case err == nil:
+		lb.redis = ropts
+		return nil
+	case given:
+		return fmt.Errorf("lab: Redis at %s (--redis): %w", ropts.Addr, err)
+	}
+	srv, startErr := lb.startRedis(ctx, nil)
+	if startErr != nil {
+		return fmt.Errorf("lab: no Redis answers at %s (%w), and starting one failed: %w\n%s", ropts.Addr, err, startErr, needServers)
+	}
+	lb.ownRedis = srv
+	lb.redis = &redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true}
+	return nil
+}
+
+// defaultRedisURL is the Redis the lab uses when one answers there and
+// --redis names none; a variable for the test of a machine without one.
+var defaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// ping checks that the Redis of opts answers, within 3 s.
+func ping(ctx context.Context, opts *redis.Options) error {
+	c := redis.NewClient(opts)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
 func (lb *lab) close() {
-	lb.pg.close()
+	if lb.pg != nil {
+		lb.pg.close()
+	}
+	if lb.ownRedis != nil {
+		lb.ownRedis.Kill()
+	}
 	os.RemoveAll(lb.tmp)
 }
 

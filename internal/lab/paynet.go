@@ -207,7 +207,9 @@ func (c *payClient) do(req *http.Request) (int, string, error) {
 
 // unknownCall marks a charge whose request reached the provider, or may
 // have, with no answer: it may have charged.
-func unknownCall(err error) error { return idem.OutcomeUnknown(fmt.Errorf("provider call: %w", err)) }
+func unknownCall(err error) error {
+	return idem.OutcomeUnknown(fmt.Errorf("provider call: %w", err), "the charge may have reached the provider, and no answer came back")
+}
 
 // reconcileWith returns an Options.Reconcile that asks pay about a key
 // whose outcome is unknown: its charge is the result to record; no charge

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -27,12 +28,13 @@ const workersPerRun = 3
 
 // lab holds what every run of one Main shares.
 type lab struct {
-	redis *redis.Options // the shared Redis
-	pg    *pgLab
-	pgURL string // for worker processes
-	tmp   string // a temp dir for the servers the lab starts
-	lease time.Duration
-	keys  int
+	redis    *redis.Options    // the shared Redis
+	ownRedis *redisproc.Server // the shared Redis when the lab started it; nil otherwise
+	pg       *pgLab
+	pgURL    string // for worker processes
+	tmp      string // a temp dir for the servers the lab starts
+	lease    time.Duration
+	keys     int
 }
 
 // runSetup is what a scenario prepares for one run.

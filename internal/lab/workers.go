@@ -330,7 +330,7 @@ func (w *idemWorker) Close() {
 	// An error means the wait ran out with finalizations still held: the
 	// run's verdict reads every key's stored state, so what they would have
 	// stored is judged there, not here.
-	_ = w.eng.Flush(ctx)
+	_ = w.eng.Shutdown(ctx)
 	if w.rdb != nil {
 		w.rdb.Close()
 	}

@@ -79,6 +79,12 @@ func New(client redis.Scripter, authority store.Store, opts *Options) (*Store, e
 	return &Store{redis: client, authority: authority, prefix: o.Prefix, log: o.Logger}, nil
 }
 
+// Close does nothing: the Redis client and the authority were given to
+// New, and stay the caller's to close (storeurl.Open's layered store
+// closes both). Every store of this module has a Close that releases
+// what the store opened, and only that.
+func (s *Store) Close() error { return nil }
+
 // mirrorKey returns the Redis key of the mirror of id.
 func (s *Store) mirrorKey(id store.ID) string {
 	return redisrecord.Key(s.prefix, id)

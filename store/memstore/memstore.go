@@ -84,6 +84,11 @@ func New(opts *Options) (*Store, error) {
 		entries: make(map[store.ID]*entry), unknown: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
 }
 
+// Close does nothing: the store holds nothing but memory. Every store of
+// this module has a Close that releases what the store opened, so that a
+// program closes whichever it runs on alike.
+func (s *Store) Close() error { return nil }
+
 // lock takes the store's lock, drops the records whose life ended, and
 // returns the time the call works at.
 func (s *Store) lock() time.Time {

@@ -48,11 +48,16 @@
 //
 // # Guardrail
 //
+// Store.Guard runs the work in a transaction of its own under the
+// reservation of the lease's key: reserve, run, settle, commit, or roll
+// back on error, as pgx.BeginFunc runs a function in a transaction; a key
+// another transaction settled gives that outcome back without running
+// the work. It is built of the steps an application may also call itself:
 // Store.Reserve inserts a reservation row in the caller's transaction
 // before the provider is called; a second reservation of the key fails
 // with ErrDuplicate. Store.Settle records the outcome with a fence check,
 // and FencedExec applies the same check to the application's own tables.
-// See the package example for the whole flow.
+// See the package examples for the whole flow.
 //
 // # Schema
 //

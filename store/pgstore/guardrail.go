@@ -44,6 +44,87 @@ func (s *Store) Settle(ctx context.Context, tx pgx.Tx, tenant, key string, fence
 	return FencedExec(ctx, tx, s.q.settle, tenant, key, fence, nonNil(outcome))
 }
 
+// Lease is what the guardrail needs of the key's lease: its tenant and
+// key, and its fence. *idem.Lease is one.
+type Lease interface {
+	ID() store.ID
+	Fence() int64
+}
+
+// DB begins the guardrail's transactions and reads reservations:
+// *pgxpool.Pool and *pgx.Conn are one.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Querier
+}
+
+// Guard runs work once for the lease's key, in a transaction of its own
+// on db: it reserves the key with the lease's fence (Reserve), runs work
+// in the transaction, records what work returned as the key's outcome
+// (Settle) and commits; an error from work rolls the transaction back
+// (the reservation goes with it, so a retry reserves the key anew) and is
+// returned as it is, and so does a panic, which goes on. The flow of
+// pgx.BeginFunc, with the reservation around it:
+//
+//	out, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
+//		return pg.Guard(ctx, pool, l, func(tx pgx.Tx) ([]byte, error) {
+//			return charge(ctx, tx, l.Fence()) // the provider call, and the application's own writes in tx
+//		})
+//	})
+//
+// When another transaction reserved the key and committed its outcome
+// (an earlier owner did the work and the idem record did not get it),
+// Guard returns that outcome without running work. When the work ran and
+// the commit that records it failed, the commit may have landed: Guard
+// returns an error wrapping store.ErrOutcomeUnknown (idem.ErrOutcomeUnknown),
+// and Do turns the key UNKNOWN; a reconciliation reads the reservation
+// (Store.Reservation). So does a Settle refused after the work ran
+// (ErrStaleFence: a newer owner holds the key).
+func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) ([]byte, error)) (out []byte, err error) {
+	id, fence := l.ID(), l.Fence()
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: guard: begin: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed { // an error, a panic: the reservation goes with the transaction
+			tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := s.Reserve(ctx, tx, id.Tenant, id.Key, fence); err != nil {
+		if !errors.Is(err, ErrDuplicate) {
+			return nil, err
+		}
+		tx.Rollback(context.WithoutCancel(ctx)) // the transaction is aborted: read outside it
+		r, rerr := s.Reservation(ctx, db, id.Tenant, id.Key)
+		switch {
+		case rerr != nil:
+			return nil, fmt.Errorf("pgstore: guard: reading the reservation another transaction made: %w", rerr)
+		case r.SettledAt.IsZero():
+			// Reserved and committed without an outcome: Guard never
+			// commits so, a hand-written flow did; whether its work ran
+			// is not known.
+			return nil, fmt.Errorf("%w: pgstore: guard: the key was reserved (fence %d) and committed without an outcome", store.ErrOutcomeUnknown, r.Fence)
+		}
+		return r.Outcome, nil
+	}
+	out, err = work(tx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Settle(ctx, tx, id.Tenant, id.Key, fence, out); err != nil {
+		// The work ran and its outcome cannot be recorded: never a release.
+		return nil, fmt.Errorf("%w: pgstore: guard: the work ran and its outcome was not recorded: %w", store.ErrOutcomeUnknown, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		committed = true // nothing left to roll back: the transaction is over, one way or the other
+		return nil, fmt.Errorf("%w: pgstore: guard: the work ran and its commit failed (it may have landed): %w", store.ErrOutcomeUnknown, err)
+	}
+	committed = true
+	return out, nil
+}
+
 // Reservation is a committed reservation, as Store.Reservation reads it.
 type Reservation struct {
 	Fence      int64

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idem"
@@ -272,5 +273,83 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 				t.Fatalf("B's Complete: %v", err)
 			}
 		})
+	}
+}
+
+// TestGuardReservesRunsSettlesCommits (issue 32 item 9): the closure form
+// of the guardrail, taking the lease. Under Do on this store: a work that
+// fails before its effect rolls its reservation back, so the retry runs;
+// a work that succeeds is settled and committed with its outcome; a later
+// owner of the key (the idem record lost, here deleted by force) gets that
+// outcome from the guardrail without running the work; a panic rolls
+// back and goes on.
+func TestGuardReservesRunsSettlesCommits(t *testing.T) {
+	s := newStore(t)
+	pool := s.Pool()
+	ctx := context.Background()
+	e, err := idem.New(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := idem.Key{Tenant: "acme", Key: "charge-1", NoFingerprint: true}
+	runs := 0
+	charge := func(fail error) func(context.Context, *idem.Lease) ([]byte, error) {
+		return func(ctx context.Context, l *idem.Lease) ([]byte, error) {
+			return s.Guard(ctx, pool, l, func(tx pgx.Tx) ([]byte, error) {
+				runs++
+				if fail != nil {
+					return nil, fail
+				}
+				var n int
+				if err := tx.QueryRow(ctx, "SELECT 42").Scan(&n); err != nil { // the application's own write goes here
+					return nil, err
+				}
+				return []byte("ch_1"), nil
+			})
+		}
+	}
+	declined := errors.New("card declined, nothing charged")
+	if _, _, err := e.Do(ctx, key, charge(declined)); !errors.Is(err, declined) || !idem.Retryable(err) {
+		t.Fatalf("Do with a declined charge = %v; want the error, the key released", err)
+	}
+	if _, err := s.Reservation(ctx, pool, "acme", "charge-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("reservation after the failed work = %v; want none: rolled back", err)
+	}
+	out, _, err := e.Do(ctx, key, charge(nil))
+	if err != nil || string(out) != "ch_1" || runs != 2 {
+		t.Fatalf("Do = %q, %v after %d runs; want ch_1 from the second run", out, err, runs)
+	}
+	r, err := s.Reservation(ctx, pool, "acme", "charge-1")
+	if err != nil || string(r.Outcome) != "ch_1" || r.SettledAt.IsZero() {
+		t.Fatalf("reservation = %+v, %v; want settled with ch_1", r, err)
+	}
+	// The idem record is lost (a Redis failover in front of this
+	// guardrail); the next owner's guardrail finds the committed outcome.
+	if _, err := e.ForceDelete(ctx, key.ID()); err != nil {
+		t.Fatal(err)
+	}
+	out, replayed, err := e.Do(ctx, key, charge(nil))
+	if err != nil || replayed || string(out) != "ch_1" || runs != 2 {
+		t.Fatalf("Do after the record was lost = %q, replayed %t, %v after %d runs; want ch_1 without running", out, replayed, err, runs)
+	}
+	// A panic in the work rolls its reservation back and goes on.
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the work's panic did not go on")
+			}
+		}()
+		attempt, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "charge-2", NoFingerprint: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer attempt.Lease.Close()
+		s.Guard(ctx, pool, attempt.Lease, func(pgx.Tx) ([]byte, error) { panic("boom") })
+	}()
+	if _, err := s.Reservation(ctx, pool, "acme", "charge-2"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("reservation after the panic = %v; want none", err)
+	}
+	if pgstore.ErrStaleFence != idem.ErrStaleFence {
+		t.Fatal("pgstore.ErrStaleFence is not idem.ErrStaleFence")
 	}
 }

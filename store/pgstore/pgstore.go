@@ -25,8 +25,10 @@ var (
 	ErrDuplicate = errors.New("pgstore: idempotency key already reserved")
 	// ErrStaleFence is returned by Store.Settle and FencedExec when a
 	// fenced write matched no row, because a holder with a higher fence
-	// wrote it (or it was settled already, or is missing).
-	ErrStaleFence = errors.New("pgstore: stale fencing token")
+	// wrote it (or it was settled already, or is missing). It is
+	// store.ErrStaleFence, which idem.ErrStaleFence is too: one value for
+	// a fence that lost, as fs.ErrNotExist is os.ErrNotExist.
+	ErrStaleFence = store.ErrStaleFence
 )
 
 // acquireTries bounds how often Acquire runs its statement: again when the

@@ -69,11 +69,11 @@ func TestClusterFailover(t *testing.T) {
 		clusterFailoverRun(t, cl, goredisStore(t, redisstore.Options{ReplicaAcks: 1, ReplicaAckTimeout: time.Second}))
 	})
 	t.Run("RueidisNearCache", func(t *testing.T) {
-		s, closeStore, err := redisstore.OpenURL(liveURL("?near_cache=on"), &redisstore.Options{Prefix: testenv.Prefix(t)})
+		s, err := redisstore.OpenURL(liveURL("?near_cache=on"), &redisstore.Options{Prefix: testenv.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { closeStore() })
+		t.Cleanup(func() { s.Close() })
 		clusterFailoverRun(t, cl, s)
 	})
 }

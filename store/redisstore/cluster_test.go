@@ -92,12 +92,12 @@ func TestCluster(t *testing.T) {
 	t.Run("ConformanceRueidisNearCacheFunctions", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{
 			New: func(t *testing.T) (store.Store, func(time.Duration)) {
-				s, closeStore, err := redisstore.OpenURL("redis-cluster://"+strings.Join(cl.Addrs(), ",")+"?near_cache=on",
+				s, err := redisstore.OpenURL("redis-cluster://"+strings.Join(cl.Addrs(), ",")+"?near_cache=on",
 					&redisstore.Options{Prefix: testenv.Prefix(t), Functions: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				t.Cleanup(func() { closeStore() })
+				t.Cleanup(func() { s.Close() })
 				return s, storetest.Sleep
 			},
 		})

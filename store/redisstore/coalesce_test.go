@@ -390,26 +390,26 @@ func TestCoalesceOptions(t *testing.T) {
 	if _, on := s.CoalesceStats(); on {
 		t.Error("CoalesceStats reports coalescing on by default")
 	}
-	s, closeStore, err := redisstore.OpenURL(testenv.RedisURL()+"?coalesce=on", nil)
+	s, err = redisstore.OpenURL(testenv.RedisURL()+"?coalesce=on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeStore()
+	defer s.Close()
 	if _, on := s.CoalesceStats(); !on {
 		t.Error("OpenURL(?coalesce=on) did not turn coalescing on")
 	}
-	s, closeNear, err := redisstore.OpenURL(testenv.RedisURL()+"?coalesce=on&near_cache=on", nil)
+	s, err = redisstore.OpenURL(testenv.RedisURL()+"?coalesce=on&near_cache=on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeNear()
+	defer s.Close()
 	if _, on := s.CoalesceStats(); !on {
 		t.Error("OpenURL(?coalesce=on&near_cache=on) did not turn coalescing on")
 	}
 	if _, on := s.NearCacheStats(); !on {
 		t.Error("OpenURL(?coalesce=on&near_cache=on) did not turn the near cache on")
 	}
-	if _, _, err := redisstore.OpenURL(testenv.RedisURL()+"?coalesce=yes", nil); !errors.Is(err, redisstore.ErrBadURL) {
+	if _, err := redisstore.OpenURL(testenv.RedisURL()+"?coalesce=yes", nil); !errors.Is(err, redisstore.ErrBadURL) {
 		t.Errorf("OpenURL(?coalesce=yes) = %v; want ErrBadURL", err)
 	}
 }

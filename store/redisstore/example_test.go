@@ -76,11 +76,11 @@ func ExampleNew() {
 func ExampleOpenURL() {
 	ctx := context.Background()
 	prefix := "idem-example:" + rand.Text()[:8] + ":"
-	store, closeStore, err := redisstore.OpenURL(redisURL()+"?near_cache=on", &redisstore.Options{Prefix: prefix})
+	store, err := redisstore.OpenURL(redisURL()+"?near_cache=on", &redisstore.Options{Prefix: prefix})
 	if err != nil {
 		panic(err)
 	}
-	defer closeStore()
+	defer store.Close()
 	cleanup, _ := redisstore.ParseURL(redisURL())
 	defer cleanup.Close()
 	defer removeKeys(ctx, cleanup, prefix)

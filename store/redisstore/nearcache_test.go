@@ -160,11 +160,11 @@ func replay(t *testing.T, s store.Store, id store.ID) store.AcquireResult {
 // one cached read in place of the script, and the replays after it none.
 func TestNearCacheReplayWithoutRoundTrip(t *testing.T) {
 	srv, admin := privateRedis(t)
-	s, closeStore, err := redisstore.OpenURL("redis://"+srv.Addr+"/0?near_cache=on", nil)
+	s, err := redisstore.OpenURL("redis://"+srv.Addr+"/0?near_cache=on", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeStore() })
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	id := store.ID{Tenant: "t", Key: "replay"}
 	// Loads the scripts first: EVALSHA falls back to EVAL once per script.
@@ -335,15 +335,15 @@ func TestNearCacheOptions(t *testing.T) {
 		"redis://127.0.0.1:1/0?near_cache=on&near_cache_bytes=-1",
 		"redis://127.0.0.1:1/0?near_cache=on&pool_sise=3",
 	} {
-		if _, _, err := redisstore.OpenURL(uri, nil); err == nil || !strings.Contains(err.Error(), "bad Redis URL") {
+		if _, err := redisstore.OpenURL(uri, nil); err == nil || !strings.Contains(err.Error(), "bad Redis URL") {
 			t.Errorf("OpenURL(%q) = %v; want ErrBadURL", uri, err)
 		}
 	}
-	s, closeStore, err := redisstore.OpenURL(testenv.RedisURL(), nil)
+	s, err := redisstore.OpenURL(testenv.RedisURL(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeStore()
+	defer s.Close()
 	if st, on := s.NearCacheStats(); on || st != (redisstore.NearCacheStats{}) {
 		t.Errorf("stats without the near cache = %+v, %v; want zero, off", st, on)
 	}

@@ -25,11 +25,11 @@ func TestLostReplyNotResent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	s, closeFn, err := redisstore.OpenURL("redis://"+proxy.Addr(), nil)
+	s, err := redisstore.OpenURL("redis://"+proxy.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { closeFn() })
+	t.Cleanup(func() { s.Close() })
 	ctx := context.Background()
 	acquire := func(key string) store.LeaseRef {
 		t.Helper()

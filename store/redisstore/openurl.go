@@ -15,8 +15,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// OpenURL opens a store on a Redis store URL (the forms of ParseURL) and
-// returns it with the function that closes its client. On top of
+// OpenURL opens a store on a Redis store URL (the forms of ParseURL) with
+// a client of its own, which the store's Close closes. On top of
 // ParseURL's options it takes:
 //
 //	near_cache=on|off        on: a rueidis client and Options.NearCache, so
@@ -31,32 +31,33 @@ import (
 // With near_cache=on the go-redis pool options (pool_size and the like)
 // do not apply: rueidis pipelines every call on one connection per node.
 // opts may be nil; its NearCache and Coalesce are set from the URL.
-func OpenURL(uri string, opts *Options) (*Store, func() error, error) {
+func OpenURL(uri string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	rest, near, cacheBytes, coalesce, err := storeOptions(uri)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	o.Coalesce = coalesce
 	if !near {
 		o.NearCache = false
 		client, err := ParseURL(rest)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		s, err := New(client, &o)
 		if err != nil {
 			client.Close()
-			return nil, nil, err
+			return nil, err
 		}
-		return s, client.Close, nil
+		s.closeClient = func() { client.Close() }
+		return s, nil
 	}
 	opt, err := rueidisOption(rest)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	opt.CacheSizeEachConn = cacheBytes
 	o.NearCache = true
@@ -182,7 +183,7 @@ func rueidisOption(uri string) (rueidis.ClientOption, error) {
 
 // openRueidis makes a rueidis client with opt, counting the near cache's
 // invalidations, and a store on it that owns it.
-func openRueidis(opt rueidis.ClientOption, o *Options) (*Store, func() error, error) {
+func openRueidis(opt rueidis.ClientOption, o *Options) (*Store, error) {
 	var near atomic.Pointer[nearCache] // set once the store exists; the hook runs on the client's goroutines
 	userHook := opt.OnInvalidations
 	opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
@@ -195,13 +196,14 @@ func openRueidis(opt rueidis.ClientOption, o *Options) (*Store, func() error, er
 	}
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("redisstore: rueidis client: %w", err)
+		return nil, fmt.Errorf("redisstore: rueidis client: %w", err)
 	}
 	s, err := NewRueidis(client, o)
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return nil, err
 	}
 	near.Store(s.near)
-	return s, func() error { client.Close(); return nil }, nil
+	s.closeClient = client.Close
+	return s, nil
 }

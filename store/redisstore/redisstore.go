@@ -88,6 +88,19 @@ type Store struct {
 	co   *coalescer // nil when Options.Coalesce is off or ignored
 
 	leaseMs, retentionMs msArg // the last lease and retention, as script arguments
+
+	closeClient func() // the client OpenURL opened for the store; nil when the caller gave it
+}
+
+// Close closes the client the store opened itself (OpenURL); a client
+// given to New or NewRueidis stays the caller's to close. Every store of
+// this module has a Close that releases what the store opened, and only
+// that.
+func (s *Store) Close() error {
+	if s.closeClient != nil {
+		s.closeClient()
+	}
+	return nil
 }
 
 // msArg turns a duration into a script argument (its milliseconds in an

@@ -232,8 +232,8 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := engine.Flush(ctx); err != nil {
-			t.Errorf("Flush after the failover: %v", err)
+		if err := engine.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown after the failover: %v", err)
 		}
 	})
 	ctx := context.Background()

@@ -6,25 +6,12 @@
 // that ages that store only: a fake clock that no other case reads, or,
 // for a store whose server keeps real time, Sleep. A store on a real server
 // may be shared by every case (each case uses keys of its own) or made per
-// case under a prefix or schema of the case's t:
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Harness{
-//			New: func(t *testing.T) (store.Store, func(time.Duration)) {
-//				clock := newFakeClock() // this case's clock, read by this store alone
-//				s, err := memstore.New(&memstore.Options{Clock: clock.Now})
-//				if err != nil {
-//					t.Fatal(err)
-//				}
-//				return s, clock.Advance
-//			},
-//		})
-//	}
-//
-// and for Redis, which keeps real time:
+// case under a prefix or schema of the case's t. The package example
+// (example_test.go) is a whole harness for the memory store, each case on
+// a fake clock of its own; for Redis, which keeps real time:
 //
 //	New: func(t *testing.T) (store.Store, func(time.Duration)) {
-//		s, err := redisstore.New(client, &redisstore.Options{Prefix: testenv.Prefix(t)})
+//		s, err := redisstore.New(client, &redisstore.Options{Prefix: "conformance:" + t.Name() + ":"})
 //		if err != nil {
 //			t.Fatal(err)
 //		}

@@ -19,21 +19,30 @@
 // redisstore.ParseURL), plus near_cache=on (replays served from process
 // memory), near_cache_bytes=N and coalesce=on (the scripts that come
 // while one is in flight go out as one batch; off unless the URL or
-// Options.Coalesce says so, on by default in idem serve). Its go-redis client connects lazily: Open does
-// not check that the server answers (with near_cache=on, rueidis dials at
+// Options.Coalesce says so, on by default in idem serve), and prefix=P,
+// the prefix of every Redis key the store writes (redisstore.Options.Prefix;
+// default "idem:"). Its go-redis client connects lazily: Open does not
+// check that the server answers (with near_cache=on, rueidis dials at
 // Open).
 //
 // A PostgreSQL form opens store/pgstore: Open connects and applies the
-// migrations to Options.Schema (pgstore.DefaultSchema by default; they
-// are idempotent and serialised by an advisory lock, so several processes
-// may start at once), or with Options.NoMigrate only checks that the
-// schema has them all, within 30 s or ctx's deadline. The options are pgx's; a connection that the URL
-// gives no connect_timeout is bounded to 5 s. The store reaps its expired
-// rows every minute.
+// migrations to the schema that schema=NAME names (pgstore.Options.Schema;
+// default pgstore.DefaultSchema, "idem"; they are idempotent and serialised
+// by an advisory lock, so several processes may start at once), or with
+// Options.NoMigrate only checks that the schema has them all, within 30 s
+// or ctx's deadline. Migrate applies them as a separate step, to the
+// schema of the same URL. The other options are pgx's; a connection that
+// the URL gives no connect_timeout is bounded to 5 s. The store reaps its
+// expired rows every minute.
 //
 // The layered form (store/layered) keeps PostgreSQL as the authority and
 // a mirror in Redis for replays; its Redis part takes the go-redis options
-// only, not near_cache or coalesce.
+// and prefix=P (the mirror's keys; default "idem:mirror:"), not near_cache
+// or coalesce; its PostgreSQL part takes schema=NAME.
+//
+// Close the store Open returns when done: it closes the connections Open
+// made (and stops a PostgreSQL store's reaper), as every store's Close
+// releases what that store opened.
 //
 // An error about the URL itself wraps ErrBadURL and never repeats a
 // password; Check finds it without connecting.

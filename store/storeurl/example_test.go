@@ -16,11 +16,11 @@ import (
 // open the shared stores in the same line.
 func ExampleOpen() {
 	ctx := context.Background()
-	st, closeStore, err := storeurl.Open(ctx, "memory", nil)
+	st, err := storeurl.Open(ctx, "memory", nil)
 	if err != nil {
 		panic(err)
 	}
-	defer closeStore()
+	defer st.Close()
 	engine, err := idem.New(st, nil)
 	if err != nil {
 		panic(err)
@@ -42,7 +42,7 @@ func ExampleOpen() {
 // A URL that Open cannot use is ErrBadURL, and the error never repeats
 // its password.
 func ExampleOpen_badURL() {
-	_, _, err := storeurl.Open(context.Background(), "mongodb://app:s3cret@db.internal/idem", nil)
+	_, err := storeurl.Open(context.Background(), "mongodb://app:s3cret@db.internal/idem", nil)
 	fmt.Println(errors.Is(err, storeurl.ErrBadURL))
 	fmt.Println(err)
 	// Output:

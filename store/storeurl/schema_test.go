@@ -14,12 +14,15 @@ import (
 )
 
 // Check refuses, without connecting, every URL that Open refuses as a
-// URL, and a schema for a store without PostgreSQL; it takes the forms
-// Open takes.
+// URL (a schema or prefix too: bad, repeated, or on a store that has
+// none), and takes the forms Open takes.
 func TestCheckConnectsToNothing(t *testing.T) {
 	for _, uri := range []string{"", "Memory", "mongodb://u:secret@h/db", "redis://:secret@host:notaport",
 		"redis://:secret@h/0?coalesce=yes", "redis://h/0?near_cache=on&near_cache_bytes=x",
-		"redis://:secret@h/0+postgres://u:secret@h:notaport/db", "postgres://u:secret@h:notaport/db"} {
+		"redis://:secret@h/0+postgres://u:secret@h:notaport/db", "postgres://u:secret@h:notaport/db",
+		"postgres://u:secret@h/db?schema=Bad-Name", "postgres://u:secret@h/db?schema=a&schema=a", "postgres://u:secret@h/db?schema=",
+		"redis://:secret@h/0?schema=idem", "redis://:secret@h/0?prefix={x}", "redis://:secret@h/0?prefix=p+postgres://u@h/db?schema=Bad",
+		"redis://:secret@h/0?near_cache=on+postgres://u@h/db"} {
 		err := storeurl.Check(uri, nil)
 		if !errors.Is(err, storeurl.ErrBadURL) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("Check(%q) = %v; want ErrBadURL, without the password", uri, err)
@@ -27,25 +30,19 @@ func TestCheckConnectsToNothing(t *testing.T) {
 	}
 	// Port 1 answers nothing: a check that dialled would fail or hang.
 	for _, uri := range []string{"memory", "redis://127.0.0.1:1/0?near_cache=on", "redis-cluster://127.0.0.1:1",
-		"postgres://u@127.0.0.1:1/db", "redis://127.0.0.1:1/0+postgres://u@127.0.0.1:1/db"} {
+		"postgres://u@127.0.0.1:1/db?schema=other", "redis://127.0.0.1:1/0?prefix=p:+postgres://u@127.0.0.1:1/db?schema=other&sslmode=disable"} {
 		if err := storeurl.Check(uri, nil); err != nil {
 			t.Errorf("Check(%q) = %v; want nil", uri, err)
 		}
 	}
-	for _, uri := range []string{"memory", "redis://127.0.0.1:1/0"} {
-		if err := storeurl.Check(uri, &storeurl.Options{Schema: "x"}); err == nil || !strings.Contains(err.Error(), "schema") {
-			t.Errorf("Check(%q) with a schema = %v; want an error: it has no PostgreSQL", uri, err)
-		}
-	}
-	if err := storeurl.Check("postgres://u@127.0.0.1:1/db", &storeurl.Options{Schema: "Bad-Name"}); err == nil {
-		t.Error("Check with the schema Bad-Name = nil; want an error")
-	}
 }
 
-// Options.Schema puts the tables in that schema; Options.NoMigrate
-// refuses a schema that lacks migrations, naming them, and opens one that
-// has them all.
-func TestOpenSchemaAndNoMigrate(t *testing.T) {
+// Issue 31 item 10: Migrate applies the migrations to the schema of the
+// URL's ?schema= and says which it applied, then that none is left;
+// Options.NoMigrate refuses a schema that lacks migrations, naming them,
+// and opens one that has them all, under the same URL: the URL is the
+// one home of the schema, so the migration and the store agree.
+func TestMigrateThenOpenWithoutMigrating(t *testing.T) {
 	_, _ = testenv.Postgres(t) // skips when PostgreSQL is down
 	ctx := context.Background()
 	schema := testenv.SchemaName(t)
@@ -60,26 +57,33 @@ func TestOpenSchemaAndNoMigrate(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	for _, uri := range []string{testenv.DatabaseURL(), testenv.RedisURL() + "+" + testenv.DatabaseURL()} {
-		_, _, err := storeurl.Open(ctx, uri, &storeurl.Options{Schema: schema, NoMigrate: true})
+	pg := withParam(testenv.DatabaseURL(), "schema", schema)
+	forms := []string{pg, testenv.RedisURL() + "+" + pg}
+	for _, uri := range forms {
+		_, err := storeurl.Open(ctx, uri, &storeurl.Options{NoMigrate: true})
 		if !errors.Is(err, storeurl.ErrNotMigrated) || !strings.Contains(err.Error(), "006_key_until.sql") {
 			t.Fatalf("Open(%q) of an empty schema without migrating = %v; want ErrNotMigrated naming the migrations", uri, err)
 		}
 	}
-	_, closeStore, err := storeurl.Open(ctx, testenv.DatabaseURL(), &storeurl.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
+	if _, _, err := storeurl.Migrate(ctx, testenv.RedisURL()); !errors.Is(err, storeurl.ErrBadURL) {
+		t.Errorf("Migrate of a Redis store = %v; want ErrBadURL: it has no PostgreSQL", err)
 	}
-	closeStore()
-	for _, uri := range []string{testenv.DatabaseURL(), testenv.RedisURL() + "+" + testenv.DatabaseURL()} {
-		s, closeStore, err := storeurl.Open(ctx, uri, &storeurl.Options{Schema: schema, NoMigrate: true})
+	got, applied, err := storeurl.Migrate(ctx, forms[1]) // the layered form migrates its PostgreSQL part
+	if err != nil || got != schema || len(applied) != 6 || applied[0] != "001_records.sql" {
+		t.Fatalf("Migrate(%q) = %q, %v, %v; want %s and the 6 migrations", forms[1], got, applied, err, schema)
+	}
+	if got, applied, err = storeurl.Migrate(ctx, pg); err != nil || got != schema || len(applied) != 0 {
+		t.Fatalf("Migrate again = %q, %v, %v; want nothing applied", got, applied, err)
+	}
+	for _, uri := range forms {
+		s, err := storeurl.Open(ctx, uri, &storeurl.Options{NoMigrate: true})
 		if err != nil {
 			t.Fatalf("Open(%q) of a migrated schema without migrating = %v", uri, err)
 		}
 		if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "k"}); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Get = %v; want ErrNotFound", err)
 		}
-		closeStore()
+		s.Close()
 	}
 	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
 	if err != nil {

@@ -1,6 +1,7 @@
 package storeurl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/pgstore"
@@ -41,16 +43,15 @@ type Options struct {
 	// nor coalesce=off. The layered store's Redis part takes no
 	// coalescing, with or without it.
 	Coalesce bool
-	// Schema is the PostgreSQL schema that holds the store's tables
-	// (pgstore.Options.Schema), of a PostgreSQL or layered store. Empty
-	// means pgstore.DefaultSchema. Setting it for another store is an
-	// error.
-	Schema string
-	// NoMigrate makes Open check that the PostgreSQL schema has every
-	// migration (pgstore.Pending) instead of applying them, so that a role
-	// without the CREATE privilege can open the store: a schema that
-	// lacks one is an error wrapping ErrNotMigrated. The other stores have
-	// nothing to migrate.
+	// NoMigrate makes Open check that the PostgreSQL schema (the URL's
+	// ?schema=) has every migration (pgstore.Pending) instead of applying
+	// them, so that a role without the CREATE privilege can open the
+	// store: a schema that lacks one is an error wrapping ErrNotMigrated.
+	// The other stores have nothing to migrate. It is an option, not a
+	// URL parameter: it says what this process may do to the database,
+	// not where the keys live, and the URL that a migration step (Migrate,
+	// idem migrate) and the processes that then use the store share must
+	// name the same store.
 	NoMigrate bool
 }
 
@@ -67,34 +68,22 @@ func Check(uri string, opts *Options) error {
 	if opts != nil {
 		o = *opts
 	}
-	if uri == "" {
-		return fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	t, err := parse(uri, &o)
+	if err != nil {
+		return err
 	}
-	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
-		return fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+	if t.postgres != "" {
+		_, err = pgxpool.ParseConfig(t.postgres)
 	}
-	redisURI, pgURI, layered := splitLayered(uri)
-	if o.Schema != "" && !layered && !isPostgresURI(uri) {
-		return fmt.Errorf("storeurl: a schema (Options.Schema, idem's --schema) is a PostgreSQL one; %s has none", storeName(uri))
-	}
-	if o.Schema != "" {
-		if err := pgstore.CheckSchema(o.Schema); err != nil {
-			return err
-		}
-	}
-	var err error
 	switch {
-	case layered:
-		if err = redisstore.CheckURL(redisURI); err == nil {
-			_, err = pgxpool.ParseConfig(pgURI)
+	case err != nil || t.redis == "":
+	case t.postgres == "": // Redis alone
+		err = redisstore.CheckURL(t.redis)
+	default: // the layered store's Redis part, which takes go-redis's options only
+		var c interface{ Close() error }
+		if c, err = redisstore.ParseURL(t.redis); err == nil {
+			c.Close() // it connects lazily: nothing was dialled
 		}
-	case uri == "memory":
-	case isRedisURI(uri):
-		err = redisstore.CheckURL(uri)
-	case isPostgresURI(uri):
-		_, err = pgxpool.ParseConfig(uri)
-	default:
-		return fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
 	}
 	if err != nil && !errors.Is(err, ErrBadURL) {
 		err = fmt.Errorf("%w: %w", ErrBadURL, err)
@@ -102,20 +91,76 @@ func Check(uri string, opts *Options) error {
 	return err
 }
 
-// splitLayered splits a layered URL into its Redis and PostgreSQL parts. A
-// Redis password that holds "+postgres" is written with %2B.
-func splitLayered(uri string) (redisURI, pgURI string, ok bool) {
-	redisURI, pgRest, ok := strings.Cut(uri, "+postgres")
-	if !ok || !isRedisURI(redisURI) {
-		return "", "", false
+// target is what a URL names, with Open's own parameters taken out of
+// the parts that the drivers read: the memory store, a Redis URL, a
+// PostgreSQL URL, or both (layered).
+type target struct {
+	memory          bool
+	redis, postgres string
+	prefix          string // ?prefix= of the Redis part
+	schema          string // ?schema= of the PostgreSQL part
+}
+
+// parse splits uri into its target: the one reading of a URL, for Check,
+// Open and Migrate alike.
+func parse(uri string, o *Options) (target, error) {
+	var t target
+	if uri == "" {
+		return t, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
 	}
-	return redisURI, "postgres" + pgRest, true
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
+		return t, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+	}
+	// A Redis password that holds "+postgres" is written with %2B.
+	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
+		t.redis, t.postgres = redisURI, "postgres"+pgRest
+	} else {
+		switch {
+		case uri == "memory":
+			t.memory = true
+			return t, nil
+		case isRedisURI(uri):
+			t.redis = uri
+			if o.Coalesce {
+				t.redis = coalesceUnlessSaid(uri)
+			}
+		case isPostgresURI(uri):
+			t.postgres = uri
+		default:
+			return t, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+		}
+	}
+	var err error
+	if t.redis != "" {
+		if t.redis, t.prefix, err = takeParam(t.redis, "prefix"); err != nil {
+			return t, err
+		}
+		if _, err := redisrecord.Prefix(t.prefix, ""); err != nil {
+			return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+	}
+	if t.postgres != "" {
+		if t.postgres, t.schema, err = takeParam(t.postgres, "schema"); err != nil {
+			return t, err
+		}
+		if err := pgstore.CheckSchema(cmp.Or(t.schema, pgstore.DefaultSchema)); err != nil {
+			return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+	}
+	return t, nil
+}
+
+// Store is a store that Open opened, with what it opened for it: Close
+// releases its connections (and stops a PostgreSQL store's reaper).
+type Store interface {
+	store.Store
+	Close() error
 }
 
 // Open opens the store that uri names (the forms are listed in the
-// package documentation) and returns it with the function that releases
-// its connections.
-func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() error, error) {
+// package documentation). Close it when done: it releases the
+// connections Open made.
+func Open(ctx context.Context, uri string, opts *Options) (Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -123,40 +168,68 @@ func Open(ctx context.Context, uri string, opts *Options) (store.Store, func() e
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if err := Check(uri, &o); err != nil {
-		return nil, nil, err
+	t, err := parse(uri, &o)
+	if err != nil {
+		return nil, err
 	}
-	if redisURI, pgURI, ok := splitLayered(uri); ok {
-		return openLayered(ctx, redisURI, pgURI, &o)
+	if t.redis != "" && t.postgres != "" {
+		return openLayered(ctx, t, &o)
 	}
 	switch {
-	case uri == "memory":
+	case t.memory:
 		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit, TenantShare: o.MemoryTenantShare})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		return s, func() error { return nil }, nil
-	case isRedisURI(uri):
-		if o.Coalesce {
-			uri = coalesceUnlessSaid(uri)
-		}
-		s, closeStore, err := redisstore.OpenURL(uri, nil)
-		if errors.Is(err, redisstore.ErrBadURL) {
-			return nil, nil, fmt.Errorf("%w: %w", ErrBadURL, err)
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, closeStore, nil
-	case isPostgresURI(uri):
-		s, closeStore, err := openPostgres(ctx, uri, &o)
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, closeStore, nil
+		return s, nil
+	case t.postgres != "":
+		return openPostgres(ctx, t, &o)
 	}
-	return nil, nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+	s, err := redisstore.OpenURL(t.redis, &redisstore.Options{Prefix: t.prefix})
+	if errors.Is(err, redisstore.ErrBadURL) {
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
+
+// takeParam takes the query parameter name out of uri: Open's own
+// parameters (a PostgreSQL schema, a Redis key prefix) mean nothing to the
+// drivers, which would refuse them or send them to the server. It is
+// an error to give one twice or empty.
+func takeParam(uri, name string) (rest, value string, err error) {
+	base, query, ok := strings.Cut(uri, "?")
+	if !ok || !strings.Contains(query, name) {
+		return uri, "", nil
+	}
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return "", "", fmt.Errorf("%w: %s query: %v", ErrBadURL, scheme(uri), err)
+	}
+	vs, ok := q[name]
+	switch {
+	case !ok:
+		return uri, "", nil
+	case len(vs) != 1 || vs[0] == "":
+		return "", "", fmt.Errorf("%w: %s: give %s=... once, not empty", ErrBadURL, scheme(uri), name)
+	}
+	q.Del(name)
+	if len(q) == 0 {
+		return base, vs[0], nil
+	}
+	return base + "?" + q.Encode(), vs[0], nil
+}
+
+// owned is a store with the connections Open made for it, which its
+// Close closes after it.
+type owned struct {
+	store.Store
+	close func() error
+}
+
+func (o owned) Close() error { return o.close() }
 
 // coalesceUnlessSaid adds coalesce=on to a Redis uri whose query does not
 // name coalesce (Options.Coalesce). A query that does not parse is left to

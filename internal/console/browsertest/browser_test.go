@@ -197,7 +197,8 @@ func openFromQueue(t *testing.T, ctx context.Context, tenant, key string) {
 }
 
 // confirm waits for the confirmation dialog, optionally screenshots it,
-// and presses its action button; then it waits for the result box.
+// and presses its action button; then it waits for the result box on the
+// key's page drawn whole (the box shows above "Loading…" first).
 func confirm(t *testing.T, ctx context.Context, shot string) string {
 	t.Helper()
 	run(t, ctx, "the confirmation", chromedp.WaitVisible(chromedp.CSS("#confirm[open]")))
@@ -205,6 +206,6 @@ func confirm(t *testing.T, ctx context.Context, shot string) string {
 		screenshot(t, ctx, shot)
 	}
 	run(t, ctx, "confirming", chromedp.Click(chromedp.CSS("#confirm-ok")), chromedp.WaitNotPresent(chromedp.CSS("#confirm[open]")),
-		chromedp.WaitVisible(chromedp.CSS("#result")))
+		chromedp.WaitVisible(chromedp.CSS("#result")), chromedp.WaitNotPresent(chromedp.CSS("#loading")))
 	return eval[string](t, ctx, `document.getElementById('result').className + ': ' + document.getElementById('result').textContent`)
 }

@@ -37,6 +37,7 @@ type upstream struct {
 	fences map[string]string      // the fence of each key's last charge
 	cut    map[string]bool        // tenant/key: cut the first charge's connection
 	found  map[string]bool        // tenant/key: the lookup answers 200
+	broken map[string]bool        // tenant/key: the lookup answers 500
 	answer map[string]http.Header // tenant/key: headers of its answer
 	body   map[string]string      // tenant/key: the body of its answer
 	hold   map[string]chan struct{}
@@ -44,7 +45,7 @@ type upstream struct {
 }
 
 func newUpstream(t *testing.T) *upstream {
-	u := &upstream{runs: map[string]int{}, fences: map[string]string{}, cut: map[string]bool{}, found: map[string]bool{},
+	u := &upstream{runs: map[string]int{}, fences: map[string]string{}, cut: map[string]bool{}, found: map[string]bool{}, broken: map[string]bool{},
 		answer: map[string]http.Header{}, body: map[string]string{}, hold: map[string]chan struct{}{}, held: make(chan string, 1)}
 	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.Close)
@@ -91,8 +92,13 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 
 func (u *upstream) lookup(w http.ResponseWriter, tenant, key string) {
 	u.mu.Lock()
-	found, fence := u.found[id(tenant, key)], u.fences[id(tenant, key)]
+	found, broken, fence := u.found[id(tenant, key)], u.broken[id(tenant, key)], u.fences[id(tenant, key)]
 	u.mu.Unlock()
+	if broken {
+		w.Header().Set(idemhttp.HeaderKey, key)
+		http.Error(w, "the ledger is down", http.StatusInternalServerError)
+		return
+	}
 	if !found {
 		http.Error(w, "not settled yet", http.StatusConflict)
 		return
@@ -121,18 +127,22 @@ type harness struct {
 	admin string
 }
 
-// newHarness builds the gateway and serves its proxy; the admin API
-// starts with startAdmin.
-func newHarness(t *testing.T) *harness {
+// newHarness builds the gateway, with the config edits given, and serves
+// its proxy; the admin API starts with startAdmin.
+func newHarness(t *testing.T, edits ...func(*gateway.Config)) *harness {
 	up := newUpstream(t)
 	store, err := memstore.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(up.URL)
-	g, err := gateway.New(gateway.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", AdminToken: adminToken,
+	cfg := gateway.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", AdminToken: adminToken,
 		Upstream: u, Store: store, TenantHeader: "X-Tenant", ReconcileURL: up.URL + "/lookup/{tenant}/{key}",
-		StatsEvery: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		StatsEvery: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	g, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

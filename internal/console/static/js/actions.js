@@ -30,19 +30,45 @@ function parseHeaders(text) {
   return out;
 }
 
+// reconciled says what a reconciliation did: settled (green), or not
+// (red): the lookup failed, with the status it answered, or was not asked.
+function reconciled(res) {
+  const v = res.data;
+  if (v.verdict === 'completed' || v.verdict === 'not_executed') return `Verdict: ${v.verdict}. ${v.detail}`;
+  const title = v.lookup_status
+    ? `Not settled: the lookup answered ${v.lookup_status}; the key stays UNKNOWN`
+    : 'Not settled: the key stays UNKNOWN';
+  const box = outcome(false, title, v.detail);
+  box.dataset.lookupStatus = String(v.lookup_status || 0);
+  return box;
+}
+
 export function actions(rec, gw, reload) {
   const who = [['Tenant', rec.tenant === '' ? '(none)' : rec.tenant], ['Key', rec.key], ['Fence', String(rec.fence)]];
   const path = (suffix) => keyPath(rec.tenant, rec.key, suffix);
 
+  // run confirms an action, sends it with the operator's reason and shows
+  // the answer: said(res) says how a success went, or returns a failure
+  // box (a reconciliation that settled nothing).
   const run = async (title, body, label, send, said) => {
-    if (!(await confirmAction(title, body, label))) return;
+    const reason = await confirmAction(title, body, label);
+    if (reason === null) return;
     // The answer of an earlier action goes while this one runs: what is
     // shown is never a stale result.
     document.getElementById('result')?.remove();
-    const res = await send();
-    reload(res.ok ? outcome(true, said(res)) : failure(res));
+    const res = await send(reason ? { reason } : {});
+    if (!res.ok) {
+      reload(failure(res));
+      return;
+    }
+    const shown = said(res);
+    reload(typeof shown === 'string' ? outcome(true, shown) : shown);
   };
   const failure = (res) => {
+    if (res.status === 0) {
+      return outcome(false, 'No answer: the change may or may not have been made',
+        `${problemText(res)}. The key's state below is read again: check it before trying again.`);
+    }
     const box = outcome(false, 'Refused: nothing was changed', problemText(res));
     const code = res.problem && res.problem.code;
     if (res.status === 409 && (code === 'key_in_flight' || code === 'key_unknown')) {
@@ -53,7 +79,7 @@ export function actions(rec, gw, reload) {
   const forceDelete = () => run('Delete this key anyway?',
     [facts([...who, ['State', rec.state]]),
       h('p', { class: 'warn' }, 'Its request may have run (or may be running). The next retry runs it again: a second execution unless the upstream deduplicates it.')],
-    'Delete anyway', () => call(path(''), { method: 'DELETE', query: { force: 'true' } }), () => 'Deleted (forced).');
+    'Delete anyway', (note) => call(path(''), { method: 'DELETE', query: { force: 'true' }, body: note }), () => 'Deleted (forced).');
 
   const left = []; // reconcile, not executed, delete; the form of a completed resolution on the right
   let right = null;
@@ -63,8 +89,7 @@ export function actions(rec, gw, reload) {
         type: 'button', id: 'action-reconcile', disabled: !gw.reconcile,
         on: {
           click: () => run('Reconcile now?', [facts(who), h('p', {}, 'The gateway asks the upstream\'s lookup (--reconcile-url) about this attempt and records its answer.')],
-            'Ask the lookup', () => call(path('/reconcile'), { method: 'POST' }),
-            (res) => `Verdict: ${res.data.verdict}. ${res.data.detail}`),
+            'Ask the lookup', (note) => call(path('/reconcile'), { method: 'POST', body: note }), reconciled),
         },
       }, 'Reconcile now'),
       h('span', { class: 'hint' }, gw.reconcile ? ' ask the upstream what became of it' : ' no --reconcile-url: resolve it by hand')));
@@ -94,7 +119,7 @@ export function actions(rec, gw, reload) {
             ['Body', text.length > PREVIEW ? `${text.slice(0, PREVIEW)}… (${text.length} characters)` : text || '(empty)']]),
           h('p', {}, 'Say so only if the request took effect: every retry then gets this response, and the request never runs again.')],
           'Resolve as completed',
-          () => call(path('/resolve'), { method: 'POST', body: { fence: rec.fence, outcome: 'completed', status: code, header, body: text } }),
+          (note) => call(path('/resolve'), { method: 'POST', body: { fence: rec.fence, outcome: 'completed', status: code, header, body: text, ...note } }),
           () => `Resolved as completed: retries of this key now get status ${code} and this body.`);
         },
       },
@@ -109,7 +134,7 @@ export function actions(rec, gw, reload) {
         on: {
           click: () => run('Resolve as not executed?', [facts(who),
             h('p', { class: 'warn' }, 'The next retry runs the request. If it did take effect, it runs twice.')],
-          'Resolve as not executed', () => call(path('/resolve'), { method: 'POST', body: { fence: rec.fence, outcome: 'not_executed' } }),
+          'Resolve as not executed', (note) => call(path('/resolve'), { method: 'POST', body: { fence: rec.fence, outcome: 'not_executed', ...note } }),
           () => 'Resolved as not executed: the key is released; the next retry runs the request.'),
         },
       }, 'Resolve as not executed…'));
@@ -123,7 +148,7 @@ export function actions(rec, gw, reload) {
       on: {
         click: () => run('Delete this key?', [facts([...who, ['State', rec.state]]),
           h('p', { class: 'warn' }, 'The next request with this key runs as new.')],
-        'Delete', () => call(path(''), { method: 'DELETE' }), () => 'Deleted: the key has no record now.'),
+        'Delete', (note) => call(path(''), { method: 'DELETE', body: note }), () => 'Deleted: the key has no record now.'),
       },
     }, 'Delete…')));
   return h('section', { id: 'actions' }, h('h2', {}, 'Actions'), h('div', { class: 'column' }, left), right);

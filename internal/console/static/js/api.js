@@ -27,10 +27,16 @@ export function seg(value) {
   return encodeURIComponent(value).replace(/\./g, '%2E');
 }
 
-// tenantSeg writes a tenant's path segment: "-" is the empty tenant, and
-// a tenant made of dashes gets one more (the admin API's rule).
+// tenantParam writes a tenant as the admin API names it in a path or a
+// ?tenant=: "-" is the empty tenant, and a tenant made of dashes gets
+// one more.
+export function tenantParam(tenant) {
+  return /^-*$/.test(tenant) ? `-${tenant}` : tenant;
+}
+
+// tenantSeg writes a tenant's path segment.
 export function tenantSeg(tenant) {
-  return seg(/^-*$/.test(tenant) ? `-${tenant}` : tenant);
+  return seg(tenantParam(tenant));
 }
 
 // keyPath is the admin path of a key, with a suffix such as "/resolve".
@@ -38,8 +44,19 @@ export function keyPath(tenant, key, suffix = '') {
   return `v1/keys/${tenantSeg(tenant)}/${seg(key)}${suffix}`;
 }
 
+// How long a call waits for the admin API's answer: a read, and a change
+// (a reconciliation waits for the upstream's lookup). Past it the call
+// ends with status 0, so no view waits for ever on an API that stopped
+// answering.
+export const READ_TIMEOUT_MS = 10000;
+export const CHANGE_TIMEOUT_MS = 30000;
+
 // call sends one request and resolves, never rejects, with
-// {ok, status, data, problem, error}. A 401 fires "idem:unauthorized".
+// {ok, status, data, problem, error}; status 0 when no answer came (the
+// network, or no answer within the timeout). A 401 fires
+// "idem:unauthorized". Every change (any method but GET) is JSON, with
+// body, or {} when there is none: the admin API refuses any other, which
+// is what a page of another site could send.
 export async function call(path, { method = 'GET', query, body } = {}) {
   const url = new URL(path, base);
   for (const [k, v] of Object.entries(query || {})) {
@@ -48,28 +65,39 @@ export async function call(path, { method = 'GET', query, body } = {}) {
   const headers = { Accept: 'application/json' };
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  let resp;
+  const change = method !== 'GET';
+  if (change) headers['Content-Type'] = 'application/json';
+  const timeout = change ? CHANGE_TIMEOUT_MS : READ_TIMEOUT_MS;
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeout);
   try {
-    resp = await fetch(url, {
-      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-      credentials: 'omit', cache: 'no-store', redirect: 'error',
-    });
-  } catch (e) {
-    return { ok: false, status: 0, error: String(e && e.message ? e.message : e) };
-  }
-  const out = { ok: resp.ok, status: resp.status };
-  const type = resp.headers.get('Content-Type') || '';
-  if (type.includes('json')) {
+    let resp;
     try {
-      const data = await resp.json();
-      if (resp.ok) out.data = data; else out.problem = data;
+      resp = await fetch(url, {
+        method, headers, body: change ? JSON.stringify(body ?? {}) : undefined,
+        credentials: 'omit', cache: 'no-store', redirect: 'error', signal: abort.signal,
+      });
     } catch (e) {
+      const error = abort.signal.aborted ? `no answer within ${timeout / 1000} s` : String(e && e.message ? e.message : e);
+      return { ok: false, status: 0, error };
+    }
+    const out = { ok: resp.ok, status: resp.status };
+    const type = resp.headers.get('Content-Type') || '';
+    try {
+      if (type.includes('json')) {
+        const data = await resp.json();
+        if (resp.ok) out.data = data; else out.problem = data;
+      } else if (!resp.ok) {
+        out.problem = { title: (await resp.text()).slice(0, 300) };
+      }
+    } catch (e) {
+      if (abort.signal.aborted) return { ok: false, status: 0, error: `the answer did not come whole within ${timeout / 1000} s` };
+      out.ok = false;
       out.problem = { title: 'unreadable answer', detail: String(e) };
     }
-  } else if (!resp.ok) {
-    out.problem = { title: (await resp.text()).slice(0, 300) };
+    if (resp.status === 401) window.dispatchEvent(new CustomEvent('idem:unauthorized', { detail: out }));
+    return out;
+  } finally {
+    clearTimeout(timer);
   }
-  if (resp.status === 401) window.dispatchEvent(new CustomEvent('idem:unauthorized', { detail: out }));
-  return out;
 }

@@ -40,7 +40,7 @@ export function show(el, ...nodes) {
 // problemText is one line saying what a failed call got: the problem's
 // title and detail, or the HTTP status.
 export function problemText(res) {
-  if (res.status === 0) return `the admin API could not be reached: ${res.error}`;
+  if (res.status === 0) return `the admin API did not answer: ${res.error}`;
   const p = res.problem || {};
   const parts = [`${res.status}`];
   if (p.code) parts.push(p.code);
@@ -48,6 +48,14 @@ export function problemText(res) {
   let line = parts.join(' ');
   if (p.detail) line += `: ${p.detail}`;
   return line;
+}
+
+// loadError is what a view shows when its data did not come: what the
+// call got, and a button that asks again.
+export function loadError(res, retry) {
+  return h('div', { class: 'load-error', id: 'load-error', role: 'alert' },
+    h('p', { class: 'problem' }, problemText(res)),
+    h('button', { type: 'button', id: 'retry', on: { click: retry } }, 'Retry'));
 }
 
 // age says how long ago an ISO time was, in the largest unit.

@@ -1,7 +1,7 @@
 // A key's page: its record (GET /v1/keys/{tenant}/{key}), the stored
 // response of a COMPLETED key (GET .../result), and the actions.
-import { call, keyPath } from './api.js';
-import { h, show, problemText, age, time, duration } from './dom.js';
+import { call, keyPath, tenantParam } from './api.js';
+import { h, show, problemText, loadError, age, time, duration } from './dom.js';
 import { tenantCell } from './queue.js';
 import { actions } from './actions.js';
 
@@ -58,6 +58,24 @@ async function responseSection(tenant, key) {
     h('pre', { id: 'response-body', class: 'body' }, body));
 }
 
+// auditSection lists the key's admin changes this gateway kept (GET
+// /v1/audit), newest first.
+async function auditSection(tenant, key) {
+  const res = await call('v1/audit', { query: { tenant: tenantParam(tenant), key } });
+  if (!res.ok) return h('p', { class: 'problem' }, `Admin changes: ${problemText(res)}`);
+  const records = res.data.records;
+  const rows = records.map((r) => h('tr', { 'data-outcome': r.outcome },
+    h('td', { title: time(r.time) }, `${age(r.time)} ago`), h('td', { class: 'mono' }, r.actor),
+    h('td', {}, r.resolution ? `${r.action} ${r.resolution}` : r.action),
+    h('td', {}, r.code ? `${r.outcome} (${r.code})` : r.outcome),
+    h('td', {}, `${r.state_before} → ${r.state_after}`), h('td', { class: 'reason' }, r.reason || '')));
+  return h('section', { id: 'audit' }, h('h2', {}, 'Admin changes'),
+    h('p', { class: 'hint' }, 'Those this gateway kept since it started (its last 1,000, of every key); its log has every one.'),
+    records.length ? h('table', { class: 'keys', id: 'audit-table' },
+      h('thead', {}, h('tr', {}, ['When', 'Who', 'Action', 'Outcome', 'State', 'Reason'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, rows)) : h('p', { class: 'empty' }, 'None here.'));
+}
+
 // renderKey draws the key's page; flash, when given, is the result of
 // the action that led here, shown above the record.
 export async function renderKey(main, params, flash = null) {
@@ -65,7 +83,7 @@ export async function renderKey(main, params, flash = null) {
   const key = params.get('key') || '';
   const heading = h('h1', {}, 'Key ', h('span', { class: 'mono' }, key));
   const back = h('p', {}, h('a', { href: '#/queue' }, '← UNKNOWN queue'));
-  show(main, back, heading, flash, h('p', {}, 'Loading…'));
+  show(main, back, heading, flash, h('p', { id: 'loading' }, 'Loading…'));
   const [res, gw] = await Promise.all([call(keyPath(tenant, key)), gatewayInfo()]);
   const reload = (result) => renderKey(main, params, result);
   if (res.status === 404) {
@@ -74,12 +92,12 @@ export async function renderKey(main, params, flash = null) {
     return;
   }
   if (!res.ok) {
-    show(main, back, heading, flash, h('p', { class: 'problem', role: 'alert' }, problemText(res)));
+    show(main, back, heading, flash, loadError(res, () => renderKey(main, params, flash)));
     return;
   }
   const rec = res.data;
   const parts = [back, heading, flash, recordTable(rec, gw)];
   if (rec.state === 'COMPLETED') parts.push(await responseSection(tenant, key));
-  parts.push(actions(rec, gw, reload));
+  parts.push(actions(rec, gw, reload), await auditSection(tenant, key));
   show(main, parts);
 }

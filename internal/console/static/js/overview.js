@@ -2,7 +2,7 @@
 // samples of its own counters. Counters count since the gateway started;
 // the charts show what each interval added.
 import { call } from './api.js';
-import { h, show, problemText, duration } from './dom.js';
+import { h, show, loadError, duration } from './dom.js';
 import { lineChart } from './charts.js';
 
 // COLOR gives each label one color (.s0 ... .s7) in every chart.
@@ -46,7 +46,7 @@ function tile(label, value, note) {
 export async function renderOverview(main) {
   const res = await call('v1/stats');
   if (!res.ok) {
-    show(main, h('h1', {}, 'Overview'), h('p', { class: 'problem', role: 'alert' }, problemText(res)));
+    show(main, h('h1', {}, 'Overview'), loadError(res, () => renderOverview(main)));
     return;
   }
   const st = res.data;

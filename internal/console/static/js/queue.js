@@ -2,7 +2,7 @@
 // list's cursor, filtered by tenant (by the API) and by age (here, on the
 // time each key was marked UNKNOWN).
 import { call } from './api.js';
-import { h, show, problemText, age, time } from './dom.js';
+import { h, show, loadError, age, time } from './dom.js';
 
 const LIMIT = 100; // keys a call asks for
 const MAX_CALLS = 20; // calls one page of the console makes at most when the age filter skips keys
@@ -51,7 +51,7 @@ export async function renderQueue(main, params) {
   do {
     const res = await call('v1/keys', { query: { state: 'unknown', tenant, limit: LIMIT, after: cursor } });
     if (!res.ok) {
-      show(main, heading, intro, filter, h('p', { class: 'problem', role: 'alert' }, problemText(res)));
+      show(main, heading, intro, filter, loadError(res, () => renderQueue(main, params)));
       return;
     }
     calls++;

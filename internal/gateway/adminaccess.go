@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"unicode"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// CodeAdminForbidden is the answer to a change asked with a read-only
+// token: 403, nothing changed.
+const CodeAdminForbidden = "admin_forbidden"
+
+// The roles of an admin token.
+const (
+	RoleReadOnly  = "read-only"  // GETs only: keys, lists, stats, stored responses, the audit
+	RoleReadWrite = "read-write" // every call: also resolve, reconcile and delete
+)
+
+// adminTokenName is the name of --admin-token's token, read-write.
+const adminTokenName = "admin-token"
+
+// adminActor is who makes an admin call: a token's name and role, or,
+// for an admin API without tokens, the name of that (loopback-no-token).
+type adminActor struct {
+	name   string
+	role   string
+	bearer []byte // "Bearer <token>"; nil without a token
+}
+
+// adminAccess is the admin API's tokens. Without any (no --admin-token and
+// no --admin-tokens-file) every caller that reaches it is open, read-write.
+type adminAccess struct {
+	tokens []adminActor
+	open   *adminActor // non-nil when no token is required
+}
+
+// loadAdminAccess reads the tokens of cfg: --admin-token and the lines of
+// --admin-tokens-file, read now (at start, and again on each reload).
+func loadAdminAccess(cfg Config) (*adminAccess, error) {
+	a := &adminAccess{}
+	if cfg.AdminToken != "" {
+		a.tokens = append(a.tokens, adminActor{name: adminTokenName, role: RoleReadWrite, bearer: []byte("Bearer " + cfg.AdminToken)})
+	}
+	if cfg.AdminTokensFile != "" {
+		data, err := os.ReadFile(cfg.AdminTokensFile)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: --admin-tokens-file: %w", err)
+		}
+		file, err := parseAdminTokens(data)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: --admin-tokens-file %s: %w", cfg.AdminTokensFile, err)
+		}
+		for _, t := range file {
+			for _, other := range a.tokens {
+				if t.name == other.name || subtle.ConstantTimeCompare(t.bearer, other.bearer) == 1 {
+					return nil, fmt.Errorf("gateway: --admin-tokens-file %s: the token %q has the name or the token of --admin-token's (%q)",
+						cfg.AdminTokensFile, t.name, adminTokenName)
+				}
+			}
+		}
+		a.tokens = append(a.tokens, file...)
+	}
+	if !cfg.hasAdminTokens() {
+		name := "loopback-no-token"
+		if !isLoopback(cfg.Admin) {
+			name = "insecure-no-token" // --admin-insecure
+		}
+		a.open = &adminActor{name: name, role: RoleReadWrite}
+	}
+	return a, nil
+}
+
+// parseAdminTokens reads a tokens file: one "name role token" a line,
+// separated by white space; blank lines and lines starting with # are
+// skipped. Names and tokens are unique; errors never quote a token.
+func parseAdminTokens(data []byte) ([]adminActor, error) {
+	var out []adminActor
+	names, secrets := map[string]int{}, map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) != 3:
+			return nil, fmt.Errorf("line %d: want \"name role token\" (3 fields), got %d", n, len(f))
+		case !validTokenName(f[0]):
+			return nil, fmt.Errorf("line %d: name %q: want letters, digits, '.', '_', '-' or '@', at most 64", n, f[0])
+		case f[1] != RoleReadOnly && f[1] != RoleReadWrite:
+			return nil, fmt.Errorf("line %d: role %q: want %s or %s", n, f[1], RoleReadOnly, RoleReadWrite)
+		case strings.ContainsFunc(f[2], unicode.IsControl):
+			return nil, fmt.Errorf("line %d: the token of %q holds a control character", n, f[0])
+		case names[f[0]] != 0:
+			return nil, fmt.Errorf("line %d: name %q is on line %d too", n, f[0], names[f[0]])
+		case secrets[f[2]] != 0:
+			return nil, fmt.Errorf("line %d: the token of %q is line %d's too: a token names one caller", n, f[0], secrets[f[2]])
+		}
+		names[f[0]], secrets[f[2]] = n, n
+		out = append(out, adminActor{name: f[0], role: f[1], bearer: []byte("Bearer " + f[2])})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func validTokenName(name string) bool {
+	return name != "" && len(name) <= 64 && strings.Trim(name,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-@") == ""
+}
+
+// identify returns the caller of r: the token its Authorization header
+// carries, compared in constant time with every token.
+func (a *adminAccess) identify(r *http.Request) (adminActor, bool) {
+	if a.open != nil {
+		return *a.open, true
+	}
+	got := []byte(r.Header.Get("Authorization"))
+	var who adminActor
+	found := false
+	for _, t := range a.tokens {
+		if subtle.ConstantTimeCompare(got, t.bearer) == 1 {
+			who, found = t, true
+		}
+	}
+	return who, found
+}
+
+// actorKey is the context key of the adminActor of an admin call.
+type actorKey struct{}
+
+// authorize lets a call through with a token (of any role: a change
+// checks read-write itself, to audit the refusal), else answers 401.
+func (g *Gateway) authorize(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, ok := g.access.Load().identify(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
+			idemhttp.WriteProblem(w, http.StatusUnauthorized, CodeAdminUnauthorized,
+				"the admin API needs a bearer token: --admin-token's, or one of --admin-tokens-file")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, who)))
+	})
+}
+
+// actorOf returns the caller that authorize let through.
+func actorOf(r *http.Request) adminActor {
+	who, _ := r.Context().Value(actorKey{}).(adminActor)
+	return who
+}
