@@ -152,6 +152,10 @@ func TestPrecedence(t *testing.T) {
 // hidden, without contacting the store, and exits 0; a configuration that
 // a start would refuse exits 2 with the same error and prints nothing.
 func TestCheckConfig(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "admin-tokens")
+	if err := os.WriteFile(tokens, []byte("ops read-write filesecret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	path := writeConfig(t, `upstream: https://user:upsecret@api.example.com
 store: redis://:storesecret@127.0.0.1:1/0
 reconcile-url: https://api.example.com/lookup/{key}?access_token=urlsecret
@@ -161,6 +165,8 @@ routes:
     wait: 5m
   - match: POST /v1/search
     pass-through: true
+admin-hosts: [console.example.com, 'localhost:8888']
+admin-tokens-file: `+tokens+`
 `)
 	env := []string{"IDEM_ADMIN_TOKEN=adminsecret"}
 	for _, mode := range []string{"--check-config", "--check-config=json"} {
@@ -170,7 +176,7 @@ routes:
 		if err != nil {
 			t.Fatalf("idem serve %s: %v\n%s", mode, err, out)
 		}
-		for _, secret := range []string{"upsecret", "storesecret", "urlsecret", "recsecret", "adminsecret"} {
+		for _, secret := range []string{"upsecret", "storesecret", "urlsecret", "recsecret", "adminsecret", "filesecret"} {
 			if strings.Contains(string(out), secret) {
 				t.Errorf("idem serve %s printed the secret %s:\n%s", mode, secret, out)
 			}
@@ -194,6 +200,14 @@ routes:
 	}
 	if s := c.Settings["admin-token"]; s.Value != "xxxxx" || s.origin != (origin{"env", "IDEM_ADMIN_TOKEN"}) {
 		t.Errorf("admin-token = %+v; want masked, from IDEM_ADMIN_TOKEN", s)
+	}
+	// admin's flags go through the same chain: the file's list, and the
+	// tokens file's path (its tokens are never printed, above).
+	if s := c.Settings["admin-hosts"]; s.Value != "console.example.com,localhost:8888" || s.origin != (origin{"file", path + ":10"}) || s.Reload {
+		t.Errorf("admin-hosts = %+v; want the file's list, from line 10, fixed at start", s)
+	}
+	if s := c.Settings["admin-tokens-file"]; s.Value != tokens || s.origin != (origin{"file", path + ":11"}) {
+		t.Errorf("admin-tokens-file = %+v; want the file's path, from line 11", s)
 	}
 	for _, bad := range []struct{ text, want string }{
 		{"upstream: http://x\nstore: redis://127.0.0.1:notaport\n", "--store"},
