@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -119,8 +120,15 @@ func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 	unmigrated := launchServe(t, nil, "--upstream", up.URL, "--store", inSchema(testenv.DatabaseURL(), testenv.SchemaName(t)+"_never"), "--no-migrate",
 		"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
 	unmigrated.waitForLog(t, "idem migrate", 1)
-	schemaVar := launchServe(t, []string{"IDEM_SCHEMA=" + schema}, "--upstream", up.URL, "--store", db, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
-	if err := <-schemaVar.done; err == nil || !strings.Contains(schemaVar.logText(), "IDEM_SCHEMA") {
-		t.Errorf("idem serve with IDEM_SCHEMA: %v, %q; want refused, naming it", err, schemaVar.logText())
+	schemaVar := launchServe(t, []string{"IDEM_SCHEMA=" + schema}, "--upstream", up.URL, "--store", db, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
+	select {
+	case err := <-schemaVar.done:
+		if err == nil || !strings.Contains(schemaVar.logText(), "IDEM_SCHEMA") {
+			t.Errorf("idem serve with IDEM_SCHEMA: %v, %q; want refused, naming it", err, schemaVar.logText())
+		}
+	case <-schemaVar.ready:
+		t.Errorf("idem serve with IDEM_SCHEMA serves; want refused, naming it:\n%s", schemaVar.logText())
+	case <-time.After(20 * time.Second):
+		t.Errorf("idem serve with IDEM_SCHEMA neither exited nor served in 20 s; want refused at once:\n%s", schemaVar.logText())
 	}
 }
