@@ -34,7 +34,7 @@ type finalization struct {
 	result       store.Result   // opComplete
 	reason       string         // opMarkUnknown
 	retention    time.Duration
-	keyRetention time.Duration // opComplete
+	keyRetention time.Duration // opComplete, opMarkUnknown
 	// unanswered is set once a try failed without an answer: it may
 	// have taken effect, and the next try may find its work done.
 	unanswered atomic.Bool
@@ -51,7 +51,7 @@ func (f *finalization) call(ctx context.Context, s store.Store) error {
 	case opComplete:
 		return s.Complete(ctx, store.CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opMarkUnknown:
-		return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention})
+		return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opRelease:
 		return s.Release(ctx, f.ref)
 	}

@@ -159,7 +159,7 @@ func (h *hold) answer(id store.ID, fingerprint string) (Attempt, int64, bool) {
 		return Attempt{}, 0, false
 	}
 	rec := store.Record{ID: id, State: store.StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
-		CompletedAt: f.heldAt, TTL: f.retention, Reason: f.reason}
+		CompletedAt: f.heldAt, TTL: max(f.retention, f.keyRetention), Reason: f.reason}
 	if f.op == opComplete {
 		rec.State, rec.Result = store.StateCompleted, &f.result
 	}

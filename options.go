@@ -21,6 +21,12 @@ type Options struct {
 	// (StateExpired) stays until KeyRetention ends, so a late retry gets
 	// the Expired outcome instead of running again. Zero, or not above
 	// Retention, keeps none: the key ends with its result.
+	//
+	// A key whose outcome is unknown has no result to drop: an UNKNOWN
+	// record (and a PROCESSING one whose lease ended) lives as long as
+	// the key, the longer of Retention and KeyRetention, counted from
+	// when it became UNKNOWN (from its lease's end, for an abandoned
+	// one). A retry within that time never runs it again.
 	KeyRetention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
 	// work runs. Zero means a third of each lease; negative turns renewal

@@ -125,7 +125,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		if !p.TakeOver {
-			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(p.Retention))
+			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(max(p.Retention, p.KeyRetention)))
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
@@ -152,7 +152,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
 			Fingerprint: p.Fingerprint, AcquiredAt: now},
 		leaseUntil: now.Add(p.LeaseDuration),
-		expires:    now.Add(p.LeaseDuration + p.Retention),
+		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}
 	s.add(e, size)
 	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
@@ -203,7 +203,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return store.ErrLeaseLost // an ended lease is never renewed
 	}
 	e.leaseUntil = now.Add(p.LeaseDuration)
-	s.setExpires(e, now.Add(p.LeaseDuration+p.Retention))
+	s.setExpires(e, now.Add(p.LeaseDuration+max(p.Retention, p.KeyRetention)))
 	return nil
 }
 
@@ -236,7 +236,7 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 	case e.rec.State == store.StateUnknown:
 		return nil // a repeated MarkUnknown: keep the first reason
 	}
-	s.toUnknown(e, now, p.Reason, now.Add(p.Retention))
+	s.toUnknown(e, now, p.Reason, now.Add(max(p.Retention, p.KeyRetention)))
 	return nil
 }
 

@@ -82,8 +82,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 // reads that row; it turns an abandoned row UNKNOWN when p.TakeOver is
 // false. found is false when the row changed under it: try again.
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
+	keep := max(p.Retention, p.KeyRetention) // the life of a record whose outcome may be unknown
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + p.Retention).Microseconds(), p.TakeOver)
+		(p.LeaseDuration + keep).Microseconds(), p.TakeOver)
 	switch {
 	case err != nil:
 		return store.AcquireResult{}, false, err
@@ -106,7 +107,7 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 		return store.AcquireResult{}, false, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
-		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, p.Retention.Microseconds())
+		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, keep.Microseconds())
 		return store.AcquireResult{Record: r.rec}, ok, err
 	}
 	return store.AcquireResult{Record: r.rec}, true, nil
@@ -185,7 +186,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + p.Retention).Microseconds())
+		(p.LeaseDuration + max(p.Retention, p.KeyRetention)).Microseconds())
 }
 
 // Release implements store.Store.
@@ -195,7 +196,7 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
-	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, p.Retention.Microseconds())
+	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Microseconds())
 }
 
 func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {

@@ -1,7 +1,7 @@
 -- acquire: create a PROCESSING record if the key is absent, else return the record.
 -- KEYS[1] the record, KEYS[2] the index of UNKNOWN records, KEYS[3] the record's tombstone
--- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] retention in ms (how long the
--- record outlives its lease), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
+-- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the record outlives
+-- its lease, in ms (the longer of the retention and the key retention), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
 -- over an abandoned record
 -- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
 -- common case), 'fence:acquired_ms:previous_fence:previous_acquired_ms' when it took

@@ -24,8 +24,9 @@
 //
 // # UNKNOWN records and their index
 //
-// A PROCESSING record outlives its lease by the retention, so that an
-// ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
+// A PROCESSING record outlives its lease by the retention (or the key
+// retention, the longer: an UNKNOWN record lives as long as its key), so
+// that an ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
 // next Acquire turns it UNKNOWN or, with TakeOver, takes it over with a
 // higher fence, in the same script. ListUnknown reads a sorted set of the
 // UNKNOWN records, members "len(tenant):tenant:key" with score 0, paged

@@ -128,6 +128,7 @@ func Run(t *testing.T, h Harness) {
 		{"NoTombstoneWithoutKeyRetention", testNoTombstoneWithoutKeyRetention},
 		{"DeleteRemovesTombstone", testDeleteTombstone},
 		{"ResolvedKeepsTombstone", testResolvedKeepsTombstone},
+		{"UnknownLivesAsLongAsTheKey", testUnknownLivesAsLongAsTheKey},
 
 		// What operators ask (admin.go).
 		{"ListUnknownRefusesForeignCursors", testListBadCursor},
