@@ -314,7 +314,11 @@ type Store interface {
 	// set and not the record's current claim.
 	Resolve(ctx context.Context, p ResolveParams) error
 	// ListUnknown returns a page of UNKNOWN records without a full scan
-	// of the store.
+	// of the store. A PROCESSING record whose lease ended is one of them
+	// from its lease's end, reported as Get reports it (UNKNOWN, Reason
+	// ReasonAbandoned, CompletedAt the lease's end): its owner may have
+	// crashed, and no retry may ever come to turn it UNKNOWN. Listing
+	// changes no record.
 	ListUnknown(ctx context.Context, p ListParams) (ListPage, error)
 	// Get returns ErrNotFound for an absent key. A PROCESSING record whose
 	// lease ended is reported UNKNOWN with Reason ReasonAbandoned (the

@@ -274,9 +274,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 }
 
 // ListUnknown implements store.Store. It pages through the partial index
-// of UNKNOWN rows in (tenant, key) order; Next encodes the last row's
-// tenant and key. An abandoned row is listed once an Acquire or a Claim
-// has turned it UNKNOWN.
+// of UNKNOWN rows in (tenant, key) order, with the PROCESSING rows whose
+// lease ended (reported UNKNOWN, abandoned), which the index of leases
+// holds; Next encodes the last row's tenant and key.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	limit := p.Limit
 	if limit <= 0 {

@@ -122,6 +122,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownPages", testListPages},
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
+		{"AbandonedLeaseIsListed", testAbandonedLeaseIsListed},
 
 		// Tombstones: a key outlives its result (tombstone.go).
 		{"TombstoneOutlivesResult", testTombstone},
