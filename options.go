@@ -68,7 +68,10 @@ type Options struct {
 	// and retried in the background, with backoff, for the rest of the
 	// lease and at least FinalizeTimeout, and a retry of that key that
 	// reaches this engine is answered from it (Begin: Replayed or
-	// Mismatch for a held result, Unknown for a held MarkUnknown). The
+	// Mismatch for a held result, Unknown for a held MarkUnknown). When
+	// the store answers again, the held results go first, then the
+	// unknown outcomes, then the releases (the oldest first in each), so
+	// that a crash soon after loses as few answers as can be. The
 	// lease's owner and fence keep a late try harmless: if the key was
 	// taken over meanwhile, the store refuses it and it is dropped. When
 	// a bound is reached the finalize fails as a store error (the key
