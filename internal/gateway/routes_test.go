@@ -22,7 +22,7 @@ import (
 )
 
 // routeUpstream counts the executions of each key, answers a path that
-// ends in /NNN with that status, holds a path under /slow/ until release
+// ends in /NNN (or a query status=NNN) with that status, holds a path under /slow/ until release
 // is closed, and answers a lookup (GET /lookup...) 404 "never ran",
 // recording which lookup was asked.
 type routeUpstream struct {
@@ -62,6 +62,9 @@ func newRouteUpstream(t *testing.T) *routeUpstream {
 			if s, err := strconv.Atoi(r.URL.Path[i+1:]); err == nil && s >= 200 {
 				status = s
 			}
+		}
+		if s, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
+			status = s
 		}
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "run %d of %s", u.count(key), key)
@@ -261,6 +264,25 @@ var routeCases = []struct {
 			c.t.Fatalf("runs: stored %d, released %d, unknown %d, top %d; want 1, 2, 1, 1", c.runs("s"), c.runs("r"), c.runs("u"), c.runs("t"))
 		}
 	}},
+	// Issue 31, item 2: deploy/idem.yaml's refunds route. Under the
+	// default error format a status no entry names went to a nil base
+	// policy: a panic after the upstream ran, nothing stored, the key
+	// PROCESSING for the life of the process.
+	{name: "statuses: a status no entry names follows the format's policy", routes: []Route{{Pattern: "POST /v1/charges/{id}/refunds",
+		Name: "refunds", Statuses: StatusOverrides{Unknown: []string{"409"}}, ReconcileURL: "{upstream}/lookup/refunds/{key}"}},
+		check: func(c *routeClient) {
+			c.want("a refund", c.send("POST", "/v1/charges/ch_1/refunds", "r", "{}"), http.StatusCreated, false)
+			c.want("its retry", c.send("POST", "/v1/charges/ch_1/refunds", "r", "{}"), http.StatusCreated, true)
+			c.want("a refund answered 409", c.send("POST", "/v1/charges/ch_2/refunds?status=409", "u", "{}"), http.StatusConflict, false)
+			if rec := c.record("u"); rec.State != store.StateUnknown {
+				c.t.Fatalf("the 409's key is %v; want UNKNOWN", rec.State)
+			}
+			c.want("a refund answered 503", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
+			c.want("its retry, run again (released by the default policy)", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
+			if c.runs("r") != 1 || c.runs("u") != 1 || c.runs("s") != 2 {
+				c.t.Fatalf("runs: stored %d, unknown %d, released %d; want 1, 1, 2", c.runs("r"), c.runs("u"), c.runs("s"))
+			}
+		}},
 	{name: "reconcile-url", cfg: func(cfg *Config, up *routeUpstream) { cfg.ReconcileURL = up.URL + "/lookup/top/{key}" },
 		routes: []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges", ReconcileURL: "{upstream}/lookup/charges/{key}"}},
 		check: func(c *routeClient) {
