@@ -181,12 +181,15 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 	})
 }
 
-// reverseProxy forwards to p's upstream, over the gateway's transport.
-func (g *Gateway) reverseProxy(p *policy) http.Handler {
+// reverseProxy forwards to p's upstream, over the gateway's transport,
+// and ends a call that has not answered within timeout.
+func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 	transport := g.transport
 	_, traced := transport.(*http.Transport)
 	transport = neverResend{transport}
 	upstream := p.cfg.Upstream
+	cfg := p.cfg // for the error answers: the route's timeout
+	cfg.UpstreamTimeout = timeout
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -209,10 +212,9 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 			}
 			return resp, err
 		}),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { g.upstreamError(w, r, err, &p.cfg) },
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { g.upstreamError(w, r, err, &cfg) },
 		BufferPool:   CopyBuffers{},
 	}
-	timeout := p.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// One cancellable context ends the call on the timeout and on the
 		// shutdown, each with its cause: a context.WithTimeoutCause on top

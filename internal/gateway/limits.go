@@ -52,16 +52,19 @@ func DefaultMaxConns() int {
 
 // writeTimeout is the write deadline of a request, counted by net/http
 // from the end of its headers: reading the body, the wait for another
-// attempt with the key (the longest of any route), the upstream call and
-// sending the answer.
+// attempt with the key and the upstream call (the longest of any route),
+// and sending the answer.
 func (c *Config) writeTimeout() time.Duration {
-	wait := c.Wait
+	wait, upstream := c.Wait, c.UpstreamTimeout
 	for _, rt := range c.Routes {
 		if rt.Wait != nil {
 			wait = max(wait, *rt.Wait)
 		}
+		if rt.UpstreamTimeout != nil {
+			upstream = max(upstream, *rt.UpstreamTimeout)
+		}
 	}
-	return c.ReadTimeout + wait + c.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+	return c.ReadTimeout + wait + upstream + idem.FinalizeTimeout + answerTime
 }
 
 // publicServer is the proxy's server with the limits of the Config.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 		}
 		p.reconcilers[""] = rc
 	}
-	proxy := g.reverseProxy(p)
+	proxy := g.reverseProxy(p, p.cfg.UpstreamTimeout)
 	fallback, err := g.routeHandler(p, Route{}, proxy)
 	if err != nil {
 		return nil, err
@@ -54,7 +55,14 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if len(cfg.Routes) > 0 {
 		handlers := make([]http.Handler, len(cfg.Routes))
 		for i, rt := range cfg.Routes {
-			if handlers[i], err = g.routeHandler(p, rt, proxy); err != nil {
+			routeProxy := proxy
+			if rt.UpstreamTimeout != nil {
+				if *rt.UpstreamTimeout <= 0 {
+					return nil, &FieldError{Path: fmt.Sprintf("routes[%d].upstream-timeout", i), Err: fmt.Errorf("%v: want a positive duration", *rt.UpstreamTimeout)}
+				}
+				routeProxy = g.reverseProxy(p, *rt.UpstreamTimeout)
+			}
+			if handlers[i], err = g.routeHandler(p, rt, routeProxy); err != nil {
 				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
 			}
 		}
@@ -72,11 +80,15 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 // top level's, for the requests no route matches.
 func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Handler, error) {
 	cfg := p.cfg
+	timeout := cfg.UpstreamTimeout
+	if rt.UpstreamTimeout != nil {
+		timeout = *rt.UpstreamTimeout
+	}
 	if rt.PassThrough {
 		if !rt.protectionUnset() {
-			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match and name")}
+			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match, name and upstream-timeout")}
 		}
-		return proxy, nil
+		return g.withWriteDeadline(proxy, 0, timeout), nil
 	}
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
@@ -84,6 +96,9 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
 		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
 	if err := rt.override(&o); err != nil {
+		return nil, err
+	}
+	if err := rt.checkLease(cmp.Or(o.LeaseDuration, defaultLease), timeout); err != nil {
 		return nil, err
 	}
 	fp, err := rt.Fingerprint.compile()
@@ -116,7 +131,34 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 	if h, err = rt.keySource(h, o); err != nil {
 		return nil, &FieldError{Path: "key-from", Err: err}
 	}
-	return g.withWriteDeadline(h, cfg, o.Wait), nil
+	return g.withWriteDeadline(h, o.Wait, timeout), nil
+}
+
+// defaultLease is the lease of a gateway without --lease: the engine's
+// default (idem.Options.LeaseDuration).
+const defaultLease = 30 * time.Second
+
+// checkLease refuses a lease shorter than the upstream timeout. A key's
+// lease outlives a gateway that crashed while its request was upstream;
+// once it ends, a retry takes the key over (reconciles it, or with
+// --takeover run sends it again). Ending before the upstream timeout, it
+// would let that happen while the gateway, had it lived, would still be
+// waiting for the upstream's answer: the request may still be running
+// there. Equal is enough: by the end of the lease the gateway would have
+// cut the call.
+func (rt Route) checkLease(lease, timeout time.Duration) error {
+	if lease >= timeout {
+		return nil
+	}
+	err := fmt.Errorf("the upstream timeout %v is longer than the lease %v: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make the lease at least the upstream timeout", timeout, lease)
+	switch {
+	case rt.UpstreamTimeout != nil:
+		return &FieldError{Path: "upstream-timeout", Err: err}
+	case rt.Lease != nil:
+		return &FieldError{Path: "lease", Err: err}
+	}
+	// The top level's (a route that sets neither has the same).
+	return fmt.Errorf("--upstream-timeout %v is longer than --lease %v: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make --lease at least --upstream-timeout", timeout, lease)
 }
 
 // protectionUnset reports whether rt sets none of the options of a
@@ -159,12 +201,13 @@ func (rt Route) override(o *idemhttp.Options) error {
 	return nil
 }
 
-// withWriteDeadline gives the requests of a route whose wait needs more
-// time than the public server's write timeout (set at start from the
-// longest wait then) the time they need: a reload may lengthen a wait or
-// the upstream timeout, and the server would otherwise cut the answer.
-func (g *Gateway) withWriteDeadline(next http.Handler, cfg Config, wait time.Duration) http.Handler {
-	need := g.cfg.ReadTimeout + wait + cfg.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+// withWriteDeadline gives the requests of a route whose wait and upstream
+// timeout need more time than the public server's write timeout (set at
+// start from the longest of them then) the time they need: a reload may
+// lengthen a wait or an upstream timeout, and the server would otherwise
+// cut the answer.
+func (g *Gateway) withWriteDeadline(next http.Handler, wait, upstreamTimeout time.Duration) http.Handler {
+	need := g.cfg.ReadTimeout + wait + upstreamTimeout + idem.FinalizeTimeout + answerTime
 	if need <= g.cfg.writeTimeout() {
 		return next
 	}

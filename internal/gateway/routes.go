@@ -30,6 +30,10 @@ type Route struct {
 	Lease       *time.Duration `yaml:"lease"`       // nil: Config.Lease
 	Retention   *time.Duration `yaml:"retention"`   // nil: Config.Retention
 	Wait        *time.Duration `yaml:"wait"`        // nil: Config.Wait
+	// UpstreamTimeout bounds the route's upstream calls; nil:
+	// Config.UpstreamTimeout. A protected route's lease must be at least
+	// as long (policy.go, checkLease).
+	UpstreamTimeout *time.Duration `yaml:"upstream-timeout"`
 	// KeyFrom is where the key is: "" or "header" (the Idempotency-Key
 	// header), or "json:POINTER", a string field of a JSON body named by a
 	// JSON Pointer (RFC 6901), e.g. json:/request_id (bodykey.go).

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -19,6 +20,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // routeUpstream counts the executions of each key, answers a path that
@@ -343,6 +345,56 @@ func TestRouteOptions(t *testing.T) {
 				defer srv.Close()
 				rc.check(&routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t), acquired: acquired})
 			})
+		}
+	}
+}
+
+// Issue 31, item 11: a route sets its upstream timeout. deploy/idem.yaml's
+// 5-minute export was cut at the top level's 30 s, answered 504 and
+// turned UNKNOWN. In a bubble, against an upstream that never answers,
+// each call is cut at its own route's timeout, a pass-through route's too.
+func TestRouteUpstreamTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hang := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, context.Cause(r.Context())
+		})
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://upstream.test"), AllowAnonymous: true, Transport: hang, Routes: []Route{
+			{Pattern: "POST /v1/exports", Lease: ptr(5 * time.Minute), UpstreamTimeout: ptr(5 * time.Minute)},
+			{Pattern: "POST /v1/search", PassThrough: true, UpstreamTimeout: ptr(time.Minute)},
+		}})
+		for _, c := range []struct {
+			path, key string
+			want      time.Duration
+		}{{"/v1/exports", "e", 5 * time.Minute}, {"/v1/charges", "c", 30 * time.Second}, {"/v1/search", "", time.Minute}} {
+			req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader("{}"))
+			if c.key != "" {
+				req.Header.Set(idemhttp.HeaderKey, c.key)
+			}
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			g.Handler().ServeHTTP(rec, req)
+			if took := time.Since(start); rec.Code != http.StatusGatewayTimeout || took != c.want || !strings.Contains(rec.Body.String(), c.want.String()) {
+				t.Errorf("%s: %d after %v (%s); want 504 after %v, saying so", c.path, rec.Code, took, rec.Body, c.want)
+			}
+		}
+	})
+}
+
+// The lease a key keeps after its gateway died must cover the upstream
+// call, whose timeout the gateway would have waited out: a top level
+// that says otherwise is refused at start (and at a reload), naming the
+// flags; a route, naming its field (TestRouteErrorsNameTheField).
+func TestLeaseShorterThanTheUpstreamTimeoutIsRefused(t *testing.T) {
+	store, _ := memstore.New(nil)
+	_, err := New(Config{Upstream: mustURL(t, "http://upstream.test"), Store: store, UpstreamTimeout: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "--upstream-timeout 1m0s is longer than --lease 30s") || strings.Contains(err.Error(), "gateway: gateway:") {
+		t.Errorf("--upstream-timeout 1m with the default lease: %v; want a refusal naming both flags", err)
+	}
+	for _, cfg := range []Config{{UpstreamTimeout: time.Minute, Lease: time.Minute}, {Routes: []Route{{Pattern: "/a", PassThrough: true, UpstreamTimeout: ptr(time.Hour)}}}} {
+		cfg.Upstream, cfg.Store, cfg.Logger = mustURL(t, "http://upstream.test"), store, slog.New(slog.DiscardHandler)
+		if _, err := New(cfg); err != nil {
+			t.Errorf("%+v: %v; want it accepted (equal, or a pass-through route, which has no lease)", cfg, err)
 		}
 	}
 }
