@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/idemhttp"
+)
+
+// syncBuffer is a bytes.Buffer a logger and a test can share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines returns the JSON log lines whose msg begins with prefix.
+func (s *syncBuffer) lines(t *testing.T, prefix string) []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			t.Fatalf("log line %q is not JSON", line)
+		}
+		if msg, _ := m["msg"].(string); strings.HasPrefix(msg, prefix) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Issue 31, item 13: the gateway's own 502 and 504 are not the request's
+// answer: they say "not yet" (the key released, or UNKNOWN), so they
+// carry no Repeatability-Result (they carried "accepted"); and their
+// warning names the key and its tenant (it named neither).
+func TestGatewaysOwnAnswersNameTheKeyAndAreNotAccepted(t *testing.T) {
+	failing := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path == "/hang" {
+			<-r.Context().Done()
+			return nil, context.Cause(r.Context())
+		}
+		return nil, io.ErrUnexpectedEOF // sent, and cut: the outcome is unknown
+	})
+	unreachable := NewUpstreamTransport()
+	defer unreachable.CloseIdleConnections()
+	for _, c := range []struct {
+		path      string
+		transport http.RoundTripper
+		status    int
+		code, log string
+	}{
+		{"/reset", failing, http.StatusBadGateway, CodeUpstreamNoResponse, "idem: upstream outcome unknown"},
+		{"/hang", failing, http.StatusGatewayTimeout, CodeUpstreamTimeout, "idem: upstream outcome unknown"},
+		{"/down", unreachable, http.StatusBadGateway, CodeUpstreamUnreachable, "idem: upstream unreachable"},
+	} {
+		var logs syncBuffer
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Transport: c.transport, Repeatability: true,
+			UpstreamTimeout: 20 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+		req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set(idemhttp.HeaderRepeatabilityID, "rr-1")
+		req.Header.Set(idemhttp.HeaderRepeatabilityFirstSent, time.Now().UTC().Format(http.TimeFormat))
+		rec := httptest.NewRecorder()
+		g.Handler().ServeHTTP(rec, req)
+		if rec.Code != c.status || !strings.Contains(rec.Body.String(), c.code) {
+			t.Fatalf("%s: %d %s; want %d %s", c.path, rec.Code, rec.Body, c.status, c.code)
+		}
+		if got := rec.Header().Values(idemhttp.HeaderRepeatabilityResult); len(got) != 0 {
+			t.Errorf("%s: the gateway's own %d carries Repeatability-Result %q; want none (it is not the request's answer)", c.path, c.status, got)
+		}
+		lines := logs.lines(t, c.log)
+		if len(lines) != 1 || lines[0]["key"] != "rr-1" || lines[0]["tenant"] != defaultTenant(t, req) || lines[0]["fence"] == nil {
+			t.Errorf("%s: log lines %v; want one %q naming the key, its tenant and fence", c.path, lines, c.log)
+		}
+	}
+}
