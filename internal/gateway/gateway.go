@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,7 +95,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tel := newTelemetry(reg, cfg.Tracer)
+	tel := newTelemetry(reg, cfg.Tracer, cmp.Or(cfg.StoreTimeout, idem.DefaultStoreTimeout), cfg.longestUpstreamTimeout())
 	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)

@@ -55,16 +55,25 @@ func DefaultMaxConns() int {
 // attempt with the key and the upstream call (the longest of any route),
 // and sending the answer.
 func (c *Config) writeTimeout() time.Duration {
-	wait, upstream := c.Wait, c.UpstreamTimeout
+	wait := c.Wait
 	for _, rt := range c.Routes {
 		if rt.Wait != nil {
 			wait = max(wait, *rt.Wait)
 		}
+	}
+	return c.ReadTimeout + wait + c.longestUpstreamTimeout() + idem.FinalizeTimeout + answerTime
+}
+
+// longestUpstreamTimeout is the longest upstream timeout of the top level
+// and the routes.
+func (c *Config) longestUpstreamTimeout() time.Duration {
+	longest := c.UpstreamTimeout
+	for _, rt := range c.Routes {
 		if rt.UpstreamTimeout != nil {
-			upstream = max(upstream, *rt.UpstreamTimeout)
+			longest = max(longest, *rt.UpstreamTimeout)
 		}
 	}
-	return c.ReadTimeout + wait + upstream + idem.FinalizeTimeout + answerTime
+	return longest
 }
 
 // publicServer is the proxy's server with the limits of the Config.

@@ -88,7 +88,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		if !rt.protectionUnset() {
 			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match, name and upstream-timeout")}
 		}
-		return g.withWriteDeadline(proxy, 0, timeout), nil
+		return g.withWriteDeadline(g.tel.passedThrough(proxy), 0, timeout), nil
 	}
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,

@@ -172,6 +172,10 @@ var routeCases = []struct {
 		if c.runs("s") != 2 || c.runs("c") != 1 {
 			c.t.Fatalf("runs: search %d, charge %d; want 2 (not protected) and 1", c.runs("s"), c.runs("c"))
 		}
+		// Issue 31, item 13: they are requests too.
+		if got := scrape(c.t, c.g)[`idem_requests_total{outcome="pass_through"}`]; got != 2 {
+			c.t.Fatalf(`idem_requests_total{outcome="pass_through"} = %v; want the 2 searches`, got)
+		}
 	}},
 	{name: "methods", routes: []Route{{Pattern: "/v1/items/{id}", Methods: []string{"put"}}}, check: func(c *routeClient) {
 		c.want("a PUT", c.send("PUT", "/v1/items/1", "p", "{}"), http.StatusCreated, false)
