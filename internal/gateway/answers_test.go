@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -88,5 +89,52 @@ func TestGatewaysOwnAnswersNameTheKeyAndAreNotAccepted(t *testing.T) {
 		if len(lines) != 1 || lines[0]["key"] != "rr-1" || lines[0]["tenant"] != defaultTenant(t, req) || lines[0]["fence"] == nil {
 			t.Errorf("%s: log lines %v; want one %q naming the key, its tenant and fence", c.path, lines, c.log)
 		}
+	}
+}
+
+// runGateway serves g on a loopback port until the test ends and returns
+// the proxy's address.
+func runGateway(t *testing.T, g *Gateway) string {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx, func(proxy, _ net.Addr) { addr <- proxy.String() }) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case a := <-addr:
+		return a
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+		return ""
+	}
+}
+
+// Issue 31, item 13: a 1.1 MB header block got a reset, not 431. net/http
+// answers 431 and closes the connection with the rest of the block
+// unread, which resets it, and a client still sending (a slow link) lost
+// the 431 it had not read yet. The gateway's connection now ends its
+// answer (a half close: the client reads the 431 and then EOF, not a
+// reset, even before it has sent the rest) and drains the rest before the
+// close.
+func TestOversizedHeaderBlockGets431(t *testing.T) {
+	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Listen: "127.0.0.1:0"})
+	conn, err := net.Dial("tcp", runGateway(t, g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // a bound, not a wait: every step below ends sooner
+	head := "POST /v1/charges HTTP/1.1\r\nHost: api.test\r\nX-Big: " + strings.Repeat("a", 1100<<10) + "\r\n\r\n"
+	cut := http.DefaultMaxHeaderBytes + 64<<10 // past the limit, and well short of the end
+	if _, err := io.WriteString(conn, head[:cut]); err != nil {
+		t.Fatal(err)
+	}
+	answer, err := io.ReadAll(conn) // up to the gateway's end of the answer
+	if err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 431 ") {
+		t.Fatalf("the answer to a %d-byte header block: %q, %v; want a 431 and its end (EOF), not a reset", len(head), answer, err)
+	}
+	if _, err := io.WriteString(conn, head[cut:]); err != nil { // the slow client's rest
+		t.Fatalf("sending the rest of the block after the 431: %v; want it drained", err)
 	}
 }

@@ -20,7 +20,7 @@ func TestLatencyBucketsReachPastTheTimeouts(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	defer up.Close()
 	for _, c := range []struct {
-		cfg                  Config
+		cfg                   Config
 		storeTop, upstreamTop string // the first bucket past each timeout
 	}{
 		{Config{}, "2.5", "50"},
