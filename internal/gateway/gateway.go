@@ -128,9 +128,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.proxy = g.tracked(g.traced(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
-	})))
+	}))))
 	g.admin = g.withConsole(adminHandler(engine, reg, cfg.AdminToken, cfg.MaxResponse))
 	return g, nil
 }

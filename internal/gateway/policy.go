@@ -39,6 +39,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if cfg.UpstreamTimeout == 0 {
 		p.cfg.UpstreamTimeout = 30 * time.Second
 	}
+	p.cfg.Methods = upperMethods(cfg.Methods)
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler("--reconcile-url", cfg.ReconcileURL, cfg.ReconcileToken, g.transport, p.cfg.ReplayHeaders)
 		if err != nil {
@@ -53,7 +54,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	}
 	p.handler = fallback
 	if len(cfg.Routes) > 0 {
-		handlers := make([]http.Handler, len(cfg.Routes))
+		entries := make([]*routeEntry, len(cfg.Routes))
 		for i, rt := range cfg.Routes {
 			routeProxy := proxy
 			if rt.UpstreamTimeout != nil {
@@ -62,11 +63,11 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 				}
 				routeProxy = g.reverseProxy(p, *rt.UpstreamTimeout)
 			}
-			if handlers[i], err = g.routeHandler(p, rt, routeProxy); err != nil {
+			if entries[i], err = g.routeHandler(p, rt, routeProxy); err != nil {
 				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
 			}
 		}
-		if p.handler, err = newRouteTable(cfg.Routes, handlers, fallback); err != nil {
+		if p.handler, err = newRouteTable(cfg.Routes, entries, fallback, cfg.ErrorFormat, g.rejected); err != nil {
 			return nil, err
 		}
 	}
@@ -78,7 +79,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 
 // routeHandler builds the handler of one route; the zero Route is the
 // top level's, for the requests no route matches.
-func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Handler, error) {
+func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeEntry, error) {
 	cfg := p.cfg
 	timeout := cfg.UpstreamTimeout
 	if rt.UpstreamTimeout != nil {
@@ -88,7 +89,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		if !rt.protectionUnset() {
 			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match, name and upstream-timeout")}
 		}
-		return g.withWriteDeadline(g.tel.passedThrough(proxy), 0, timeout), nil
+		return &routeEntry{Handler: g.withWriteDeadline(g.tel.passedThrough(proxy), 0, timeout)}, nil
 	}
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
@@ -131,7 +132,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 	if h, err = rt.keySource(h, o); err != nil {
 		return nil, &FieldError{Path: "key-from", Err: err}
 	}
-	return g.withWriteDeadline(h, o.Wait, timeout), nil
+	return &routeEntry{Handler: g.withWriteDeadline(h, o.Wait, timeout), methods: o.Methods}, nil
 }
 
 // defaultLease is the lease of a gateway without --lease: the engine's
@@ -174,10 +175,7 @@ func (rt Route) override(o *idemhttp.Options) error {
 		if len(rt.Methods) == 0 {
 			return &FieldError{Path: "methods", Err: errors.New("an empty list protects nothing: say pass-through: true")}
 		}
-		o.Methods = nil
-		for _, m := range rt.Methods {
-			o.Methods = append(o.Methods, strings.ToUpper(strings.TrimSpace(m)))
-		}
+		o.Methods = upperMethods(rt.Methods)
 	}
 	if rt.RequireKey != nil {
 		o.RequireKey = *rt.RequireKey
@@ -199,6 +197,20 @@ func (rt Route) override(o *idemhttp.Options) error {
 		}
 	}
 	return nil
+}
+
+// upperMethods is a list of methods in upper case: a method is matched
+// without case (a request's own must be in upper case, checkTarget), so
+// "post" in a configuration protects POST.
+func upperMethods(methods []string) []string {
+	if methods == nil {
+		return nil
+	}
+	out := make([]string, len(methods))
+	for i, m := range methods {
+		out[i] = strings.ToUpper(strings.TrimSpace(m))
+	}
+	return out
 }
 
 // withWriteDeadline gives the requests of a route whose wait and upstream

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -400,5 +401,151 @@ func TestLeaseShorterThanTheUpstreamTimeoutIsRefused(t *testing.T) {
 		if _, err := New(cfg); err != nil {
 			t.Errorf("%+v: %v; want it accepted (equal, or a pass-through route, which has no lease)", cfg, err)
 		}
+	}
+}
+
+// sendAs sends body to path (as written) with method and host (when not
+// empty), and key, when not empty, as Idempotency-Key (prefixed).
+func (c *routeClient) sendAs(method, host, path, key, body string) reply {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idemhttp.HeaderKey, c.key+key)
+	}
+	resp, err := c.srv.Client().Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, replayed: resp.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(b)}
+	if i := strings.Index(r.body, `"code":"`); i >= 0 {
+		r.code, _, _ = strings.Cut(r.body[i+8:], `"`)
+	}
+	return r
+}
+
+// spellingRoutes are the routes of TestSpellingsOfAPathMeetTheirRoute.
+var spellingRoutes = []Route{
+	{Pattern: "POST /v1/orders", KeyFrom: "json:/request_id"},
+	{Pattern: "POST api.example.com/v2/orders", KeyFrom: "json:/request_id"},
+	{Pattern: "POST /v1/search", PassThrough: true},
+	{Pattern: "POST /v1/items/{id}", RequireKey: ptr(true)},
+	{Pattern: "POST /v1/items/{id}/{op}", KeyFrom: "json:/request_id"},
+	{Pattern: "POST /v1/batches/", KeyFrom: "json:/request_id"},
+}
+
+// Issue 31, item 3: with POST /v1/orders keyed by json:/request_id, the
+// same order sent to /v1/orders/, /V1/orders, /v1/Orders, /v1/orders;v=1,
+// /v1/orders%20 or /v1/orders. fell to the top level (keyed by the header
+// alone, which it lacked) and ran again each time; "post" was forwarded
+// unprotected; a host pattern missed API.EXAMPLE.COM and a trailing dot.
+// Now every spelling a common framework could route to the orders
+// endpoint gets the orders route: the order runs once (another spelling is
+// another request to the fingerprint: 422, never a run); the method in
+// lower case, and what cannot be matched safely, get 400.
+func TestSpellingsOfAPathMeetTheirRoute(t *testing.T) {
+	for storeName, newStore := range testenv.Stores() {
+		t.Run(storeName, func(t *testing.T) {
+			up := newRouteUpstream(t)
+			g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), Store: newStore(t), AllowAnonymous: true, Routes: spellingRoutes})
+			srv := httptest.NewServer(g.Handler())
+			defer srv.Close()
+			c := &routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t)}
+			order := `{"request_id":"` + c.key + `o1","amount":1}`
+			c.want("the order", c.sendAs("POST", "", "/v1/orders", "", order), http.StatusCreated, false)
+			for _, path := range []string{"/v1/orders", "/v1/orders/", "/V1/orders", "/v1/Orders", "/v1/orders;v=1", "/v1/orders%20",
+				"/v1/orders.", "/v1//orders", "/v1/%6Frders", "/V1/ORDERS/;x=1/"} {
+				got := c.sendAs("POST", "", path, "", order)
+				if !(got.status == http.StatusCreated && got.replayed) && !(got.status == http.StatusUnprocessableEntity && got.code == idemhttp.CodeKeyMismatch) {
+					t.Errorf("the order sent to %s = %d %s; want its replay or 422 key_mismatch (another spelling is another request)", path, got.status, got.body)
+				}
+			}
+			if got := c.sendAs("post", "", "/v1/orders", "", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf(`"post" = %d %s; want 400 %s`, got.status, got.body, CodeAmbiguousRequest)
+			}
+			if n := c.runs("o1"); n != 1 {
+				t.Fatalf("the order ran %d times; want once", n)
+			}
+
+			other := `{"request_id":"` + c.key + `o2","amount":2}`
+			c.want("an order to a host's route", c.sendAs("POST", "api.example.com", "/v2/orders", "", other), http.StatusCreated, false)
+			for _, host := range []string{"API.EXAMPLE.COM", "api.example.com.", "Api.Example.Com.:443"} {
+				c.want("the order to "+host, c.sendAs("POST", host, "/v2/orders", "", other), http.StatusCreated, true)
+			}
+			if n := c.runs("o2"); n != 1 {
+				t.Fatalf("the host's order ran %d times; want once", n)
+			}
+
+			// A subtree's root without its slash (ServeMux would redirect it).
+			batch := `{"request_id":"` + c.key + `b1"}`
+			for i := range 2 {
+				c.want("a batch to /v1/batches", c.sendAs("POST", "", "/v1/batches", "", batch), http.StatusCreated, i == 1)
+			}
+			// A pass-through route does not take in what the top level
+			// protects: /v1/Search may be another endpoint than /v1/search.
+			for i := range 2 {
+				c.want("a keyed POST to /v1/Search", c.sendAs("POST", "", "/v1/Search", "s", "{}"), http.StatusCreated, i == 1)
+			}
+			// Two readings of %2F, two protected routes: which policy?
+			if got := c.sendAs("POST", "", "/v1/items/a%2Fb", "i", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf("/v1/items/a%%2Fb = %d %s; want 400 %s", got.status, got.body, CodeAmbiguousRequest)
+			}
+			// A dot segment, where some route protects the method.
+			if got := c.sendAs("POST", "", "/v1/x/../orders", "", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf("/v1/x/../orders = %d %s; want 400 %s", got.status, got.body, CodeAmbiguousRequest)
+			}
+			c.want("a GET with a dot segment (nothing protects a GET)", c.sendAs("GET", "", "/v1/x/../orders", "", ""), http.StatusCreated, false)
+			if n := c.runs("o1") + c.runs("i"); n != 1 {
+				t.Fatalf("refused requests reached the upstream: %d runs; want the first order's only", n)
+			}
+		})
+	}
+}
+
+// Two routes that are one pattern once compared as requests are refuse
+// the configuration, naming both; the top level's methods are matched
+// without case too; a request target that is not a path (an HTTP/2
+// preface, "PRI * HTTP/2.0") is not forwarded, routes or not.
+func TestSpellingsOfTheConfiguration(t *testing.T) {
+	store, _ := memstore.New(nil)
+	_, err := New(Config{Upstream: mustURL(t, "http://upstream.test"), Store: store, Logger: slog.New(slog.DiscardHandler),
+		Routes: []Route{{Pattern: "POST /v1/orders"}, {Pattern: "post /V1/Orders."}}})
+	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Path != "routes[1].match" || !strings.Contains(fe.Err.Error(), `conflicts with routes[0] "POST /v1/orders" once both are compared as requests are`) {
+		t.Errorf("two spellings of one route: %v; want a FieldError about routes[1].match naming routes[0]", err)
+	}
+	up := newRouteUpstream(t)
+	g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), AllowAnonymous: true, Methods: []string{"put"}})
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	c := &routeClient{t: t, up: up, g: g, srv: srv, key: "methods-"}
+	c.want("a PUT under --methods put", c.sendAs("PUT", "", "/v1/items/1", "p", "{}"), http.StatusCreated, false)
+	c.want("its retry", c.sendAs("PUT", "", "/v1/items/1", "p", "{}"), http.StatusCreated, true)
+	for _, method := range []string{"put", "Put"} {
+		if got := c.sendAs(method, "", "/v1/items/1", "p", "{}"); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+			t.Errorf("%q without routes = %d %s; want 400 %s", method, got.status, got.body, CodeAmbiguousRequest)
+		}
+	}
+	req := httptest.NewRequest("PRI", "*", nil)
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+	rec := httptest.NewRecorder()
+	g.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), CodeAmbiguousRequest) {
+		t.Errorf("PRI * HTTP/2.0 = %d %s; want 400 %s", rec.Code, rec.Body, CodeAmbiguousRequest)
+	}
+	if n := c.runs("p"); n != 1 {
+		t.Fatalf("the PUT ran %d times; want once", n)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if n := len(up.bodies); n != 1 {
+		t.Fatalf("the upstream got %d requests; want the first PUT's only", n)
 	}
 }
