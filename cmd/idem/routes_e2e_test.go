@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 )
@@ -164,5 +167,75 @@ func TestMadeUpTenantsCannotFillTheMemoryStore(t *testing.T) {
 	}
 	if used := g.metric(t, "idem_memory_store_bytes"); used <= 0 || used >= 8<<10 {
 		t.Errorf("the memory store holds %v bytes; want only the customer's result (the 401s released)", used)
+	}
+}
+
+// Issue 31, items 3 and 13, through the built binary: with POST
+// /v1/orders keyed by json:/request_id in a config file, the same order
+// sent under every spelling of its path runs once; "post" and an HTTP/2
+// preface (PRI * HTTP/2.0) get 400 and never reach the upstream; a 1.1 MB
+// header block from a client still sending gets its 431 and the end of
+// the answer, not a reset.
+func TestSpellingsRunOnce(t *testing.T) {
+	var mu sync.Mutex
+	var methods []string
+	up := newCountingAPI(t, func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		methods = append(methods, r.Method)
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"order":"o_1"}`)
+	})
+	cfg := writeConfig(t, "routes:\n  - match: POST /v1/orders\n    key-from: json:/request_id\n    require-key: true\n")
+	g := startGateway(t, "--config", cfg, "--upstream", up.URL)
+	base := "http://" + g.addr
+	key := "order-" + testenv.Prefix(t)
+	order := `{"request_id":"` + key + `","amount":1}`
+	if a, err := send("POST", base+"/v1/orders", "", order); err != nil || a.status != http.StatusCreated {
+		t.Fatalf("the order: %d %s (%v)", a.status, a.body, err)
+	}
+	for _, path := range []string{"/v1/orders/", "/V1/orders", "/v1/Orders", "/v1/orders;v=1", "/v1/orders%20", "/v1/orders.", "/v1//orders"} {
+		a, err := send("POST", base+path, "", order)
+		if err != nil || !(a.status == http.StatusCreated && a.replayed) && !(a.status == http.StatusUnprocessableEntity && strings.Contains(a.body, `"key_mismatch"`)) {
+			t.Errorf("the order sent to %s: %d %s (%v); want its replay or 422 key_mismatch", path, a.status, a.body, err)
+		}
+	}
+	if a, err := send("post", base+"/v1/orders", "", order); err != nil || a.status != http.StatusBadRequest || !strings.Contains(a.body, `"ambiguous_request"`) {
+		t.Errorf(`"post": %d %s (%v); want 400 ambiguous_request`, a.status, a.body, err)
+	}
+	if n := up.count(key); n != 1 {
+		t.Fatalf("the order ran %d times; want once", n)
+	}
+
+	conn, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second)) // a bound: the answer comes at once
+	io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	if status, err := bufio.NewReader(conn).ReadString('\n'); err != nil || !strings.HasPrefix(status, "HTTP/1.1 400 ") {
+		t.Errorf("an HTTP/2 preface: %q, %v; want 400", status, err)
+	}
+
+	big, err := net.Dial("tcp", g.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	big.SetDeadline(time.Now().Add(30 * time.Second))
+	head := "POST /v1/orders HTTP/1.1\r\nHost: api.test\r\nX-Big: " + strings.Repeat("a", 1100<<10) + "\r\n\r\n"
+	cut := http.DefaultMaxHeaderBytes + 64<<10
+	io.WriteString(big, head[:cut])
+	if answer, err := io.ReadAll(big); err != nil || !strings.HasPrefix(string(answer), "HTTP/1.1 431 ") {
+		t.Errorf("a 1.1 MB header block: %.60q, %v; want a 431 and the end of the answer, not a reset", answer, err)
+	}
+	if _, err := io.WriteString(big, head[cut:]); err != nil {
+		t.Errorf("the rest of the block after the 431: %v; want it drained", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(methods) != 1 {
+		t.Errorf("the upstream got %q; want the first order's POST only", methods)
 	}
 }
