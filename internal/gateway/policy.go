@@ -40,6 +40,12 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 		p.cfg.UpstreamTimeout = 30 * time.Second
 	}
 	p.cfg.Methods = upperMethods(cfg.Methods)
+	if lease := cmp.Or(p.cfg.Lease, defaultLease); lease < p.cfg.UpstreamTimeout {
+		// Flags that running deployments set: a warning, where a route
+		// that says so is refused (checkLease).
+		g.cfg.Logger.Warn("idem: --upstream-timeout is longer than --lease: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make --lease at least --upstream-timeout",
+			"upstream_timeout", p.cfg.UpstreamTimeout.String(), "lease", lease.String())
+	}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler("--reconcile-url", cfg.ReconcileURL, cfg.ReconcileToken, g.transport, p.cfg.ReplayHeaders)
 		if err != nil {
@@ -139,14 +145,15 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 // default (idem.Options.LeaseDuration).
 const defaultLease = 30 * time.Second
 
-// checkLease refuses a lease shorter than the upstream timeout. A key's
-// lease outlives a gateway that crashed while its request was upstream;
-// once it ends, a retry takes the key over (reconciles it, or with
-// --takeover run sends it again). Ending before the upstream timeout, it
-// would let that happen while the gateway, had it lived, would still be
-// waiting for the upstream's answer: the request may still be running
-// there. Equal is enough: by the end of the lease the gateway would have
-// cut the call.
+// checkLease refuses a route whose lease is shorter than its upstream
+// timeout, when the route sets either. A key's lease outlives a gateway
+// that crashed while its request was upstream; once it ends, a retry
+// takes the key over (reconciles it, or with --takeover run sends it
+// again). Ending before the upstream timeout, it would let that happen
+// while the gateway, had it lived, would still be waiting for the
+// upstream's answer: the request may still be running there. Equal is
+// enough: by the end of the lease the gateway would have cut the call.
+// (The top level's own pair is warned about in compile.)
 func (rt Route) checkLease(lease, timeout time.Duration) error {
 	if lease >= timeout {
 		return nil
@@ -158,8 +165,7 @@ func (rt Route) checkLease(lease, timeout time.Duration) error {
 	case rt.Lease != nil:
 		return &FieldError{Path: "lease", Err: err}
 	}
-	// The top level's (a route that sets neither has the same).
-	return fmt.Errorf("--upstream-timeout %v is longer than --lease %v: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make --lease at least --upstream-timeout", timeout, lease)
+	return nil // both the top level's
 }
 
 // protectionUnset reports whether rt sets none of the options of a
