@@ -105,25 +105,7 @@ type reply struct {
 // key, when not empty, is sent as Idempotency-Key (prefixed).
 func (c *routeClient) send(method, path, key, body string, hdr ...string) reply {
 	c.t.Helper()
-	req, _ := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set(idemhttp.HeaderKey, c.key+key)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := c.srv.Client().Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, replayed: resp.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(b)}
-	if i := strings.Index(r.body, `"code":"`); i >= 0 {
-		r.code, _, _ = strings.Cut(r.body[i+8:], `"`)
-	}
-	return r
+	return c.sendAs(method, "", path, key, body, hdr...)
 }
 
 func (c *routeClient) runs(key string) int { return c.up.count(c.key + key) }
@@ -403,9 +385,8 @@ func TestLeaseShorterThanTheUpstreamTimeout(t *testing.T) {
 	}
 }
 
-// sendAs sends body to path (as written) with method and host (when not
-// empty), and key, when not empty, as Idempotency-Key (prefixed).
-func (c *routeClient) sendAs(method, host, path, key, body string) reply {
+// sendAs is send with the Host (when not empty) and the path as written.
+func (c *routeClient) sendAs(method, host, path, key, body string, hdr ...string) reply {
 	c.t.Helper()
 	req, err := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -417,6 +398,9 @@ func (c *routeClient) sendAs(method, host, path, key, body string) reply {
 	req.Header.Set("Content-Type", "application/json")
 	if key != "" {
 		req.Header.Set(idemhttp.HeaderKey, c.key+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := c.srv.Client().Do(req)
 	if err != nil {
