@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check screenshots check check-short mutate model model-mutants
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check fresh-debian screenshots check check-short mutate model model-mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ test-topology: ## the long multi-node Redis tests (cluster resharding, Sentinel 
 
 systemd-check: ## boot deploy/systemd/idem.service in a systemd-nspawn container: start, reload, stop (root; first run ~3 min)
 	scripts/systemd-check.sh
+
+fresh-debian: ## the README's two commands on a fresh Debian with only Go, in namespaces (root; about an hour on 2 busy cores; times at the end)
+	scripts/fresh-debian.sh
 
 screenshots: ## the console's screenshots in docs/console, taken by its browser test in headless Chromium
 	cd internal/console/browsertest && IDEM_SCREENSHOTS=1 go test -count=1 ./...

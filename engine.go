@@ -231,7 +231,7 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 		}
 	}
 	p := store.AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
-		Retention: retention, TakeOver: e.takeover == TakeoverRun}
+		Retention: retention, KeyRetention: keyRetention, TakeOver: e.takeover == TakeoverRun}
 	att, err := e.begin(ctx, p, keyRetention)
 	if err != nil || att.Outcome != Unknown || e.reconcile == nil {
 		return att, err

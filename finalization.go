@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"maps"
@@ -34,7 +35,7 @@ type finalization struct {
 	result       store.Result   // opComplete
 	reason       string         // opMarkUnknown
 	retention    time.Duration
-	keyRetention time.Duration // opComplete
+	keyRetention time.Duration // opComplete, opMarkUnknown
 	// unanswered is set once a try failed without an answer: it may
 	// have taken effect, and the next try may find its work done.
 	unanswered atomic.Bool
@@ -43,6 +44,21 @@ type finalization struct {
 	heldAt time.Time
 	until  time.Time // retried until then
 	size   int64     // what it costs the hold, in bytes
+	// next is when it is tried again: an orphan whose acquire has not
+	// landed is looked for once a maxRetryWait, not on every pass;
+	// guarded by hold.mu.
+	next time.Time
+}
+
+// drainOrder ranks the ops by what they carry, first what drains first
+// when the store is back: a result, which a client already has, then an
+// unknown outcome, then a release (a retry waits on it), then an orphan's
+// release, which looks for a record that most often never landed.
+var drainOrder = map[string]int{opComplete: 0, opMarkUnknown: 1, opRelease: 2, opReleaseOrphan: 3}
+
+// drainsBefore orders held finalizations: by drainOrder, then oldest first.
+func drainsBefore(a, b *finalization) int {
+	return cmp.Or(cmp.Compare(drainOrder[a.op], drainOrder[b.op]), a.heldAt.Compare(b.heldAt))
 }
 
 // call tries the finalization once.
@@ -51,7 +67,7 @@ func (f *finalization) call(ctx context.Context, s store.Store) error {
 	case opComplete:
 		return s.Complete(ctx, store.CompleteParams{LeaseRef: f.ref, Result: f.result, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opMarkUnknown:
-		return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention})
+		return s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: f.ref, Reason: f.reason, Retention: f.retention, KeyRetention: f.keyRetention})
 	case opRelease:
 		return s.Release(ctx, f.ref)
 	}

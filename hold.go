@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,8 @@ const (
 
 // The background retries of held finalizations back off from firstRetry
 // to maxRetryWait while the store keeps failing; retryConcurrency of them
-// run at once once a first one went through.
+// run at once once a first one went through, and a pass stops early when
+// that many fail in a row.
 const (
 	firstRetry       = 50 * time.Millisecond
 	maxRetryWait     = time.Second
@@ -159,7 +161,7 @@ func (h *hold) answer(id store.ID, fingerprint string) (Attempt, int64, bool) {
 		return Attempt{}, 0, false
 	}
 	rec := store.Record{ID: id, State: store.StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
-		CompletedAt: f.heldAt, TTL: f.retention, Reason: f.reason}
+		CompletedAt: f.heldAt, TTL: max(f.retention, f.keyRetention), Reason: f.reason}
 	if f.op == opComplete {
 		rec.State, rec.Result = store.StateCompleted, &f.result
 	}
@@ -179,10 +181,13 @@ func (h *hold) supersede(id store.ID, fence int64) {
 }
 
 // holds reports whether a finalization of the attempt with this owner
-// token is held; it wakes the retrier if so.
+// token is held; it wakes the retrier if so, to try it at once.
 func (h *hold) holds(owner string) bool {
 	h.mu.Lock()
-	_, ok := h.ops[owner]
+	f, ok := h.ops[owner]
+	if ok {
+		f.next = time.Time{}
+	}
 	h.mu.Unlock()
 	if ok {
 		h.wake()
@@ -224,20 +229,26 @@ func (h *hold) retry() {
 	}
 }
 
-// pass drops what ran out of time and tries the rest: one first, as a
-// probe, and, if the store took it, the others a few at a time. It
+// pass drops what ran out of time and tries the rest that is due, in
+// drain order (drainsBefore): what carries knowledge first, so that a
+// store that is back takes the results a process holds before anything
+// else, and a crash soon after loses as few as can be. One is tried
+// first, as a probe, and, if the store took it, the others a few at a
+// time, until retryConcurrency fail in a row (a store just back may
+// refuse some calls; one that is down again refuses them all). It
 // reports false when the store still fails.
 func (h *hold) pass() bool {
 	now := time.Now()
 	var due, expired []*finalization
 	h.mu.Lock()
 	for _, f := range h.ops {
-		if now.After(f.until) {
+		switch {
+		case now.After(f.until):
 			h.removeLocked(f)
 			expired = append(expired, f)
-			continue
+		case !now.Before(f.next):
+			due = append(due, f)
 		}
-		due = append(due, f)
 	}
 	h.mu.Unlock()
 	for _, f := range expired {
@@ -247,26 +258,30 @@ func (h *hold) pass() bool {
 	if len(due) == 0 {
 		return true
 	}
+	slices.SortFunc(due, drainsBefore)
 	if !h.try(due[0]) {
 		return false
 	}
-	var failed atomic.Bool
+	var failing atomic.Int32 // tries failed in a row
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, retryConcurrency)
 	for _, f := range due[1:] {
-		if failed.Load() {
+		sem <- struct{}{}
+		if failing.Load() >= retryConcurrency {
+			<-sem
 			break
 		}
-		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if !h.try(f) {
-				failed.Store(true)
+			if h.try(f) {
+				failing.Store(0)
+			} else {
+				failing.Add(1)
 			}
 		})
 	}
 	wg.Wait()
-	return !failed.Load()
+	return failing.Load() < retryConcurrency
 }
 
 // try tries f once and settles it if the store answered; it reports
@@ -275,7 +290,12 @@ func (h *hold) try(f *finalization) bool {
 	err := h.e.finalizeOnce(context.Background(), f)
 	if errors.Is(err, errNotLanded) {
 		if time.Since(f.heldAt) < landingWindow {
-			return true // the store answers; the acquire may land yet
+			// The store answers; the acquire may land yet: look again in
+			// a while (sooner if a retry of the key meets its record).
+			h.mu.Lock()
+			f.next = time.Now().Add(maxRetryWait)
+			h.mu.Unlock()
+			return true
 		}
 		err = nil // it never did
 	}

@@ -3,8 +3,10 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -57,4 +59,44 @@ func TestKeyRetentionExpiredOutcome(t *testing.T) {
 	if _, _, err := e.Do(ctx, req, work); err != nil || runs != 3 {
 		t.Fatalf("Do after Delete: %v, %d runs; want a third run", err, runs)
 	}
+}
+
+// A key whose outcome is unknown lives as long as the key, not as long as
+// a result would: with Retention 1h and KeyRetention 24h, a key marked
+// UNKNOWN, and one whose lease ended under a crashed owner, are still
+// UNKNOWN (never run again) 2h later, and end with the key retention
+// (issue 31, item 4). The memory store runs on the bubble's clock.
+func TestUnknownKeyLivesAsLongAsTheKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		e := newEngine(t, mustMem(t), &idem.Options{Retention: time.Hour, KeyRetention: 24 * time.Hour, LeaseDuration: time.Minute,
+			RenewEvery: -1, Logger: slog.New(slog.DiscardHandler)})
+		runs := 0
+		work := func(context.Context, *idem.Lease) ([]byte, error) {
+			runs++
+			return nil, idem.OutcomeUnknown(errors.New("the connection dropped after the request was sent"), "")
+		}
+		marked := idem.Key{Key: "marked", Fingerprint: "fp"}
+		if _, _, err := e.Do(ctx, marked, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
+			t.Fatalf("first Do = %v, %d runs; want ErrOutcomeUnknown after one run", err, runs)
+		}
+		crashed := idem.Key{Key: "crashed", Fingerprint: "fp"}
+		if a := begin(t, e, crashed); a.Outcome != idem.Acquired {
+			t.Fatalf("Begin = %v; want Acquired", a.Outcome)
+		} // and its owner never comes back
+		time.Sleep(2 * time.Hour)
+		for _, req := range []idem.Key{marked, crashed} {
+			if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
+				t.Fatalf("Do(%s) past the retention, within the key retention = %v, %d runs; want ErrOutcomeUnknown, no run", req.Key, err, runs)
+			}
+		}
+		time.Sleep(24 * time.Hour) // the crashed key turned UNKNOWN when Do met its ended lease, 2h in: its key retention counts from then
+		for _, req := range []idem.Key{marked, crashed} {
+			if a := begin(t, e, req); a.Outcome != idem.Acquired {
+				t.Fatalf("Begin(%s) past the key retention = %v; want Acquired: the key has ended", req.Key, a.Outcome)
+			} else {
+				a.Lease.Release(ctx)
+			}
+		}
+	})
 }

@@ -23,7 +23,7 @@ type Lease struct {
 	fp           string // the attempt's fingerprint, for answering retries while a finalize is held
 	lease        time.Duration
 	retention    time.Duration
-	keyRetention time.Duration // for Complete (store.CompleteParams.KeyRetention)
+	keyRetention time.Duration // how long the key is remembered (store.CompleteParams.KeyRetention, and the life of an UNKNOWN record)
 	renew        time.Duration // the heartbeat interval; negative: no renewal
 	previous     int64         // the fence of the attempt taken over; zero when none
 
@@ -171,7 +171,7 @@ func (l *Lease) beat() {
 	l.hbTimer.Reset(left)
 	sent := time.Now()
 	l.hb.Unlock() // stop may run meanwhile: it aborts the call
-	err := l.e.store.Extend(callCtx, store.ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease, Retention: l.retention})
+	err := l.e.store.Extend(callCtx, store.ExtendParams{LeaseRef: l.ref, LeaseDuration: l.lease, Retention: l.retention, KeyRetention: l.keyRetention})
 	l.hb.Lock()
 	abort()
 	l.hbCallAbort = nil
@@ -260,7 +260,7 @@ func (l *Lease) Release(ctx context.Context) error {
 // this key's retries get the Unknown outcome from it: else they would be
 // told the key is in flight until the lease ends.
 func (l *Lease) MarkUnknown(ctx context.Context, reason string) error {
-	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: storedReason(reason), retention: l.retention})
+	return l.finalize(ctx, &finalization{op: opMarkUnknown, ref: l.ref, fingerprint: l.fp, reason: storedReason(reason), retention: l.retention, keyRetention: l.keyRetention})
 }
 
 // storedReason is the form MarkUnknown keeps reason in.

@@ -21,6 +21,12 @@ type Options struct {
 	// (StateExpired) stays until KeyRetention ends, so a late retry gets
 	// the Expired outcome instead of running again. Zero, or not above
 	// Retention, keeps none: the key ends with its result.
+	//
+	// A key whose outcome is unknown has no result to drop: an UNKNOWN
+	// record (and a PROCESSING one whose lease ended) lives as long as
+	// the key, the longer of Retention and KeyRetention, counted from
+	// when it became UNKNOWN (from its lease's end, for an abandoned
+	// one). A retry within that time never runs it again.
 	KeyRetention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
 	// work runs. Zero means a third of each lease; negative turns renewal
@@ -62,7 +68,10 @@ type Options struct {
 	// and retried in the background, with backoff, for the rest of the
 	// lease and at least FinalizeTimeout, and a retry of that key that
 	// reaches this engine is answered from it (Begin: Replayed or
-	// Mismatch for a held result, Unknown for a held MarkUnknown). The
+	// Mismatch for a held result, Unknown for a held MarkUnknown). When
+	// the store answers again, the held results go first, then the
+	// unknown outcomes, then the releases (the oldest first in each), so
+	// that a crash soon after loses as few answers as can be. The
 	// lease's owner and fence keep a late try harmless: if the key was
 	// taken over meanwhile, the store refuses it and it is dropped. When
 	// a bound is reached the finalize fails as a store error (the key

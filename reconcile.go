@@ -179,7 +179,9 @@ func (e *Engine) Resolve(ctx context.Context, id store.ID, fence int64, res *sto
 // next call's After. An After that is not the Next of a page of the same
 // listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
-// is listed once a retry or a Get met it and made it UNKNOWN.
+// (its owner crashed) is listed from its end, as UNKNOWN with reason
+// abandoned, whether or not a retry has met it: ReconcileUnknown asks
+// about it, and its Claim turns it UNKNOWN.
 func (e *Engine) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	if p.Limit < 0 || p.Limit > store.MaxListLimit {
 		return store.ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, store.MaxListLimit)

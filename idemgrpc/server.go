@@ -319,28 +319,52 @@ func (s *server) execute(ctx, detached context.Context, req any, info *grpc.Unar
 	x := &call{}
 	x.ctx = handlerctx.Context{Context: l.Context(), Carried: &x.override}
 	start := time.Now()
-	finished := false
+	finalized := false
+	reason := "the handler panicked"
 	defer func() {
-		if finished {
+		if finalized {
 			return
 		}
+		// A panic in the handler, or in recording its answer. A panic
+		// before the key's fate was recorded may have come after the
+		// handler's effect: the key turns UNKNOWN (and its lease and
+		// renewal end). One after it (the lease is closed) leaves the
+		// recorded answer to the caller.
 		p := recover() // nil for runtime.Goexit, which goes on
-		s.log.Error("idemgrpc: the handler panicked; the key is marked UNKNOWN", "method", info.FullMethod,
-			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-		fctx := x.finalizeContext(detached)
-		defer fctx.Cancel()
-		s.finalizeErr(info.FullMethod, l.MarkUnknown(fctx, "the handler panicked"))
+		s.log.Error("idemgrpc: "+reason, "method", info.FullMethod, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		fctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout) // the normal path's may be cancelled
+		defer cancel()
+		merr := l.MarkUnknown(fctx, reason)
 		s.finished.Wake(l.ID())
-		resp, err = nil, unknownStatus(codes.Internal, "the handler panicked", l.Fence(), 0)
+		if errors.Is(merr, idem.ErrLeaseClosed) {
+			return // resp, err: the handler's answer, as recorded
+		}
+		s.finalizeErr(info.FullMethod, merr)
+		resp, err = nil, unknownStatus(codes.Internal, reason, l.Fence(), 0)
 	}()
 	resp, err = handler(&x.ctx, req)
-	finished = true
+	reason = "recording the handler's answer panicked"
 	elapsed := time.Since(start)
 	fctx := x.finalizeContext(detached)
 	defer fctx.Cancel()
 	resp, err = s.finalize(fctx, info.FullMethod, l, &x.override, resp, err, elapsed)
+	finalized = true
 	s.finished.Wake(l.ID())
 	return resp, err
+}
+
+// statusDisposition is the status policy's word on code. A policy that
+// panics has said nothing, and the handler's whole answer is in hand: it
+// is stored (a retry gets it, never a second run), and the panic logged.
+func (s *server) statusDisposition(method string, code codes.Code) (d Disposition) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("idemgrpc: the StatusPolicy panicked; the answer is stored", "method", method, "code", code.String(),
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			d = DispositionStore
+		}
+	}()
+	return s.policy(code)
 }
 
 // call is what a protected call needs beyond the request, in one
@@ -388,7 +412,7 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 		case outcome.IsNotRun(herr): // idem.NotRun: the handler stopped before its effect
 			d = DispositionRelease
 		default:
-			d, reason = s.policy(st.Code()), "status "+st.Code().String()
+			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
 		}
 	}
 	if unknown {

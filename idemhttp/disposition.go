@@ -37,6 +37,17 @@ const (
 //     Service Unavailable: the server declares it did not process the
 //     request (RFC 9110 §15.5.9, RFC 8470, RFC 6585, RFC 9110 §15.6.4):
 //     release, the retry runs.
+//   - 401 Unauthorized, 403 Forbidden and 407 Proxy Authentication
+//     Required: the request was not applied, it was refused before any
+//     work (RFC 9110 §15.5.2, §15.5.4, §15.5.8); and 411 Length Required,
+//     413 Content Too Large, 414 URI Too Long, 415 Unsupported Media Type
+//     and 431 Request Header Fields Too Large: the server refused to
+//     process the message itself (RFC 9110 §15.5.12 to §15.5.16, RFC 6585).
+//     Released, as Stripe saves no result for a request that did not
+//     start executing: the client corrects the request (or its
+//     credentials) and sends it again; and a client with made-up
+//     credentials, each its own tenant, cannot fill the store with answers
+//     that say nothing ran.
 //   - 502 Bad Gateway and 504 Gateway Timeout: a proxy inside the handler's
 //     call chain lost the answer of what it called, which may have acted:
 //     UNKNOWN.
@@ -46,7 +57,10 @@ const (
 //     500s too). A client wanting a fresh try uses a new key.
 func DefaultStatusPolicy(status int) Disposition {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable,
+		http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired,
+		http.StatusLengthRequired, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong,
+		http.StatusUnsupportedMediaType, http.StatusRequestHeaderFieldsTooLarge:
 		return DispositionRelease
 	case http.StatusBadGateway, http.StatusGatewayTimeout:
 		return DispositionUnknown

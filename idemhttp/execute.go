@@ -3,7 +3,9 @@ package idemhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"time"
@@ -44,28 +46,36 @@ func (m *middleware) execute(detached context.Context, next http.Handler, w http
 	}
 	x := &exchange{capture: capture{ResponseWriter: w, m: m, replayBuffer: replayBuffers.Get().(*replayBuffer)}}
 	c := &x.capture
-	finished := false
+	finalized := false
+	reason := "the handler panicked"
 	defer func() {
-		if finished {
+		if finalized {
 			return
 		}
-		// The handler panicked (or called runtime.Goexit); the panic goes
-		// on. It may have come after a side effect (a reverse proxy aborts
-		// a broken upstream body so): the key turns UNKNOWN, never runs again.
-		ctx := x.finalizeContext(detached)
-		defer ctx.Cancel()
-		m.finalizeErr(r, l.MarkUnknown(ctx, "the handler panicked"), OutcomeMarkedUnknown)
+		// A panic (or runtime.Goexit) in the handler, or in recording what
+		// it answered; the panic goes on. It may have come after a side
+		// effect (a reverse proxy aborts a broken upstream body so): the key
+		// turns UNKNOWN and never runs again, and its lease (and renewal)
+		// ends; unless its fate was recorded before the panic (the lease
+		// is closed then). A context of its own: the finalize context of
+		// the normal path may have been cancelled on the way here.
+		ctx, cancel := context.WithTimeout(detached, idem.FinalizeTimeout)
+		defer cancel()
+		if err := l.MarkUnknown(ctx, reason); !errors.Is(err, idem.ErrLeaseClosed) {
+			m.finalizeErr(r, err, OutcomeMarkedUnknown)
+		}
 		c.release()
 		m.wakeWaiters(id)
 	}()
 	x.handlerCtx = handlerctx.Context{Context: l.Context(), Carried: &x.override}
 	start := time.Now()
 	next.ServeHTTP(c, r.WithContext(&x.handlerCtx))
-	finished = true
+	reason = "recording the handler's result panicked"
 	m.durations.add(routeOf(r), time.Since(start))
 	ctx := x.finalizeContext(detached)
 	defer ctx.Cancel()
 	m.finalize(ctx, r, l, c, &x.override)
+	finalized = true
 	c.release()
 	m.wakeWaiters(id)
 }
@@ -96,7 +106,7 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 	status := c.finalStatus()
 	d, reason := o.Get()
 	if d == 0 {
-		d, reason = m.policy(status), "status "+strconv.Itoa(status)
+		d, reason = m.statusDisposition(status), "status "+strconv.Itoa(status)
 	}
 	switch {
 	case d == DispositionUnknown:
@@ -116,6 +126,23 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 		}
 		m.finalizeErr(r, err, OutcomeExecuted)
 	}
+}
+
+// statusDisposition is the status policy's word on status. A policy that
+// panics has said nothing, and the handler's whole response is in hand:
+// it is stored, which keeps what is known (a retry replays it, never runs
+// the handler again) and lets the response reach the client. The panic
+// is logged, not passed on: the connection would be cut under a response
+// that is complete.
+func (m *middleware) statusDisposition(status int) (d Disposition) {
+	defer func() {
+		if p := recover(); p != nil {
+			m.log.Error("idemhttp: the StatusPolicy panicked; the response is stored", "status", status,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			d = DispositionStore
+		}
+	}()
+	return m.policy(status)
 }
 
 func (m *middleware) finalizeErr(r *http.Request, err error, ok Outcome) {

@@ -135,6 +135,20 @@ func TestStatuses(t *testing.T) {
 			{call: call{key: "k1"}, status: 200, body: "call 4:"},
 			{call: call{key: "k1"}, status: 200, body: "call 4:", replayed: true},
 		}, calls: 4},
+		// Issue 31, item 12: answers given before the work started are not
+		// stored (a 401 to made-up credentials filled the memory store).
+		{name: "refusals before the work release the key", statuses: []int{401, 403, 407, 411, 413, 414, 415, 431, 200}, steps: []step{
+			{call: call{key: "k1"}, status: 401},
+			{call: call{key: "k1"}, status: 403},
+			{call: call{key: "k1"}, status: 407},
+			{call: call{key: "k1"}, status: 411},
+			{call: call{key: "k1"}, status: 413},
+			{call: call{key: "k1"}, status: 414},
+			{call: call{key: "k1"}, status: 415},
+			{call: call{key: "k1"}, status: 431},
+			{call: call{key: "k1"}, status: 200, body: "call 9:"},
+			{call: call{key: "k1"}, status: 200, body: "call 9:", replayed: true},
+		}, calls: 9},
 		{name: "other 4xx are stored", statuses: []int{400}, steps: []step{
 			{call: call{key: "k1"}, status: 400, body: "call 1:"},
 			{call: call{key: "k1"}, status: 400, body: "call 1:", replayed: true},

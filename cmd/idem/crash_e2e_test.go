@@ -5,12 +5,15 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
@@ -264,5 +267,176 @@ func TestKeysCommandUnknown(t *testing.T) {
 	}
 	if a := post(t, "http://"+g.addr, key, `{}`, "X-Tenant-ID", tenant); a.status != 201 || !a.replayed || a.body != "settled" || l.executions(key) != 1 {
 		t.Fatalf("after idem keys resolve: %d %q replayed=%v, %d executions", a.status, a.body, a.replayed, l.executions(key))
+	}
+}
+
+// TestCrashedGatewayKeysAreListed: the keys of a gateway SIGKILLed while
+// its requests were at the upstream are listed UNKNOWN (abandoned) by
+// another gateway on the same store, and counted in idem_unknown_keys,
+// once their lease ends, with no client retrying them; a gateway with a
+// reconcile sweep then settles them from the upstream's records, still
+// with no retry (issue 31, item 6: they were invisible until a client
+// came back, and none may ever come).
+func TestCrashedGatewayKeysAreListed(t *testing.T) {
+	// Stores of this test's own: idem_unknown_keys counts every tenant.
+	stores := map[string]func(t *testing.T) string{
+		"redis": func(t *testing.T) string {
+			srv, err := redisproc.Start(t.Context(), redisproc.Config{Dir: t.TempDir()})
+			if err != nil {
+				testenv.Unavailable(t, "a redis-server of this test's own", err)
+			}
+			t.Cleanup(srv.Kill)
+			return "redis://" + srv.Addr + "/0"
+		},
+		"postgres": privateDatabase,
+	}
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each waits out a census of the gauge
+			uri := open(t)
+			const n, lease = 5, time.Second
+			l := newLedger(t, "tok")
+			l.seen = make(chan string, n)
+			tenant := "crashed-" + rand.Text()[:8]
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%s-%d", tenant, i)
+				l.slow[keys[i]] = 300 * time.Millisecond
+			}
+			args := []string{"--upstream", l.URL, "--store", uri, "--lease", lease.String(), "--tenant-header", "X-Tenant-ID"}
+			a := startGateway(t, args...)
+			b := startGateway(t, args...) // shares the store, and is never asked about these keys by a client
+			var wg sync.WaitGroup
+			for _, key := range keys {
+				wg.Go(func() { tryPost("http://"+a.addr, key, `{"amount":5}`, "X-Tenant-ID", tenant) })
+			}
+			l.waitSeen(t, n)
+			a.cmd.Process.Kill()
+			killed := time.Now()
+			<-a.done
+			wg.Wait()
+
+			listed := waitListed(t, b, tenant, n)
+			t.Logf("%s: %d keys of a SIGKILLed gateway listed UNKNOWN %v after the kill (lease %v), with no retry", name, n, listed.Round(time.Millisecond), lease)
+			// The gauge is a census the gateway takes at most every 15 s
+			// (its console's samples took one at start): the next counts
+			// them.
+			counted := waitMetric(t, b, fmt.Sprintf("idem_unknown_keys %d", n))
+			t.Logf("%s: counted in idem_unknown_keys %v after the kill", name, counted.Sub(killed).Round(time.Millisecond))
+
+			// A sweep settles them from the upstream's records: every key
+			// ran once, and its response is kept for the retry to come.
+			startGateway(t, append(args, "--reconcile-url", l.URL+"/lookup/{key}", "--reconcile-token", "tok", "--reconcile-every", "200ms")...)
+			for _, key := range keys {
+				waitState(t, b, tenant, key, "COMPLETED")
+			}
+			t.Logf("%s: swept to COMPLETED %v after the kill", name, time.Since(killed).Round(time.Millisecond))
+			for _, key := range keys {
+				if got := post(t, "http://"+b.addr, key, `{"amount":5}`, "X-Tenant-ID", tenant); got.status != 201 || !got.replayed || got.body != l.result(key) {
+					t.Errorf("%s after the sweep: %d %q replayed=%v; want the upstream's response replayed", key, got.status, got.body, got.replayed)
+				}
+			}
+			if doubled, _ := l.doubles(); doubled != 0 {
+				t.Errorf("%d keys executed twice; want 0", doubled)
+			}
+		})
+	}
+}
+
+// waitListed polls the admin API's UNKNOWN listing of tenant until it
+// holds n keys, all abandoned, and returns how long that took (a
+// condition in another process: polling is all there is).
+func waitListed(t *testing.T, g *gatewayProc, tenant string, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(20 * time.Second)
+	for {
+		code, body := adminCall(t, g, "GET", "/v1/keys?state=unknown&tenant="+tenant, "", "")
+		var p struct {
+			Keys []struct{ Key, State, Reason string }
+		}
+		if code == 200 && json.Unmarshal([]byte(body), &p) == nil && len(p.Keys) == n {
+			for _, k := range p.Keys {
+				if k.State != "UNKNOWN" || k.Reason != "abandoned" {
+					t.Fatalf("listed %+v; want UNKNOWN, abandoned", k)
+				}
+			}
+			return time.Since(start)
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("the keys of tenant %s were never all listed UNKNOWN: %d %s", tenant, code, body)
+		}
+	}
+}
+
+// grepLines returns the lines of text that contain s.
+func grepLines(text, s string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, s) {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// privateDatabase creates a database of t's own on the test server and
+// returns its URL; it is dropped when t ends, after the gateways t started
+// (cleanups run last first).
+func privateDatabase(t *testing.T) string {
+	t.Helper()
+	testenv.Postgres(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
+	if err != nil {
+		testenv.Unavailable(t, "PostgreSQL", err)
+	}
+	defer conn.Close(context.Background())
+	name := "idem_e2e_" + strings.ToLower(rand.Text()[:10])
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	u, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// waitMetric polls the admin API's /metrics until a line reads want, and
+// returns when it did.
+func waitMetric(t *testing.T, g *gatewayProc, want string) time.Time {
+	t.Helper()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		_, metrics := adminCall(t, g, "GET", "/metrics", "", "")
+		for line := range strings.Lines(metrics) {
+			if strings.TrimSpace(line) == want {
+				return time.Now()
+			}
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("/metrics never read %q: %s", want, grepLines(metrics, strings.Fields(want)[0]))
+		}
 	}
 }

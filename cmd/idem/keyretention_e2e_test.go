@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +76,34 @@ func TestKeyRetentionOnRedisServerClock(t *testing.T) {
 
 	move(721 * time.Hour)
 	expect("after key retention", post(t, base, key, `{"amount":1}`), http.StatusCreated, 2)
+}
+
+// An UNKNOWN key lives as long as the key, not as long as a response:
+// with --retention 1s --key-retention 1h, a request whose upstream
+// connection dropped after the effect (502, UNKNOWN) is retried well past
+// the retention and is still not run again, on every store (issue 31,
+// item 4: the retry at 3.5 s of --retention 2s ran it again).
+func TestUnknownOutlivesTheRetention(t *testing.T) {
+	for name, uri := range storeURIs(t) {
+		t.Run(name, func(t *testing.T) {
+			l := newLedger(t, "")
+			key := "unknown-" + testenv.Prefix(t)
+			l.drop[key] = true
+			g := startGateway(t, "--upstream", l.URL, "--store", uri, "--retention", "1s", "--key-retention", "1h")
+			base := "http://" + g.addr
+			first := post(t, base, key, `{"amount":3}`)
+			marked := time.Now() // the key turned UNKNOWN before this answer
+			if first.status != http.StatusBadGateway || first.header.Get("Idempotency-Expiry") != "response=1, key=3600" {
+				t.Fatalf("first: %d %s, Idempotency-Expiry %q; want 502 and response=1, key=3600", first.status, first.body, first.header.Get("Idempotency-Expiry"))
+			}
+			// The retention runs out: time is all this waits for (a later
+			// retry only makes the test stricter).
+			time.Sleep(time.Until(marked.Add(2 * time.Second)))
+			retry := post(t, base, key, `{"amount":3}`)
+			if retry.status != http.StatusServiceUnavailable || !strings.Contains(retry.body, "outcome_unknown") || l.executions(key) != 1 {
+				t.Fatalf("retry %v after the UNKNOWN answer, past --retention 1s, within --key-retention 1h: %d %s, %d executions; want 503 outcome_unknown, 1 execution",
+					time.Since(marked).Round(time.Millisecond), retry.status, retry.body, l.executions(key))
+			}
+		})
+	}
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"net/url"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,10 +72,17 @@ func TestNoMigrateWithARoleWithoutCreate(t *testing.T) {
 		u.RawQuery = q.Encode()
 		return u.String()
 	}
+	all, err := filepath.Glob("../../store/pgstore/migrations/*.sql") // sorted: the order they apply in
+	if err != nil || len(all) == 0 {
+		t.Fatalf("pgstore's migrations: %v, %v", all, err)
+	}
+	for i := range all {
+		all[i] = filepath.Base(all[i])
+	}
 	db := inSchema(testenv.DatabaseURL(), schema)
 	out, code := runIdem(t, "migrate", "--store", db)
-	if code != 0 || !strings.Contains(out, "schema "+schema+": applied 6 migrations: 001_records.sql, ") || !strings.Contains(out, "006_key_until.sql") {
-		t.Fatalf("idem migrate of a new schema: exit %d, %q; want the 6 migrations it applied", code, out)
+	if want := fmt.Sprintf("schema %s: applied %d migrations: %s\n", schema, len(all), strings.Join(all, ", ")); code != 0 || out != want {
+		t.Fatalf("idem migrate of a new schema: exit %d, %q; want %q", code, out, want)
 	}
 	if out, code = runIdem(t, "migrate", "--store", db); code != 0 || !strings.Contains(out, "up to date: nothing to apply") {
 		t.Fatalf("idem migrate again: exit %d, %q; want up to date", code, out)

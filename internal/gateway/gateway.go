@@ -4,6 +4,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,7 +106,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tel := newTelemetry(reg, cfg.Tracer)
+	tel := newTelemetry(reg, cfg.Tracer, cmp.Or(cfg.StoreTimeout, idem.DefaultStoreTimeout), cfg.longestUpstreamTimeout())
 	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
@@ -138,9 +139,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.proxy = g.tracked(g.traced(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
-	})))
+	}))))
 	access, err := loadAdminAccess(cfg)
 	if err != nil {
 		return nil, err
@@ -203,13 +204,16 @@ func (g *Gateway) traced(next http.Handler) http.Handler {
 	})
 }
 
-// reverseProxy forwards to p's upstream, over the gateway's transport.
-func (g *Gateway) reverseProxy(p *policy) http.Handler {
+// reverseProxy forwards to p's upstream, over the gateway's transport,
+// and ends a call that has not answered within timeout.
+func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 	// It tells a request that never left from one that may have reached
 	// the upstream (idemclient.Sent), does not send one whose lease has
 	// ended, and keeps net/http from resending one by itself.
 	transport := &idemclient.Transport{Base: g.transport}
 	upstream := p.cfg.Upstream
+	cfg := p.cfg // for the error answers: the route's timeout
+	cfg.UpstreamTimeout = timeout
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -232,10 +236,9 @@ func (g *Gateway) reverseProxy(p *policy) http.Handler {
 			}
 			return resp, err
 		}),
-		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { g.upstreamError(w, r, err, &p.cfg) },
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { g.upstreamError(w, r, err, &cfg) },
 		BufferPool:   CopyBuffers{},
 	}
-	timeout := p.cfg.UpstreamTimeout
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// One cancellable context ends the call on the timeout and on the
 		// shutdown, each with its cause: a context.WithTimeoutCause on top

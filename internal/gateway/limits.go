@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -52,8 +54,8 @@ func DefaultMaxConns() int {
 
 // writeTimeout is the write deadline of a request, counted by net/http
 // from the end of its headers: reading the body, the wait for another
-// attempt with the key (the longest of any route), the upstream call and
-// sending the answer.
+// attempt with the key and the upstream call (the longest of any route),
+// and sending the answer.
 func (c *Config) writeTimeout() time.Duration {
 	wait := c.Wait
 	for _, rt := range c.Routes {
@@ -61,7 +63,19 @@ func (c *Config) writeTimeout() time.Duration {
 			wait = max(wait, *rt.Wait)
 		}
 	}
-	return c.ReadTimeout + wait + c.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+	return c.ReadTimeout + wait + c.longestUpstreamTimeout() + idem.FinalizeTimeout + answerTime
+}
+
+// longestUpstreamTimeout is the longest upstream timeout of the top level
+// and the routes.
+func (c *Config) longestUpstreamTimeout() time.Duration {
+	longest := c.UpstreamTimeout
+	for _, rt := range c.Routes {
+		if rt.UpstreamTimeout != nil {
+			longest = max(longest, *rt.UpstreamTimeout)
+		}
+	}
+	return longest
 }
 
 // publicServer is the proxy's server with the limits of the Config.
@@ -167,12 +181,49 @@ type limitedConn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	// halfClosed is set when net/http closed the write side before the
+	// connection: it answered without reading the whole request.
+	halfClosed atomic.Bool
+}
+
+// The bounds of the lingering close of a connection whose request was
+// answered unread (linger).
+const (
+	lingerTime  = 2 * time.Second
+	lingerBytes = 4 << 20
+)
+
+// CloseWrite is what net/http calls on a connection whose request it
+// answered without reading it all (a header block over the limit: 431; a
+// body it did not read to its end) before it closes it. The wrapper must
+// pass it on, or the client gets no end of the answer before the close.
+func (c *limitedConn) CloseWrite() error {
+	c.halfClosed.Store(true)
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *limitedConn) Close() error {
+	if c.halfClosed.Swap(false) {
+		c.linger()
+	}
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// linger reads and drops what the client still sends of the request that
+// was answered unread, until the client closes its side, within lingerTime
+// and lingerBytes. Closing a socket with unread data resets the
+// connection, and a client still sending (a 1.1 MB header block on a
+// slow link) then loses the answer it has not read yet: a reset instead of
+// its 431 (RFC 9112 §9.6 asks for this lingering close). io.Discard reads
+// into a pooled buffer.
+func (c *limitedConn) linger() {
+	c.Conn.SetReadDeadline(time.Now().Add(lingerTime))
+	io.CopyN(io.Discard, c.Conn, lingerBytes)
 }
 
 // checkAdmin refuses an admin API that anyone on the network could use: the

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"math"
+	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,17 +23,22 @@ import (
 type telemetry struct {
 	tracer          trace.Tracer // nil: no spans
 	requests        *prometheus.CounterVec
+	passThrough     prometheus.Counter // requests{outcome="pass_through"}: a pass-through route's
 	leaseEvents     *prometheus.CounterVec
 	storeSeconds    *prometheus.HistogramVec
 	upstreamSeconds prometheus.Histogram
 }
 
-func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer) *telemetry {
+// newTelemetry registers the metrics. The latency histograms' buckets
+// reach past the longest call there can be, storeTimeout and
+// upstreamTimeout: the calls that ran into a timeout are the ones an
+// operator looks for, and they would all be lost in +Inf.
+func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer, storeTimeout, upstreamTimeout time.Duration) *telemetry {
 	t := &telemetry{
 		tracer: tracer,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_requests_total",
-			Help: "Requests by what idem did with them: executed, replayed, conflict, mismatch, rejected, store_error, ...",
+			Help: "Requests by what idem did with them: executed, replayed, conflict, mismatch, rejected, store_error, pass_through, ...",
 		}, []string{"outcome"}),
 		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_lease_events_total",
@@ -39,12 +47,12 @@ func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer) *telemetry {
 		storeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_store_seconds",
 			Help:    "Latency of store calls by operation and result.",
-			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+			Buckets: bucketsPast([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}, storeTimeout),
 		}, []string{"op", "result"}),
 		upstreamSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "idem_upstream_seconds",
 			Help:    "Latency of upstream calls, until the response headers.",
-			Buckets: prometheus.DefBuckets,
+			Buckets: bucketsPast(prometheus.DefBuckets, upstreamTimeout),
 		}),
 	}
 	reg.MustRegister(t.requests, t.leaseEvents, t.storeSeconds, t.upstreamSeconds)
@@ -55,10 +63,25 @@ func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer) *telemetry {
 	for _, o := range labelValues(idemhttp.OutcomePassed) {
 		t.requests.WithLabelValues(o)
 	}
+	t.passThrough = t.requests.WithLabelValues(outcomePassThrough)
 	for _, ev := range labelValues(idem.LeaseRenewed) {
 		t.leaseEvents.WithLabelValues(ev)
 	}
 	return t
+}
+
+// bucketsPast returns base and, after it, the buckets of the 1, 2.5, 5,
+// 10 ladder up to the first above limit.
+func bucketsPast(base []float64, limit time.Duration) []float64 {
+	b := slices.Clone(base)
+	for last := b[len(b)-1]; last <= limit.Seconds(); last = b[len(b)-1] {
+		next := last * 2
+		if p := math.Log10(last); p == math.Round(p) { // a power of ten
+			next = last * 2.5
+		}
+		b = append(b, next)
+	}
+	return b
 }
 
 // labelValues returns the names of the values of an enumeration from
@@ -102,6 +125,20 @@ func (t *telemetry) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
 
 func (t *telemetry) outcome(o idemhttp.Outcome) {
 	t.requests.WithLabelValues(o.String()).Inc()
+}
+
+// outcomePassThrough counts the requests of a pass-through route, which
+// no middleware sees: forwarded without idempotency by configuration
+// (outcome "passed" is a protected route's request without a key or of
+// another method).
+const outcomePassThrough = "pass_through"
+
+// passedThrough counts the requests of a pass-through route.
+func (t *telemetry) passedThrough(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.passThrough.Inc()
+		next.ServeHTTP(w, r)
+	})
 }
 
 // nearCacheStore is a store that may serve replays from process memory

@@ -98,7 +98,7 @@ func (t *unknownTelemetry) countUnknown(e *idem.Engine) {
 	c := &unknownCensus{engine: e}
 	t.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idem_unknown_keys",
-		Help: "Keys in state UNKNOWN (of all tenants, counted up to 100,000, refreshed at most every 15s): work that may have taken effect with no known result, awaiting reconciliation or resolution.",
+		Help: "Keys in state UNKNOWN (of all tenants, counted up to 100,000, refreshed at most every 15s): work that may have taken effect with no known result, awaiting reconciliation or resolution; a lease that ended with nobody to finish it (a crashed gateway's) counts from its end.",
 	}, func() float64 {
 		n, _ := c.read()
 		return float64(n)

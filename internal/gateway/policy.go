@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,13 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if cfg.UpstreamTimeout == 0 {
 		p.cfg.UpstreamTimeout = 30 * time.Second
 	}
+	p.cfg.Methods = upperMethods(cfg.Methods)
+	if lease := cmp.Or(p.cfg.Lease, defaultLease); lease < p.cfg.UpstreamTimeout {
+		// Flags that running deployments set: a warning, where a route
+		// that says so is refused (checkLease).
+		g.cfg.Logger.Warn("idem: --upstream-timeout is longer than --lease: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make --lease at least --upstream-timeout",
+			"upstream_timeout", p.cfg.UpstreamTimeout.String(), "lease", lease.String())
+	}
 	if cfg.ReconcileURL != "" {
 		rc, err := newReconciler("--reconcile-url", cfg.ReconcileURL, cfg.ReconcileToken, g.transport, p.cfg.ReplayHeaders)
 		if err != nil {
@@ -45,20 +53,27 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 		}
 		p.reconcilers[""] = rc
 	}
-	proxy := g.reverseProxy(p)
+	proxy := g.reverseProxy(p, p.cfg.UpstreamTimeout)
 	fallback, err := g.routeHandler(p, Route{}, proxy)
 	if err != nil {
 		return nil, err
 	}
 	p.handler = fallback
 	if len(cfg.Routes) > 0 {
-		handlers := make([]http.Handler, len(cfg.Routes))
+		entries := make([]*routeEntry, len(cfg.Routes))
 		for i, rt := range cfg.Routes {
-			if handlers[i], err = g.routeHandler(p, rt, proxy); err != nil {
+			routeProxy := proxy
+			if rt.UpstreamTimeout != nil {
+				if *rt.UpstreamTimeout <= 0 {
+					return nil, &FieldError{Path: fmt.Sprintf("routes[%d].upstream-timeout", i), Err: fmt.Errorf("%v: want a positive duration", *rt.UpstreamTimeout)}
+				}
+				routeProxy = g.reverseProxy(p, *rt.UpstreamTimeout)
+			}
+			if entries[i], err = g.routeHandler(p, rt, routeProxy); err != nil {
 				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
 			}
 		}
-		if p.handler, err = newRouteTable(cfg.Routes, handlers, fallback); err != nil {
+		if p.handler, err = newRouteTable(cfg.Routes, entries, fallback, cfg.ErrorFormat, g.rejected); err != nil {
 			return nil, err
 		}
 	}
@@ -70,13 +85,17 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 
 // routeHandler builds the handler of one route; the zero Route is the
 // top level's, for the requests no route matches.
-func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Handler, error) {
+func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeEntry, error) {
 	cfg := p.cfg
+	timeout := cfg.UpstreamTimeout
+	if rt.UpstreamTimeout != nil {
+		timeout = *rt.UpstreamTimeout
+	}
 	if rt.PassThrough {
 		if !rt.protectionUnset() {
-			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match and name")}
+			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match, name and upstream-timeout")}
 		}
-		return proxy, nil
+		return &routeEntry{Handler: g.withWriteDeadline(g.tel.passedThrough(proxy), 0, timeout)}, nil
 	}
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
@@ -85,6 +104,9 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
 	o.AllowAnonymous = g.cfg.AllowAnonymous // g.tenant answers "" for an anonymous request only then
 	if err := rt.override(&o); err != nil {
+		return nil, err
+	}
+	if err := rt.checkLease(cmp.Or(o.LeaseDuration, defaultLease), timeout); err != nil {
 		return nil, err
 	}
 	fp, err := rt.Fingerprint.compile()
@@ -117,7 +139,34 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (http.Ha
 	if h, err = rt.keySource(h, o); err != nil {
 		return nil, &FieldError{Path: "key-from", Err: err}
 	}
-	return g.withWriteDeadline(h, cfg, o.Wait), nil
+	return &routeEntry{Handler: g.withWriteDeadline(h, o.Wait, timeout), methods: o.Methods}, nil
+}
+
+// defaultLease is the lease of a gateway without --lease: the engine's
+// default (idem.Options.LeaseDuration).
+const defaultLease = 30 * time.Second
+
+// checkLease refuses a route whose lease is shorter than its upstream
+// timeout, when the route sets either. A key's lease outlives a gateway
+// that crashed while its request was upstream; once it ends, a retry
+// takes the key over (reconciles it, or with --takeover run sends it
+// again). Ending before the upstream timeout, it would let that happen
+// while the gateway, had it lived, would still be waiting for the
+// upstream's answer: the request may still be running there. Equal is
+// enough: by the end of the lease the gateway would have cut the call.
+// (The top level's own pair is warned about in compile.)
+func (rt Route) checkLease(lease, timeout time.Duration) error {
+	if lease >= timeout {
+		return nil
+	}
+	err := fmt.Errorf("the upstream timeout %v is longer than the lease %v: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make the lease at least the upstream timeout", timeout, lease)
+	switch {
+	case rt.UpstreamTimeout != nil:
+		return &FieldError{Path: "upstream-timeout", Err: err}
+	case rt.Lease != nil:
+		return &FieldError{Path: "lease", Err: err}
+	}
+	return nil // both the top level's
 }
 
 // protectionUnset reports whether rt sets none of the options of a
@@ -133,10 +182,7 @@ func (rt Route) override(o *idemhttp.Options) error {
 		if len(rt.Methods) == 0 {
 			return &FieldError{Path: "methods", Err: errors.New("an empty list protects nothing: say pass-through: true")}
 		}
-		o.Methods = nil
-		for _, m := range rt.Methods {
-			o.Methods = append(o.Methods, strings.ToUpper(strings.TrimSpace(m)))
-		}
+		o.Methods = upperMethods(rt.Methods)
 	}
 	if rt.RequireKey != nil {
 		o.RequireKey = *rt.RequireKey
@@ -160,12 +206,27 @@ func (rt Route) override(o *idemhttp.Options) error {
 	return nil
 }
 
-// withWriteDeadline gives the requests of a route whose wait needs more
-// time than the public server's write timeout (set at start from the
-// longest wait then) the time they need: a reload may lengthen a wait or
-// the upstream timeout, and the server would otherwise cut the answer.
-func (g *Gateway) withWriteDeadline(next http.Handler, cfg Config, wait time.Duration) http.Handler {
-	need := g.cfg.ReadTimeout + wait + cfg.UpstreamTimeout + idem.FinalizeTimeout + answerTime
+// upperMethods is a list of methods in upper case: a method is matched
+// without case (a request's own must be in upper case, checkTarget), so
+// "post" in a configuration protects POST.
+func upperMethods(methods []string) []string {
+	if methods == nil {
+		return nil
+	}
+	out := make([]string, len(methods))
+	for i, m := range methods {
+		out[i] = strings.ToUpper(strings.TrimSpace(m))
+	}
+	return out
+}
+
+// withWriteDeadline gives the requests of a route whose wait and upstream
+// timeout need more time than the public server's write timeout (set at
+// start from the longest of them then) the time they need: a reload may
+// lengthen a wait or an upstream timeout, and the server would otherwise
+// cut the answer.
+func (g *Gateway) withWriteDeadline(next http.Handler, wait, upstreamTimeout time.Duration) http.Handler {
+	need := g.cfg.ReadTimeout + wait + upstreamTimeout + idem.FinalizeTimeout + answerTime
 	if need <= g.cfg.writeTimeout() {
 		return next
 	}

@@ -140,6 +140,9 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		{[]Route{{Pattern: "/a", Name: "a", ReconcileURL: u.String()}}, "routes[0].reconcile-url", "must hold {key}"},
 		{[]Route{{Pattern: "/a", Name: "a b"}}, "routes[0].name", "want up to 64 letters"},
 		{[]Route{{Pattern: "/a", Name: "x"}, {Pattern: "/b", Name: "x", Source: "f.yaml:3"}}, "routes[1].name", "routes[0] too"},
+		{[]Route{{Pattern: "/a", UpstreamTimeout: ptr(time.Duration(0))}}, "routes[0].upstream-timeout", "want a positive duration"},
+		{[]Route{{Pattern: "/a", UpstreamTimeout: ptr(5 * time.Minute)}}, "routes[0].upstream-timeout", "the upstream timeout 5m0s is longer than the lease 30s"},
+		{[]Route{{Pattern: "/a", Lease: ptr(10 * time.Second)}}, "routes[0].lease", "the upstream timeout 30s is longer than the lease 10s"},
 	} {
 		_, err := New(Config{Upstream: u, Store: store, Routes: c.routes, Logger: slog.New(slog.DiscardHandler)})
 		fe, ok := errors.AsType[*FieldError](err)

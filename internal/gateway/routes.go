@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idem/idemhttp"
 )
 
 // Route is the policy of the requests one pattern matches: a route of the
@@ -30,6 +34,10 @@ type Route struct {
 	Lease       *time.Duration `yaml:"lease"`       // nil: Config.Lease
 	Retention   *time.Duration `yaml:"retention"`   // nil: Config.Retention
 	Wait        *time.Duration `yaml:"wait"`        // nil: Config.Wait
+	// UpstreamTimeout bounds the route's upstream calls; nil:
+	// Config.UpstreamTimeout. A protected route's lease must be at least
+	// as long (policy.go, checkLease).
+	UpstreamTimeout *time.Duration `yaml:"upstream-timeout"`
 	// KeyFrom is where the key is: "" or "header" (the Idempotency-Key
 	// header), or "json:POINTER", a string field of a JSON body named by a
 	// JSON Pointer (RFC 6901), e.g. json:/request_id (bodykey.go).
@@ -70,27 +78,50 @@ var routeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // nothing to an operator.
 var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 
-// routeTable sends each request to the handler of the route whose pattern
-// matches it, or to fallback.
+// routeTable sends each request to the route whose pattern matches it,
+// under every spelling of its path and host (canon.go), or to fallback.
 type routeTable struct {
-	mux      *http.ServeMux
-	fallback http.Handler
+	exact    *http.ServeMux // the patterns as written
+	canon    *http.ServeMux // the patterns in canonical form; exact itself when they are already
+	subtree  bool           // some pattern matches a path ending in a slash (/x/, /x/{$}, /x/{rest...})
+	fallback *routeEntry
+	// protected are the methods some route (or the top level) protects:
+	// a request of another method is protected under no reading of it.
+	protected map[string]bool
+	format    idemhttp.ErrorFormat
+	reject    func(*http.Request)
 }
 
-// routed marks the handlers registered in a routeTable's mux, which is
+// routeEntry is one route's handler (or the top level's), with the
+// methods whose requests it protects: nil for a pass-through route.
+type routeEntry struct {
+	http.Handler
+	methods []string
+}
+
+func (e *routeEntry) protects(method string) bool { return slices.Contains(e.methods, method) }
+
+// routed marks the handlers registered in a routeTable's muxes, which are
 // only asked which route matches: ServeMux's own answers (a redirect to a
 // cleaned path, 404, 405) are not the gateway's, which forwards every
 // path as the client sent it.
-type routed struct{ next http.Handler }
+type routed struct{ *routeEntry }
 
-func (h routed) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.next.ServeHTTP(w, r) }
-
-// newRouteTable registers each route's handler under its pattern. A bad
-// pattern, or two routes that conflict (ServeMux cannot say which is more
-// specific), is a FieldError about the later one's match.
-func newRouteTable(routes []Route, handlers []http.Handler, fallback http.Handler) (*routeTable, error) {
-	t := &routeTable{mux: http.NewServeMux(), fallback: fallback}
+// newRouteTable registers each route's entry under its pattern, as written
+// and in canonical form. A bad pattern, or two routes that conflict
+// (ServeMux cannot say which is more specific, or they are one pattern
+// once compared as requests are), is a FieldError about the later one's
+// match.
+func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, format idemhttp.ErrorFormat, reject func(*http.Request)) (*routeTable, error) {
+	t := &routeTable{exact: http.NewServeMux(), canon: http.NewServeMux(), fallback: fallback, protected: map[string]bool{},
+		format: format, reject: reject}
 	names := map[string]int{}
+	same := true // every pattern is already canonical
+	for _, e := range append(entries, fallback) {
+		for _, m := range e.methods {
+			t.protected[m] = true
+		}
+	}
 	for i, rt := range routes {
 		field := fmt.Sprintf("routes[%d]", i)
 		if rt.Name != "" && !routeName.MatchString(rt.Name) {
@@ -102,7 +133,7 @@ func newRouteTable(routes []Route, handlers []http.Handler, fallback http.Handle
 			}
 			names[rt.Name] = i
 		}
-		if err := register(t.mux, rt.Pattern, routed{handlers[i]}); err != nil {
+		if err := register(t.exact, rt.Pattern, routed{entries[i]}); err != nil {
 			for j := range i {
 				if why := conflict(routes[j].Pattern, rt.Pattern); why != nil {
 					err = fmt.Errorf("%q conflicts with routes[%d] %q%s: %w", rt.Pattern, j, routes[j].Pattern, at(routes[j]), why)
@@ -111,6 +142,22 @@ func newRouteTable(routes []Route, handlers []http.Handler, fallback http.Handle
 			}
 			return nil, &FieldError{Path: field + ".match", Err: err}
 		}
+		canon := canonPattern(rt.Pattern)
+		same = same && canon == rt.Pattern
+		t.subtree = t.subtree || strings.HasSuffix(canon, "/") || strings.HasSuffix(canon, "{$}") || strings.HasSuffix(canon, "...}")
+		if err := register(t.canon, canon, routed{entries[i]}); err != nil {
+			for j := range i {
+				if why := conflict(canonPattern(routes[j].Pattern), canon); why != nil {
+					err = fmt.Errorf("%q conflicts with routes[%d] %q%s once both are compared as requests are (%q: without case, trailing dots, ';' parameters): %w",
+						rt.Pattern, j, routes[j].Pattern, at(routes[j]), canon, why)
+					break
+				}
+			}
+			return nil, &FieldError{Path: field + ".match", Err: err}
+		}
+	}
+	if same {
+		t.canon = t.exact
 	}
 	return t, nil
 }
@@ -154,32 +201,99 @@ func conflict(a, b string) error {
 	return errors.New(why)
 }
 
-func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) { t.route(r).ServeHTTP(w, r) }
+func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	e, err := t.route(r)
+	if err != nil {
+		t.format.WriteError(w, http.StatusBadRequest, CodeAmbiguousRequest, err.Error())
+		t.reject(r)
+		return
+	}
+	e.ServeHTTP(w, r)
+}
 
-// route returns the handler of the route that matches r. A path that
-// ServeMux would clean first (a double slash, a dot segment) gets the
-// route of the cleaned path, as an upstream that cleans paths would
-// route it: "/v1//charges" is not a way around the policy of
-// "/v1/charges". A path that matches only with a slash added does not.
-func (t *routeTable) route(r *http.Request) http.Handler {
-	if h, ok := t.match(r); ok {
-		return h
+// route returns the entry of the route that protects r under some
+// reading of its path and host: as written (and cleaned, as ServeMux
+// cleans it: "/v1//charges" is "/v1/charges"), in canonical form, and in
+// canonical form with its encoded slashes taken for separators. Of the
+// entries these lead to, one that protects r's method wins over one that
+// does not, and a route over the top level; two different routes that
+// both protect it are an error: which policy would hold? A request of a
+// method no route protects goes where it is written to.
+func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
+	chosen := t.matchExact(r)
+	if !t.protected[r.Method] {
+		return chosen, nil
+	}
+	escaped := r.URL.EscapedPath()
+	if hasDotSegment(escaped) {
+		return nil, errDotSegment
+	}
+	host := canonHost(r.Host)
+	readings := []string{canonPath(escaped, false)}
+	if hasSeparatorInSegment(escaped) {
+		readings = append(readings, canonPath(escaped, true))
+	}
+	for _, path := range readings {
+		switch e := t.matchCanon(r, chosen, host, path); {
+		case e == chosen, !e.protects(r.Method):
+		case !chosen.protects(r.Method), chosen == t.fallback:
+			chosen = e
+		case e != t.fallback:
+			return nil, fmt.Errorf("the path %s leads to two routes, depending on how a server reads its case, trailing slash or dots, ';' parameters or encoded slashes: send it as the API spells it", escaped)
+		}
+	}
+	return chosen, nil
+}
+
+// matchExact is the entry of r as written, or of its path as ServeMux
+// would clean it.
+func (t *routeTable) matchExact(r *http.Request) *routeEntry {
+	if e, ok := lookup(t.exact, r); ok {
+		return e
 	}
 	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
-		c, u := *r, *r.URL
-		u.Path, u.RawPath = clean, ""
-		c.URL = &u
-		if h, ok := t.match(&c); ok {
-			return h
+		if e, ok := lookup(t.exact, withTarget(r, r.Host, clean, "")); ok {
+			return e
 		}
 	}
 	return t.fallback
 }
 
-func (t *routeTable) match(r *http.Request) (http.Handler, bool) {
-	h, _ := t.mux.Handler(r)
+// matchCanon is the entry of r with the canonical host and escaped path,
+// among the canonical patterns; or of the path with a slash added (a
+// subtree's root, which the canonical form writes without it). exact is
+// r's entry as written, which it is when nothing was canonicalised: then
+// no copy of r is made.
+func (t *routeTable) matchCanon(r *http.Request, exact *routeEntry, host, path string) *routeEntry {
+	decoded, _ := url.PathUnescape(path) // canonPath escaped it
+	if t.canon == t.exact && path == r.URL.EscapedPath() && host == bareHost(r.Host) {
+		if exact != t.fallback {
+			return exact
+		}
+	} else if e, ok := lookup(t.canon, withTarget(r, host, decoded, path)); ok {
+		return e
+	}
+	if t.subtree && path != "/" {
+		if e, ok := lookup(t.canon, withTarget(r, host, decoded+"/", path+"/")); ok {
+			return e
+		}
+	}
+	return t.fallback
+}
+
+// withTarget is a copy of r, for a lookup only, with another host and
+// path (rawPath: its escaped form, or "" when it is the default one).
+func withTarget(r *http.Request, host, path, rawPath string) *http.Request {
+	c, u := *r, *r.URL
+	u.Path, u.RawPath = path, rawPath
+	c.URL, c.Host = &u, host
+	return &c
+}
+
+func lookup(mux *http.ServeMux, r *http.Request) (*routeEntry, bool) {
+	h, _ := mux.Handler(r)
 	m, ok := h.(routed)
-	return m.next, ok
+	return m.routeEntry, ok
 }
 
 // cleanPath is ServeMux's: path.Clean, keeping a trailing slash.

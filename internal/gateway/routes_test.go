@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -19,10 +21,11 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/memstore"
 )
 
 // routeUpstream counts the executions of each key, answers a path that
-// ends in /NNN with that status, holds a path under /slow/ until release
+// ends in /NNN (or a query status=NNN) with that status, holds a path under /slow/ until release
 // is closed, and answers a lookup (GET /lookup...) 404 "never ran",
 // recording which lookup was asked.
 type routeUpstream struct {
@@ -63,6 +66,9 @@ func newRouteUpstream(t *testing.T) *routeUpstream {
 				status = s
 			}
 		}
+		if s, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
+			status = s
+		}
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "run %d of %s", u.count(key), key)
 	}))
@@ -99,25 +105,7 @@ type reply struct {
 // key, when not empty, is sent as Idempotency-Key (prefixed).
 func (c *routeClient) send(method, path, key, body string, hdr ...string) reply {
 	c.t.Helper()
-	req, _ := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set(idemhttp.HeaderKey, c.key+key)
-	}
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := c.srv.Client().Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	r := reply{status: resp.StatusCode, replayed: resp.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(b)}
-	if i := strings.Index(r.body, `"code":"`); i >= 0 {
-		r.code, _, _ = strings.Cut(r.body[i+8:], `"`)
-	}
-	return r
+	return c.sendAs(method, "", path, key, body, hdr...)
 }
 
 func (c *routeClient) runs(key string) int { return c.up.count(c.key + key) }
@@ -166,6 +154,10 @@ var routeCases = []struct {
 		c.want("the top level's retry", c.send("POST", "/v1/charges", "c", "{}"), http.StatusCreated, true)
 		if c.runs("s") != 2 || c.runs("c") != 1 {
 			c.t.Fatalf("runs: search %d, charge %d; want 2 (not protected) and 1", c.runs("s"), c.runs("c"))
+		}
+		// Issue 31, item 13: they are requests too.
+		if got := scrape(c.t, c.g)[`idem_requests_total{outcome="pass_through"}`]; got != 2 {
+			c.t.Fatalf(`idem_requests_total{outcome="pass_through"} = %v; want the 2 searches`, got)
 		}
 	}},
 	{name: "methods", routes: []Route{{Pattern: "/v1/items/{id}", Methods: []string{"put"}}}, check: func(c *routeClient) {
@@ -261,6 +253,25 @@ var routeCases = []struct {
 			c.t.Fatalf("runs: stored %d, released %d, unknown %d, top %d; want 1, 2, 1, 1", c.runs("s"), c.runs("r"), c.runs("u"), c.runs("t"))
 		}
 	}},
+	// Issue 31, item 2: deploy/idem.yaml's refunds route. Under the
+	// default error format a status no entry names went to a nil base
+	// policy: a panic after the upstream ran, nothing stored, the key
+	// PROCESSING for the life of the process.
+	{name: "statuses: a status no entry names follows the format's policy", routes: []Route{{Pattern: "POST /v1/charges/{id}/refunds",
+		Name: "refunds", Statuses: StatusOverrides{Unknown: []string{"409"}}, ReconcileURL: "{upstream}/lookup/refunds/{key}"}},
+		check: func(c *routeClient) {
+			c.want("a refund", c.send("POST", "/v1/charges/ch_1/refunds", "r", "{}"), http.StatusCreated, false)
+			c.want("its retry", c.send("POST", "/v1/charges/ch_1/refunds", "r", "{}"), http.StatusCreated, true)
+			c.want("a refund answered 409", c.send("POST", "/v1/charges/ch_2/refunds?status=409", "u", "{}"), http.StatusConflict, false)
+			if rec := c.record("u"); rec.State != store.StateUnknown {
+				c.t.Fatalf("the 409's key is %v; want UNKNOWN", rec.State)
+			}
+			c.want("a refund answered 503", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
+			c.want("its retry, run again (released by the default policy)", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
+			if c.runs("r") != 1 || c.runs("u") != 1 || c.runs("s") != 2 {
+				c.t.Fatalf("runs: stored %d, unknown %d, released %d; want 1, 1, 2", c.runs("r"), c.runs("u"), c.runs("s"))
+			}
+		}},
 	{name: "reconcile-url", cfg: func(cfg *Config, up *routeUpstream) { cfg.ReconcileURL = up.URL + "/lookup/top/{key}" },
 		routes: []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges", ReconcileURL: "{upstream}/lookup/charges/{key}"}},
 		check: func(c *routeClient) {
@@ -322,5 +333,202 @@ func TestRouteOptions(t *testing.T) {
 				rc.check(&routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t), acquired: acquired})
 			})
 		}
+	}
+}
+
+// Issue 31, item 11: a route sets its upstream timeout. deploy/idem.yaml's
+// 5-minute export was cut at the top level's 30 s, answered 504 and
+// turned UNKNOWN. In a bubble, against an upstream that never answers,
+// each call is cut at its own route's timeout, a pass-through route's too.
+func TestRouteUpstreamTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hang := roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, context.Cause(r.Context())
+		})
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://upstream.test"), AllowAnonymous: true, Transport: hang, Routes: []Route{
+			{Pattern: "POST /v1/exports", Lease: ptr(5 * time.Minute), UpstreamTimeout: ptr(5 * time.Minute)},
+			{Pattern: "POST /v1/search", PassThrough: true, UpstreamTimeout: ptr(time.Minute)},
+		}})
+		for _, c := range []struct {
+			path, key string
+			want      time.Duration
+		}{{"/v1/exports", "e", 5 * time.Minute}, {"/v1/charges", "c", 30 * time.Second}, {"/v1/search", "", time.Minute}} {
+			req := httptest.NewRequest(http.MethodPost, c.path, strings.NewReader("{}"))
+			if c.key != "" {
+				req.Header.Set(idemhttp.HeaderKey, c.key)
+			}
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			g.Handler().ServeHTTP(rec, req)
+			if took := time.Since(start); rec.Code != http.StatusGatewayTimeout || took != c.want || !strings.Contains(rec.Body.String(), c.want.String()) {
+				t.Errorf("%s: %d after %v (%s); want 504 after %v, saying so", c.path, rec.Code, took, rec.Body, c.want)
+			}
+		}
+	})
+}
+
+// The lease a key keeps after its gateway died must cover the upstream
+// call, whose timeout the gateway would have waited out: a route that
+// says otherwise is refused (TestRouteErrorsNameTheField); the top level's
+// flags, which running deployments set, are warned about.
+func TestLeaseShorterThanTheUpstreamTimeout(t *testing.T) {
+	var logs syncBuffer
+	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://upstream.test"), UpstreamTimeout: time.Minute, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Routes: []Route{{Pattern: "/a", PassThrough: true, UpstreamTimeout: ptr(time.Hour)}}})
+	if g == nil {
+		t.Fatal("no gateway")
+	}
+	lines := logs.lines(t, "idem: --upstream-timeout is longer than --lease")
+	if len(lines) != 1 || lines[0]["upstream_timeout"] != "1m0s" || lines[0]["lease"] != "30s" {
+		t.Errorf("--upstream-timeout 1m with the default lease: log lines %v; want one warning naming both", lines)
+	}
+}
+
+// sendAs is send with the Host (when not empty) and the path as written.
+func (c *routeClient) sendAs(method, host, path, key, body string, hdr ...string) reply {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idemhttp.HeaderKey, c.key+key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := c.srv.Client().Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, replayed: resp.Header.Get(idemhttp.HeaderReplayed) == "true", body: string(b)}
+	if i := strings.Index(r.body, `"code":"`); i >= 0 {
+		r.code, _, _ = strings.Cut(r.body[i+8:], `"`)
+	}
+	return r
+}
+
+// spellingRoutes are the routes of TestSpellingsOfAPathMeetTheirRoute.
+var spellingRoutes = []Route{
+	{Pattern: "POST /v1/orders", KeyFrom: "json:/request_id"},
+	{Pattern: "POST api.example.com/v2/orders", KeyFrom: "json:/request_id"},
+	{Pattern: "POST /v1/search", PassThrough: true},
+	{Pattern: "POST /v1/items/{id}", RequireKey: ptr(true)},
+	{Pattern: "POST /v1/items/{id}/{op}", KeyFrom: "json:/request_id"},
+	{Pattern: "POST /v1/batches/", KeyFrom: "json:/request_id"},
+}
+
+// Issue 31, item 3: with POST /v1/orders keyed by json:/request_id, the
+// same order sent to /v1/orders/, /V1/orders, /v1/Orders, /v1/orders;v=1,
+// /v1/orders%20 or /v1/orders. fell to the top level (keyed by the header
+// alone, which it lacked) and ran again each time; "post" was forwarded
+// unprotected; a host pattern missed API.EXAMPLE.COM and a trailing dot.
+// Now every spelling a common framework could route to the orders
+// endpoint gets the orders route: the order runs once (another spelling is
+// another request to the fingerprint: 422, never a run); the method in
+// lower case, and what cannot be matched safely, get 400.
+func TestSpellingsOfAPathMeetTheirRoute(t *testing.T) {
+	for storeName, newStore := range testenv.Stores() {
+		t.Run(storeName, func(t *testing.T) {
+			up := newRouteUpstream(t)
+			g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), Store: newStore(t), AllowAnonymous: true, Routes: spellingRoutes})
+			srv := httptest.NewServer(g.Handler())
+			defer srv.Close()
+			c := &routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t)}
+			order := `{"request_id":"` + c.key + `o1","amount":1}`
+			c.want("the order", c.sendAs("POST", "", "/v1/orders", "", order), http.StatusCreated, false)
+			for _, path := range []string{"/v1/orders", "/v1/orders/", "/V1/orders", "/v1/Orders", "/v1/orders;v=1", "/v1/orders%20",
+				"/v1/orders.", "/v1//orders", "/v1/%6Frders", "/V1/ORDERS/;x=1/"} {
+				got := c.sendAs("POST", "", path, "", order)
+				if !(got.status == http.StatusCreated && got.replayed) && !(got.status == http.StatusUnprocessableEntity && got.code == idemhttp.CodeKeyMismatch) {
+					t.Errorf("the order sent to %s = %d %s; want its replay or 422 key_mismatch (another spelling is another request)", path, got.status, got.body)
+				}
+			}
+			if got := c.sendAs("post", "", "/v1/orders", "", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf(`"post" = %d %s; want 400 %s`, got.status, got.body, CodeAmbiguousRequest)
+			}
+			if n := c.runs("o1"); n != 1 {
+				t.Fatalf("the order ran %d times; want once", n)
+			}
+
+			other := `{"request_id":"` + c.key + `o2","amount":2}`
+			c.want("an order to a host's route", c.sendAs("POST", "api.example.com", "/v2/orders", "", other), http.StatusCreated, false)
+			for _, host := range []string{"API.EXAMPLE.COM", "api.example.com.", "Api.Example.Com.:443"} {
+				c.want("the order to "+host, c.sendAs("POST", host, "/v2/orders", "", other), http.StatusCreated, true)
+			}
+			if n := c.runs("o2"); n != 1 {
+				t.Fatalf("the host's order ran %d times; want once", n)
+			}
+
+			// A subtree's root without its slash (ServeMux would redirect it).
+			batch := `{"request_id":"` + c.key + `b1"}`
+			for i := range 2 {
+				c.want("a batch to /v1/batches", c.sendAs("POST", "", "/v1/batches", "", batch), http.StatusCreated, i == 1)
+			}
+			// A pass-through route does not take in what the top level
+			// protects: /v1/Search may be another endpoint than /v1/search.
+			for i := range 2 {
+				c.want("a keyed POST to /v1/Search", c.sendAs("POST", "", "/v1/Search", "s", "{}"), http.StatusCreated, i == 1)
+			}
+			// Two readings of %2F, two protected routes: which policy?
+			if got := c.sendAs("POST", "", "/v1/items/a%2Fb", "i", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf("/v1/items/a%%2Fb = %d %s; want 400 %s", got.status, got.body, CodeAmbiguousRequest)
+			}
+			// A dot segment, where some route protects the method.
+			if got := c.sendAs("POST", "", "/v1/x/../orders", "", order); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf("/v1/x/../orders = %d %s; want 400 %s", got.status, got.body, CodeAmbiguousRequest)
+			}
+			c.want("a GET with a dot segment (nothing protects a GET)", c.sendAs("GET", "", "/v1/x/../orders", "", ""), http.StatusCreated, false)
+			if n := c.runs("o1") + c.runs("i"); n != 1 {
+				t.Fatalf("refused requests reached the upstream: %d runs; want the first order's only", n)
+			}
+		})
+	}
+}
+
+// Two routes that are one pattern once compared as requests are refuse
+// the configuration, naming both; the top level's methods are matched
+// without case too; a request target that is not a path (an HTTP/2
+// preface, "PRI * HTTP/2.0") is not forwarded, routes or not.
+func TestSpellingsOfTheConfiguration(t *testing.T) {
+	store, _ := memstore.New(nil)
+	_, err := New(Config{Upstream: mustURL(t, "http://upstream.test"), Store: store, Logger: slog.New(slog.DiscardHandler),
+		Routes: []Route{{Pattern: "POST /v1/orders"}, {Pattern: "post /V1/Orders."}}})
+	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Path != "routes[1].match" || !strings.Contains(fe.Err.Error(), `conflicts with routes[0] "POST /v1/orders" once both are compared as requests are`) {
+		t.Errorf("two spellings of one route: %v; want a FieldError about routes[1].match naming routes[0]", err)
+	}
+	up := newRouteUpstream(t)
+	g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), AllowAnonymous: true, Methods: []string{"put"}})
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	c := &routeClient{t: t, up: up, g: g, srv: srv, key: "methods-"}
+	c.want("a PUT under --methods put", c.sendAs("PUT", "", "/v1/items/1", "p", "{}"), http.StatusCreated, false)
+	c.want("its retry", c.sendAs("PUT", "", "/v1/items/1", "p", "{}"), http.StatusCreated, true)
+	for _, method := range []string{"put", "Put"} {
+		if got := c.sendAs(method, "", "/v1/items/1", "p", "{}"); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+			t.Errorf("%q without routes = %d %s; want 400 %s", method, got.status, got.body, CodeAmbiguousRequest)
+		}
+	}
+	req := httptest.NewRequest("PRI", "*", nil)
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+	rec := httptest.NewRecorder()
+	g.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), CodeAmbiguousRequest) {
+		t.Errorf("PRI * HTTP/2.0 = %d %s; want 400 %s", rec.Code, rec.Body, CodeAmbiguousRequest)
+	}
+	if n := c.runs("p"); n != 1 {
+		t.Fatalf("the PUT ran %d times; want once", n)
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	if n := len(up.bodies); n != 1 {
+		t.Fatalf("the upstream got %d requests; want the first PUT's only", n)
 	}
 }

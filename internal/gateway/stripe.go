@@ -22,14 +22,14 @@ func defaultTenantFrom(format idemhttp.ErrorFormat) []string {
 	return []string{"authorization"}
 }
 
-// statusPolicy is the middleware's status policy for the format: nil
-// (idemhttp.DefaultStatusPolicy) for problem, stripeStatusPolicy for
-// stripe.
+// statusPolicy is the middleware's status policy for the format:
+// idemhttp.DefaultStatusPolicy for problem, stripeStatusPolicy for
+// stripe. Never nil: a route's statuses fall back to it.
 func statusPolicy(format idemhttp.ErrorFormat) func(int) idemhttp.Disposition {
 	if format == idemhttp.ErrorFormatStripe {
 		return stripeStatusPolicy
 	}
-	return nil
+	return idemhttp.DefaultStatusPolicy
 }
 
 // stripeStatusPolicy releases the key on an upstream 400 and otherwise

@@ -67,6 +67,16 @@ func rewriteIdempotencyHeaders(in, out *http.Request) {
 func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err error, cfg *Config) {
 	ctx := r.Context()
 	cause := context.Cause(ctx)
+	// The answer is the gateway's own, not the request's: it says "not
+	// yet" (released, or UNKNOWN), so it is neither accepted nor rejected.
+	w.Header().Del(idemhttp.HeaderRepeatabilityResult)
+	// The lines name the key as the store and the admin API have it, and
+	// its tenant (a hash of the credentials, or the trusted header's value).
+	attrs := []any{"method", r.Method, "path", r.URL.Path}
+	l, keyed := idem.LeaseFromContext(ctx)
+	if keyed {
+		attrs = append(attrs, "tenant", l.ID().Tenant, "key", l.ID().Key, "fence", l.Fence())
+	}
 	reached := idemclient.Sent(err)
 	leaseEnded := errors.Is(err, idem.ErrLeaseLost) || errors.Is(err, idem.ErrLeaseExpired) ||
 		errors.Is(cause, idem.ErrLeaseLost) || errors.Is(cause, idem.ErrLeaseExpired)
@@ -75,13 +85,13 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 	if !reached {
 		idemhttp.SetDisposition(ctx, idemhttp.DispositionRelease, "")
 		if leaseEnded {
-			g.cfg.Logger.Warn("idem: not forwarded: the lease ended first", "err", err)
+			g.cfg.Logger.Warn("idem: not forwarded: the lease ended first", append(attrs, "err", err)...)
 			w.Header().Set("Retry-After", "1")
 			cfg.ErrorFormat.WriteError(w, http.StatusServiceUnavailable, CodeLeaseLost,
 				"the idempotency lease ended before the request was forwarded; it was not sent: retry with the same key")
 			return
 		}
-		g.cfg.Logger.Warn("idem: upstream unreachable; nothing was sent", "err", err)
+		g.cfg.Logger.Warn("idem: upstream unreachable; nothing was sent", append(attrs, "err", err)...)
 		cfg.ErrorFormat.WriteError(w, http.StatusBadGateway, CodeUpstreamUnreachable, "the upstream could not be reached; the request was not sent: retry with the same key")
 		return
 	}
@@ -95,7 +105,11 @@ func (g *Gateway) upstreamError(w http.ResponseWriter, r *http.Request, err erro
 		reason = fmt.Sprintf("the upstream did not answer within %v", cfg.UpstreamTimeout)
 	}
 	idemhttp.SetDisposition(ctx, idemhttp.DispositionUnknown, reason)
-	g.cfg.Logger.Warn("idem: upstream outcome unknown; the key is UNKNOWN", "reason", reason, "err", err)
+	msg := "idem: upstream outcome unknown; the key is UNKNOWN"
+	if !keyed {
+		msg = "idem: upstream outcome unknown; the request had no key"
+	}
+	g.cfg.Logger.Warn(msg, append(attrs, "reason", reason, "err", err)...)
 	if g.reconciles {
 		// A retry reconciles the key first, and may find its result at
 		// once; without a reconciliation only an operator settles it, and

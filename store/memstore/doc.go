@@ -6,9 +6,11 @@
 // keys between instances.
 //
 // A PROCESSING record outlives its lease by the retention, and an UNKNOWN
-// record lives for its retention: a lease that ended is not free room,
-// since its work may have run. UNKNOWN records are indexed by tenant and
-// key, so ListUnknown reads them and nothing else.
+// record lives for its retention (by the key retention instead, when that
+// is longer): a lease that ended is not free room, since its work may have
+// run. UNKNOWN and PROCESSING records are indexed by tenant and key, so
+// ListUnknown reads them (and lists a lease that ended, abandoned, from
+// its end) and no COMPLETED record.
 //
 // Memory is bounded by Options.MaxBytes. The store never drops a record
 // before its life (lease and retention) ends: a dropped result would let

@@ -41,13 +41,13 @@ func (e *entry) abandoned(now time.Time) bool {
 // is the stored one, shared and read-only as store.Record documents: the
 // store never changes a result once it is stored, so a replay costs no copy.
 // A PROCESSING record whose lease ended is reported UNKNOWN, as the next
-// Acquire would make it.
+// Acquire would make it, unknown since its lease ended.
 func (e *entry) view(now time.Time) store.Record {
 	r := e.rec
 	r.TTL = e.expires.Sub(now)
 	switch {
 	case e.abandoned(now):
-		r.State, r.Reason = store.StateUnknown, store.ReasonAbandoned
+		r.State, r.Reason, r.CompletedAt = store.StateUnknown, store.ReasonAbandoned, e.leaseUntil
 	case r.State == store.StateProcessing:
 		r.TTL = e.leaseUntil.Sub(now)
 	}

@@ -47,10 +47,12 @@ type Store struct {
 	mu      sync.Mutex
 	entries map[store.ID]*entry
 	byEnd   expiryHeap // every record, by the end of its life
-	// unknown indexes the UNKNOWN records by tenant and key, so that
-	// ListUnknown reads them and nothing else. A PROCESSING record whose
-	// lease ended is not in it until a call turns it UNKNOWN.
-	unknown map[string]map[string]*entry
+	// unsettled indexes the records whose outcome is or may become
+	// unknown, by tenant and key: the UNKNOWN ones and the PROCESSING
+	// ones, so that ListUnknown lists a lease that ended with nobody left
+	// to finish it (a crashed owner) as soon as it ends, and reads no
+	// COMPLETED record.
+	unsettled map[string]map[string]*entry
 	// byTenant holds the bytes of each tenant's records; a tenant without
 	// records has no entry. counted is what the bound counts: the sum of
 	// each tenant's bytes up to tenantBytes.
@@ -81,7 +83,7 @@ func New(opts *Options) (*Store, error) {
 		o.Clock = time.Now
 	}
 	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
-		entries: make(map[store.ID]*entry), unknown: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
+		entries: make(map[store.ID]*entry), unsettled: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
 }
 
 // Close does nothing: the store holds nothing but memory. Every store of
@@ -130,7 +132,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		if !p.TakeOver {
-			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(p.Retention))
+			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(max(p.Retention, p.KeyRetention)))
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
@@ -157,9 +159,10 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
 			Fingerprint: p.Fingerprint, AcquiredAt: now},
 		leaseUntil: now.Add(p.LeaseDuration),
-		expires:    now.Add(p.LeaseDuration + p.Retention),
+		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}
 	s.add(e, size)
+	s.index(e)
 	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
 }
 
@@ -208,7 +211,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return store.ErrLeaseLost // an ended lease is never renewed
 	}
 	e.leaseUntil = now.Add(p.LeaseDuration)
-	s.setExpires(e, now.Add(p.LeaseDuration+p.Retention))
+	s.setExpires(e, now.Add(p.LeaseDuration+max(p.Retention, p.KeyRetention)))
 	return nil
 }
 
@@ -241,7 +244,7 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 	case e.rec.State == store.StateUnknown:
 		return nil // a repeated MarkUnknown: keep the first reason
 	}
-	s.toUnknown(e, now, p.Reason, now.Add(p.Retention))
+	s.toUnknown(e, now, p.Reason, now.Add(max(p.Retention, p.KeyRetention)))
 	return nil
 }
 
@@ -298,9 +301,11 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	return nil
 }
 
-// ListUnknown implements store.Store. It reads the UNKNOWN index only: the
-// records of the tenant (or of all tenants), sorted by tenant and key, after
-// the cursor. Its cost grows with the UNKNOWN records listed, not with the
+// ListUnknown implements store.Store. It reads the index of unsettled
+// records only: the UNKNOWN records and the PROCESSING ones whose lease
+// ended (reported UNKNOWN, abandoned, as Get reports them) of the tenant
+// (or of all tenants), sorted by tenant and key, after the cursor. Its
+// cost grows with the UNKNOWN records and the leases held, not with the
 // store.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	if err := ctx.Err(); err != nil {
@@ -322,11 +327,14 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	now := s.lock()
 	defer s.mu.Unlock()
 	var ids []store.ID
-	for tenant, keys := range s.unknown {
+	for tenant, keys := range s.unsettled {
 		if (!p.AllTenants && tenant != p.Tenant) || (p.After != "" && tenant < after.Tenant) {
 			continue
 		}
-		for key := range keys {
+		for key, e := range keys {
+			if e.rec.State == store.StateProcessing && !e.abandoned(now) {
+				continue // its owner may still finish it
+			}
 			if id := (store.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
 				ids = append(ids, id)
 			}
@@ -335,7 +343,7 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	slices.SortFunc(ids, compareIDs)
 	var page store.ListPage
 	for _, id := range ids[:min(limit, len(ids))] {
-		page.Records = append(page.Records, s.unknown[id.Tenant][id.Key].view(now))
+		page.Records = append(page.Records, s.unsettled[id.Tenant][id.Key].view(now))
 	}
 	if len(ids) > limit {
 		page.Next = listcursor.Next(ids[limit-1])
@@ -385,18 +393,22 @@ func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
 	return e, true
 }
 
-// toUnknown turns e UNKNOWN for reason, to live until expires, and
-// indexes it.
+// toUnknown turns e UNKNOWN for reason, to live until expires. It stays
+// in the index of unsettled records.
 func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
 	e.rec.State = store.StateUnknown
 	e.rec.Reason = reason
 	e.rec.CompletedAt = now
 	s.grow(e, int64(len(reason)))
 	s.setExpires(e, expires)
-	keys := s.unknown[e.rec.Tenant]
+}
+
+// index puts e, a new PROCESSING record, in the index of unsettled records.
+func (s *Store) index(e *entry) {
+	keys := s.unsettled[e.rec.Tenant]
 	if keys == nil {
 		keys = make(map[string]*entry)
-		s.unknown[e.rec.Tenant] = keys
+		s.unsettled[e.rec.Tenant] = keys
 	}
 	keys[e.rec.Key] = e
 }
@@ -414,15 +426,15 @@ func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention t
 	s.setExpires(e, now.Add(retention))
 }
 
-// unindex takes e out of the UNKNOWN index, if it is there.
+// unindex takes e out of the index of unsettled records, if it is there.
 func (s *Store) unindex(e *entry) {
-	if e.rec.State != store.StateUnknown {
+	keys := s.unsettled[e.rec.Tenant]
+	if keys[e.rec.Key] != e {
 		return
 	}
-	keys := s.unknown[e.rec.Tenant]
 	delete(keys, e.rec.Key)
 	if len(keys) == 0 {
-		delete(s.unknown, e.rec.Tenant)
+		delete(s.unsettled, e.rec.Tenant)
 	}
 }
 

@@ -9,9 +9,11 @@
 // and the fence of the lease in its WHERE clause. Lease deadlines and
 // retention ends are computed from the database's clock_timestamp(), never
 // from the application's clock; a row past its end is absent to every
-// query, and the store's reaper deletes it later. No index covers a
-// column that Complete or Extend changes, so PostgreSQL can update those
-// rows in place (HOT updates); the reaper has its own column, reap_at.
+// query, and the store's reaper deletes it later. The reaper has its own
+// column, reap_at, so that no index covers a column that Complete or
+// Extend changes but records_leases, the PROCESSING rows by the end of
+// their lease, through which ListUnknown finds a lease that ended with
+// nobody to finish it (migrations/007_leases.sql).
 //
 // # Reaper
 //

@@ -16,7 +16,7 @@ import (
 func TestPending(t *testing.T) {
 	pool, schema := testenv.Postgres(t)
 	ctx := context.Background()
-	all := []string{"001_records.sql", "002_reservations.sql", "003_reap_at.sql", "004_unknown.sql", "005_fence_clock.sql", "006_key_until.sql"}
+	all := []string{"001_records.sql", "002_reservations.sql", "003_reap_at.sql", "004_unknown.sql", "005_fence_clock.sql", "006_key_until.sql", "007_leases.sql"}
 	opts := &pgstore.Options{Schema: schema}
 	if got, err := pgstore.Pending(ctx, pool, &pgstore.Options{Schema: testenv.SchemaName(t)}); err != nil || !slices.Equal(got, all) {
 		t.Fatalf("Pending of a schema that does not exist = %q, %v; want %q", got, err, all)

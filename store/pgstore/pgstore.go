@@ -84,8 +84,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 // reads that row; it turns an abandoned row UNKNOWN when p.TakeOver is
 // false. found is false when the row changed under it: try again.
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
+	keep := max(p.Retention, p.KeyRetention) // the life of a record whose outcome may be unknown
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + p.Retention).Microseconds(), p.TakeOver)
+		(p.LeaseDuration + keep).Microseconds(), p.TakeOver)
 	switch {
 	case err != nil:
 		return store.AcquireResult{}, false, err
@@ -108,7 +109,7 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 		return store.AcquireResult{}, false, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
-		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, p.Retention.Microseconds())
+		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, keep.Microseconds())
 		return store.AcquireResult{Record: r.rec}, ok, err
 	}
 	return store.AcquireResult{Record: r.rec}, true, nil
@@ -187,7 +188,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + p.Retention).Microseconds())
+		(p.LeaseDuration + max(p.Retention, p.KeyRetention)).Microseconds())
 }
 
 // Release implements store.Store.
@@ -197,7 +198,7 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
-	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, p.Retention.Microseconds())
+	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Microseconds())
 }
 
 func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {
@@ -275,9 +276,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 }
 
 // ListUnknown implements store.Store. It pages through the partial index
-// of UNKNOWN rows in (tenant, key) order; Next encodes the last row's
-// tenant and key. An abandoned row is listed once an Acquire or a Claim
-// has turned it UNKNOWN.
+// of UNKNOWN rows in (tenant, key) order, with the PROCESSING rows whose
+// lease ended (reported UNKNOWN, abandoned), which the index of leases
+// holds; Next encodes the last row's tenant and key.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
 	limit := p.Limit
 	if limit <= 0 {

@@ -1,7 +1,7 @@
 -- acquire: create a PROCESSING record if the key is absent, else return the record.
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records, KEYS[3] the record's tombstone
--- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] retention in ms (how long the
--- record outlives its lease), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
+-- KEYS[1] the record, KEYS[2] the index of unsettled records (record.lua), KEYS[3] the record's tombstone
+-- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the record outlives
+-- its lease, in ms (the longer of the retention and the key retention), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
 -- over an abandoned record
 -- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
 -- common case), 'fence:acquired_ms:previous_fence:previous_acquired_ms' when it took
@@ -34,7 +34,10 @@ local rec = redis.call('SET', KEYS[1], record(fence), 'NX', 'GET', 'PX', lease +
 -- now_ms as digits without string.format: the seconds, then the first three
 -- of the six zero-padded microsecond digits.
 local acquired = t[1] .. string.sub(us, 1, 3)
-if not rec then return fence .. ':' .. acquired end
+if not rec then
+  redis.call('ZADD', KEYS[2], 0, index_member(KEYS[1]))
+  return fence .. ':' .. acquired
+end
 local replay = completed_reply(rec, now_ms)
 if replay then return replay end
 local r = decode(rec)
@@ -51,4 +54,5 @@ end
 -- An ended record, a tombstone or a taken-over one: take its place, above its fence.
 if tonumber(r.fence) >= tonumber(fence) then fence = string.format('%.0f', tonumber(r.fence) + 1) end
 redis.call('SET', KEYS[1], record(fence), 'PX', lease + retention + grace)
+redis.call('ZADD', KEYS[2], 0, index_member(KEYS[1]))
 return fence .. ':' .. acquired .. took

@@ -1,7 +1,7 @@
 -- claim: take the reconciliation claim on an UNKNOWN record when nobody holds it or
 -- the holder's claim ended. An abandoned record is turned UNKNOWN first, keeping
 -- its life.
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records; record.lua runs in front of this file.
+-- KEYS[1] the record, KEYS[2] the index of unsettled records; record.lua runs in front of this file.
 -- ARGV[1] claim owner, ARGV[2] claim lease in ms, ARGV[3] how long the key outlives the record, in ms
 -- Returns {} when the key is absent, else the record as get.lua does, its first
 -- field '1' when claimed and '0' when not.

@@ -1,7 +1,7 @@
 -- delete: end a record in any state (admin invalidation), or only the record with a
 -- given fence, and drop it from the index. A tombstone that keeps only the fence
 -- takes its place.
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records, KEYS[3] the record's tombstone (deleted
+-- KEYS[1] the record, KEYS[2] the index of unsettled records, KEYS[3] the record's tombstone (deleted
 -- with it); record.lua runs in front of this file.
 -- ARGV[1] how long the tombstone lives, in ms, ARGV[2] the fence of the record to
 -- delete ('0': any)

@@ -16,7 +16,7 @@
 //	                           with a key retention: the end of the key
 //	                           retention, fence, fingerprint, completed
 //	                           ms, status; its own PX ends it
-//	PREFIX unknown             the index of UNKNOWN records (see below)
+//	PREFIX unknown             the index of unsettled records (see below)
 //
 // The encoding (struct.pack in the scripts, described in record.lua) is
 // read and written whole: one GET and one SET per transition, which costs
@@ -24,14 +24,22 @@
 //
 // # UNKNOWN records and their index
 //
-// A PROCESSING record outlives its lease by the retention, so that an
-// ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
+// A PROCESSING record outlives its lease by the retention (or the key
+// retention, the longer: an UNKNOWN record lives as long as its key), so
+// that an ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
 // next Acquire turns it UNKNOWN or, with TakeOver, takes it over with a
 // higher fence, in the same script. ListUnknown reads a sorted set of the
-// UNKNOWN records, members "len(tenant):tenant:key" with score 0, paged
-// with ZRANGEBYLEX by tenant; the scripts that make a record UNKNOWN add
-// it, those that complete, resolve or delete it remove it, and
-// ListUnknown drops the entries of records that expired. A script may
+// unsettled records (PROCESSING or UNKNOWN), members
+// "len(tenant):tenant:key" with score 0, paged with ZRANGEBYLEX by tenant:
+// it lists the UNKNOWN ones and the PROCESSING ones whose lease ended (as
+// Get reports them), so a key whose owner crashed is listed from its
+// lease's end, with no retry needed. Acquire adds a record, Complete,
+// Release, Resolve and Delete remove it (a ZADD and a ZREM more per
+// request than an index of UNKNOWN records alone), and ListUnknown drops
+// the entries of records that expired; it reads the records of the
+// leases held too, and skips them. A record acquired by a version before
+// this index held PROCESSING records is listed once a retry or a claim
+// turns it UNKNOWN. A script may
 // only touch keys of one Cluster slot, so on Redis Cluster there is one
 // such index per slot (PREFIX unknown{T}, T a tag of that slot): the
 // listing walks the 16384 in slot order with pipelined range reads (64

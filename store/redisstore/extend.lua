@@ -2,7 +2,8 @@
 -- lease that ended is never renewed: its record is abandoned, and the next
 -- acquisition turns it UNKNOWN or takes it over.
 -- KEYS[1] the record; record.lua runs in front of this file.
--- ARGV[1] owner, ARGV[2] fence, ARGV[3] lease in ms, ARGV[4] retention in ms, ARGV[5] how long the key
+-- ARGV[1] owner, ARGV[2] fence, ARGV[3] lease in ms, ARGV[4] how long the record outlives its lease, in
+-- ms (the longer of the retention and the key retention), ARGV[5] how long the key
 -- outlives the record, in ms
 -- Returns 1 when renewed, 0 when the lease is lost.
 local rec = redis.call('GET', KEYS[1])

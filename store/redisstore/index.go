@@ -12,13 +12,15 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// The index of UNKNOWN records, which ListUnknown pages without scanning
-// the store. It is a sorted set whose members are the records' hash tags
-// ("len(tenant):tenant:key", score 0), so ZRANGEBYLEX reads one tenant's
-// members in order. The scripts that make a record UNKNOWN add it in the
-// same atomic step; those that end it remove it. Entries can go stale (an
-// UNKNOWN record that expired): ListUnknown reads the records and drops
-// the entries that no longer name an UNKNOWN one.
+// The index of unsettled records (PROCESSING or UNKNOWN), which
+// ListUnknown pages without scanning the store. It is a sorted set whose
+// members are the records' hash tags ("len(tenant):tenant:key", score 0),
+// so ZRANGEBYLEX reads one tenant's members in order. The scripts that
+// acquire a record or make it UNKNOWN add it in the same atomic step;
+// those that end it remove it. ListUnknown reads the records and lists the
+// UNKNOWN ones and the PROCESSING ones whose lease ended (abandoned);
+// entries can go stale (a record that expired), and it drops those that
+// no longer name a PROCESSING or UNKNOWN record.
 //
 // A script may only touch keys of one Cluster slot, and records spread
 // over all of them, so on Redis Cluster there is one index per slot, each

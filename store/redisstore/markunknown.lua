@@ -1,8 +1,9 @@
 -- markunknown: turn the caller's PROCESSING record (its lease ended or not) UNKNOWN,
 -- checked by owner and fence, and index it. The caller's UNKNOWN record stays as it
 -- is (a retried call, or an abandoned record: the first reason is kept).
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records; record.lua runs in front of this file.
--- ARGV[1] owner, ARGV[2] fence, ARGV[3] reason, ARGV[4] retention in ms, ARGV[5] how long the key
+-- KEYS[1] the record, KEYS[2] the index of unsettled records; record.lua runs in front of this file.
+-- ARGV[1] owner, ARGV[2] fence, ARGV[3] reason, ARGV[4] how long it is kept, in ms (the longer of the
+-- retention and the key retention), ARGV[5] how long the key
 -- outlives the record, in ms
 -- Returns 1 when the record is UNKNOWN, 0 when the lease is lost.
 local rec = redis.call('GET', KEYS[1])

@@ -26,10 +26,13 @@
 -- lives an hour past the record's life (its Redis TTL), so a record that
 -- ended (a logically absent key) still holds the last fence.
 --
--- The index of UNKNOWN records is a sorted set (KEYS[2] of the scripts
+-- The index of unsettled records is a sorted set (KEYS[2] of the scripts
 -- that change it) whose members are the record key's hash tag,
 -- 'len(tenant):tenant:key', all with score 0, so ZRANGEBYLEX pages it by
--- tenant.
+-- tenant. It holds the records whose outcome is or may become unknown:
+-- acquire adds a PROCESSING record, complete, release, resolve and delete
+-- remove it; ListUnknown lists its UNKNOWN records and its PROCESSING ones
+-- whose lease ended (a crashed owner's), and drops what went stale.
 
 local function clock()
   local t = redis.call('TIME')

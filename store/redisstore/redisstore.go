@@ -87,7 +87,10 @@ type Store struct {
 	near *nearCache // nil when Options.NearCache is off
 	co   *coalescer // nil when Options.Coalesce is off or ignored
 
-	leaseMs, retentionMs msArg // the last lease and retention, as script arguments
+	// The last lease, retention and life of a record whose outcome may be
+	// unknown (the longer of the retention and the key retention), as
+	// script arguments.
+	leaseMs, retentionMs, keepMs msArg
 
 	closeClient func() // the client OpenURL opened for the store; nil when the caller gave it
 }
@@ -194,7 +197,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		mark = s.near.mark()
 	}
 	r, notReplicated, err := s.acked(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
-		s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs, boolArg(p.TakeOver)})
+		s.leaseMs.arg(p.LeaseDuration), s.keepMs.arg(max(p.Retention, p.KeyRetention)), fenceGraceMs, boolArg(p.TakeOver)})
 	if err != nil {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -250,7 +253,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	return s.transition(ctx, "extend", s.acked, extendScript, s.keys(p.ID),
-		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.retentionMs.arg(p.Retention), fenceGraceMs})
+		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.keepMs.arg(max(p.Retention, p.KeyRetention)), fenceGraceMs})
 }
 
 // Release implements store.Store.
@@ -262,7 +265,7 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 // for the replicas like Acquire and Complete.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
 	return s.transition(ctx, "mark unknown", s.acked, markUnknownScript, s.indexedKeys(p.ID),
-		[]any{p.Owner, p.Fence, p.Reason, p.Retention.Milliseconds(), fenceGraceMs})
+		[]any{p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Milliseconds(), fenceGraceMs})
 }
 
 // transition runs a script that answers 1 when the caller's lease allowed

@@ -1,6 +1,6 @@
 -- resolve: end an UNKNOWN record (an abandoned one too): COMPLETED with a result, or
 -- deleted (a tombstone keeps the fence) when the work is known not to have run.
--- KEYS[1] the record, KEYS[2] the index of UNKNOWN records, KEYS[3] the record's tombstone; record.lua
+-- KEYS[1] the record, KEYS[2] the index of unsettled records, KEYS[3] the record's tombstone; record.lua
 -- runs in front of this file.
 -- ARGV[1] fence, ARGV[2] claim owner ('' for an operator), ARGV[3] '1' with a result, ARGV[4] retention
 -- in ms, ARGV[5] status, ARGV[6] encoded header, ARGV[7] body, ARGV[8] how long the key outlives the

@@ -90,7 +90,7 @@ const (
 )
 
 // runner runs a script atomically and returns its reply, and reads the
-// index of UNKNOWN records. Each Redis client library has one.
+// index of unsettled records. Each Redis client library has one.
 type runner interface {
 	run(ctx context.Context, s *script, keys []string, args []any) (reply, error)
 	// rangeByLex returns, for each key, up to count members of that

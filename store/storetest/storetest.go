@@ -109,12 +109,14 @@ func Run(t *testing.T, h Harness) {
 		{"ListUnknownPages", testListPages},
 		{"ListUnknownForgetsEndedRecords", testListForgets},
 		{"UnknownExpiresAfterRetention", testUnknownExpires},
+		{"AbandonedLeaseIsListed", testAbandonedLeaseIsListed},
 
 		// Tombstones: a key outlives its result (tombstone.go).
 		{"TombstoneOutlivesResult", testTombstone},
 		{"NoTombstoneWithoutKeyRetention", testNoTombstoneWithoutKeyRetention},
 		{"DeleteRemovesTombstone", testDeleteTombstone},
 		{"ResolvedKeepsTombstone", testResolvedKeepsTombstone},
+		{"UnknownLivesAsLongAsTheKey", testUnknownLivesAsLongAsTheKey},
 
 		// What operators ask (admin.go).
 		{"ListUnknownRefusesForeignCursors", testListBadCursor},

@@ -146,3 +146,62 @@ func mustGet(t *testing.T, s store.Store, id store.ID) store.Record {
 	}
 	return rec
 }
+
+// testUnknownLivesAsLongAsTheKey: a record whose outcome may be unknown
+// has no result to expire, so it lives as long as its key: with a key
+// retention above the retention, an UNKNOWN record (marked so, or an
+// abandoned lease, before and after an Acquire turned it UNKNOWN) outlives
+// the retention and ends with the key retention. A store that kept it for
+// the retention alone let the key run again within the key retention its
+// server publishes (issue 31, item 4).
+func testUnknownLivesAsLongAsTheKey(t *testing.T, s store.Store, advance func(time.Duration)) {
+	ctx := context.Background()
+	marked, abandoned, extended, converted := newID(t), newID(t), newID(t), newID(t)
+	start := time.Now() // every record below lives at least hold from here: on a real server, by its clock
+	ref := mustAcquire(t, s, marked, long)
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: short, KeyRetention: hold}); err != nil {
+		t.Fatalf("MarkUnknown: %v", err)
+	}
+	refs := map[store.ID]store.LeaseRef{marked: ref}
+	for _, id := range []store.ID{abandoned, converted} {
+		refs[id] = mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: short, KeyRetention: hold})
+	}
+	refs[extended] = mustAcquireWith(t, s, store.AcquireParams{ID: extended, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
+	if err := s.Extend(ctx, store.ExtendParams{LeaseRef: refs[extended], LeaseDuration: short, Retention: short, KeyRetention: hold}); err != nil {
+		t.Fatalf("Extend: %v", err)
+	}
+	advance(2 * short) // every lease ended
+	res := acquireWith(t, s, store.AcquireParams{ID: converted, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: short, KeyRetention: hold})
+	if res.Acquired || res.Record.State != store.StateUnknown || res.Record.Reason != store.ReasonAbandoned {
+		t.Fatalf("Acquire of an ended lease = %+v; want it turned UNKNOWN", res)
+	}
+	advance(3 * short) // past every lease plus its retention: only the key retention keeps them
+	wantKept := func(id store.ID, reason string) {
+		t.Helper()
+		rec, ok := get(t, s, id)
+		if took := time.Since(start); took >= hold {
+			t.Skipf("the calls took %v, past the key retention %v: not checked", took, hold)
+		}
+		if !ok || rec.State != store.StateUnknown || rec.Reason != reason || rec.Fence != refs[id].Fence || rec.TTL <= 0 || rec.TTL > hold {
+			t.Fatalf("Get(%v) past the retention, within the key retention = %+v (found %v); want UNKNOWN %q, fence %d, TTL in (0, %v]",
+				id, rec, ok, reason, refs[id].Fence, hold)
+		}
+	}
+	wantKept(marked, "timeout")
+	wantKept(abandoned, store.ReasonAbandoned)
+	wantKept(extended, store.ReasonAbandoned)
+	wantKept(converted, store.ReasonAbandoned)
+	for _, takeOver := range []bool{false, true} {
+		res := acquireWith(t, s, store.AcquireParams{ID: marked, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: takeOver})
+		if res.Acquired || res.Record.State != store.StateUnknown {
+			t.Fatalf("Acquire (TakeOver %v) past the retention, within the key retention = %+v; want the UNKNOWN record", takeOver, res)
+		}
+	}
+
+	advance(hold)
+	for id := range refs {
+		if rec, ok := get(t, s, id); ok {
+			t.Fatalf("Get(%v) after the key retention = %+v; want absent", id, rec)
+		}
+	}
+}

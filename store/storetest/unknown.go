@@ -93,8 +93,8 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 	ref := store.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
 	advance(2 * short)
 	wantUnknown(t, s, ref, store.ReasonAbandoned)
-	if page := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(page) > 0 && page[0].ID != id {
-		t.Fatalf("ListUnknown(%s) = %+v; want at most the abandoned key", id.Tenant, page)
+	if page := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(page) != 1 || page[0].ID != id {
+		t.Fatalf("ListUnknown(%s) = %+v; want the abandoned key", id.Tenant, page)
 	}
 
 	converted := time.Now() // the record lives hold from here: on a real server, by its clock
@@ -748,5 +748,81 @@ func testUnknownExpires(t *testing.T, s store.Store, advance func(time.Duration)
 	}
 	if next := mustAcquire(t, s, gone, long); next.Fence <= goneRef.Fence {
 		t.Fatalf("fence after the UNKNOWN record expired = %d; want above %d", next.Fence, goneRef.Fence)
+	}
+}
+
+// testAbandonedLeaseIsListed: a PROCESSING record whose lease ended with
+// nobody to finish it (its owner crashed) is listed as soon as the lease
+// ends, UNKNOWN (abandoned) since then, as Get reports it, before any
+// retry or claim has touched it: a key no client comes back for is seen by
+// the operator, the metrics and the reconcile sweep all the same (issue
+// 31, item 6). Listing changes nothing: a takeover still takes it, and a
+// record that leaves PROCESSING or UNKNOWN leaves the listing; a lease
+// that still holds is not listed.
+func testAbandonedLeaseIsListed(t *testing.T, s store.Store, advance func(time.Duration)) {
+	ctx := context.Background()
+	tenant := "abandoned-" + rand.Text()[:8]
+	id := func(k string) store.ID { return store.ID{Tenant: tenant, Key: k} }
+	crashed := map[string]store.AcquireResult{}
+	for _, k := range []string{"a-crashed", "c-completed-late", "d-released-late", "e-taken-over", "f-crashed"} {
+		crashed[k] = acquire(t, s, id(k), "fp", short)
+	}
+	live := mustAcquire(t, s, id("b-live"), long)
+	mustUnknown(t, s, id("g-marked"), long)
+	done := mustAcquire(t, s, id("h-completed"), long)
+	if err := complete(s, done, store.Result{Status: 200}, long); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * short)
+
+	// In the store's order: by tenant and key, on Redis Cluster by slot first.
+	byKey := func(recs []store.Record) []store.ID {
+		got := ids(recs)
+		slices.SortFunc(got, func(a, b store.ID) int { return cmp.Compare(a.Key, b.Key) })
+		return got
+	}
+	want := []store.ID{id("a-crashed"), id("c-completed-late"), id("d-released-late"), id("e-taken-over"), id("f-crashed"), id("g-marked")}
+	for _, limit := range []int{0, 1, 2} {
+		listed := listUnknown(t, s, store.ListParams{Tenant: tenant, Limit: limit})
+		if got := byKey(listed); !slices.Equal(got, want) {
+			t.Fatalf("ListUnknown(limit %d) after the leases ended = %v; want %v: every ended lease, not the live one %v", limit, got, want, live.ID)
+		}
+		for _, r := range listed {
+			first, ok := crashed[r.Key]
+			if !ok {
+				continue
+			}
+			since := r.CompletedAt.Sub(first.Record.AcquiredAt) - short
+			if r.State != store.StateUnknown || r.Reason != store.ReasonAbandoned || r.Fence != first.Record.Fence || r.Owner != first.Record.Owner ||
+				r.Fingerprint != "fp" || r.TTL <= 0 || since < -2*time.Millisecond || since > 2*time.Millisecond {
+				t.Fatalf("listed %+v; want UNKNOWN %q with fence %d, owner %s, unknown since its lease ended (%v after %v)",
+					r, store.ReasonAbandoned, first.Record.Fence, first.Record.Owner, short, first.Record.AcquiredAt)
+			}
+		}
+	}
+	all := map[store.ID]bool{}
+	for _, r := range listUnknown(t, s, store.ListParams{AllTenants: true, Limit: store.MaxListLimit}) {
+		all[r.ID] = true
+	}
+	if !all[id("a-crashed")] || !all[id("f-crashed")] || all[id("b-live")] {
+		t.Fatalf("ListUnknown of all tenants: a-crashed %v, f-crashed %v, b-live %v; want the ended leases and not the live one",
+			all[id("a-crashed")], all[id("f-crashed")], all[id("b-live")])
+	}
+
+	// Listing changed nothing: the owner's late word is taken, and a
+	// takeover takes the key.
+	ref := func(k string) store.LeaseRef {
+		return store.LeaseRef{ID: id(k), Owner: crashed[k].Record.Owner, Fence: crashed[k].Record.Fence}
+	}
+	if err := complete(s, ref("c-completed-late"), store.Result{Status: 201}, long); err != nil {
+		t.Fatalf("late Complete of a listed abandoned record = %v; want nil", err)
+	}
+	if err := s.Release(ctx, ref("d-released-late")); err != nil {
+		t.Fatalf("late Release of a listed abandoned record = %v; want nil", err)
+	}
+	mustTakeOver(t, s, id("e-taken-over"), ref("e-taken-over"), long)
+	want = []store.ID{id("a-crashed"), id("f-crashed"), id("g-marked")}
+	if got := byKey(listUnknown(t, s, store.ListParams{Tenant: tenant, Limit: 1})); !slices.Equal(got, want) {
+		t.Fatalf("ListUnknown after a late Complete, a late Release and a takeover = %v; want %v", got, want)
 	}
 }

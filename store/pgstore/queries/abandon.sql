@@ -1,6 +1,6 @@
 -- abandon (Store.Acquire): an Acquire without TakeOver that found the
--- abandoned row of fence $3 turns it UNKNOWN for reason $4 and the
--- retention ($5), unless it changed.
+-- abandoned row of fence $3 turns it UNKNOWN for reason $4, kept for $5
+-- (the longer of the retention and the key retention), unless it changed.
 UPDATE S.records SET state = 'U', reason = $4, completed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $5 * interval '1 microsecond'
 WHERE tenant_id = $1 AND idempotency_key = $2 AND fence = $3 AND state = 'P' AND {lease_ended}

@@ -1,5 +1,6 @@
 -- acquire (Store.Acquire): $1 tenant, $2 key, $3 owner, $4 fingerprint, $5
--- the lease, $6 the lease plus the retention (microseconds), $7 TakeOver.
+-- the lease, $6 the lease plus the longer of the retention and the key
+-- retention (microseconds), $7 TakeOver.
 --
 -- The INSERT takes the key when it has no row or an expired one, or ($7)
 -- takes over a row whose lease ended, in one atomic step. When a live row

@@ -1,0 +1,106 @@
+package gateway
+
+import (
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// The canonical form of a path, a host and a pattern (canon.go).
+func TestCanonicalForms(t *testing.T) {
+	for _, c := range []struct {
+		path, canon, split string // split: "" when the same as canon
+	}{
+		{"/v1/orders", "/v1/orders", ""},
+		{"/", "/", ""},
+		{"", "/", ""},
+		{"/v1/orders/", "/v1/orders", ""},
+		{"/v1/orders///", "/v1/orders", ""},
+		{"/V1/Orders", "/v1/orders", ""},
+		{"/v1/orders;v=1", "/v1/orders", ""},
+		{"/v1;a/orders;b=2;c", "/v1/orders", ""},
+		{"/v1/orders%3Bv=1", "/v1/orders", ""},
+		{"/v1/orders%20", "/v1/orders", ""},
+		{"/v1/orders.", "/v1/orders", ""},
+		{"/v1/orders.%20.", "/v1/orders", ""},
+		{"/v1//orders", "/v1/orders", ""},
+		{"/v1/%6Frders", "/v1/orders", ""},
+		{"/v1/x/../orders", "/v1/orders", ""},
+		{"/v1/./orders", "/v1/orders", ""},
+		{"/v1/%2e%2E/orders", "/orders", ""},
+		{"/../../orders", "/orders", ""},
+		{"/v1/a%2Fb", "/v1/a%2Fb", "/v1/a/b"},
+		{"/v1/a%2fB", "/v1/a%2Fb", "/v1/a/b"},
+		{"/v1/a%5Cb", "/v1/a%5Cb", "/v1/a/b"},
+		{`/v1/a\b`, "/v1/a%5Cb", "/v1/a/b"},
+		{"/v1/a%2F..%2Fb", "/v1/a%2F..%2Fb", "/v1/b"},
+		{"/v1/caf%C3%A9", "/v1/caf%C3%A9", ""},
+		{"/v1/CAF%C3%89", "/v1/caf%C3%A9", ""},
+		{"/v1/a(b)", "/v1/a%28b%29", ""},
+	} {
+		if got := canonPath(c.path, false); got != c.canon {
+			t.Errorf("canonPath(%q) = %q; want %q", c.path, got, c.canon)
+		}
+		want := c.split
+		if want == "" {
+			want = c.canon
+		}
+		if got := canonPath(c.path, true); got != want {
+			t.Errorf("canonPath(%q, split) = %q; want %q", c.path, got, want)
+		}
+	}
+	for host, want := range map[string]string{"api.example.com": "api.example.com", "API.EXAMPLE.COM": "api.example.com",
+		"api.example.com.": "api.example.com", "Api.Example.Com.:8443": "api.example.com", "[::1]:80": "::1"} {
+		if got := canonHost(host); got != want {
+			t.Errorf("canonHost(%q) = %q; want %q", host, got, want)
+		}
+	}
+	for pattern, want := range map[string]string{
+		"POST /v1/orders": "POST /v1/orders", "post /V1/Orders/": "POST /v1/orders/", "POST\tAPI.Example.com./v1/{ID}/x": "POST api.example.com/v1/{ID}/x",
+		"/v1/{rest...}": "/v1/{rest...}", "/v1/orders/{$}": "/v1/orders/{$}", "/": "/", "GET /a;b/c.": "GET /a/c",
+	} {
+		if got := canonPattern(pattern); got != want {
+			t.Errorf("canonPattern(%q) = %q; want %q", pattern, got, want)
+		}
+	}
+	for path, dot := range map[string]bool{"/a/./b": true, "/a/..": true, "/%2e%2e/b": true, "/a%2F..%2Fb": true, `/a\..\b`: true,
+		"/a/.. /b": true, "/a/.b": false, "/a/b..": false, "/a/...": false} {
+		if got := hasDotSegment(path); got != dot {
+			t.Errorf("hasDotSegment(%q) = %v; want %v", path, got, dot)
+		}
+	}
+}
+
+// FuzzCanonPath: canonPath never panics, is idempotent (canonPath of its
+// own result is that result, under either reading of encoded slashes),
+// and its result is a path ServeMux takes as it is: it begins with a
+// slash, has no empty segment, no trailing slash, no ';' and no dot
+// segment (under its own reading of encoded slashes), and decodes to a
+// path whose escaped form it is.
+func FuzzCanonPath(f *testing.F) {
+	for _, p := range []string{"/v1/orders", "/V1/Orders/", "/v1/orders;v=1", "/v1/orders%20", "/v1/orders.", "/a/../b", "/%2e%2e",
+		"/a%2Fb", `/a\b`, "/caf%C3%A9", "/%ff", "/%zz", "", "//", "/a/%2F/", "/İ", "/ǅ", "/%E2%84%AA"} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		for _, split := range []bool{false, true} {
+			c := canonPath(p, split)
+			if again := canonPath(c, split); again != c {
+				t.Fatalf("canonPath(%q, %v) = %q, and canonPath of that = %q", p, split, c, again)
+			}
+			dot := false
+			segments(c, split, func(seg string) { dot = dot || seg == "." || seg == ".." })
+			if !strings.HasPrefix(c, "/") || strings.Contains(c, "//") || (c != "/" && strings.HasSuffix(c, "/")) ||
+				strings.ContainsRune(c, ';') || dot {
+				t.Fatalf("canonPath(%q, %v) = %q: not a canonical path", p, split, c)
+			}
+			decoded, err := url.PathUnescape(c)
+			if err != nil {
+				t.Fatalf("canonPath(%q, %v) = %q does not decode: %v", p, split, c, err)
+			}
+			if u := (url.URL{Path: decoded, RawPath: c}); u.EscapedPath() != c {
+				t.Fatalf("canonPath(%q, %v) = %q: a URL takes it for %q", p, split, c, u.EscapedPath())
+			}
+		}
+	})
+}

@@ -1,0 +1,12 @@
+-- 007_leases: ListUnknown lists a PROCESSING row whose lease ended (issue 31,
+-- item 6). A gateway SIGKILLed mid-request leaves its keys PROCESSING; their
+-- leases end with nobody to finish them, and until a retry or a claim turned
+-- such a row UNKNOWN it was in no listing, no count, no alert and no sweep.
+--
+-- This index holds the P rows by the end of their lease, so the listing
+-- reads the abandoned ones (lease_until passed) and no other row. It costs
+-- an index entry per acquisition, and Complete and Extend are no longer HOT
+-- updates (migrations/003_reap_at.sql): state, in the predicate, changes at
+-- Complete, and Extend moves lease_until. docs/benchmarks.md ("PostgreSQL")
+-- measured HOT at a few percent of the acquire+complete cycle.
+CREATE INDEX IF NOT EXISTS records_leases ON records (lease_until) WHERE state = 'P';
