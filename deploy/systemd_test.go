@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bufio"
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
@@ -57,27 +60,35 @@ func TestSystemdUnitSettings(t *testing.T) {
 	if f := unit["SystemCallFilter"]; len(f) == 0 || f[0] != "@system-service" {
 		t.Errorf("SystemCallFilter = %q; want @system-service first", f)
 	}
-	// TimeoutStopSec must cover --shutdown-timeout, then the marking of the
-	// requests it cut (idem.FinalizeTimeout), or SIGKILL leaves their keys
-	// PROCESSING until their leases end.
+	// TimeoutStopSec must cover --drain-delay and --shutdown-timeout, then
+	// the marking of the requests it cut (idem.FinalizeTimeout), or SIGKILL
+	// leaves their keys PROCESSING until their leases end. The shipped
+	// config file sets them (idem.env sets no setting the file has).
 	stop, err := time.ParseDuration(strings.Join(unit["TimeoutStopSec"], ""))
 	if err != nil {
 		t.Fatalf("TimeoutStopSec: %v", err)
 	}
-	env, err := os.ReadFile("systemd/idem.env")
+	text, err := os.ReadFile("idem.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^IDEM_SHUTDOWN_TIMEOUT=(\S+)$`).FindSubmatch(env)
-	if m == nil {
-		t.Fatal("idem.env does not set IDEM_SHUTDOWN_TIMEOUT")
+	var file struct {
+		Shutdown string `yaml:"shutdown-timeout"`
+		Drain    string `yaml:"drain-delay"`
 	}
-	shutdown, err := time.ParseDuration(string(m[1]))
+	if err := yaml.Unmarshal(text, &file); err != nil {
+		t.Fatal(err)
+	}
+	shutdown, err := time.ParseDuration(file.Shutdown)
 	if err != nil {
-		t.Fatalf("IDEM_SHUTDOWN_TIMEOUT: %v", err)
+		t.Fatalf("idem.yaml: shutdown-timeout: %v", err)
 	}
-	if stop <= shutdown+idem.FinalizeTimeout {
-		t.Errorf("TimeoutStopSec %v; want more than --shutdown-timeout %v + %v", stop, shutdown, idem.FinalizeTimeout)
+	drain, err := time.ParseDuration(cmp.Or(file.Drain, "0s"))
+	if err != nil {
+		t.Fatalf("idem.yaml: drain-delay: %v", err)
+	}
+	if stop <= drain+shutdown+idem.FinalizeTimeout {
+		t.Errorf("TimeoutStopSec %v; want more than --drain-delay %v + --shutdown-timeout %v + %v", stop, drain, shutdown, idem.FinalizeTimeout)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,8 +33,9 @@ type configFile struct {
 var listFlags = []string{"methods", "tenant-from", "replay-headers", "admin-hosts"}
 
 // loadConfigFile reads and decodes the file at path; fs names the flags
-// the file may set.
-func loadConfigFile(path string, fs *flag.FlagSet) (*configFile, error) {
+// the file may set, but for notKeys (the file's own flag, the modes of
+// one run).
+func loadConfigFile(path string, fs *flag.FlagSet, notKeys []string) (*configFile, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
@@ -72,7 +72,7 @@ func loadConfigFile(path string, fs *flag.FlagSet) (*configFile, error) {
 			for i := range c.routes {
 				c.routes[i].Source = fmt.Sprintf("%s:%d", path, c.lines[fmt.Sprintf("routes[%d]", i)])
 			}
-		case f == nil || name == "config":
+		case f == nil || slices.Contains(notKeys, name):
 			return nil, c.errAt(k.Line, name, "unknown field: the fields are the flags of idem serve ('idem help serve') and routes")
 		default:
 			value, err := flagValue(v, slices.Contains(listFlags, name))
@@ -105,47 +105,12 @@ func flagValue(v *yaml.Node, list bool) (string, error) {
 	return "", errors.New("want a single value (a string, number, duration or true/false)")
 }
 
-// apply sets every flag the file names and that was not given on the
-// command line or in the environment: those win over the file.
-func (c *configFile) apply(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for name, value := range c.values {
-		if given[name] {
-			continue
-		}
-		if err := fs.Set(name, value); err != nil {
-			return c.errAt(c.lines[name], name, fmt.Sprintf("invalid value %q: %v", value, err))
-		}
+// at is where the file sets name: "path:line".
+func (c *configFile) at(name string) string {
+	if c == nil {
+		return ""
 	}
-	return nil
-}
-
-// explain adds the file and line to an error about a setting of the file:
-// a gateway.FieldError's field, or a flag that the message names as
-// --NAME and that the file set.
-func (c *configFile) explain(err error) error {
-	if c == nil || err == nil {
-		return err
-	}
-	if fe, ok := errors.AsType[*gateway.FieldError](err); ok {
-		path := fe.Path
-		for c.lines[path] == 0 && strings.ContainsAny(path, ".[") { // the nearest field that is in the file
-			path = path[:strings.LastIndexAny(path, ".[")]
-		}
-		return fmt.Errorf("%w: %s", errUsage, c.errAt(c.lines[path], fe.Path, fe.Err.Error()))
-	}
-	var where []string
-	for name := range c.values {
-		if regexp.MustCompile(`--` + regexp.QuoteMeta(name) + `\b([^-]|$)`).MatchString(err.Error()) {
-			where = append(where, fmt.Sprintf("%s:%d", c.path, c.lines[name]))
-		}
-	}
-	if len(where) == 0 {
-		return err
-	}
-	slices.Sort(where)
-	return fmt.Errorf("%w (set at %s)", err, strings.Join(where, ", "))
+	return fmt.Sprintf("%s:%d", c.path, c.lines[name])
 }
 
 // configError is a bad setting of the config file.

@@ -99,15 +99,28 @@ type gatewayProc struct {
 	addr  string
 	admin string
 	done  chan error
-	mu    sync.Mutex // guards logs
+	ready chan struct{} // closed once it serves (addr and admin are set)
+	mu    sync.Mutex    // guards logs
 	logs  *bytes.Buffer
 }
 
+// startGateway starts idem serve on free ports, logging JSON, with args,
+// and waits until it serves.
 func startGateway(t *testing.T, args ...string) *gatewayProc {
 	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...)
-	cmd := exec.Command(binary, args...)
-	cmd.Env = withoutEnv("IDEM_ADMIN_TOKEN")
+	g := launchServe(t, nil, append([]string{"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	g.waitServing(t)
+	return g
+}
+
+// launchServe starts `idem serve args...`, with env added to this
+// process's environment (less IDEM_ADMIN_TOKEN), and stops it when t
+// ends. Its log must be JSON lines: waitServing reads the addresses from
+// the "idem: serving" line.
+func launchServe(t *testing.T, env []string, args ...string) *gatewayProc {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+	cmd.Env = append(withoutEnv("IDEM_ADMIN_TOKEN"), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +128,7 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gatewayProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}}
-	ready := make(chan struct{})
+	g := &gatewayProc{cmd: cmd, done: make(chan error, 1), logs: &bytes.Buffer{}, ready: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -128,19 +140,11 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 			var ev struct{ Msg, Listen, Admin string }
 			if json.Unmarshal(line, &ev) == nil && ev.Msg == "idem: serving" {
 				g.addr, g.admin = ev.Listen, ev.Admin
-				close(ready)
+				close(g.ready)
 			}
 		}
 		g.done <- cmd.Wait()
 	}()
-	select {
-	case <-ready:
-	case err := <-g.done:
-		t.Fatalf("idem serve %v exited before serving: %v\n%s", args, err, g.logs)
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("idem serve did not start:\n%s", g.logs)
-	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
 			// A connection the client dialed but never used would hold up the
@@ -157,6 +161,20 @@ func startGateway(t *testing.T, args ...string) *gatewayProc {
 		}
 	})
 	return g
+}
+
+// waitServing waits until the gateway serves, failing the test if it
+// exits or 20 s pass first.
+func (g *gatewayProc) waitServing(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.ready:
+	case err := <-g.done:
+		t.Fatalf("idem serve %v exited before serving: %v\n%s", g.cmd.Args[1:], err, g.logText())
+	case <-time.After(20 * time.Second):
+		g.cmd.Process.Kill()
+		t.Fatalf("idem serve did not start:\n%s", g.logText())
+	}
 }
 
 // withoutEnv returns this process's environment without the variable name.

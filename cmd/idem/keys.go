@@ -42,11 +42,9 @@ func (h *headerList) Set(s string) error {
 }
 
 func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	for _, a := range args {
-		if name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "="); strings.HasPrefix(a, "-") && name == "store" {
-			return fmt.Errorf("%w: idem keys no longer opens the store: it calls a running gateway's admin API, which audits each change "+
-				"(--admin 127.0.0.1:9090, the gateway's --admin; --admin-token or IDEM_ADMIN_TOKEN)", errUsage)
-		}
+	if givenOnCommandLine(args, "store") {
+		return fmt.Errorf("%w: idem keys no longer opens the store: it calls a running gateway's admin API, which audits each change "+
+			"(--admin 127.0.0.1:9090, the gateway's --admin; --admin-token or IDEM_ADMIN_TOKEN)", errUsage)
 	}
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	adminURL := fs.String("admin", "127.0.0.1:9090", "the admin API of a running idem serve: its --admin address (host:port), or a URL (http://host:port/prefix)")

@@ -24,7 +24,6 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"sort"
-	"strings"
 	"syscall"
 
 	"github.com/idemkit/idem/internal/lab"
@@ -99,28 +98,10 @@ func usage(w io.Writer) {
 }
 
 // parseFlags parses args into fs, then fills every flag not given on the
-// command line from its IDEM_ environment variable.
+// command line from its IDEM_ environment variable: resolveFlags without
+// a config file.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stdout)
-			fs.PrintDefaults()
-			return err
-		}
-		return fmt.Errorf("%w: %w (see 'idem help %s')", errUsage, err, fs.Name())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		env := "IDEM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := os.LookupEnv(env); ok && !set[f.Name] && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%w: %s=%q: %w", errUsage, env, v, e)
-			}
-		}
-	})
+	_, err := resolveFlags(fs, args, "")
 	return err
 }
 
@@ -129,10 +110,14 @@ func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	version := "(devel)"
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		version = info.Main.Version
-	}
-	fmt.Fprintln(stdout, "idem", version)
+	fmt.Fprintln(stdout, "idem", version())
 	return nil
+}
+
+// version is the module version the binary was built at, or (devel).
+func version() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
+		return info.Main.Version
+	}
+	return "(devel)"
 }

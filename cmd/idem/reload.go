@@ -43,15 +43,16 @@ func watchReload(ctx context.Context, log *slog.Logger, reload func()) (stop fun
 }
 
 // restartOnly are the flags, and the config file's settings, that a
-// reload cannot change: the listeners and their limits, the store, the
+// reload cannot change: the listeners and their limits, the store (and
+// whether it migrates), the drain, the
 // engine's settings, the admin API, the logger's format and the traces,
 // which the running process holds; the tenant's sources and the error
 // format, which decide the scope of every key (a retry under another
 // tenant would be a new key and run again: that change is a deliberate
 // restart, not a routine reload); and max-response, which bounds what the
 // engine stores.
-var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts", "store", "store-timeout", "memory-limit",
-	"memory-tenant-share", "read-timeout", "idle-timeout", "max-conns", "shutdown-timeout", "takeover",
+var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts", "store", "no-migrate", "store-timeout", "memory-limit",
+	"memory-tenant-share", "read-timeout", "idle-timeout", "max-conns", "shutdown-timeout", "drain-delay", "takeover",
 	"reconcile-timeout", "reconcile-every", "reconcile-rate", "reconcile-concurrency", "tenant-header", "tenant-from",
 	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint"}
 
@@ -64,7 +65,7 @@ var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "
 // process.
 func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *slog.LevelVar, log *slog.Logger) {
 	switch {
-	case started.file == nil && started.cfg.AdminTokensFile == "":
+	case started.settings.file == nil && started.cfg.AdminTokensFile == "":
 		log.Info("idem: nothing to reload: no --config and no --admin-tokens-file; flags and IDEM_ variables are read at start, restart to change them")
 		return
 	case g == nil:
@@ -92,5 +93,8 @@ func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *
 	})
 	if err == nil {
 		level.Set(next.logLevel)
+		for _, w := range next.settings.warnings() {
+			log.Warn(w)
+		}
 	}
 }

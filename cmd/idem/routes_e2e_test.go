@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,15 +65,6 @@ func send(method, url, key, body string, hdr ...string) (answer, error) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return answer{resp.StatusCode, resp.Header.Get("Idempotent-Replayed") == "true", string(b), resp.Header}, nil
-}
-
-// writeConfig writes text to a config file of the test and returns its path.
-func writeConfig(t *testing.T, text string) string {
-	path := filepath.Join(t.TempDir(), "idem.yaml")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // testStores are the stores the route tests run on.

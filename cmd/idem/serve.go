@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,11 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
@@ -23,211 +18,271 @@ import (
 	"github.com/idemkit/idem/store/memstore"
 )
 
-func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
-	s, err := loadServe(args)
-	if err != nil {
-		return err
+// serveFlags are the values of idem serve's flags. resolveServe returns
+// them only once the command line, the IDEM_ variables and the config
+// file have all been applied (resolveFlags), so that no value is read
+// before it is final: three were once copied before the file was applied,
+// and a file's store: line was ignored (issue 31, item 1).
+type serveFlags struct {
+	config, checkConfig                                           string
+	listen, upstream, store                                       string
+	noMigrate                                                     bool
+	storeTimeout, lease, retention, keyRetention                  time.Duration
+	repeatability, requireKey, allowAnonymous, failOpen           bool
+	methods, tenantHeader, tenantFrom                             string
+	maxBody, maxResponse, memoryLimit                             byteSize
+	memoryTenantShare, reconcileRate                              float64
+	readTimeout, idleTimeout, wait, upstreamTimeout               time.Duration
+	maxConns, reconcileConcurrency, mismatchStatus                int
+	takeover, reconcileURL, reconcileToken                        string
+	reconcileTimeout, reconcileEvery, shutdownTimeout, drainDelay time.Duration
+	admin, adminToken, adminTokensFile, adminHosts                string
+	errorFormat, replayHeaders                                    string
+	adminInsecure                                                 bool
+	logFormat, logLevel, otlp                                     string
+}
+
+// defineServeFlags defines every flag of idem serve: the one place to add
+// one. Each is also a config file key and an IDEM_ variable, but for the
+// commandLineOnly ones.
+func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
+	f.maxBody, f.maxResponse, f.memoryLimit = 1<<20, 1<<20, 256<<20
+	fs.StringVar(&f.config, "config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line, then its IDEM_ variable, wins over the file (docs/deployment.md, \"Configuration file\")")
+	fs.Var((*checkConfigMode)(&f.checkConfig), "check-config", "print the effective configuration, each value with its source (flag, env, file:line, default), secrets hidden, and exit: 0, or 2 with the error; --check-config=json prints it as JSON")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the gateway")
+	fs.StringVar(&f.upstream, "upstream", "", "URL of the HTTP API behind the gateway (required)")
+	fs.StringVar(&f.store, "store", "memory", "where keys live: "+gateway.StoreURIHelp)
+	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not create or update the PostgreSQL store's tables (which needs the CREATE privilege); check that the schema of --store's ?schema= is current instead, and fail naming 'idem migrate' (with the same --store) when it is not")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
+	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
+	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished response is replayed")
+	fs.DurationVar(&f.keyRetention, "key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; 0: the key ends with its response")
+	fs.BoolVar(&f.repeatability, "repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
+	fs.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
+	fs.BoolVar(&f.requireKey, "require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
+	fs.StringVar(&f.tenantHeader, "tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
+	fs.StringVar(&f.tenantFrom, "tenant-from", "", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing (default: authorization; with --error-format stripe: authorization,header:Stripe-Account)")
+	fs.BoolVar(&f.allowAnonymous, "allow-anonymous", false, "let requests without any --tenant-from credentials share one tenant (default: 400 tenant_missing)")
+	fs.Var(&f.maxBody, "max-body", "largest request body (bytes, or with KiB/MiB/GiB); larger gets 413")
+	fs.Var(&f.maxResponse, "max-response", "largest response kept for replay (bytes, or with KiB/MiB/GiB); a larger one reaches the client once and its retries get 422 not_replayable")
+	fs.Var(&f.memoryLimit, "memory-limit", "bound of the memory store (bytes, or with KiB/MiB/GiB); when stored results fill it, new keys get 503 store_full")
+	fs.Float64Var(&f.memoryTenantShare, "memory-tenant-share", memstore.DefaultTenantShare, "fraction of --memory-limit one tenant's stored results may take; past it that tenant's new keys get 503 store_full, the other tenants' do not (1: no per-tenant bound)")
+	fs.DurationVar(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "longest time to read a whole request, body included")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	fs.IntVar(&f.maxConns, "max-conns", gateway.DefaultMaxConns(), "most client connections open at once (default: the open-file limit less 1024); more wait to be accepted")
+	fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for an in-flight request with the same key and replay it, instead of 409")
+	fs.BoolVar(&f.failOpen, "fail-open", false, "when the store is down, pass requests through without idempotency (default: 503)")
+	fs.DurationVar(&f.upstreamTimeout, "upstream-timeout", 30*time.Second, "answer 504 when the upstream takes longer; the request was sent, so the key turns UNKNOWN")
+	fs.StringVar(&f.takeover, "takeover", "unknown", "a key whose previous attempt's lease ended (crash, stall): unknown (reconcile it, else UNKNOWN) or run (send it again with Idempotency-Previous-Fence)")
+	fs.StringVar(&f.reconcileURL, "reconcile-url", "", "the upstream's lookup of a request by key, a URL template with {key} (and {tenant}, {fence}): see docs/reconcile.md")
+	fs.StringVar(&f.reconcileToken, "reconcile-token", "", "bearer token sent to --reconcile-url")
+	fs.DurationVar(&f.reconcileTimeout, "reconcile-timeout", 5*time.Second, "bound of one --reconcile-url lookup; past it the key stays UNKNOWN")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
+	fs.Float64Var(&f.reconcileRate, "reconcile-rate", idem.DefaultReconcileRate, "most lookups the background sweep starts per second")
+	fs.IntVar(&f.reconcileConcurrency, "reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
+	fs.StringVar(&f.admin, "admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
+	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
+	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
+	fs.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
+	fs.StringVar(&f.adminHosts, "admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused (in the config file, a list)")
+	fs.StringVar(&f.errorFormat, "error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
+	fs.IntVar(&f.mismatchStatus, "mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
+	fs.StringVar(&f.replayHeaders, "replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
+	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.otlp, "otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN, and idem exits 0")
+	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long /readyz answers 503 before the proxy stops accepting (the time a load balancer needs to notice)")
+}
+
+// commandLineOnly are the flags of idem serve that no IDEM_ variable and
+// no config file key sets: modes of one run, not settings.
+var commandLineOnly = []string{"check-config"}
+
+// checkConfigMode is --check-config: "" (off), "text", or "json". Given
+// alone it is text.
+type checkConfigMode string
+
+func (m *checkConfigMode) String() string { return string(*m) }
+
+func (m *checkConfigMode) IsBoolFlag() bool { return true }
+
+func (m *checkConfigMode) Set(s string) error {
+	switch s {
+	case "true", "text":
+		*m = "text"
+	case "json":
+		*m = "json"
+	case "false":
+		*m = ""
+	default:
+		return errors.New("want --check-config (text) or --check-config=json")
 	}
-	level := new(slog.LevelVar)
-	level.Set(s.logLevel)
-	logger, err := newLogger(stderr, s.logFormat, level)
-	if err != nil {
-		return err
-	}
-	var running atomic.Pointer[gateway.Gateway]
-	defer watchReload(ctx, logger, func() { reloadServe(running.Load(), args, s, level, logger) })()
-	storeOpts := s.storeOpts
-	storeOpts.Logger = logger
-	store, closeStore, err := gateway.OpenStore(ctx, s.storeURI, &storeOpts)
-	if err != nil {
-		return s.file.explain(fmt.Errorf("%w: --store: %w", errUsage, err))
-	}
-	defer closeStore()
-	cfg := s.cfg
-	cfg.Store, cfg.Logger = store, logger
-	if s.otlp != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(s.otlp), otlptracehttp.WithInsecure())
-		if err != nil {
-			return fmt.Errorf("--otlp-endpoint: %w", err)
-		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-		defer tp.Shutdown(context.WithoutCancel(ctx))
-		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
-	}
-	g, err := gateway.New(cfg)
-	if err != nil {
-		return s.file.explain(fmt.Errorf("%w: %w", errUsage, err))
-	}
-	running.Store(g)
-	return g.Run(ctx, nil)
+	return nil
 }
 
 // serveSetup is what idem serve is told by its flags, their IDEM_
 // variables and its config file, checked: everything but the store, the
 // logger and the tracer, which runServe makes from it.
 type serveSetup struct {
-	cfg       gateway.Config
-	storeURI  string
-	storeOpts gateway.StoreOptions
-	logFormat string
-	logLevel  slog.Level
-	otlp      string
-	file      *configFile       // nil without --config
-	fixed     map[string]string // the values of the restartOnly flags
+	cfg         gateway.Config
+	storeURI    string
+	storeOpts   gateway.StoreOptions
+	logFormat   string
+	logLevel    slog.Level
+	otlp        string
+	checkConfig string
+	flags       *flag.FlagSet
+	settings    *settings
+	fixed       map[string]string // the values of the restartOnly flags
 }
 
-// loadServe reads the flags, then their IDEM_ variables, then the config
-// file for what neither gave, and checks them. runServe calls it at start
-// and again on each SIGHUP.
-func loadServe(args []string) (*serveSetup, error) {
+// resolveServe defines idem serve's flags and resolves them: see
+// serveFlags.
+func resolveServe(args []string) (*serveFlags, *flag.FlagSet, *settings, error) {
+	if err := refuseSchemaFlag(args); err != nil {
+		return nil, nil, nil, err
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	configPath := fs.String("config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line or as an IDEM_ variable wins over the file (docs/deployment.md, \"Configuration file\")")
-	listen := fs.String("listen", "127.0.0.1:8080", "address of the gateway")
-	upstream := fs.String("upstream", "", "URL of the HTTP API behind the gateway (required)")
-	storeURI := fs.String("store", "memory", "where keys live: "+gateway.StoreURIHelp)
-	storeTimeout := fs.Duration("store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
-	lease := fs.Duration("lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
-	retention := fs.Duration("retention", 24*time.Hour, "how long a finished response is replayed")
-	keyRetention := fs.Duration("key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; 0: the key ends with its response")
-	repeatability := fs.Bool("repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
-	methods := fs.String("methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
-	requireKey := fs.Bool("require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
-	tenantHeader := fs.String("tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
-	tenantFrom := fs.String("tenant-from", "", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing (default: authorization; with --error-format stripe: authorization,header:Stripe-Account)")
-	allowAnonymous := fs.Bool("allow-anonymous", false, "let requests without any --tenant-from credentials share one tenant (default: 400 tenant_missing)")
-	maxBody := byteSize(1 << 20)
-	fs.Var(&maxBody, "max-body", "largest request body (bytes, or with KiB/MiB/GiB); larger gets 413")
-	maxResponse := byteSize(1 << 20)
-	fs.Var(&maxResponse, "max-response", "largest response kept for replay (bytes, or with KiB/MiB/GiB); a larger one reaches the client once and its retries get 422 not_replayable")
-	memoryLimit := byteSize(256 << 20)
-	fs.Var(&memoryLimit, "memory-limit", "bound of the memory store (bytes, or with KiB/MiB/GiB); when stored results fill it, new keys get 503 store_full")
-	memoryTenantShare := fs.Float64("memory-tenant-share", memstore.DefaultTenantShare, "fraction of --memory-limit one tenant's stored results may take; past it that tenant's new keys get 503 store_full, the other tenants' do not (1: no per-tenant bound)")
-	readTimeout := fs.Duration("read-timeout", gateway.DefaultReadTimeout, "longest time to read a whole request, body included")
-	idleTimeout := fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close a keep-alive connection idle this long")
-	maxConns := fs.Int("max-conns", gateway.DefaultMaxConns(), "most client connections open at once (default: the open-file limit less 1024); more wait to be accepted")
-	wait := fs.Duration("wait", 0, "wait up to this long for an in-flight request with the same key and replay it, instead of 409")
-	failOpen := fs.Bool("fail-open", false, "when the store is down, pass requests through without idempotency (default: 503)")
-	upstreamTimeout := fs.Duration("upstream-timeout", 30*time.Second, "answer 504 when the upstream takes longer; the request was sent, so the key turns UNKNOWN")
-	takeover := fs.String("takeover", "unknown", "a key whose previous attempt's lease ended (crash, stall): unknown (reconcile it, else UNKNOWN) or run (send it again with Idempotency-Previous-Fence)")
-	reconcileURL := fs.String("reconcile-url", "", "the upstream's lookup of a request by key, a URL template with {key} (and {tenant}, {fence}): see docs/reconcile.md")
-	reconcileToken := fs.String("reconcile-token", "", "bearer token sent to --reconcile-url")
-	reconcileTimeout := fs.Duration("reconcile-timeout", 5*time.Second, "bound of one --reconcile-url lookup; past it the key stays UNKNOWN")
-	reconcileEvery := fs.Duration("reconcile-every", 0, "reconcile every UNKNOWN key in the background at this interval (needs --reconcile-url); 0: only when a retry comes")
-	reconcileRate := fs.Float64("reconcile-rate", idem.DefaultReconcileRate, "most lookups the background sweep starts per second")
-	reconcileConcurrency := fs.Int("reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
-	admin := fs.String("admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
-	adminToken := fs.String("admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
-	adminInsecure := fs.Bool("admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
-	adminTokensFile := fs.String("admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
-	adminHosts := fs.String("admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused")
-	errorFormat := fs.String("error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
-	mismatchStatus := fs.Int("mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
-	replayHeaders := fs.String("replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
-	logFormat := fs.String("log-format", "text", "text or json")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	otlp := fs.String("otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
-	shutdownTimeout := fs.Duration("shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
+	var f serveFlags
+	defineServeFlags(fs, &f)
+	st, err := resolveFlags(fs, args, "config", commandLineOnly...)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return nil, nil, nil, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	s := &serveSetup{storeURI: *storeURI, logFormat: *logFormat, otlp: *otlp, fixed: map[string]string{}}
-	if *configPath != "" {
-		f, err := loadConfigFile(*configPath, fs)
-		if err == nil {
-			err = f.apply(fs)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errUsage, err)
-		}
-		s.file = f
+	return &f, fs, st, nil
+}
+
+// loadServe resolves the flags (resolveServe) and checks them. runServe
+// calls it at start and again on each SIGHUP.
+func loadServe(args []string) (*serveSetup, error) {
+	f, fs, st, err := resolveServe(args)
+	if err != nil {
+		return nil, err
 	}
+	s := &serveSetup{storeURI: f.store, logFormat: f.logFormat, otlp: f.otlp, checkConfig: f.checkConfig,
+		flags: fs, settings: st, fixed: map[string]string{}}
 	for _, name := range restartOnly {
 		s.fixed[name] = fs.Lookup(name).Value.String()
 	}
-	err := func() error {
-		if err := s.logLevel.UnmarshalText([]byte(*logLevel)); err != nil {
-			return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
-		}
-		up, err := url.Parse(*upstream)
-		if *upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
-			return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, redact.URL(*upstream))
-		}
-		if flagSet(fs, "admin-token") && *adminToken == "" {
-			return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
-				"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
-		}
-		var policy idem.TakeoverPolicy
-		switch *takeover {
-		case "unknown":
-		case "run":
-			policy = idem.TakeoverRun
-		default:
-			return fmt.Errorf("%w: --takeover %q: want unknown or run", errUsage, *takeover)
-		}
-		if !(*reconcileRate > 0) || *reconcileConcurrency < 1 {
-			return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, *reconcileRate, *reconcileConcurrency)
-		}
-		format, err := idemhttp.ParseErrorFormat(*errorFormat)
-		if err != nil {
-			return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, *errorFormat)
-		}
-		if *storeTimeout <= 0 {
-			return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, *storeTimeout)
-		}
-		if *mismatchStatus != 0 && (*mismatchStatus < 400 || *mismatchStatus > 499) {
-			return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, *mismatchStatus)
-		}
-		if flagSet(fs, "memory-limit") {
-			s.storeOpts.MemoryLimit = int64(memoryLimit)
-		}
-		if flagSet(fs, "memory-tenant-share") {
-			if !(*memoryTenantShare > 0 && *memoryTenantShare <= 1) {
-				return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, *memoryTenantShare)
-			}
-			s.storeOpts.MemoryTenantShare = *memoryTenantShare
-		}
-		s.cfg = gateway.Config{
-			Listen: *listen, Upstream: up, StoreTimeout: *storeTimeout, Lease: *lease, Retention: *retention,
-			Methods: splitList(strings.ToUpper(*methods)), RequireKey: *requireKey, TenantHeader: *tenantHeader, MaxBody: int64(maxBody),
-			Wait: *wait, FailOpen: *failOpen, UpstreamTimeout: *upstreamTimeout, Admin: *admin, AdminToken: *adminToken,
-			ShutdownTimeout: *shutdownTimeout, Takeover: policy, ReconcileURL: *reconcileURL,
-			ReconcileToken: *reconcileToken, ReconcileTimeout: *reconcileTimeout, ReconcileEvery: *reconcileEvery,
-			ReconcileRate: *reconcileRate, ReconcileConcurrency: *reconcileConcurrency,
-			AllowAnonymous: *allowAnonymous, MaxResponse: int(maxResponse), AdminInsecure: *adminInsecure,
-			ReadTimeout: *readTimeout, IdleTimeout: *idleTimeout, MaxConns: *maxConns,
-			ErrorFormat: format, MismatchStatus: *mismatchStatus, ReplayHeaders: splitList(*replayHeaders),
-			Repeatability: *repeatability, KeyRetention: *keyRetention,
-			AdminTokensFile: *adminTokensFile, AdminHosts: splitList(*adminHosts),
-		}
-		if s.cfg.ReplayHeaders == nil {
-			s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
-		}
-		if flagSet(fs, "tenant-from") {
-			s.cfg.TenantFrom = append([]string{}, splitList(*tenantFrom)...) // given empty: an error, not the default
-		}
-		if s.file != nil {
-			s.cfg.Routes = s.file.routes
-		}
-		return nil
-	}()
-	if err != nil {
-		return nil, s.file.explain(err)
+	if err := s.check(f); err != nil {
+		return nil, st.explain(err)
 	}
 	return s, nil
 }
 
-func newLogger(w io.Writer, format string, level *slog.LevelVar) (*slog.Logger, error) {
-	opts := &slog.HandlerOptions{Level: level}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+// check checks f's values and fills s from them.
+func (s *serveSetup) check(f *serveFlags) error {
+	fs := s.flags
+	if err := s.logLevel.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: want debug, info, warn or error", errUsage, f.logLevel)
 	}
-	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
+	}
+	up, err := url.Parse(f.upstream)
+	if f.upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return fmt.Errorf("%w: --upstream must be an http:// or https:// URL, got %q", errUsage, redact.URL(f.upstream))
+	}
+	if flagSet(fs, "admin-token") && f.adminToken == "" {
+		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
+			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
+	}
+	var policy idem.TakeoverPolicy
+	switch f.takeover {
+	case "unknown":
+	case "run":
+		policy = idem.TakeoverRun
+	default:
+		return fmt.Errorf("%w: --takeover %q: want unknown or run", errUsage, f.takeover)
+	}
+	if !(f.reconcileRate > 0) || f.reconcileConcurrency < 1 {
+		return fmt.Errorf("%w: --reconcile-rate %v and --reconcile-concurrency %d must be positive", errUsage, f.reconcileRate, f.reconcileConcurrency)
+	}
+	format, err := idemhttp.ParseErrorFormat(f.errorFormat)
+	if err != nil {
+		return fmt.Errorf("%w: --error-format %q: want problem or stripe", errUsage, f.errorFormat)
+	}
+	if f.storeTimeout <= 0 {
+		return fmt.Errorf("%w: --store-timeout %v: want a positive duration", errUsage, f.storeTimeout)
+	}
+	if f.mismatchStatus != 0 && (f.mismatchStatus < 400 || f.mismatchStatus > 499) {
+		return fmt.Errorf("%w: --mismatch-status %d: want a 4xx status, or 0", errUsage, f.mismatchStatus)
+	}
+	if f.drainDelay < 0 || f.shutdownTimeout <= 0 {
+		return fmt.Errorf("%w: --drain-delay %v and --shutdown-timeout %v: want a duration of at least 0, and a positive one", errUsage, f.drainDelay, f.shutdownTimeout)
+	}
+	if flagSet(fs, "memory-limit") {
+		s.storeOpts.MemoryLimit = int64(f.memoryLimit)
+	}
+	if flagSet(fs, "memory-tenant-share") {
+		if !(f.memoryTenantShare > 0 && f.memoryTenantShare <= 1) {
+			return fmt.Errorf("%w: --memory-tenant-share %v: want a fraction above 0 and at most 1", errUsage, f.memoryTenantShare)
+		}
+		s.storeOpts.MemoryTenantShare = f.memoryTenantShare
+	}
+	s.storeOpts.NoMigrate = f.noMigrate
+	if err := gateway.CheckStore(f.store, &s.storeOpts); err != nil {
+		return fmt.Errorf("%w: --store: %w", errUsage, err)
+	}
+	s.cfg = gateway.Config{
+		Listen: f.listen, Upstream: up, StoreTimeout: f.storeTimeout, Lease: f.lease, Retention: f.retention,
+		Methods: splitList(strings.ToUpper(f.methods)), RequireKey: f.requireKey, TenantHeader: f.tenantHeader, MaxBody: int64(f.maxBody),
+		Wait: f.wait, FailOpen: f.failOpen, UpstreamTimeout: f.upstreamTimeout, Admin: f.admin, AdminToken: f.adminToken,
+		ShutdownTimeout: f.shutdownTimeout, DrainDelay: f.drainDelay, Takeover: policy, ReconcileURL: f.reconcileURL,
+		ReconcileToken: f.reconcileToken, ReconcileTimeout: f.reconcileTimeout, ReconcileEvery: f.reconcileEvery,
+		ReconcileRate: f.reconcileRate, ReconcileConcurrency: f.reconcileConcurrency,
+		AllowAnonymous: f.allowAnonymous, MaxResponse: int(f.maxResponse), AdminInsecure: f.adminInsecure,
+		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns,
+		ErrorFormat: format, MismatchStatus: f.mismatchStatus, ReplayHeaders: splitList(f.replayHeaders),
+		Repeatability: f.repeatability, KeyRetention: f.keyRetention,
+		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts),
+	}
+	if s.cfg.ReplayHeaders == nil {
+		s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's
+	}
+	if flagSet(fs, "tenant-from") {
+		s.cfg.TenantFrom = append([]string{}, splitList(f.tenantFrom)...) // given empty: an error, not the default
+	}
+	if s.settings.file != nil {
+		s.cfg.Routes = s.settings.file.routes
+	}
+	return nil
+}
+
+// validate builds a gateway from s on a memory store: every error of the
+// configuration that a start would meet (a route's pattern, a header
+// list, the tenant's sources...), found before the start waits for the
+// store, so that a bad configuration exits 2 at once.
+func (s *serveSetup) validate() error {
+	cfg := s.cfg
+	cfg.Store, _ = memstore.New(nil)
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	if _, err := gateway.New(cfg); err != nil {
+		return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
+	}
+	return nil
+}
+
+// configSource says where the configuration came from, for the first line
+// of the log.
+func (s *serveSetup) configSource() string {
+	if s.settings.file == nil {
+		return "flags, IDEM_ variables and defaults (no --config)"
+	}
+	return s.settings.file.path + " (" + s.settings.origins["config"].String() + "), under the flags and IDEM_ variables"
+}
+
+// newLogger is the logger of format (text or json, checked by loadServe).
+func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // byteSize is a flag of bytes that also takes KiB, MiB and GiB suffixes.

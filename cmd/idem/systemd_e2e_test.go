@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -25,39 +24,6 @@ func TestSIGHUPKeepsServing(t *testing.T) {
 	}
 	if err := g.stop(t); err != nil {
 		t.Fatalf("exit after SIGTERM = %v; want 0\n%s", err, g.logText())
-	}
-}
-
-// deploy/systemd/idem.env, the unit's EnvironmentFile, names only real
-// flags of idem serve (an IDEM_ variable that names none is ignored, so a
-// typo would silently keep a default), and a gateway started with its
-// values serves.
-func TestSystemdEnvFileNamesFlags(t *testing.T) {
-	env, err := os.ReadFile("../../deploy/systemd/idem.env")
-	if err != nil {
-		t.Fatal(err)
-	}
-	flags := map[string]bool{}
-	for _, name := range serveFlagNames(t) {
-		flags[name] = true
-	}
-	assignments := regexp.MustCompile(`(?m)^(#?)IDEM_([A-Z_]+)=(.*)$`).FindAllStringSubmatch(string(env), -1)
-	if len(assignments) == 0 {
-		t.Fatal("idem.env sets no IDEM_ variable")
-	}
-	for _, m := range assignments {
-		commented, name, value := m[1] == "#", m[2], m[3]
-		if flag := strings.ToLower(strings.ReplaceAll(name, "_", "-")); !flags[flag] {
-			t.Errorf("idem.env: IDEM_%s names no flag of idem serve (--%s)", name, flag)
-		}
-		if !commented {
-			t.Setenv("IDEM_"+name, value)
-		}
-	}
-	up := newUpstream(t, 0)
-	g := startGateway(t, "--upstream", up.URL) // the flags override the file's addresses and upstream
-	if a := post(t, "http://"+g.addr, "env-file", "{}"); a.status != 201 {
-		t.Fatalf("a request to a gateway configured by idem.env = %d %s; want 201", a.status, a.body)
 	}
 }
 

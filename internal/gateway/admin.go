@@ -51,6 +51,10 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if g.draining.Load() { // a load balancer stops sending before the proxy stops accepting
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, "the gateway is shutting down")
+			return
+		}
 		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
 			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 			return

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -47,6 +48,15 @@ type Config struct {
 	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
 	MaxConns        int           // zero: DefaultMaxConns()
 	ShutdownTimeout time.Duration // zero: 30s
+	// DrainDelay is how long, on shutdown, /readyz answers 503 before the
+	// proxy stops accepting: the time a load balancer needs to see it and
+	// send new requests elsewhere. Zero: the proxy stops at once (still
+	// after /readyz fails).
+	DrainDelay time.Duration
+	// AdminListener, when not nil, is the admin API's listener, bound at
+	// Admin already (idem serve binds it before the store answers, to
+	// answer /healthz meanwhile); Run serves on it and closes it.
+	AdminListener net.Listener
 	// Takeover is what a request does with a key whose previous attempt's
 	// lease ended (the gateway crashed or stalled): idem.TakeoverUnknown
 	// (the zero value: reconcile, else UNKNOWN) or idem.TakeoverRun (send

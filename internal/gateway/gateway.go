@@ -37,6 +37,7 @@ const (
 	CodeAdminUnauthorized   = "admin_unauthorized"   // 401 (admin API): the bearer token is missing or wrong
 	CodeKeyUnknown          = "key_unknown"          // 409 (admin API): DELETE of an UNKNOWN key without ?force=true; resolve it
 	CodeDeleteInvalid       = "delete_invalid"       // 400 (admin API): DELETE with a force parameter other than true or false
+	CodeDraining            = "draining"             // 503 (admin API /readyz): the gateway is shutting down
 )
 
 // FenceHeader carries the lease's fencing token to the upstream, so the
@@ -77,6 +78,9 @@ type Gateway struct {
 	stopping context.Context
 	stop     context.CancelCauseFunc
 	inflight sync.WaitGroup
+	// draining is set when the shutdown starts: /readyz answers 503 from
+	// then on, before the proxy stops accepting.
+	draining atomic.Bool
 }
 
 // New checks cfg and builds the gateway.
@@ -131,7 +135,7 @@ func New(cfg Config) (*Gateway, error) {
 	obs.countUnknown(engine)
 	p, err := g.compile(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: %w", err)
+		return nil, err // compile's errors say "gateway:" or name their field
 	}
 	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
@@ -307,12 +311,18 @@ type roundTripperFunc func(*http.Request) (*http.Response, error)
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // Run serves the proxy and the admin API until ctx is done, then shuts down
-// gracefully: it stops accepting, lets in-flight requests finish and
-// finalize their keys, and returns nil. ready, if not nil, is called with
-// the bound addresses once both listen.
+// gracefully: /readyz fails, and after DrainDelay the proxy stops
+// accepting, lets in-flight requests finish and finalize their keys. It
+// returns nil after the drain, even one that the shutdown timeout cut (the
+// cut keys are UNKNOWN, or released when nothing was sent, and the log
+// says so): that is the end of a stop, not a failure. ready, if not nil,
+// is called with the bound addresses once both listen.
 func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) error {
 	tcp, err := net.Listen("tcp", g.cfg.Listen)
 	if err != nil {
+		if g.cfg.AdminListener != nil {
+			g.cfg.AdminListener.Close()
+		}
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
 	ln := newConnLimiter(tcp, g.cfg.MaxConns)
@@ -320,7 +330,10 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	listeners := []net.Listener{ln}
 	var adminAddr net.Addr
 	if g.cfg.Admin != "" {
-		aln, err := net.Listen("tcp", g.cfg.Admin)
+		aln := g.cfg.AdminListener
+		if aln == nil {
+			aln, err = net.Listen("tcp", g.cfg.Admin)
+		}
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("gateway: admin listen: %w", err)
@@ -354,9 +367,14 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	case <-ctx.Done():
 	case serveErr = <-errs:
 	}
+	g.draining.Store(true)
+	if g.cfg.DrainDelay > 0 && serveErr == nil {
+		g.cfg.Logger.Info("idem: draining: /readyz answers 503; the proxy keeps serving until the drain delay ends", "drain_delay", g.cfg.DrainDelay)
+		<-time.After(g.cfg.DrainDelay) // the load balancers' time to see /readyz fail
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), g.cfg.ShutdownTimeout)
 	defer cancel()
-	g.cfg.Logger.Info("idem: shutting down; in-flight requests finish first")
+	g.cfg.Logger.Info("idem: shutting down; /readyz answers 503, the proxy accepts no more connections, in-flight requests finish first")
 	var shutdownErr error
 	for _, srv := range servers {
 		shutdownErr = errors.Join(shutdownErr, srv.Shutdown(shutdownCtx))
@@ -379,5 +397,5 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return errors.Join(serveErr, shutdownErr)
 	}
-	return shutdownErr
+	return nil
 }

@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -74,7 +72,7 @@ func (g *Gateway) reload(load func() (Config, error)) error {
 	}
 	p, err := g.compile(g.cfg.withReloadable(next))
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return err // compile's errors say "gateway:" or name their field
 	}
 	access, err := loadAdminAccess(g.cfg)
 	if err != nil {

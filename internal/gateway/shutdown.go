@@ -30,7 +30,7 @@ func (g *Gateway) tracked(next http.Handler) http.Handler {
 // until its lease ends; and it waits, at most idem.FinalizeTimeout, for
 // those marks to be stored.
 func (g *Gateway) abandonInFlight() {
-	g.cfg.Logger.Warn("idem: shutdown timeout: cutting the upstream calls still in flight; their keys turn UNKNOWN")
+	g.cfg.Logger.Warn("idem: shutdown timeout: cutting the upstream calls still in flight; their keys turn UNKNOWN (released when nothing was sent): reconcile or resolve them")
 	g.stop(errShutdown)
 	done := make(chan struct{})
 	go func() { g.inflight.Wait(); close(done) }()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,11 +19,12 @@ const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:po
 	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix:// ` +
 	`(a Redis form takes ?near_cache=on to serve replays from process memory, ` +
 	`and ?coalesce=off to send each script alone instead of the default: the scripts that come while two are in flight go out as one batch), ` +
-	`postgres://user@host:port/db, or layered: REDIS_URI+postgres://...`
+	`postgres://user@host:port/db (?schema=NAME: the schema of its tables, default idem; idem migrate takes the same URL), ` +
+	`or layered: REDIS_URI+postgres://...; a Redis form takes ?prefix=P for its keys`
 
 // StoreOptions configures OpenStore: --memory-limit (MemoryLimit, past
-// which new keys get 503 store_full), --memory-tenant-share and the
-// logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
+// which new keys get 503 store_full), --memory-tenant-share, --no-migrate
+// (NoMigrate) and the logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
 // defaults.
 type StoreOptions = storeurl.Options
 
@@ -33,20 +35,14 @@ type StoreOptions = storeurl.Options
 // first requests and replays alike, and a key's semantics are the same
 // (docs/benchmarks.md, "Coalesced scripts"); the library's default stays
 // off, a choice for a process that owns its store, as the gateway does).
-// The returned close function releases its connections.
+// The returned close function releases its connections. An error of
+// CheckStore's comes before any connection.
 func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store, func() error, error) {
-	if uri == "" {
-		uri = "memory"
+	if err := CheckStore(uri, opts); err != nil {
+		return nil, nil, err
 	}
-	var o StoreOptions
-	if opts != nil {
-		o = *opts
-	}
-	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
-		return nil, nil, fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only (--store memory)", ErrStoreURI)
-	}
-	o.Coalesce = true
-	s, err := storeurl.Open(ctx, uri, &o)
+	o := storeOptions(opts)
+	s, err := storeurl.Open(ctx, cmp.Or(uri, "memory"), &o)
 	if errors.Is(err, storeurl.ErrBadURL) {
 		return nil, nil, fmt.Errorf("%w: %w", ErrStoreURI, err)
 	}
@@ -54,4 +50,33 @@ func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store
 		return nil, nil, err
 	}
 	return s, s.Close, nil
+}
+
+// CheckStore returns the error OpenStore would return for uri and opts
+// before it connects anywhere (storeurl.Check): a URI that does not parse
+// (wrapping ErrStoreURI), or an option that does not apply to its store.
+// It connects to nothing: a configuration checker's answer.
+func CheckStore(uri string, opts *StoreOptions) error {
+	uri = cmp.Or(uri, "memory")
+	o := storeOptions(opts)
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
+		return fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only (--store memory)", ErrStoreURI)
+	}
+	if err := storeurl.Check(uri, &o); err != nil {
+		if errors.Is(err, storeurl.ErrBadURL) {
+			err = fmt.Errorf("%w: %w", ErrStoreURI, err)
+		}
+		return err
+	}
+	return nil
+}
+
+// storeOptions are opts with the gateway's defaults.
+func storeOptions(opts *StoreOptions) StoreOptions {
+	var o StoreOptions
+	if opts != nil {
+		o = *opts
+	}
+	o.Coalesce = true
+	return o
 }

@@ -26,11 +26,40 @@ const DefaultSchema = "idem"
 // fence sequence) without quoting rules.
 var validSchema = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
-func checkSchema(schema string) error {
+// CheckSchema returns the error that Migrate, Pending and New return for
+// a schema name they refuse (wrapping ErrConfig), or nil: for a
+// configuration checker that connects to nothing.
+func CheckSchema(schema string) error {
 	if !validSchema.MatchString(schema) {
 		return fmt.Errorf("%w: schema %q: want lower-case letters, digits and _, at most 63, not starting with a digit", ErrConfig, schema)
 	}
 	return nil
+}
+
+// migration is one of the embedded migrations: migrations/NAME, whose
+// name starts with its version number.
+type migration struct {
+	version int
+	name    string
+}
+
+// embedded returns the embedded migrations in the order they apply.
+func embedded() ([]migration, error) {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	all := make([]migration, len(names))
+	for i, name := range names {
+		base := strings.TrimPrefix(name, "migrations/")
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("%s: no version number: %w", base, err)
+		}
+		all[i] = migration{version, base}
+	}
+	return all, nil
 }
 
 // TxBeginner starts transactions: *pgxpool.Pool, *pgx.Conn and pgx.Tx are.
@@ -59,14 +88,13 @@ func migrateTo(ctx context.Context, db TxBeginner, schema string, last int) erro
 	if schema == "" {
 		schema = DefaultSchema
 	}
-	if err := checkSchema(schema); err != nil {
+	if err := CheckSchema(schema); err != nil {
 		return err
 	}
-	names, err := fs.Glob(migrations, "migrations/*.sql")
+	all, err := embedded()
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
 	}
-	slices.Sort(names)
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)
@@ -86,27 +114,22 @@ func migrateTo(ctx context.Context, db TxBeginner, schema string, last int) erro
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
 	}
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("pgstore: migrate: %s: no version number: %w", base, err)
-		}
+	for _, m := range all {
 		var done bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, version).Scan(&done); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.version).Scan(&done); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
-		if done || version > last {
+		if done || m.version > last {
 			continue
 		}
-		sql, err := migrations.ReadFile(name)
+		sql, err := migrations.ReadFile("migrations/" + m.name)
 		if err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
 		if _, err := tx.Exec(ctx, string(sql)); err != nil {
-			return fmt.Errorf("pgstore: migrate: %s: %w", base, err)
+			return fmt.Errorf("pgstore: migrate: %s: %w", m.name, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, version, base); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
 			return fmt.Errorf("pgstore: migrate: %w", err)
 		}
 	}

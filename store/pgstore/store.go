@@ -64,7 +64,7 @@ func newStore(pool *pgxpool.Pool, opts *Options, onReap func(int, error)) (*Stor
 	if o.Schema == "" {
 		o.Schema = DefaultSchema
 	}
-	if err := checkSchema(o.Schema); err != nil {
+	if err := CheckSchema(o.Schema); err != nil {
 		return nil, err
 	}
 	if o.ReapInterval == 0 {

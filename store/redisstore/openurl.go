@@ -64,6 +64,25 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	return openRueidis(opt, &o)
 }
 
+// CheckURL returns the error OpenURL would return for uri's form
+// (wrapping ErrBadURL, with the reason), or nil, without connecting: a
+// configuration checker's answer.
+func CheckURL(uri string) error {
+	rest, near, _, _, err := storeOptions(uri)
+	if err != nil {
+		return err
+	}
+	if near {
+		_, err = rueidisOption(rest)
+		return err
+	}
+	c, err := ParseURL(rest)
+	if err != nil {
+		return err
+	}
+	return c.Close() // it connects lazily: nothing was dialled
+}
+
 // defaultNearCacheBytes is OpenURL's near_cache_bytes by default.
 const defaultNearCacheBytes = 64 << 20
 

@@ -28,8 +28,10 @@
 // A PostgreSQL form opens store/pgstore: Open connects and applies the
 // migrations to the schema that schema=NAME names (pgstore.Options.Schema;
 // default pgstore.DefaultSchema, "idem"; they are idempotent and serialised
-// by an advisory lock, so several processes may start at once), within
-// 30 s or ctx's deadline. The other options are pgx's; a connection that
+// by an advisory lock, so several processes may start at once), or with
+// Options.NoMigrate only checks that the schema has them all, within 30 s
+// or ctx's deadline. Migrate applies them as a separate step, to the
+// schema of the same URL. The other options are pgx's; a connection that
 // the URL gives no connect_timeout is bounded to 5 s. The store reaps its
 // expired rows every minute.
 //
@@ -43,5 +45,5 @@
 // releases what that store opened.
 //
 // An error about the URL itself wraps ErrBadURL and never repeats a
-// password.
+// password; Check finds it without connecting.
 package storeurl

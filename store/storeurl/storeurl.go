@@ -1,6 +1,7 @@
 package storeurl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,8 +9,12 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
+	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -38,6 +43,111 @@ type Options struct {
 	// nor coalesce=off. The layered store's Redis part takes no
 	// coalescing, with or without it.
 	Coalesce bool
+	// NoMigrate makes Open check that the PostgreSQL schema (the URL's
+	// ?schema=) has every migration (pgstore.Pending) instead of applying
+	// them, so that a role without the CREATE privilege can open the
+	// store: a schema that lacks one is an error wrapping ErrNotMigrated.
+	// The other stores have nothing to migrate. It is an option, not a
+	// URL parameter: it says what this process may do to the database,
+	// not where the keys live, and the URL that a migration step (Migrate,
+	// idem migrate) and the processes that then use the store share must
+	// name the same store.
+	NoMigrate bool
+}
+
+// ErrNotMigrated is wrapped by Open's error when Options.NoMigrate is set
+// and the PostgreSQL schema lacks migrations: apply them (pgstore.Migrate,
+// `idem migrate`) first.
+var ErrNotMigrated = errors.New("storeurl: the PostgreSQL schema is not current")
+
+// Check returns the error Open would return for uri and opts before it
+// connects anywhere: a URL that does not parse (wrapping ErrBadURL), or
+// an option that does not apply to its store. It connects to nothing.
+func Check(uri string, opts *Options) error {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	t, err := parse(uri, &o)
+	if err != nil {
+		return err
+	}
+	if t.postgres != "" {
+		_, err = pgxpool.ParseConfig(t.postgres)
+	}
+	switch {
+	case err != nil || t.redis == "":
+	case t.postgres == "": // Redis alone
+		err = redisstore.CheckURL(t.redis)
+	default: // the layered store's Redis part, which takes go-redis's options only
+		var c interface{ Close() error }
+		if c, err = redisstore.ParseURL(t.redis); err == nil {
+			c.Close() // it connects lazily: nothing was dialled
+		}
+	}
+	if err != nil && !errors.Is(err, ErrBadURL) {
+		err = fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	return err
+}
+
+// target is what a URL names, with Open's own parameters taken out of
+// the parts that the drivers read: the memory store, a Redis URL, a
+// PostgreSQL URL, or both (layered).
+type target struct {
+	memory          bool
+	redis, postgres string
+	prefix          string // ?prefix= of the Redis part
+	schema          string // ?schema= of the PostgreSQL part
+}
+
+// parse splits uri into its target: the one reading of a URL, for Check,
+// Open and Migrate alike.
+func parse(uri string, o *Options) (target, error) {
+	var t target
+	if uri == "" {
+		return t, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	}
+	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
+		return t, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
+	}
+	// A Redis password that holds "+postgres" is written with %2B.
+	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
+		t.redis, t.postgres = redisURI, "postgres"+pgRest
+	} else {
+		switch {
+		case uri == "memory":
+			t.memory = true
+			return t, nil
+		case isRedisURI(uri):
+			t.redis = uri
+			if o.Coalesce {
+				t.redis = coalesceUnlessSaid(uri)
+			}
+		case isPostgresURI(uri):
+			t.postgres = uri
+		default:
+			return t, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+		}
+	}
+	var err error
+	if t.redis != "" {
+		if t.redis, t.prefix, err = takeParam(t.redis, "prefix"); err != nil {
+			return t, err
+		}
+		if _, err := redisrecord.Prefix(t.prefix, ""); err != nil {
+			return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+	}
+	if t.postgres != "" {
+		if t.postgres, t.schema, err = takeParam(t.postgres, "schema"); err != nil {
+			return t, err
+		}
+		if err := pgstore.CheckSchema(cmp.Or(t.schema, pgstore.DefaultSchema)); err != nil {
+			return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+	}
+	return t, nil
 }
 
 // Store is a store that Open opened, with what it opened for it: Close
@@ -58,43 +168,31 @@ func Open(ctx context.Context, uri string, opts *Options) (Store, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if uri == "" {
-		return nil, fmt.Errorf("%w: empty; want %s", ErrBadURL, forms)
+	t, err := parse(uri, &o)
+	if err != nil {
+		return nil, err
 	}
-	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
-		return nil, fmt.Errorf("storeurl: Options.MemoryLimit and MemoryTenantShare bound the memory store only, not %s", scheme(uri))
-	}
-	// A Redis password that holds "+postgres" is written with %2B.
-	if redisURI, pgRest, ok := strings.Cut(uri, "+postgres"); ok && isRedisURI(redisURI) {
-		return openLayered(ctx, redisURI, "postgres"+pgRest, o.Logger)
+	if t.redis != "" && t.postgres != "" {
+		return openLayered(ctx, t, &o)
 	}
 	switch {
-	case uri == "memory":
+	case t.memory:
 		s, err := memstore.New(&memstore.Options{MaxBytes: o.MemoryLimit, TenantShare: o.MemoryTenantShare})
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
-	case isRedisURI(uri):
-		if o.Coalesce {
-			uri = coalesceUnlessSaid(uri)
-		}
-		rest, prefix, err := takeParam(uri, "prefix")
-		if err != nil {
-			return nil, err
-		}
-		s, err := redisstore.OpenURL(rest, &redisstore.Options{Prefix: prefix})
-		if errors.Is(err, redisstore.ErrBadURL) {
-			return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	case strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://"):
-		return openPostgres(ctx, uri, o.Logger)
+	case t.postgres != "":
+		return openPostgres(ctx, t, &o)
 	}
-	return nil, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
+	s, err := redisstore.OpenURL(t.redis, &redisstore.Options{Prefix: t.prefix})
+	if errors.Is(err, redisstore.ErrBadURL) {
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // takeParam takes the query parameter name out of uri: Open's own
@@ -157,6 +255,18 @@ const forms = "memory, redis://, rediss://, unix://, redis-sentinel://, redis-cl
 func isRedisURI(uri string) bool {
 	scheme, _, ok := strings.Cut(uri, "://")
 	return ok && (strings.HasPrefix(scheme, "redis") || scheme == "unix")
+}
+
+// storeName names uri's store for an error: memory, or its scheme.
+func storeName(uri string) string {
+	if uri == "memory" {
+		return "the memory store"
+	}
+	return "a " + scheme(uri) + " store"
+}
+
+func isPostgresURI(uri string) bool {
+	return strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://")
 }
 
 // scheme returns the scheme of uri for an error message, never the rest,

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/gateway"
+	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem/store/storeurl"
+)
+
+// The waits between attempts to reach the store at start: the first,
+// doubled after each failure up to the last.
+const (
+	storeRetryFirst = 250 * time.Millisecond
+	storeRetryMax   = 30 * time.Second
+)
+
+// startingAdminDrain bounds how long the requests to the starting admin
+// API get to finish when the gateway takes its listener over.
+const startingAdminDrain = time.Second
+
+// runServe is idem serve: a configuration that cannot be honoured exits 2
+// at once; a store that does not answer is retried until it does or a
+// signal stops the wait (exit 0), with /healthz answering and /readyz 503
+// meanwhile; a drain exits 0.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	s, err := loadServe(args)
+	if err == nil {
+		err = s.validate()
+	}
+	if err != nil {
+		return err
+	}
+	if s.checkConfig != "" {
+		return printConfig(stdout, s)
+	}
+	level := new(slog.LevelVar)
+	level.Set(s.logLevel)
+	logger := newLogger(stderr, s.logFormat, level)
+	secrets := redact.Secrets(s.storeURI)
+	redis.SetLogger(redisLogger{logger, secrets}) // the process's only logger of go-redis: no longer plain text on stderr
+	logger.Info("idem: starting", "version", version(), "store", redact.URL(s.storeURI), "config", s.configSource())
+	for _, w := range s.settings.warnings() {
+		logger.Warn(w)
+	}
+	var running atomic.Pointer[gateway.Gateway]
+	defer watchReload(ctx, logger, func() { reloadServe(running.Load(), args, s, level, logger) })()
+	cfg := s.cfg
+	cfg.Logger = logger
+	var starting *startingAdmin
+	if cfg.Admin != "" {
+		if starting, err = serveStarting(cfg.Admin); err != nil {
+			return fmt.Errorf("gateway: admin listen: %w", err)
+		}
+		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
+	}
+	st, closeStore, err := openStore(ctx, s, logger, secrets)
+	if starting != nil {
+		cfg.AdminListener = starting.handOver()
+	}
+	if err != nil || st == nil {
+		if cfg.AdminListener != nil {
+			cfg.AdminListener.Close()
+		}
+		return err
+	}
+	defer closeStore()
+	cfg.Store = st
+	if s.otlp != "" {
+		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(s.otlp), otlptracehttp.WithInsecure())
+		if err != nil {
+			cfg.AdminListener.Close()
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+		defer tp.Shutdown(context.WithoutCancel(ctx))
+		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
+	}
+	g, err := gateway.New(cfg)
+	if err != nil {
+		if cfg.AdminListener != nil {
+			cfg.AdminListener.Close()
+		}
+		return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
+	}
+	running.Store(g)
+	return g.Run(ctx, nil)
+}
+
+// openStore opens the store and checks that it answers, retrying with a
+// doubling wait (storeRetryFirst to storeRetryMax) and logging each
+// failure: a database slow to boot must not leave the gateway down for
+// good (a systemd unit does not restart exit status 2). It returns a nil
+// store when ctx ends first.
+func openStore(ctx context.Context, s *serveSetup, log *slog.Logger, secrets []string) (store.Store, func() error, error) {
+	opts := s.storeOpts
+	opts.Logger = log
+	delay := storeRetryFirst
+	for attempt := 1; ; attempt++ {
+		st, closeStore, err := gateway.OpenStore(ctx, s.storeURI, &opts)
+		if err == nil {
+			if err = storeAnswers(ctx, st, s.cfg.StoreTimeout); err == nil {
+				log.Info("idem: the store answers", "store", redact.URL(s.storeURI), "attempts", attempt)
+				return st, closeStore, nil
+			}
+			closeStore()
+		}
+		if errors.Is(err, gateway.ErrStoreURI) { // CheckStore passed: not expected, and not worth a retry
+			return nil, nil, fmt.Errorf("%w: --store: %w", errUsage, err)
+		}
+		if errors.Is(err, storeurl.ErrNotMigrated) {
+			err = fmt.Errorf("%w: run 'idem migrate' with the same --store (as a role that may CREATE), or start without --no-migrate", err)
+		}
+		if ctx.Err() == nil {
+			log.Warn("idem: the store does not answer; retrying (/readyz answers 503 until it does)", "store", redact.URL(s.storeURI),
+				"attempt", attempt, "retry_in", delay.String(), "err", scrub(err.Error(), secrets))
+			select {
+			case <-ctx.Done():
+			case <-time.After(delay):
+			}
+		}
+		if ctx.Err() != nil {
+			log.Info("idem: stopped before the store answered; nothing was served")
+			return nil, nil, nil
+		}
+		delay = min(2*delay, storeRetryMax)
+	}
+}
+
+// storeAnswers reports whether the store answers a read within the store
+// timeout: what /readyz asks.
+func storeAnswers(ctx context.Context, st store.Store, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := st.Get(ctx, store.ID{Tenant: "idem", Key: "readyz"}); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// scrub replaces each secret in text by redact.Mask: a client library's
+// error may quote the URL it was given.
+func scrub(text string, secrets []string) string {
+	for _, s := range secrets {
+		text = strings.ReplaceAll(text, s, redact.Mask)
+	}
+	return text
+}
+
+// redisLogger sends go-redis's own log lines (a failed dial, a pool event)
+// to idem's logger, in its format (issue 31, item 13: they went to stderr
+// as plain text past --log-format json). rueidis logs nothing.
+type redisLogger struct {
+	log     *slog.Logger
+	secrets []string
+}
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "idem: redis client", "detail", scrub(strings.TrimSpace(fmt.Sprintf(format, v...)), l.secrets))
+}
+
+// startingAdmin is the admin API while the store has not answered:
+// /healthz 200 (the process is alive), everything else 503. handOver
+// gives its listener, still open, to the gateway: no connection is refused
+// between the two.
+type startingAdmin struct {
+	ln     *net.TCPListener
+	srv    *http.Server
+	served chan struct{} // closed when srv.Serve has returned
+	handed atomic.Bool
+}
+
+func serveStarting(addr string) (*startingAdmin, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
+	})
+	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain}}
+	go func() {
+		defer close(a.served)
+		a.srv.Serve(lent{a})
+	}()
+	return a, nil
+}
+
+// handOver stops the starting admin API, lets its requests finish (for
+// startingAdminDrain at most) and returns its listener, open.
+func (a *startingAdmin) handOver() net.Listener {
+	a.handed.Store(true)
+	a.ln.SetDeadline(time.Unix(1, 0)) // wakes the Accept in progress, which then fails as closed
+	<-a.served
+	ctx, cancel := context.WithTimeout(context.Background(), startingAdminDrain)
+	defer cancel()
+	if a.srv.Shutdown(ctx) != nil {
+		a.srv.Close()
+	}
+	a.ln.SetDeadline(time.Time{})
+	return a.ln
+}
+
+// lent is the starting admin's listener as its server sees it: closing it
+// leaves the socket open, and after handOver its Accept fails as closed.
+type lent struct{ a *startingAdmin }
+
+func (l lent) Accept() (net.Conn, error) {
+	c, err := l.a.ln.Accept()
+	if err != nil && l.a.handed.Load() {
+		return nil, net.ErrClosed
+	}
+	return c, err
+}
+
+func (l lent) Close() error   { return nil }
+func (l lent) Addr() net.Addr { return l.a.ln.Addr() }

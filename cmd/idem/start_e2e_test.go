@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/internal/redisproc"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
+)
+
+// startingAdmin waits for the line that says the admin API is up while the
+// store has not answered, and returns its address.
+func (g *gatewayProc) startingAdmin(t *testing.T) string {
+	t.Helper()
+	g.waitForLog(t, "idem: admin API up", 1)
+	for line := range strings.SplitSeq(g.logText(), "\n") {
+		var ev struct{ Msg, Admin string }
+		if json.Unmarshal([]byte(line), &ev) == nil && strings.HasPrefix(ev.Msg, "idem: admin API up") {
+			return ev.Admin
+		}
+	}
+	t.Fatal("no admin address in the log")
+	return ""
+}
+
+// get returns the status and body of GET url.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Issue 31, item 9: a store down at start made idem serve exit 2, which
+// the systemd unit never restarts (RestartPreventExitStatus=2), so a
+// database slow to boot left the gateway down for good. Now the store is
+// retried, each failure logged; /healthz answers 200 and /readyz 503 on
+// the admin address meanwhile; once the store answers the gateway serves
+// and /readyz answers 200. Redis: a redis-server of this test's own,
+// killed before the gateway starts and started again. PostgreSQL: the
+// test database behind a proxy that refuses connections, then forwards.
+// Item 13 too: go-redis's own lines (its failed dials) are JSON lines of
+// the gateway's log, as --log-format json says.
+func TestStoreDownAtStart(t *testing.T) {
+	testenv.Postgres(t)
+	srv, err := redisproc.Start(context.Background(), redisproc.Config{Dir: t.TempDir()})
+	if err != nil {
+		testenv.Unavailable(t, "a redis-server of this test's own", err)
+	}
+	t.Cleanup(srv.Kill)
+	srv.Kill()
+	pg, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgProxy, err := faultproxy.New(pg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg.Host = pgProxy.Addr()
+	t.Cleanup(func() { pgProxy.Close() })
+	pgProxy.SetMode(faultproxy.Partition)
+	for name, c := range map[string]struct {
+		uri   string
+		start func() error
+	}{
+		"redis":    {"redis://" + srv.Addr + "/0", func() error { return srv.Restart(context.Background()) }},
+		"postgres": {pg.String(), func() error { pgProxy.SetMode(faultproxy.Forward); return nil }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			up := newUpstream(t, 0)
+			g := launchServe(t, nil, "--upstream", up.URL, "--store", c.uri, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
+			admin := "http://" + g.startingAdmin(t)
+			g.waitForLog(t, "the store does not answer; retrying", 2)
+			if code, _ := get(t, admin+"/healthz"); code != http.StatusOK {
+				t.Errorf("/healthz before the store answers = %d; want 200 (alive)", code)
+			}
+			if code, body := get(t, admin+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "store_unavailable") {
+				t.Errorf("/readyz before the store answers = %d %s; want 503 store_unavailable", code, body)
+			}
+			if err := c.start(); err != nil {
+				t.Fatal(err)
+			}
+			g.waitServing(t)
+			if g.admin != strings.TrimPrefix(admin, "http://") {
+				t.Errorf("the admin API moved from %s to %s", admin, g.admin)
+			}
+			if code, body := get(t, admin+"/readyz"); code != http.StatusOK {
+				t.Errorf("/readyz once the store answers = %d %s; want 200", code, body)
+			}
+			key := "downatstart-" + testenv.Prefix(t)
+			if a := post(t, "http://"+g.addr, key, "{}"); a.status != 201 || up.count(key) != 1 {
+				t.Errorf("a request once the store answers = %d %s; want 201", a.status, a.body)
+			}
+			if err := g.stop(t); err != nil {
+				t.Errorf("exit after SIGTERM = %v; want 0", err)
+			}
+			logEvents(t, g) // every line JSON
+			if name == "redis" && !strings.Contains(g.logText(), `"msg":"idem: redis client"`) {
+				t.Errorf("go-redis's failed dials are not in the JSON log:\n%s", g.logText())
+			}
+		})
+	}
+}
+
+// A SIGTERM while the store has not answered yet stops the wait and
+// exits 0; a bad store URL or a bad file exits 2 at once, without waiting
+// for any store.
+func TestStartExitStatus(t *testing.T) {
+	g := launchServe(t, nil, "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0", "--listen", "127.0.0.1:0",
+		"--admin", "127.0.0.1:0", "--log-format", "json")
+	g.waitForLog(t, "the store does not answer; retrying", 1)
+	if err := g.stop(t); err != nil {
+		t.Errorf("exit after SIGTERM while waiting for the store = %v; want 0", err)
+	}
+	for _, args := range [][]string{
+		{"--store", "postgres://u@127.0.0.1:notaport/db"},
+		{"--store", "redis://127.0.0.1:1/0?near_cache=maybe"},
+		{"--store", "redis://127.0.0.1:1/0?schema=x"},
+		{"--store", "postgres://u@127.0.0.1:1/db", "--schema", "x"},
+		{"--reconcile-url", "http://127.0.0.1:1/no-key"},
+		{"--config", writeConfig(t, "store: redis://127.0.0.1:1/0\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n")},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, binary, append([]string{"serve", "--upstream", "http://127.0.0.1:1"}, args...)...).CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || strings.Contains(string(out), "gateway: gateway:") {
+			t.Errorf("idem serve %v: %v\n%s\nwant exit 2 at once, with no doubled prefix", args, err, out)
+		}
+	}
+}
+
+// On SIGTERM /readyz fails first; the proxy keeps serving through
+// --drain-delay, then stops accepting; the exit status is 0. The delay is
+// long so that a loaded machine still sees the order.
+func TestReadyzFailsBeforeTheListenerCloses(t *testing.T) {
+	up := newUpstream(t, 0)
+	g := startGateway(t, "--upstream", up.URL, "--drain-delay", "10s")
+	if code, _ := get(t, "http://"+g.admin+"/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz = %d; want 200", code)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	g.waitForLog(t, "idem: draining", 1)
+	code, body := get(t, "http://"+g.admin+"/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Errorf("/readyz while draining = %d %s; want 503 draining", code, body)
+	}
+	key := "draining-" + testenv.Prefix(t)
+	if a := post(t, "http://"+g.addr, key, "{}"); a.status != 201 || up.count(key) != 1 {
+		t.Errorf("a request while /readyz fails, before the drain delay ends = %d %s; want 201 (the proxy still accepts)", a.status, a.body)
+	}
+	if strings.Contains(g.logText(), "idem: shutting down") {
+		t.Errorf("the proxy stopped before the drain delay ended:\n%s", g.logText())
+	}
+	select {
+	case err := <-g.done:
+		if err != nil {
+			t.Errorf("exit after the drain = %v; want 0", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the gateway did not exit 60 s after SIGTERM")
+	}
+	logs := g.logText()
+	if d, s := strings.Index(logs, "idem: draining"), strings.Index(logs, "idem: shutting down"); d < 0 || s < d {
+		t.Errorf("draining at %d, shutting down at %d in the log; want draining first", d, s)
+	}
+}
+
+// Without a drain delay too: while in-flight requests drain, the proxy
+// refuses new connections and /readyz answers 503 (it answered 200
+// throughout the drain).
+func TestReadyzFailsDuringTheDrain(t *testing.T) {
+	up := newUpstream(t, 3*time.Second)
+	up.seen = make(chan string, 1)
+	g := startGateway(t, "--upstream", up.URL)
+	inflight := make(chan answer, 1)
+	go func() { inflight <- post(t, "http://"+g.addr, "drain-"+testenv.Prefix(t), "{}") }()
+	<-up.seen
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	g.waitForLog(t, "idem: shutting down", 1)
+	if code, body := get(t, "http://"+g.admin+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
+		t.Errorf("/readyz during the drain = %d %s; want 503 draining", code, body)
+	}
+	if a := <-inflight; a.status != 201 {
+		t.Errorf("the request in flight at SIGTERM = %d %s; want 201 (drained)", a.status, a.body)
+	}
+	if err := g.stop(t); err != nil {
+		t.Errorf("exit after the drain = %v; want 0", err)
+	}
+}
