@@ -33,9 +33,6 @@ func ParseTenant(segment string) string {
 	return segment
 }
 
-// readyKey is the key /readyz looks up: a round trip to the store.
-var readyKey = store.ID{Tenant: "idem", Key: "readyz"}
-
 // adminHandler serves the admin API: health, readiness and metrics to
 // anyone who reaches it (probes and scrapers name the address as they
 // please); the console's files, and the API under /v1/ behind the token,
@@ -51,7 +48,7 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+		if err := g.ready(r.Context()); err != nil {
 			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 			return
 		}

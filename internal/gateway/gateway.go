@@ -129,6 +129,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.engine = engine
 	obs.countUnknown(engine)
+	g.registerReady(reg)
 	p, err := g.compile(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
