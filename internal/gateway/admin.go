@@ -152,11 +152,14 @@ func keyError(w http.ResponseWriter, err error) {
 // RecordView is the JSON form of a record in the admin API. The owner token
 // is left out: it is the capability to complete the key.
 type RecordView struct {
-	Tenant      string      `json:"tenant"`
-	Key         string      `json:"key"`
-	State       string      `json:"state"`
-	Fence       int64       `json:"fence"`
-	Fingerprint string      `json:"fingerprint"`
+	Tenant      string `json:"tenant"`
+	Key         string `json:"key"`
+	State       string `json:"state"`
+	Fence       int64  `json:"fence"`
+	Fingerprint string `json:"fingerprint"`
+	// Label is what the request was (store.Record.Label): "POST
+	// /v1/orders/42 route=orders"; AcquiredAt is when it was sent on.
+	Label       string      `json:"label,omitempty"`
 	AcquiredAt  time.Time   `json:"acquired_at"`
 	CompletedAt *time.Time  `json:"completed_at,omitempty"`
 	TTLMillis   int64       `json:"ttl_ms"`
@@ -169,7 +172,7 @@ type RecordView struct {
 // ViewRecord returns the admin view of a record.
 func ViewRecord(rec store.Record) RecordView {
 	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
-		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
+		Fingerprint: rec.Fingerprint, Label: rec.Label, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
 	if !rec.CompletedAt.IsZero() { // COMPLETED: when completed; UNKNOWN: when marked
 		t := rec.CompletedAt.UTC()
 		v.CompletedAt = &t

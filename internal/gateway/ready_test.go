@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -48,6 +49,22 @@ func TestReadyGaugeFollowsReadyz(t *testing.T) {
 		}
 		if got, ok := scrape(t, g)["idem_ready"]; !ok || got != want {
 			t.Fatalf("store down %v: idem_ready = %v (present: %v); want %v", down, got, ok, want)
+		}
+	}
+}
+
+// Issue 36, item 4: /v1/stats, which the console's overview polls, says
+// when the store does not answer, so the console can tell a store outage
+// from an admin API that does not answer.
+func TestStatsSayTheStoreIsUnavailable(t *testing.T) {
+	mem, _ := memstore.New(nil)
+	s := &switchedStore{Store: mem}
+	g := adminGateway(t, Config{Store: s})
+	for _, down := range []bool{false, true} {
+		s.down.Store(down)
+		code, body := admin(t, g, "GET", "/v1/stats", "")
+		if said := strings.Contains(body, `"store_unavailable":"`) && strings.Contains(body, "the store is down"); code != 200 || said != down {
+			t.Fatalf("store down %v: GET /v1/stats = %d %s; want 200, saying the store is unavailable: %v", down, code, body, down)
 		}
 	}
 }
