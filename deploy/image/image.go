@@ -42,7 +42,7 @@ type options struct {
 // build builds the image of o and appends it to the layout o.out; it
 // returns the image's digest. It fills in o's version and revision from
 // git when they are empty.
-func build(o options) (v1.Hash, error) {
+func build(o *options) (v1.Hash, error) {
 	var err error
 	if o.revision == "" {
 		if o.revision, err = git(o.repo, "rev-parse", "HEAD"); err != nil {
@@ -54,7 +54,7 @@ func build(o options) (v1.Hash, error) {
 			return v1.Hash{}, err
 		}
 	}
-	bin, err := goBuild(o)
+	bin, err := goBuild(*o)
 	if err != nil {
 		return v1.Hash{}, err
 	}
@@ -62,7 +62,7 @@ func build(o options) (v1.Hash, error) {
 	if err != nil {
 		return v1.Hash{}, fmt.Errorf("the CA certificates: %w", err)
 	}
-	img, err := imageOf(bin, ca, o)
+	img, err := imageOf(bin, ca, *o)
 	if err != nil {
 		return v1.Hash{}, err
 	}

@@ -31,7 +31,7 @@ func TestImageBuildsAndHoldsWhatItSays(t *testing.T) {
 	}
 	out := filepath.Join(t.TempDir(), "oci")
 	o := options{out: out, repo: "../..", arch: runtime.GOARCH, version: "v0.0.0-test", caCerts: "/etc/ssl/certs/ca-certificates.crt"}
-	digest, err := build(o)
+	digest, err := build(&o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: image --out DIR [--repo DIR] [--arch GOARCH] [--version V] [--revision SHA] [--ca-certs FILE]")
 		os.Exit(2)
 	}
-	digest, err := build(o)
+	digest, err := build(&o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
