@@ -1,4 +1,4 @@
-.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check fresh-debian screenshots check check-short mutate model model-mutants
+.PHONY: help test lint fuzz bench bench-gateway curve lab soak demo test-topology systemd-check fresh-debian screenshots image check check-short mutate model model-mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ systemd-check: ## boot deploy/systemd/idem.service in a systemd-nspawn container
 
 fresh-debian: ## the README's two commands on a fresh Debian with only Go, in namespaces (root; about an hour on 2 busy cores; times at the end)
 	scripts/fresh-debian.sh
+
+image: ## the OCI image of idem in idem-oci/ (an OCI layout), built without a container daemon (deploy/image)
+	cd deploy/image && go run . --out ../../idem-oci
 
 screenshots: ## the console's screenshots in docs/console, taken by its browser test in headless Chromium
 	cd internal/console/browsertest && IDEM_SCREENSHOTS=1 go test -count=1 ./...

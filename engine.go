@@ -130,6 +130,10 @@ type Key struct {
 	// return ErrInvalidRequest: a forgotten fingerprint would silently
 	// replay one request's result to another.
 	NoFingerprint bool
+	// Label says what the work is, kept in the key's record for an
+	// operator (store.AcquireParams.Label): e.g. "POST /v1/orders
+	// route=orders". Never a secret. Cut to store.MaxLabelLength bytes.
+	Label         string
 	LeaseDuration time.Duration // zero: the engine's
 	Retention     time.Duration // zero: the engine's
 	KeyRetention  time.Duration // zero: the engine's (Options.KeyRetention)
@@ -231,7 +235,7 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 		}
 	}
 	p := store.AcquireParams{ID: req.ID(), Owner: rand.Text(), Fingerprint: req.Fingerprint, LeaseDuration: lease,
-		Retention: retention, KeyRetention: keyRetention, TakeOver: e.takeover == TakeoverRun}
+		Retention: retention, KeyRetention: keyRetention, TakeOver: e.takeover == TakeoverRun, Label: cut(req.Label, store.MaxLabelLength)}
 	att, err := e.begin(ctx, p, keyRetention)
 	if err != nil || att.Outcome != Unknown || e.reconcile == nil {
 		return att, err

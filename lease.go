@@ -268,10 +268,15 @@ func storedReason(reason string) string {
 	if reason == store.ReasonAbandoned {
 		reason = "owner: " + store.ReasonAbandoned
 	}
-	if len(reason) > store.MaxReasonLength {
-		reason = strings.ToValidUTF8(reason[:store.MaxReasonLength], "")
+	return cut(reason, store.MaxReasonLength)
+}
+
+// cut returns s cut to at most n bytes, at a character's boundary.
+func cut(s string, n int) string {
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "")
 	}
-	return reason
+	return s
 }
 
 // Close ends the lease if none of Complete, Release and MarkUnknown did:

@@ -39,6 +39,7 @@ type middleware struct {
 	tenant        func(*http.Request) (string, error)
 	anonymous     bool // Options.AllowAnonymous
 	fingerprint   func(*http.Request, []byte) string
+	label         func(*http.Request) string // nil: none
 	maxBody       int64
 	maxBuffer     int
 	wait          time.Duration
@@ -73,7 +74,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if opts != nil {
 		o = *opts
 	}
-	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, anonymous: o.AllowAnonymous, fingerprint: o.Fingerprint,
+	m := &middleware{e: e, methods: o.Methods, requireKey: o.RequireKey, tenant: o.Tenant, anonymous: o.AllowAnonymous, fingerprint: o.Fingerprint, label: o.Label,
 		maxBody: o.MaxBody, maxBuffer: o.MaxResponseBuffer, wait: o.Wait, failOpen: o.FailOpen, policy: o.StatusPolicy,
 		unknownAfter: o.UnknownRetryAfter, format: o.ErrorFormat, mismatch: o.MismatchStatus, durations: newRouteTimes(),
 		lease: o.LeaseDuration, retention: o.Retention, log: o.Logger, onOutcome: o.OnOutcome,
@@ -241,6 +242,9 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 	req := idem.Key{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
 		KeyRetention: m.keyRetention}
+	if m.label != nil {
+		req.Label = m.label(r)
+	}
 	r.Body = newBodyReader(body)
 
 	// The work is detached from the client's cancellation: once it has

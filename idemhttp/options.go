@@ -42,6 +42,12 @@ type Options struct {
 	// function (every request would match every other): such a request is
 	// answered 500 and its handler does not run.
 	Fingerprint func(r *http.Request, body []byte) string
+	// Label, when set, names what a request is in its key's record
+	// (idem.Key.Label), for an operator who finds the key UNKNOWN: e.g.
+	// "POST /v1/orders route=orders". It is shown to whoever may read the
+	// key's record: never put a secret in it (a query string, a header's
+	// value). Nil: no label.
+	Label func(r *http.Request) string
 	// MaxBody bounds the request body, which is read whole to fingerprint
 	// it; a larger body is answered 413 (code body_too_large) before any
 	// key is taken. Zero means 1 MiB.

@@ -95,6 +95,10 @@ type Record struct {
 	// Reason says why an UNKNOWN record is unknown (ReasonAbandoned, or
 	// what the work reported to MarkUnknown).
 	Reason string
+	// Label is AcquireParams.Label, kept from the acquisition through
+	// every change of the record (COMPLETED, UNKNOWN, resolved); a
+	// tombstone (StateExpired) keeps none.
+	Label string
 	// Result is the stored result, COMPLETED only. It is read-only: a
 	// store may hand the same Result (its header map, value slices and
 	// body) to every caller, so a caller that wants to change it copies
@@ -135,7 +139,15 @@ type AcquireParams struct {
 	// runs again, and the key would run again before it.
 	KeyRetention time.Duration
 	TakeOver     bool
+	// Label says what the work is, for an operator who finds the key
+	// UNKNOWN: e.g. "POST /v1/orders route=orders". At most
+	// MaxLabelLength bytes; it is shown to whoever may read the key's
+	// record, so it holds no secret. Empty: none.
+	Label string
 }
+
+// MaxLabelLength bounds AcquireParams.Label; the engine cuts longer ones.
+const MaxLabelLength = 200
 
 // AcquireResult reports whether the caller now holds the key. When Acquired
 // is true, Record is the new PROCESSING record, with the fence the store

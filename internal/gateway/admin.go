@@ -33,9 +33,6 @@ func ParseTenant(segment string) string {
 	return segment
 }
 
-// readyKey is the key /readyz looks up: a round trip to the store.
-var readyKey = store.ID{Tenant: "idem", Key: "readyz"}
-
 // adminHandler serves the admin API: health, readiness and metrics to
 // anyone who reaches it (probes and scrapers name the address as they
 // please); the console's files, and the API under /v1/ behind the token,
@@ -51,11 +48,10 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if g.draining.Load() { // a load balancer stops sending before the proxy stops accepting
-			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, "the gateway is shutting down")
+		if err := g.ready(r.Context()); errors.Is(err, errDraining) {
+			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, CodeDraining, err.Error())
 			return
-		}
-		if _, err := e.Get(r.Context(), readyKey); err != nil && !errors.Is(err, idem.ErrNotFound) {
+		} else if err != nil {
 			idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, err.Error())
 			return
 		}
@@ -159,11 +155,14 @@ func keyError(w http.ResponseWriter, err error) {
 // RecordView is the JSON form of a record in the admin API. The owner token
 // is left out: it is the capability to complete the key.
 type RecordView struct {
-	Tenant      string      `json:"tenant"`
-	Key         string      `json:"key"`
-	State       string      `json:"state"`
-	Fence       int64       `json:"fence"`
-	Fingerprint string      `json:"fingerprint"`
+	Tenant      string `json:"tenant"`
+	Key         string `json:"key"`
+	State       string `json:"state"`
+	Fence       int64  `json:"fence"`
+	Fingerprint string `json:"fingerprint"`
+	// Label is what the request was (store.Record.Label): "POST
+	// /v1/orders/42 route=orders"; AcquiredAt is when it was sent on.
+	Label       string      `json:"label,omitempty"`
 	AcquiredAt  time.Time   `json:"acquired_at"`
 	CompletedAt *time.Time  `json:"completed_at,omitempty"`
 	TTLMillis   int64       `json:"ttl_ms"`
@@ -176,7 +175,7 @@ type RecordView struct {
 // ViewRecord returns the admin view of a record.
 func ViewRecord(rec store.Record) RecordView {
 	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
-		Fingerprint: rec.Fingerprint, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
+		Fingerprint: rec.Fingerprint, Label: rec.Label, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
 	if !rec.CompletedAt.IsZero() { // COMPLETED: when completed; UNKNOWN: when marked
 		t := rec.CompletedAt.UTC()
 		v.CompletedAt = &t

@@ -133,6 +133,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.engine = engine
 	obs.countUnknown(engine)
+	g.registerReady(reg)
 	p, err := g.compile(cfg)
 	if err != nil {
 		return nil, err // compile's errors say "gateway:" or name their field

@@ -36,10 +36,11 @@ func scrape(t *testing.T, g *Gateway) map[string]float64 {
 	return samples
 }
 
-func memoryGateway(t *testing.T, store *memstore.Store) *Gateway {
+// memoryGateway is a gateway on s (the memory store, or one wrapping it).
+func memoryGateway(t *testing.T, s store.Store) *Gateway {
 	t.Helper()
 	u, _ := url.Parse("http://127.0.0.1:1")
-	g, err := New(Config{Upstream: u, Store: store, Logger: slog.New(slog.DiscardHandler)})
+	g, err := New(Config{Upstream: u, Store: s, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,12 +32,16 @@ func writeJSON(w http.ResponseWriter, v any) {
 // counters.
 func (g *Gateway) serveStats(w http.ResponseWriter, r *http.Request) {
 	u := g.current.Load().cfg.Upstream
-	writeJSON(w, statsPage{
+	page := statsPage{
 		IntervalMillis: g.stats.every.Milliseconds(),
 		Upstream:       (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(),
 		Reconcile:      g.reconciles,
 		Samples:        g.stats.snapshot(),
-	})
+	}
+	if err := g.ready(r.Context()); err != nil {
+		page.StoreUnavailable = err.Error()
+	}
+	writeJSON(w, page)
 }
 
 // resultView is the answer of GET /v1/keys/{tenant}/{key}/result: a

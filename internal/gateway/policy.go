@@ -103,6 +103,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
 		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
 	o.AllowAnonymous = g.cfg.AllowAnonymous // g.tenant answers "" for an anonymous request only then
+	o.Label = requestLabel(rt)
 	if err := rt.override(&o); err != nil {
 		return nil, err
 	}

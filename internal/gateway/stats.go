@@ -35,6 +35,10 @@ type statsPage struct {
 	IntervalMillis int64  `json:"interval_ms"`
 	Upstream       string `json:"upstream"`  // scheme, host and path only: no credentials, no query
 	Reconcile      bool   `json:"reconcile"` // a lookup is configured: POST .../reconcile can ask it
+	// StoreUnavailable is the store's error when it did not answer this
+	// call's readiness read (the console says the store is down); empty
+	// when it answered.
+	StoreUnavailable string `json:"store_unavailable,omitempty"`
 	// Samples are the ring's, oldest first: at most statsSamples.
 	Samples []statsSample `json:"samples"`
 }

@@ -35,17 +35,17 @@ func Key(prefix string, id store.ID) string {
 	return prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
 }
 
-// Record builds the record of id from the ten fields a script returns:
-// state (P, C or U), owner, fence, fingerprint, acquired, completed (for
+// Record builds the record of id from the twelve fields a script returns:
+// state (P, C, U or E), owner, fence, fingerprint, acquired, completed (for
 // U: when it became UNKNOWN), status, header (recordcodec.AppendHeader),
-// body, and the remaining TTL in ms, optionally followed by an eleventh,
-// the reason of an UNKNOWN record. at turns
+// body, the remaining TTL in ms, the reason of an UNKNOWN record and the
+// label (store.Record.Label; a tombstone's is dropped). at turns
 // the two timestamps into times (the Redis store counts milliseconds, the
 // layered mirror microseconds). Numbers that do not parse, a header that
 // does not decode and an unknown state are errors.
 func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, error) {
-	if len(f) != 10 && len(f) != 11 {
-		return store.Record{}, fmt.Errorf("%d fields, want 10 or 11", len(f))
+	if len(f) != 12 {
+		return store.Record{}, fmt.Errorf("%d fields, want 12", len(f))
 	}
 	var errs []error
 	num := func(s string) int64 {
@@ -57,7 +57,7 @@ func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, er
 		return n
 	}
 	rec := store.Record{ID: id, Owner: f[1], Fence: num(f[2]), Fingerprint: f[3], AcquiredAt: at(num(f[4])),
-		TTL: time.Duration(num(f[9])) * time.Millisecond}
+		TTL: time.Duration(num(f[9])) * time.Millisecond, Label: f[11]}
 	completed, status := num(f[5]), num(f[6])
 	if err := errors.Join(errs...); err != nil {
 		return store.Record{}, err
@@ -74,15 +74,13 @@ func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, er
 		rec.CompletedAt = at(completed)
 		rec.Result = &store.Result{Status: int(status), Header: h, Body: []byte(f[8])}
 	case "E": // a tombstone: the status alone (redisstore's record.lua); it keeps no acquisition time
-		rec.State, rec.AcquiredAt = store.StateExpired, time.Time{}
+		rec.State, rec.AcquiredAt, rec.Label = store.StateExpired, time.Time{}, ""
 		rec.CompletedAt = at(completed)
 		rec.Result = &store.Result{Status: int(status)}
 	case "U":
 		rec.State = store.StateUnknown
 		rec.CompletedAt = at(completed)
-		if len(f) == 11 {
-			rec.Reason = f[10]
-		}
+		rec.Reason = f[10]
 	default:
 		return store.Record{}, fmt.Errorf("state %q", f[0])
 	}

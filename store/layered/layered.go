@@ -281,7 +281,7 @@ func (s *Store) mirror(ctx context.Context, rec store.Record) {
 		return
 	}
 	err := putScript.Run(ctx, s.redis, []string{s.mirrorKey(rec.ID)}, state, rec.Owner, rec.Fence, rec.Fingerprint,
-		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl).Err()
+		rec.AcquiredAt.UnixMicro(), completed, status, header, body, ttl, rec.Label).Err()
 	s.cacheFailed("put", err)
 }
 

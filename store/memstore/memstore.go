@@ -112,7 +112,7 @@ func (s *Store) lock() time.Time {
 // is a new entry: callers may still hold e's result (store.Record.Result).
 func (s *Store) addTombstone(e *entry) {
 	t := &entry{rec: e.rec, expires: e.keyUntil}
-	t.rec.State, t.rec.Owner = store.StateExpired, ""
+	t.rec.State, t.rec.Owner, t.rec.Label = store.StateExpired, "", ""
 	t.result = store.Result{Status: e.result.Status}
 	t.rec.Result = &t.result
 	s.add(t, tombstoneOverhead+int64(len(e.rec.Tenant)+len(e.rec.Key)+len(e.rec.Fingerprint)))
@@ -137,7 +137,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
 	}
-	size := recordOverhead + int64(len(p.Tenant)+len(p.Key)+len(p.Owner)+len(p.Fingerprint))
+	size := recordOverhead + int64(len(p.Tenant)+len(p.Key)+len(p.Owner)+len(p.Fingerprint)+len(p.Label))
 	need := size
 	if ok {
 		need -= old.size // a takeover replaces the record: only the difference is new
@@ -157,7 +157,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	s.lastFence = max(s.lastFence+1, now.UnixMicro())
 	e := &entry{
 		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
-			Fingerprint: p.Fingerprint, AcquiredAt: now},
+			Fingerprint: p.Fingerprint, AcquiredAt: now, Label: p.Label},
 		leaseUntil: now.Add(p.LeaseDuration),
 		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}

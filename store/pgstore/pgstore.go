@@ -86,7 +86,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
 	keep := max(p.Retention, p.KeyRetention) // the life of a record whose outcome may be unknown
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + keep).Microseconds(), p.TakeOver)
+		(p.LeaseDuration + keep).Microseconds(), p.TakeOver, p.Label)
 	switch {
 	case err != nil:
 		return store.AcquireResult{}, false, err

@@ -72,8 +72,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".schema_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 7 {
-		t.Fatalf("%d migrations recorded; want 7, each once", n)
+	if n != 8 {
+		t.Fatalf("%d migrations recorded; want 8, each once", n)
 	}
 }
 

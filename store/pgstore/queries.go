@@ -22,7 +22,7 @@ const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, comp
 	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
 	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint,
 	taken_fence, taken_acquired_at,
-	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0)`
+	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0), coalesce(label, '')`
 
 // leaseEnded is true for a row whose lease has ended (by the database's clock).
 const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`

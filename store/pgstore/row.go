@@ -35,7 +35,7 @@ func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 	)
 	rec := store.Record{ID: id}
 	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
-		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros}, post...)
+		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros, &rec.Label}, post...)
 	if err := rows.Scan(dest...); err != nil {
 		return row{}, err
 	}
@@ -64,7 +64,7 @@ func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 		rec.State = store.StateUnknown
 	case "C":
 		if lifeMicro <= 0 { // read only while key_until is ahead: a tombstone
-			rec.State, rec.TTL, rec.Owner = store.StateExpired, time.Duration(keyMicros)*time.Microsecond, ""
+			rec.State, rec.TTL, rec.Owner, rec.Label = store.StateExpired, time.Duration(keyMicros)*time.Microsecond, "", ""
 			rec.Result = &store.Result{}
 			if status != nil {
 				rec.Result.Status = int(*status)

@@ -2,7 +2,7 @@
 -- KEYS[1] the record, KEYS[2] the index of unsettled records (record.lua), KEYS[3] the record's tombstone
 -- ARGV[1] owner token, ARGV[2] fingerprint, ARGV[3] lease in ms, ARGV[4] how long the record outlives
 -- its lease, in ms (the longer of the retention and the key retention), ARGV[5] how long the key outlives the record, in ms, ARGV[6] '1' to take
--- over an abandoned record
+-- over an abandoned record, ARGV[7] the label
 -- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
 -- common case), 'fence:acquired_ms:previous_fence:previous_acquired_ms' when it took
 -- over an abandoned record, else the live record as get.lua does (an array): an
@@ -26,7 +26,7 @@ if tomb then
   if gone then return gone end
 end
 local function record(f)
-  return pack_p(f, ARGV[1], ARGV[2], now_ms, now_ms + lease, now_ms + lease + retention)
+  return pack_p(f, ARGV[1], ARGV[2], now_ms, now_ms + lease, now_ms + lease + retention, ARGV[7])
 end
 -- The common case, an absent key, takes one write: SET NX GET (Redis 7.0+)
 -- creates the record, or changes nothing and returns the one in the way.

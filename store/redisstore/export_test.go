@@ -39,3 +39,7 @@ func (s *Store) CoalesceSending() int {
 
 // DeleteSHA is the SHA1 of the delete script, as EVALSHA names it.
 var DeleteSHA = deleteScript.goredis.Hash()
+
+// IndexKeyOf returns the key of the index of unsettled records that holds
+// the record of id.
+func (s *Store) IndexKeyOf(id store.ID) string { return s.index.keyOf(s.recordKey(id)) }

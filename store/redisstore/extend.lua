@@ -13,6 +13,6 @@ if r.st ~= 'P' or r.fence ~= ARGV[2] or r.owner ~= ARGV[1] then return 0 end
 local now_ms = clock()
 if r.lease <= now_ms then return 0 end
 local lease, retention = tonumber(ARGV[3]), tonumber(ARGV[4])
-redis.call('SET', KEYS[1], pack_p(r.fence, r.owner, r.fp, r.acquired, now_ms + lease, now_ms + lease + retention),
+redis.call('SET', KEYS[1], pack_p(r.fence, r.owner, r.fp, r.acquired, now_ms + lease, now_ms + lease + retention, r.label),
   'PX', lease + retention + tonumber(ARGV[5]))
 return 1

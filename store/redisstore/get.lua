@@ -1,7 +1,7 @@
 -- get: read a record and its remaining TTL in one atomic step, without writing.
 -- KEYS[1] the record, KEYS[2] its tombstone; record.lua runs in front of this file.
 -- Returns {} when absent, else {'0', state, owner, fence, fingerprint, acquired_ms,
--- completed_ms, status, header, body, ttl_ms, reason}; an abandoned record is reported UNKNOWN,
+-- completed_ms, status, header, body, ttl_ms, reason, label}; an abandoned record is reported UNKNOWN,
 -- a live tombstone of an ended record EXPIRED.
 local now_ms = clock()
 local rec = redis.call('GET', KEYS[1])

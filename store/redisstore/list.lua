@@ -5,7 +5,7 @@
 -- this file.
 -- ARGV[i] the index member of KEYS[i+1]
 -- Returns, flat, for each record listed: its member, then its fields as get.lua
--- returns them (13 strings each).
+-- returns them (14 strings each).
 local now_ms = clock()
 local out = {}
 for i = 2, #KEYS do

@@ -182,8 +182,9 @@ func (n *nearCache) countInvalidations(keys []rueidis.RedisMessage) {
 }
 
 // decodeCompleted decodes a COMPLETED record string (record.lua: struct
-// '>c1dI4c0I4c0I4c0dddI4c0I4c0': 'C', end ms, fence, owner, fingerprint,
-// acquired ms, completed ms, status, header, body) with left of its
+// '>c1dI4c0I4c0I4c0dddI4c0I4c0I4c0': 'C', end ms, fence, owner,
+// fingerprint, acquired ms, completed ms, status, header, body, and the
+// label, which a record written before it existed lacks) with left of its
 // retention. Any other state, or bytes that do not decode, answer false.
 func decodeCompleted(id store.ID, raw string, left time.Duration) (store.Record, bool) {
 	d := recordDecoder{s: raw}
@@ -194,11 +195,15 @@ func decodeCompleted(id store.ID, raw string, left time.Duration) (store.Record,
 	fence, owner, fp := d.str(), d.str(), d.str()
 	acquired, completed, status := d.num(), d.num(), d.num()
 	header, body := d.str(), d.str()
+	var label string
+	if d.s != "" {
+		label = d.str()
+	}
 	if d.bad || d.s != "" {
 		return store.Record{}, false
 	}
 	f := []string{"C", owner, fence, fp, ms(acquired), ms(completed), ms(status), header, body,
-		strconv.FormatInt(left.Milliseconds(), 10)}
+		strconv.FormatInt(left.Milliseconds(), 10), "", label}
 	rec, err := redisrecord.Record(id, f, time.UnixMilli)
 	return rec, err == nil
 }

@@ -14,6 +14,9 @@
 --      'ddI4c0I4c0' (completed ms, status, header, body).
 --   U  UNKNOWN; the end is the retention's. Then 'I4c0I4c0d' as P and
 --      'dI4c0I4c0d' (marked ms, reason, claim owner, claim end ms).
+-- P, C and U end with 'I4c0', the label (store.AcquireParams.Label),
+-- which every change of the record keeps; a record written before the
+-- label existed has none.
 -- A COMPLETED record with a key retention (idem.CompleteParams.KeyRetention)
 -- also has a tombstone, a key of its own next to the record's (in the same
 -- slot: the record's key and '~e'), written by complete.lua and ended by
@@ -48,30 +51,33 @@ local function decode(rec)
   r.owner, r.fp, r.acquired, pos = struct.unpack('>I4c0I4c0d', rec, pos)
   if r.st == 'P' then
     r.lease = r.ends
-    if pos <= #rec then r.life = struct.unpack('>d', rec, pos) end
+    if pos <= #rec then r.life, pos = struct.unpack('>d', rec, pos) end
   elseif r.st == 'C' then
-    r.completed, r.status, r.header, r.body = struct.unpack('>ddI4c0I4c0', rec, pos)
+    r.completed, r.status, r.header, r.body, pos = struct.unpack('>ddI4c0I4c0', rec, pos)
   elseif r.st == 'U' then
-    r.completed, r.reason, r.claim, r.claim_until = struct.unpack('>dI4c0I4c0d', rec, pos)
+    r.completed, r.reason, r.claim, r.claim_until, pos = struct.unpack('>dI4c0I4c0d', rec, pos)
   end
+  r.label = ''
+  if pos <= #rec then r.label = struct.unpack('>I4c0', rec, pos) end
   return r
 end
 
 local function live(r, now_ms) return r.st ~= 'X' and r.life > now_ms end
 local function abandoned(r, now_ms) return r.st == 'P' and r.lease <= now_ms and r.life > now_ms end
 
-local function pack_p(fence, owner, fp, acquired, lease_end, life_end)
-  return struct.pack('>c1dI4c0I4c0I4c0dd', 'P', lease_end, #fence, fence, #owner, owner, #fp, fp, acquired, life_end)
+local function pack_p(fence, owner, fp, acquired, lease_end, life_end, label)
+  return struct.pack('>c1dI4c0I4c0I4c0ddI4c0', 'P', lease_end, #fence, fence, #owner, owner, #fp, fp, acquired, life_end,
+    #label, label)
 end
 
 local function pack_c(r, life_end, completed, status, header, body)
-  return struct.pack('>c1dI4c0I4c0I4c0dddI4c0I4c0', 'C', life_end, #r.fence, r.fence, #r.owner, r.owner,
-    #r.fp, r.fp, r.acquired, completed, status, #header, header, #body, body)
+  return struct.pack('>c1dI4c0I4c0I4c0dddI4c0I4c0I4c0', 'C', life_end, #r.fence, r.fence, #r.owner, r.owner,
+    #r.fp, r.fp, r.acquired, completed, status, #header, header, #body, body, #r.label, r.label)
 end
 
 local function pack_u(r, life_end, completed, reason, claim, claim_until)
-  return struct.pack('>c1dI4c0I4c0I4c0ddI4c0I4c0d', 'U', life_end, #r.fence, r.fence, #r.owner, r.owner,
-    #r.fp, r.fp, r.acquired, completed, #reason, reason, #claim, claim, claim_until)
+  return struct.pack('>c1dI4c0I4c0I4c0ddI4c0I4c0dI4c0', 'U', life_end, #r.fence, r.fence, #r.owner, r.owner,
+    #r.fp, r.fp, r.acquired, completed, #reason, reason, #claim, claim, claim_until, #r.label, r.label)
 end
 
 local function pack_x(fence) return struct.pack('>c1dI4c0', 'X', 0, #fence, fence) end
@@ -91,20 +97,22 @@ local function ms(n) return string.format('%.0f', n) end
 
 -- reply returns the reply of live record r at now_ms: {'0', state, owner,
 -- fence, fingerprint, acquired_ms, completed_ms, status, header, body,
--- ttl_ms, reason}. An abandoned record is reported UNKNOWN, unknown since
--- its lease ended.
+-- ttl_ms, reason, label}. An abandoned record is reported UNKNOWN, unknown
+-- since its lease ended.
 local function reply(r, now_ms)
   if abandoned(r, now_ms) then
-    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(r.life - now_ms), 'abandoned'}
+    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(r.life - now_ms), 'abandoned',
+      r.label}
   end
   if r.st == 'P' then
-    return {'0', 'P', r.owner, r.fence, r.fp, ms(r.acquired), '', '', '', '', ms(r.lease - now_ms), ''}
+    return {'0', 'P', r.owner, r.fence, r.fp, ms(r.acquired), '', '', '', '', ms(r.lease - now_ms), '', r.label}
   end
   if r.st == 'C' then
     return {'0', 'C', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), ms(r.status), r.header, r.body,
-      ms(r.life - now_ms), ''}
+      ms(r.life - now_ms), '', r.label}
   end
-  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(r.life - now_ms), r.reason}
+  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(r.life - now_ms), r.reason,
+    r.label}
 end
 
 -- completed_reply returns reply(decode(rec), now_ms) when rec is a live
@@ -115,8 +123,11 @@ local function completed_reply(rec, now_ms)
   if string.byte(rec) ~= 67 then return nil end -- 'C'
   local _, life, fence, pos = struct.unpack('>c1dI4c0', rec)
   if life <= now_ms then return nil end
-  local owner, fp, acquired, completed, status, header, body = struct.unpack('>I4c0I4c0dddI4c0I4c0', rec, pos)
-  return {'0', 'C', owner, fence, fp, ms(acquired), ms(completed), ms(status), header, body, ms(life - now_ms), ''}
+  local owner, fp, acquired, completed, status, header, body
+  owner, fp, acquired, completed, status, header, body, pos = struct.unpack('>I4c0I4c0dddI4c0I4c0', rec, pos)
+  local label = ''
+  if pos <= #rec then label = struct.unpack('>I4c0', rec, pos) end
+  return {'0', 'C', owner, fence, fp, ms(acquired), ms(completed), ms(status), header, body, ms(life - now_ms), '', label}
 end
 
 local function pack_e(r, key_end, completed, status)
@@ -129,5 +140,5 @@ local function expired_reply(tomb, now_ms)
   if not tomb then return nil end
   local _, key_end, fence, fp, completed, status = struct.unpack('>c1dI4c0I4c0dd', tomb)
   if key_end <= now_ms then return nil end
-  return {'0', 'E', '', fence, fp, '', ms(completed), ms(status), '', '', ms(key_end - now_ms), ''}
+  return {'0', 'E', '', fence, fp, '', ms(completed), ms(status), '', '', ms(key_end - now_ms), '', ''}
 end

@@ -197,7 +197,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		mark = s.near.mark()
 	}
 	r, notReplicated, err := s.acked(ctx, acquireScript, s.tombstonedKeys(p.ID), []any{p.Owner, p.Fingerprint,
-		s.leaseMs.arg(p.LeaseDuration), s.keepMs.arg(max(p.Retention, p.KeyRetention)), fenceGraceMs, boolArg(p.TakeOver)})
+		s.leaseMs.arg(p.LeaseDuration), s.keepMs.arg(max(p.Retention, p.KeyRetention)), fenceGraceMs, boolArg(p.TakeOver), p.Label})
 	if err != nil {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire: %w", err)
 	}
@@ -216,7 +216,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 			return store.AcquireResult{}, s.releaseUnreplicated(ctx, store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: fence}, notReplicated)
 		}
 		return store.AcquireResult{Acquired: true, Takeover: took, Record: store.Record{ID: p.ID, State: store.StateProcessing,
-			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.LeaseDuration}}, nil
+			Owner: p.Owner, Fence: fence, Fingerprint: p.Fingerprint, AcquiredAt: time.UnixMilli(at), TTL: p.LeaseDuration, Label: p.Label}}, nil
 	}
 	rec, _, err := parseRecord(p.ID, r)
 	if err != nil {

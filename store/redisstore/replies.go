@@ -41,11 +41,11 @@ func parseAcquired(s string) (fence, acquiredMs int64, took *store.Takeover, err
 var errCorrupt = errors.New("redisstore: corrupt record")
 
 // recordFields is how many fields a record's reply has (see reply in record.lua).
-const recordFields = 12
+const recordFields = 13
 
 // parseRecord decodes a record's reply: {'0' (claim.lua: '1' when
 // claimed), state, owner, fence, fingerprint, acquired_ms, completed_ms,
-// status, header, body, ttl_ms, reason}.
+// status, header, body, ttl_ms, reason, label}.
 func parseRecord(id store.ID, r reply) (rec store.Record, claimed bool, err error) {
 	if r.kind != replyArray {
 		return store.Record{}, false, fmt.Errorf("%w: reply %+v", errCorrupt, r)

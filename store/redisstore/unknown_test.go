@@ -85,3 +85,63 @@ func TestListUnknownBadInput(t *testing.T) {
 		t.Error("ListUnknown on a Ring succeeded; its index is spread over the shards")
 	}
 }
+
+// TestRecordBeforeLabel: records written before they carried a label
+// (issue 36) are read, replayed, marked, resolved and listed, with no
+// label; and a record that passes through a change keeps none.
+func TestRecordBeforeLabel(t *testing.T) {
+	ctx := context.Background()
+	c := testenv.Redis(t)
+	s, err := redisstore.New(c, &redisstore.Options{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The encodings of record.lua before issue 36: P with its life, C and
+	// U, none followed by a label.
+	const old = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local life = now + 60000
+local rec
+if ARGV[1] == 'P' then
+  rec = struct.pack('>c1dI4c0I4c0I4c0dd', 'P', life, 2, '42', 5, 'owner', 2, 'fp', now, life)
+elseif ARGV[1] == 'C' then
+  rec = struct.pack('>c1dI4c0I4c0I4c0dddI4c0I4c0', 'C', life, 2, '42', 5, 'owner', 2, 'fp', now, now, 201, 0, '', 4, 'body')
+else
+  rec = struct.pack('>c1dI4c0I4c0I4c0ddI4c0I4c0d', 'U', life, 2, '42', 5, 'owner', 2, 'fp', now, now, 7, 'timeout', 0, '', 0)
+end
+redis.call('SET', KEYS[1], rec, 'PX', 60000)
+redis.call('ZADD', KEYS[2], 0, string.match(KEYS[1], '{(.*)}$'))`
+	tenant := "old-" + rand.Text()[:8]
+	write := func(state string) store.ID {
+		id := store.ID{Tenant: tenant, Key: state}
+		if err := c.Eval(ctx, old, []string{s.RecordKey(id), s.IndexKeyOf(id)}, state).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		return id
+	}
+	processing, completed, unknown := write("P"), write("C"), write("U")
+	ref := store.LeaseRef{ID: processing, Owner: "owner", Fence: 42}
+	for id, want := range map[store.ID]store.State{processing: store.StateProcessing, completed: store.StateCompleted, unknown: store.StateUnknown} {
+		rec, err := s.Get(ctx, id)
+		if err != nil || rec.State != want || rec.Fence != 42 || rec.Label != "" {
+			t.Fatalf("Get of an old %v record = %+v, %v; want it, fence 42, no label", want, rec, err)
+		}
+	}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: completed, Owner: "new", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Minute, Label: "POST /x"})
+	if err != nil || res.Acquired || res.Record.State != store.StateCompleted || string(res.Record.Result.Body) != "body" || res.Record.Label != "" {
+		t.Fatalf("Acquire of an old COMPLETED record = %+v, %v; want its replay, no label", res, err)
+	}
+	page, err := s.ListUnknown(ctx, store.ListParams{Tenant: tenant})
+	if err != nil || len(page.Records) != 1 || page.Records[0].Reason != "timeout" || page.Records[0].Label != "" {
+		t.Fatalf("ListUnknown of an old UNKNOWN record = %+v, %v; want it, reason timeout", page, err)
+	}
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "cut", Retention: time.Minute}); err != nil {
+		t.Fatalf("MarkUnknown of an old PROCESSING record: %v", err)
+	}
+	if err := s.Resolve(ctx, store.ResolveParams{ID: processing, Fence: 42, Result: &store.Result{Status: 200}, Retention: time.Minute}); err != nil {
+		t.Fatalf("Resolve of it: %v", err)
+	}
+	if rec, err := s.Get(ctx, processing); err != nil || rec.State != store.StateCompleted || rec.Label != "" {
+		t.Fatalf("Get after MarkUnknown and Resolve of an old record = %+v, %v; want COMPLETED, no label", rec, err)
+	}
+}

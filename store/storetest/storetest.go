@@ -118,8 +118,9 @@ func Run(t *testing.T, h Harness) {
 		{"ResolvedKeepsTombstone", testResolvedKeepsTombstone},
 		{"UnknownLivesAsLongAsTheKey", testUnknownLivesAsLongAsTheKey},
 
-		// What operators ask (admin.go).
+		// What operators ask (admin.go) and see (label.go).
 		{"ListUnknownRefusesForeignCursors", testListBadCursor},
+		{"LabelKeptThroughEveryChange", testLabelKept},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -138,6 +138,7 @@ func newHarness(t *testing.T, edits ...func(*gateway.Config)) *harness {
 	u, _ := url.Parse(up.URL)
 	cfg := gateway.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", AdminToken: adminToken,
 		Upstream: u, Store: store, TenantHeader: "X-Tenant", ReconcileURL: up.URL + "/lookup/{tenant}/{key}",
+		Routes:     []gateway.Route{{Pattern: "/v1/charges", Name: "charges"}},
 		StatsEvery: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
 	for _, edit := range edits {
 		edit(&cfg)

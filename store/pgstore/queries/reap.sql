@@ -20,10 +20,11 @@ WITH due AS (
 	RETURNING 1
 ), moved AS (
 	-- A row past expires_at with key_until ahead becomes its tombstone:
-	-- header and body dropped, reaped again at key_until.
+	-- header, body and label dropped, reaped again at key_until.
 	UPDATE S.records r SET reap_at = CASE WHEN r.expires_at > statement_timestamp() THEN r.expires_at ELSE r.key_until END,
 		header = CASE WHEN r.expires_at > statement_timestamp() THEN r.header END,
-		body = CASE WHEN r.expires_at > statement_timestamp() THEN r.body END
+		body = CASE WHEN r.expires_at > statement_timestamp() THEN r.body END,
+		label = CASE WHEN r.expires_at > statement_timestamp() THEN r.label END
 	FROM due
 	WHERE r.tenant_id = due.tenant_id AND r.idempotency_key = due.idempotency_key
 		AND (r.expires_at > statement_timestamp() OR r.key_until > statement_timestamp())

@@ -101,3 +101,15 @@ export async function call(path, { method = 'GET', query, body } = {}) {
     clearTimeout(timer);
   }
 }
+
+let gateway = null; // GET /v1/stats's upstream and reconcile flag, read once
+
+// gatewayInfo returns the gateway's upstream and whether it has a
+// reconcile lookup, asked once.
+export async function gatewayInfo() {
+  if (!gateway) {
+    const res = await call('v1/stats');
+    if (res.ok) gateway = { upstream: res.data.upstream, reconcile: res.data.reconcile };
+  }
+  return gateway || { upstream: '(unknown)', reconcile: false };
+}

@@ -37,10 +37,22 @@ export function show(el, ...nodes) {
   el.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
 }
 
+// trouble names what stands behind a failed call: 'api' when the admin
+// API gave no answer, 'store' when it answered that the store does not
+// (503 store_unavailable), '' for any other refusal.
+export function trouble(res) {
+  if (res.status === 0) return 'api';
+  if (res.status === 503 && res.problem && res.problem.code === 'store_unavailable') return 'store';
+  return '';
+}
+
 // problemText is one line saying what a failed call got: the problem's
 // title and detail, or the HTTP status.
 export function problemText(res) {
   if (res.status === 0) return `the admin API did not answer: ${res.error}`;
+  if (trouble(res) === 'store') {
+    return `the store is unavailable (the admin API answers, its store does not): ${(res.problem && res.problem.detail) || '503'}`;
+  }
   const p = res.problem || {};
   const parts = [`${res.status}`];
   if (p.code) parts.push(p.code);
@@ -51,9 +63,10 @@ export function problemText(res) {
 }
 
 // loadError is what a view shows when its data did not come: what the
-// call got, and a button that asks again.
+// call got (data-trouble says whether the admin API or its store is
+// down), and a button that asks again.
 export function loadError(res, retry) {
-  return h('div', { class: 'load-error', id: 'load-error', role: 'alert' },
+  return h('div', { class: 'load-error', id: 'load-error', role: 'alert', 'data-trouble': trouble(res) },
     h('p', { class: 'problem' }, problemText(res)),
     h('button', { type: 'button', id: 'retry', on: { click: retry } }, 'Retry'));
 }

@@ -1,21 +1,11 @@
 // A key's page: its record (GET /v1/keys/{tenant}/{key}), the stored
 // response of a COMPLETED key (GET .../result), and the actions.
-import { call, keyPath, tenantParam } from './api.js';
+import { call, keyPath, tenantParam, gatewayInfo } from './api.js';
 import { h, show, problemText, loadError, age, time, duration } from './dom.js';
 import { tenantCell } from './queue.js';
 import { actions } from './actions.js';
 
 const SHOWN_BODY = 64 << 10; // characters of a body the page shows
-
-let gateway = null; // GET /v1/stats's upstream and reconcile flag, read once
-
-async function gatewayInfo() {
-  if (!gateway) {
-    const res = await call('v1/stats');
-    if (res.ok) gateway = { upstream: res.data.upstream, reconcile: res.data.reconcile };
-  }
-  return gateway || { upstream: '(unknown)', reconcile: false };
-}
 
 function row(label, ...value) {
   return h('tr', {}, h('th', { scope: 'row' }, label), h('td', {}, ...value));
@@ -30,8 +20,11 @@ function recordTable(rec, gw) {
     row('Fence', h('span', { id: 'record-fence' }, String(rec.fence)),
       h('span', { class: 'hint' }, ' the fencing token of the attempt that made this record (higher on every attempt; the store does not count attempts)')),
     rec.reason ? row(rec.state === 'UNKNOWN' ? 'Reason' : 'Was UNKNOWN for', h('span', { class: 'reason', id: 'record-reason' }, rec.reason)) : null,
+    row('Request', rec.label ? h('span', { class: 'mono', id: 'record-label' }, rec.label)
+      : h('span', { class: 'hint', id: 'record-label' }, '(not recorded: a key taken before the gateway labelled them, or by a library)')),
     row('Sent to', h('span', { class: 'mono' }, gw.upstream), h('span', { class: 'hint' }, ' (this gateway\'s upstream)')),
-    row('Acquired', time(rec.acquired_at), h('span', { class: 'hint' }, ` ${age(rec.acquired_at)} ago, by the store's clock`)),
+    row('Sent', h('span', { id: 'record-sent' }, time(rec.acquired_at)),
+      h('span', { class: 'hint' }, ` ${age(rec.acquired_at)} ago, when the key was taken, by the store's clock`)),
     rec.completed_at ? row(marked, time(rec.completed_at), h('span', { class: 'hint' }, ` ${age(rec.completed_at)} ago`)) : null,
     row(rec.state === 'PROCESSING' ? 'Lease ends in' : 'Forgotten in', duration(rec.ttl_ms / 1000),
       rec.state === 'UNKNOWN' ? h('span', { class: 'hint' }, ' then a retry runs the request again: settle it before') : null),

@@ -51,7 +51,11 @@ export async function renderOverview(main) {
   }
   const st = res.data;
   const samples = st.samples || [];
-  const heading = h('h1', {}, 'Overview');
+  // The admin API answered, its store did not: requests with a key get
+  // 503 store_unavailable, and no key can be read or settled.
+  const heading = [h('h1', {}, 'Overview'), st.store_unavailable ? h('div', { class: 'load-error', id: 'store-down', role: 'alert', 'data-trouble': 'store' },
+    h('p', { class: 'problem' }, h('b', {}, 'The store is unavailable. '), `The admin API answers; its store does not: ${st.store_unavailable}. `,
+      'Requests with a key get 503 store_unavailable; keys cannot be read or settled until it is back.')) : null];
   const about = h('p', { class: 'hint' },
     `Upstream ${st.upstream}. A sample of the gateway's counters every ${duration(st.interval_ms / 1000)}; `,
     `${samples.length} kept (at most 360). Reconcile lookup: ${st.reconcile ? 'configured' : 'none (resolve by hand)'}.`);
