@@ -107,7 +107,7 @@ func New(cfg Config) (*Gateway, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tel := newTelemetry(reg, cfg.Tracer, cmp.Or(cfg.StoreTimeout, idem.DefaultStoreTimeout), cfg.longestUpstreamTimeout())
-	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
+	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel, cfg.Logger))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	registerMemoryUsage(reg, cfg.Store)
