@@ -54,7 +54,7 @@ func watchReload(ctx context.Context, log *slog.Logger, reload func()) (stop fun
 var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts", "store", "no-migrate", "store-timeout", "memory-limit",
 	"memory-tenant-share", "read-timeout", "idle-timeout", "max-conns", "shutdown-timeout", "drain-delay", "takeover",
 	"reconcile-timeout", "reconcile-every", "reconcile-rate", "reconcile-concurrency", "tenant-header", "tenant-from",
-	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint"}
+	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint", "otlp-protocol"}
 
 // reloadServe reads the flags, the IDEM_ variables and the config file
 // again and hands the result to the running gateway, which swaps it in

@@ -38,8 +38,8 @@ type serveFlags struct {
 	reconcileTimeout, reconcileEvery, shutdownTimeout, drainDelay time.Duration
 	admin, adminToken, adminTokensFile, adminHosts                string
 	errorFormat, replayHeaders                                    string
-	adminInsecure                                                 bool
-	logFormat, logLevel, otlp                                     string
+	adminInsecure, accessLog                                      bool
+	logFormat, logLevel, otlp, otlpProtocol                       string
 }
 
 // defineServeFlags defines every flag of idem serve: the one place to add
@@ -90,7 +90,9 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.StringVar(&f.replayHeaders, "replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.otlp, "otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
+	fs.BoolVar(&f.accessLog, "access-log", false, "log one line per proxied request (\"idem: request\": method, path, route, status, outcome, hashes of the tenant and key, fence, the upstream's and each store call's duration, trace id) instead of one per key event")
+	fs.StringVar(&f.otlp, "otlp-endpoint", "", "send traces over OTLP to this http://HOST:PORT or https://HOST:PORT (TLS) collector; HOST:PORT is http://; with a client's traceparent, the request's span joins its trace and the upstream gets the next hop (default: no traces)")
+	fs.StringVar(&f.otlpProtocol, "otlp-protocol", otlpHTTP, "the OTLP transport of --otlp-endpoint: "+otlpHTTP+" or "+otlpGRPC)
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN, and idem exits 0")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long /readyz answers 503 before the proxy stops accepting (the time a load balancer needs to notice)")
 }
@@ -130,7 +132,7 @@ type serveSetup struct {
 	storeOpts   gateway.StoreOptions
 	logFormat   string
 	logLevel    slog.Level
-	otlp        string
+	otlp        *otlpTarget // nil: no traces
 	checkConfig string
 	flags       *flag.FlagSet
 	settings    *settings
@@ -163,7 +165,7 @@ func loadServe(args []string) (*serveSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &serveSetup{storeURI: f.store, logFormat: f.logFormat, otlp: f.otlp, checkConfig: f.checkConfig,
+	s := &serveSetup{storeURI: f.store, logFormat: f.logFormat, checkConfig: f.checkConfig,
 		flags: fs, settings: st, fixed: map[string]string{}}
 	for _, name := range restartOnly {
 		s.fixed[name] = fs.Lookup(name).Value.String()
@@ -182,6 +184,16 @@ func (s *serveSetup) check(f *serveFlags) error {
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
+	}
+	switch {
+	case f.otlp != "":
+		t, err := parseOTLP(f.otlp, f.otlpProtocol)
+		if err != nil {
+			return err
+		}
+		s.otlp = &t
+	case flagSet(fs, "otlp-protocol"):
+		return fmt.Errorf("%w: --otlp-protocol without --otlp-endpoint: say where the traces go", errUsage)
 	}
 	up, err := url.Parse(f.upstream)
 	if f.upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
@@ -239,7 +251,7 @@ func (s *serveSetup) check(f *serveFlags) error {
 		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns,
 		ErrorFormat: format, MismatchStatus: f.mismatchStatus, ReplayHeaders: splitList(f.replayHeaders),
 		Repeatability: f.repeatability, KeyRetention: f.keyRetention,
-		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts),
+		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts), AccessLog: f.accessLog,
 	}
 	if s.cfg.ReplayHeaders == nil {
 		s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

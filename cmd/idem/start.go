@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
@@ -81,14 +79,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeStore()
 	cfg.Store = st
-	if s.otlp != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(s.otlp), otlptracehttp.WithInsecure())
+	if s.otlp != nil {
+		tp, err := newTracerProvider(ctx, *s.otlp)
 		if err != nil {
-			cfg.AdminListener.Close()
-			return fmt.Errorf("--otlp-endpoint: %w", err)
+			if cfg.AdminListener != nil {
+				cfg.AdminListener.Close()
+			}
+			return err
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-		defer tp.Shutdown(context.WithoutCancel(ctx))
+		defer tp.Shutdown(context.WithoutCancel(ctx)) // exports the spans still batched
 		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
 	}
 	g, err := gateway.New(cfg)

@@ -103,8 +103,14 @@ type Config struct {
 	// config file's routes); a request no route matches gets the
 	// settings above. Nil: every request gets them.
 	Routes []Route
-	Logger *slog.Logger // nil: slog.Default()
-	Tracer trace.Tracer // nil: no traces
+	// AccessLog writes one line per proxied request ("idem: request", at
+	// info; warn for store_error, lease_lost, failed_open) with its
+	// route, status, outcome, hashed tenant and key, fence and the
+	// durations of its upstream and store calls, instead of the line per
+	// key event.
+	AccessLog bool
+	Logger    *slog.Logger // nil: slog.Default()
+	Tracer    trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is

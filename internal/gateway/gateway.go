@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
@@ -106,6 +107,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, ReadBuild())
 	tel := newTelemetry(reg, cfg.Tracer, cmp.Or(cfg.StoreTimeout, idem.DefaultStoreTimeout), cfg.longestUpstreamTimeout())
 	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel, cfg.Logger))
 	registerNearCache(reg, cfg.Store)
@@ -139,7 +141,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.proxy = g.tracked(g.observed(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
 	}))))
 	access, err := loadAdminAccess(cfg)
@@ -170,15 +172,21 @@ func (c *Config) hasReconcileURL() bool {
 	return false
 }
 
-// onOutcome counts and logs what the middleware did with a request.
-func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome) {
-	g.tel.outcome(o)
-	logOutcome(g.cfg.Logger, r, o)
+// onOutcome counts and logs what the middleware did with a request of
+// route (routeLabel): in its access-log line when it has one, else in
+// logOutcome's.
+func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome, route string) {
+	g.tel.requests.WithLabelValues(o.String(), route).Inc()
+	x := exchangeOf(r.Context())
+	x.note(route, o.String())
+	if x == nil || !x.accessLog {
+		logOutcome(g.cfg.Logger, r, o)
+	}
 }
 
-// rejected counts and logs a request the gateway refused before the
-// middleware saw it.
-func (g *Gateway) rejected(r *http.Request) { g.onOutcome(r, idemhttp.OutcomeRejected) }
+// rejected counts and logs a request the gateway refused before it knew
+// its route.
+func (g *Gateway) rejected(r *http.Request) { g.onOutcome(r, idemhttp.OutcomeRejected, "") }
 
 // Handler returns the proxy with idempotency in front, for tests that serve
 // it themselves.
@@ -190,23 +198,11 @@ func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 // Engine returns the gateway's engine.
 func (g *Gateway) Engine() *idem.Engine { return g.engine }
 
-// traced opens the request's span, under which the store calls and the
-// upstream call are recorded. Without a tracer there is no span at all: a
-// no-op tracer still costs a context and a request copy per request.
-func (g *Gateway) traced(next http.Handler) http.Handler {
-	if g.cfg.Tracer == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.request "+r.Method, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// reverseProxy forwards to p's upstream, over the gateway's transport,
-// and ends a call that has not answered within timeout.
-func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
+// reverseProxy forwards the requests of route (routeLabel) to p's
+// upstream, over the gateway's transport, and ends a call that has not
+// answered within timeout. With traces on, the call has its span, and the
+// upstream gets it as its traceparent.
+func (g *Gateway) reverseProxy(p *policy, timeout time.Duration, route string) http.Handler {
 	// It tells a request that never left from one that may have reached
 	// the upstream (idemclient.Sent), does not send one whose lease has
 	// ended, and keeps net/http from resending one by itself.
@@ -214,6 +210,7 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 	upstream := p.cfg.Upstream
 	cfg := p.cfg // for the error answers: the route's timeout
 	cfg.UpstreamTimeout = timeout
+	upstreamSeconds := g.tel.upstreamSeconds.WithLabelValues(route)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -227,10 +224,16 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 				ctx, span = g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
 				defer span.End()
 				r = r.WithContext(ctx)
+				r.Header = r.Header.Clone() // the proxy's; a RoundTripper does not change its request
+				traceContext.Inject(ctx, propagation.HeaderCarrier(r.Header))
 			}
 			start := time.Now()
 			resp, err := transport.RoundTrip(r)
-			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
+			elapsed := time.Since(start)
+			upstreamSeconds.Observe(elapsed.Seconds())
+			if x := exchangeOf(r.Context()); x != nil {
+				x.upstream.Add(int64(elapsed))
+			}
 			if err != nil && span != nil {
 				span.RecordError(err)
 			}
