@@ -37,6 +37,7 @@ type serveFlags struct {
 	takeover, reconcileURL, reconcileToken                        string
 	reconcileTimeout, reconcileEvery, shutdownTimeout, drainDelay time.Duration
 	admin, adminToken, adminTokensFile, adminHosts                string
+	tlsCert, tlsKey, adminTLSCert, adminTLSKey, adminClientCA     string
 	errorFormat, replayHeaders                                    string
 	adminInsecure, accessLog                                      bool
 	logFormat, logLevel, otlp, otlpProtocol                       string
@@ -85,6 +86,11 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
 	fs.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
 	fs.StringVar(&f.adminHosts, "admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused (in the config file, a list)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the proxy's certificate (and its chain): the proxy then speaks TLS (1.2 at least, HTTP/1.1) only; with --tls-key; both read again on SIGHUP")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert")
+	fs.StringVar(&f.adminTLSCert, "admin-tls-cert", "", "PEM file of the admin API's certificate (and its chain): the admin API then speaks TLS only; with --admin-tls-key; both read again on SIGHUP")
+	fs.StringVar(&f.adminTLSKey, "admin-tls-key", "", "PEM file of the key of --admin-tls-cert")
+	fs.StringVar(&f.adminClientCA, "admin-client-ca", "", "PEM file of the CAs whose client certificates the admin API requires (mTLS; needs --admin-tls-cert), read again on SIGHUP; without a token such a certificate authenticates (read-write, audited by its subject) and the admin API may listen beyond loopback")
 	fs.StringVar(&f.errorFormat, "error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
 	fs.IntVar(&f.mismatchStatus, "mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
 	fs.StringVar(&f.replayHeaders, "replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
@@ -252,6 +258,7 @@ func (s *serveSetup) check(f *serveFlags) error {
 		ErrorFormat: format, MismatchStatus: f.mismatchStatus, ReplayHeaders: splitList(f.replayHeaders),
 		Repeatability: f.repeatability, KeyRetention: f.keyRetention,
 		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts), AccessLog: f.accessLog,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey, AdminTLSCert: f.adminTLSCert, AdminTLSKey: f.adminTLSKey, AdminClientCA: f.adminClientCA,
 	}
 	if s.cfg.ReplayHeaders == nil {
 		s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -62,7 +63,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.Logger = logger
 	var starting *startingAdmin
 	if cfg.Admin != "" {
-		if starting, err = serveStarting(cfg.Admin); err != nil {
+		tlsConf, err := cfg.AdminTLS()
+		if err != nil {
+			return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
+		}
+		if starting, err = serveStarting(cfg.Admin, tlsConf); err != nil {
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
@@ -184,7 +189,7 @@ type startingAdmin struct {
 	handed atomic.Bool
 }
 
-func serveStarting(addr string) (*startingAdmin, error) {
+func serveStarting(addr string, tlsConf *tls.Config) (*startingAdmin, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -196,9 +201,13 @@ func serveStarting(addr string) (*startingAdmin, error) {
 	})
 	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain}}
+	var served net.Listener = lent{a}
+	if tlsConf != nil {
+		served = tls.NewListener(served, tlsConf) // the admin API's TLS from the first connection
+	}
 	go func() {
 		defer close(a.served)
-		a.srv.Serve(lent{a})
+		a.srv.Serve(served)
 	}()
 	return a, nil
 }

@@ -43,7 +43,21 @@ type Config struct {
 	// AdminHosts are the names, besides the admin address and loopback,
 	// that a request to the admin API may carry in Host and Origin
 	// ("name" on any port, or "name:port"; adminguard.go).
-	AdminHosts      []string
+	AdminHosts []string
+	// TLSCert and TLSKey are PEM files of the proxy's certificate (its
+	// chain) and key: the proxy then speaks TLS (1.2 at least, HTTP/1.1).
+	// AdminTLSCert and AdminTLSKey are the admin API's. Both pairs are
+	// read again on Reload; a pair that does not load keeps the running
+	// one and fails the reload.
+	TLSCert, TLSKey           string
+	AdminTLSCert, AdminTLSKey string
+	// AdminClientCA is a PEM file of the CAs whose client certificates
+	// the admin API requires (mTLS; needs AdminTLSCert), read again on
+	// Reload. It authenticates: without a token, every caller with such a
+	// certificate is read-write, named in the audit by its subject
+	// ("cert:CN=..."), and the admin API may listen beyond loopback; with
+	// tokens, a call needs both, and the audit names the token.
+	AdminClientCA   string
 	ReadTimeout     time.Duration // zero: DefaultReadTimeout
 	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
 	MaxConns        int           // zero: DefaultMaxConns()

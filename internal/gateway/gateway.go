@@ -61,6 +61,9 @@ type Gateway struct {
 	adminHosts atomic.Pointer[adminHosts]
 	audit      *auditLog
 
+	// The TLS of the proxy's and the admin API's listeners; nil: none.
+	tls, adminTLS *tlsFiles
+
 	// What every policy shares: the transport to the upstream (and its
 	// pool), the tenant of a request and the headers it depends on.
 	transport  http.RoundTripper
@@ -152,6 +155,13 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	if g.tls, err = newTLSFiles("--tls", cfg.TLSCert, cfg.TLSKey, ""); err != nil {
+		return nil, err
+	}
+	if g.adminTLS, err = newTLSFiles("--admin-tls", cfg.AdminTLSCert, cfg.AdminTLSKey, cfg.AdminClientCA); err != nil {
+		return nil, err
+	}
+	registerCertExpiry(reg, map[string]*tlsFiles{"proxy": g.tls, "admin": g.adminTLS})
 	g.access.Store(access)
 	g.adminHosts.Store(hosts)
 	g.audit = newAuditLog(reg, cfg.Logger)
@@ -330,7 +340,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	ln := newConnLimiter(tcp, g.cfg.MaxConns)
 	servers := []*http.Server{g.publicServer(ln)}
-	listeners := []net.Listener{ln}
+	listeners := []net.Listener{g.tls.listen(ln)} // TLS over the limiter: it counts connections, handshakes included
 	var adminAddr net.Addr
 	if g.cfg.Admin != "" {
 		aln := g.cfg.AdminListener
@@ -344,7 +354,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		adminAddr = aln.Addr()
 		g.adminHosts.Store(g.adminHosts.Load().bound(adminAddr))
 		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout})
-		listeners = append(listeners, aln)
+		listeners = append(listeners, g.adminTLS.listen(aln))
 	}
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -355,6 +365,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		defer inBackground(ctx, g.stats.run)()
 	}
 	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", redact.URL(g.cfg.Upstream.String()), "admin", fmt.Sprint(adminAddr),
+		"tls", g.tls != nil, "admin_tls", g.adminTLS != nil, "admin_client_ca", g.cfg.AdminClientCA != "",
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
 	if ready != nil {
 		ready(ln.Addr(), adminAddr)

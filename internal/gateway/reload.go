@@ -48,7 +48,8 @@ func newReloadTelemetry(reg prometheus.Registerer) *reloadTelemetry {
 // their limits, the store, the engine's settings, the tenant's sources,
 // the error format, the admin API) is the running gateway's own: a caller
 // refuses a change to it (cmd/idem does) rather than pass it here. The
-// admin tokens are read again from the running --admin-tokens-file.
+// admin tokens are read again from the running --admin-tokens-file, and
+// the certificates, keys and client CAs from the running TLS files.
 func (g *Gateway) Reload(load func() (Config, error)) error {
 	err := g.reload(load)
 	if err != nil {
@@ -78,8 +79,25 @@ func (g *Gateway) reload(load func() (Config, error)) error {
 	if err != nil {
 		return err
 	}
+	var certs, adminCerts *tlsMaterial
+	if g.tls != nil {
+		if certs, err = g.tls.read(); err != nil {
+			return err
+		}
+	}
+	if g.adminTLS != nil {
+		if adminCerts, err = g.adminTLS.read(); err != nil {
+			return err
+		}
+	}
 	g.current.Store(p)
 	g.access.Store(access)
+	if certs != nil {
+		g.tls.current.Store(certs) // for the handshakes from now on; open connections keep theirs
+	}
+	if adminCerts != nil {
+		g.adminTLS.current.Store(adminCerts)
+	}
 	return nil
 }
 
