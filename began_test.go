@@ -24,7 +24,7 @@ type began struct {
 type beganObserver struct{ calls []began }
 
 func (*beganObserver) StoreCall(context.Context, string, time.Duration, error) {}
-func (*beganObserver) LeaseEvent(store.ID, idem.LeaseEvent)                     {}
+func (*beganObserver) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
 func (o *beganObserver) Began(ctx context.Context, id store.ID, d idem.Decision, fence int64) {
 	o.calls = append(o.calls, began{id, d, fence, ctx.Value(beganKey{})})
 }

@@ -212,7 +212,9 @@ func TestTLSListenersReloadAndClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var audit struct{ Records []struct{ Actor, Action, Outcome string } }
+	var audit struct {
+		Records []struct{ Actor, Action, Outcome string }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&audit); err != nil || len(audit.Records) != 1 || audit.Records[0].Actor != "cert:CN=oncall-alice" {
 		t.Fatalf("the audit of the delete = %+v, %v; want one record by cert:CN=oncall-alice", audit, err)
 	}
