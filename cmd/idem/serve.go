@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -179,6 +180,11 @@ func loadServe(args []string) (*serveSetup, error) {
 	if err := s.check(f); err != nil {
 		return nil, st.explain(err)
 	}
+	doc, err := json.Marshal(effective(s)) // what --check-config=json prints; GET /v1/config serves it
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.EffectiveConfig = doc
 	return s, nil
 }
 

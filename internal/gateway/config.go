@@ -123,6 +123,12 @@ type Config struct {
 	// durations of its upstream and store calls, instead of the line per
 	// key event.
 	AccessLog bool
+	// EffectiveConfig is the effective configuration as idem serve
+	// resolved it: --check-config=json's JSON document, each setting with
+	// its source, secrets masked. The gateway does not read it: GET
+	// /v1/config serves it as given at start or by the last Reload. Nil:
+	// /v1/config answers 404.
+	EffectiveConfig []byte
 	Logger    *slog.Logger // nil: slog.Default()
 	Tracer    trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The

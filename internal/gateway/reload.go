@@ -43,7 +43,7 @@ func newReloadTelemetry(reg prometheus.Registerer) *reloadTelemetry {
 //
 // Reload takes from the configuration only what a reload may change: the
 // upstream and its timeout, the lease, retention, methods, require-key,
-// max-body, wait, fail-open, repeatability, key retention, mismatch status and replay headers, the access log, the
+// max-body, wait, fail-open, repeatability, key retention, mismatch status and replay headers, the access log, the effective configuration /v1/config serves, the
 // reconcile URLs and token, and the routes. The rest (the listeners and
 // their limits, the store, the engine's settings, the tenant's sources,
 // the error format, the admin API) is the running gateway's own: a caller
@@ -107,7 +107,7 @@ func (c Config) withReloadable(next Config) Config {
 	c.Upstream, c.UpstreamTimeout = next.Upstream, next.UpstreamTimeout
 	c.Lease, c.Retention, c.Methods, c.RequireKey = next.Lease, next.Retention, next.Methods, next.RequireKey
 	c.MaxBody, c.Wait, c.FailOpen, c.Repeatability = next.MaxBody, next.Wait, next.FailOpen, next.Repeatability
-	c.KeyRetention, c.AccessLog = next.KeyRetention, next.AccessLog
+	c.KeyRetention, c.AccessLog, c.EffectiveConfig = next.KeyRetention, next.AccessLog, next.EffectiveConfig
 	c.MismatchStatus, c.ReplayHeaders = next.MismatchStatus, next.ReplayHeaders
 	c.ReconcileURL, c.ReconcileToken = next.ReconcileURL, next.ReconcileToken
 	c.Routes = next.Routes
