@@ -129,8 +129,8 @@ type Config struct {
 	// /v1/config serves it as given at start or by the last Reload. Nil:
 	// /v1/config answers 404.
 	EffectiveConfig []byte
-	Logger    *slog.Logger // nil: slog.Default()
-	Tracer    trace.Tracer // nil: no traces
+	Logger          *slog.Logger // nil: slog.Default()
+	Tracer          trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is
