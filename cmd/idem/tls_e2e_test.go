@@ -120,7 +120,8 @@ func servedSerial(t *testing.T, client *http.Client, req *http.Request) (serial 
 // failed reload. With --admin-client-ca the admin API requires a client
 // certificate that CA signed: without one it refuses the connection; with
 // one, and no token, the caller is read-write and audited by its
-// certificate's subject; so authenticated, it may listen beyond loopback.
+// certificate's subject; so authenticated, it may listen beyond loopback;
+// idem keys reaches it with --admin-ca, --admin-cert and --admin-key.
 func TestTLSListenersReloadAndClientCertificates(t *testing.T) {
 	dir := t.TempDir()
 	serverCA, clientCA := newTestCA(t, "idem test server CA"), newTestCA(t, "idem test client CA")
@@ -207,6 +208,18 @@ func TestTLSListenersReloadAndClientCertificates(t *testing.T) {
 	if _, _, status := servedSerial(t, operator, del); status != http.StatusNoContent {
 		t.Fatalf("DELETE by a client certificate: %d; want 204", status)
 	}
+	// idem keys reaches it with the CA and a client certificate.
+	caFileOut, aliceCertFile, aliceKeyFile := filepath.Join(dir, "server-ca.pem"), filepath.Join(dir, "alice.crt"), filepath.Join(dir, "alice.key")
+	writeFile(t, caFileOut, serverCA.pem)
+	writeFile(t, aliceCertFile, aliceCert)
+	writeFile(t, aliceKeyFile, aliceKey)
+	out, code := runIdem(t, "keys", "get", "--admin", admin, "--admin-ca", caFileOut, "--admin-cert", aliceCertFile, "--admin-key", aliceKeyFile, "acme", "k-1")
+	if code != 0 || !strings.Contains(out, `"state": "COMPLETED"`) {
+		t.Errorf("idem keys get with a client certificate: exit %d, %s; want the record", code, out)
+	}
+	if out, code := runIdem(t, "keys", "get", "--admin", admin, "--admin-ca", caFileOut, "acme", "k-1"); code == 0 {
+		t.Errorf("idem keys get without a client certificate: exit 0, %s; want refused", out)
+	}
 	resp, err := operator.Get(admin + "/v1/audit?tenant=acme&key=k-2")
 	if err != nil {
 		t.Fatal(err)
@@ -229,5 +242,109 @@ func TestTLSListenersReloadAndClientCertificates(t *testing.T) {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// The deploy fix of issue 36: deploy/systemd/idem.service passes the
+// secret files (admin tokens, TLS keys) as systemd credentials, each
+// variable pointing at its copy (%d). Run as systemd would run it, with
+// those lines uncommented and %d a directory of the copies, the gateway
+// serves TLS on both listeners and its admin API takes the tokens file's
+// token and the client CA's certificates: every variable names a flag,
+// every file is one idem reads.
+func TestSystemdCredentialsServe(t *testing.T) {
+	unit, err := os.ReadFile("../../deploy/systemd/idem.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := t.TempDir()
+	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	cert, key := serverCA.issue(t, 1, "idem", false)
+	files := map[string][]byte{"admin-tokens": []byte("oncall read-write oncall-token\n"), "tls.crt": cert, "tls.key": key,
+		"admin-tls.crt": cert, "admin-tls.key": key, "admin-client-ca.pem": clientCA.pem}
+	var env []string
+	for _, line := range strings.Split(string(unit), "\n") {
+		switch setting, value, _ := strings.Cut(strings.TrimPrefix(line, "#"), "="); {
+		case !strings.HasPrefix(line, "#"):
+		case setting == "LoadCredential":
+			id, _, _ := strings.Cut(value, ":")
+			data, ok := files[id]
+			if !ok {
+				t.Fatalf("the unit loads credential %s, which this test does not know", id)
+			}
+			writeFile(t, filepath.Join(creds, id), data)
+		case setting == "Environment":
+			for _, assignment := range strings.Fields(value) {
+				env = append(env, strings.ReplaceAll(assignment, "%d", creds))
+			}
+		}
+	}
+	if len(env) < 5 {
+		t.Fatalf("the unit's credential variables: %v; want the tokens file and the TLS files", env)
+	}
+	up := newUpstream(t, 0)
+	g := launchServe(t, env, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json", "--upstream", up.URL)
+	g.waitServing(t)
+	req, _ := http.NewRequest(http.MethodPost, "https://"+g.addr+"/charges", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer client")
+	if _, _, status := servedSerial(t, httpsClient(t, serverCA.pool, nil, 0), req); status != http.StatusCreated {
+		t.Fatalf("a charge over TLS: %d; want 201", status)
+	}
+	clientCert, clientKey := clientCA.issue(t, 2, "oncall", true)
+	pair, _ := tls.X509KeyPair(clientCert, clientKey)
+	operator := httpsClient(t, serverCA.pool, &pair, 0)
+	for token, want := range map[string]int{"oncall-token": http.StatusOK, "": http.StatusUnauthorized} {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+g.admin+"/v1/stats", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if _, _, status := servedSerial(t, operator, req); status != want {
+			t.Errorf("GET /v1/stats with a client certificate and token %q: %d; want %d", token, status, want)
+		}
+	}
+}
+
+// Issue 36, item 1: while the store has not answered, the admin API that
+// answers /healthz already speaks its TLS and requires its client
+// certificates: a probe configured for the running gateway works from
+// the first second, and nothing answers in the clear.
+func TestStartingAdminSpeaksTLS(t *testing.T) {
+	dir := t.TempDir()
+	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
+	cert, key := serverCA.issue(t, 1, "idem", false)
+	certFile, keyFile, caFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), filepath.Join(dir, "clients.pem")
+	writeFile(t, certFile, cert)
+	writeFile(t, keyFile, key)
+	writeFile(t, caFile, clientCA.pem)
+	g := launchServe(t, nil, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json", "--upstream", "http://127.0.0.1:1",
+		"--store", "redis://127.0.0.1:1/0", "--admin-tls-cert", certFile, "--admin-tls-key", keyFile, "--admin-client-ca", caFile)
+	g.waitForLog(t, "admin API up", 1)
+	var admin string
+	for _, ev := range logEvents(t, g) {
+		if ev["msg"] == "idem: admin API up: /healthz answers, /readyz answers 503 until the store answers" {
+			admin, _ = ev["admin"].(string)
+		}
+	}
+	clientCert, clientKey := clientCA.issue(t, 2, "probe", true)
+	pair, _ := tls.X509KeyPair(clientCert, clientKey)
+	probe := httpsClient(t, serverCA.pool, &pair, 0)
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+admin+path, nil)
+		if _, _, status := servedSerial(t, probe, req); status != want {
+			t.Errorf("%s over TLS while the store does not answer: %d; want %d", path, status, want)
+		}
+	}
+	if resp, err := httpsClient(t, serverCA.pool, nil, 0).Get("https://" + admin + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("/healthz without a client certificate: %d; want the handshake refused", resp.StatusCode)
+	}
+	if resp, err := http.Get("http://" + admin + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("/healthz answered 200 in the clear")
+		}
+	}
+	if err := g.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM while waiting for the store = %v; want 0\n%s", err, g.logText())
 	}
 }
