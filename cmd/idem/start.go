@@ -67,7 +67,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
 		}
-		if starting, err = serveStarting(cfg.Admin, tlsConf); err != nil {
+		if starting, err = serveStarting(cfg.Admin, tlsConf, logger); err != nil {
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
@@ -189,7 +189,7 @@ type startingAdmin struct {
 	handed atomic.Bool
 }
 
-func serveStarting(addr string, tlsConf *tls.Config) (*startingAdmin, error) {
+func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -200,7 +200,7 @@ func serveStarting(addr string, tlsConf *tls.Config) (*startingAdmin, error) {
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
 	})
 	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain}}
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
 	var served net.Listener = lent{a}
 	if tlsConf != nil {
 		served = tls.NewListener(served, tlsConf) // the admin API's TLS from the first connection

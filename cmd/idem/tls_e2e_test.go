@@ -237,6 +237,16 @@ func TestTLSListenersReloadAndClientCertificates(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	// The refused handshakes are lines of idem's log, in its format (JSON).
+	refused := 0
+	for _, ev := range logEvents(t, g) {
+		if msg, _ := ev["msg"].(string); strings.Contains(msg, "TLS handshake error") {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Errorf("no refused handshake in the log:\n%s", g.logText())
+	}
 	for _, want := range []string{`idem_config_reloads_total{result="failure"} 1`, `idem_config_reloads_total{result="success"} 1`,
 		`idem_tls_certificate_expiry_timestamp_seconds{listener="proxy"}`, `idem_tls_certificate_expiry_timestamp_seconds{listener="admin"}`} {
 		if !strings.Contains(string(metrics), want) {
