@@ -183,7 +183,7 @@ func (c *Config) hasReconcileURL() bool {
 }
 
 // onOutcome counts and logs what the middleware did with a request of
-// route (routeLabel): in its access-log line when it has one, else in
+// route (Route.label): in its access-log line when it has one, else in
 // logOutcome's.
 func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome, route string) {
 	g.tel.requests.WithLabelValues(o.String(), route).Inc()
@@ -208,7 +208,7 @@ func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 // Engine returns the gateway's engine.
 func (g *Gateway) Engine() *idem.Engine { return g.engine }
 
-// reverseProxy forwards the requests of route (routeLabel) to p's
+// reverseProxy forwards the requests of route (Route.label) to p's
 // upstream, over the gateway's transport, and ends a call that has not
 // answered within timeout. With traces on, the call has its span, and the
 // upstream gets it as its traceparent.

@@ -120,7 +120,7 @@ func (t *telemetry) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
 	t.leaseEvents.WithLabelValues(ev.String()).Inc()
 }
 
-// route starts the series of a route (named as routeLabel names it) at
+// route starts the series of a route (named by Route.label) at
 // 0: its upstream calls, and the outcomes its requests can have: those of
 // the middleware, or pass_through.
 func (t *telemetry) route(label string, passThrough bool) {
