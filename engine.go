@@ -24,6 +24,7 @@ type Engine struct {
 	maxResult        int
 	log              *slog.Logger
 	obs              Observer
+	beganObs         BeginObserver // obs, when it is one
 	takeover         TakeoverPolicy
 	reconcile        func(ctx context.Context, rec store.Record) (Resolution, error)
 	reconcileTimeout time.Duration
@@ -50,6 +51,7 @@ func New(s store.Store, opts *Options) (*Engine, error) {
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
 		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout,
 		storeTimeout: cmp.Or(o.StoreTimeout, DefaultStoreTimeout)}
+	e.beganObs, _ = o.Observer.(BeginObserver)
 	e.held = newHold(e, cmp.Or(o.MaxHeld, DefaultMaxHeld), cmp.Or(o.MaxHeldBytes, DefaultMaxHeldBytes))
 	if o.Takeover > TakeoverRun || o.ReconcileTimeout < 0 {
 		return nil, errors.New("idem: New: unknown Takeover policy or negative ReconcileTimeout")
@@ -199,6 +201,19 @@ type Attempt struct {
 // ErrInvalidFingerprint, ErrInvalidRequest or ErrStore, or are
 // ErrShutdown; on any error nothing is held.
 func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
+	att, err := e.beginKey(ctx, req)
+	if err == nil && e.beganObs != nil {
+		fence := att.Record.Fence
+		if att.Lease != nil {
+			fence = att.Lease.Fence()
+		}
+		e.beganObs.Began(ctx, req.ID(), att.Outcome, fence)
+	}
+	return att, err
+}
+
+// beginKey is Begin without its report to a BeginObserver.
+func (e *Engine) beginKey(ctx context.Context, req Key) (Attempt, error) {
 	if e.shut.Load() {
 		return Attempt{}, ErrShutdown
 	}

@@ -130,6 +130,15 @@ type ReconcileObserver interface {
 	Reconciled(id store.ID, v Verdict, err error)
 }
 
+// BeginObserver is an Observer that is also told what each Begin that
+// did not fail decided, on Begin's context (for a request's own record of
+// it: an access log line, its trace span's attributes): the key, the
+// decision, and the fence of the attempt that decided it (the lease's
+// when Acquired; else the record's that Begin met).
+type BeginObserver interface {
+	Began(ctx context.Context, id store.ID, d Decision, fence int64)
+}
+
 // LeaseEvent is what happened to a held lease.
 type LeaseEvent uint8
 

@@ -92,8 +92,66 @@ func TestSystemdUnitSettings(t *testing.T) {
 	}
 }
 
+// credentialLines are the unit's commented LoadCredential= and
+// Environment= lines: the secret files an operator uncomments.
+var credentialLines = regexp.MustCompile(`(?m)^#((?:LoadCredential|Environment)=.*)$`)
+
+// withCredentials is the unit with its credential lines uncommented.
+func withCredentials(unit string) string {
+	return credentialLines.ReplaceAllString(unit, "$1")
+}
+
+// The deploy fix of issue 36: the docs keep the admin tokens file (and a
+// TLS key) mode 600, root's, which the unit's dynamic user cannot read.
+// The unit loads each as a systemd credential and points its flag's
+// variable at the copy (%d, $CREDENTIALS_DIRECTORY): every credential it
+// loads is one a variable names, and every variable that names one names
+// a credential it loads, from /etc/idem.
+func TestSystemdUnitLoadsSecretFilesAsCredentials(t *testing.T) {
+	unit, err := os.ReadFile("systemd/idem.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, named := map[string]string{}, map[string]string{}
+	for _, m := range credentialLines.FindAllStringSubmatch(string(unit), -1) {
+		key, value, _ := strings.Cut(m[1], "=")
+		if key == "LoadCredential" {
+			id, path, _ := strings.Cut(value, ":")
+			if !strings.HasPrefix(path, "/etc/idem/") {
+				t.Errorf("LoadCredential=%s: want a file in /etc/idem", value)
+			}
+			loaded[id] = path
+			continue
+		}
+		for _, assignment := range strings.Fields(value) {
+			variable, path, _ := strings.Cut(assignment, "=")
+			id, ok := strings.CutPrefix(path, "%d/")
+			if !ok || !strings.HasPrefix(variable, "IDEM_") {
+				t.Errorf("Environment=%s: want IDEM_FLAG=%%d/ID", assignment)
+			}
+			named[id] = variable
+		}
+	}
+	for _, id := range []string{"admin-tokens", "tls.key", "admin-tls.key"} {
+		if loaded[id] == "" {
+			t.Errorf("no LoadCredential for %s", id)
+		}
+	}
+	for id := range loaded {
+		if named[id] == "" {
+			t.Errorf("credential %s is loaded and no variable names it", id)
+		}
+	}
+	for id, variable := range named {
+		if loaded[id] == "" {
+			t.Errorf("%s names credential %s, which is not loaded", variable, id)
+		}
+	}
+}
+
 // systemd-analyze verifies the unit (syntax, every setting known to this
-// systemd) and rates its exposure at most 2.0, systemd's "OK". verify
+// systemd), with its credential lines commented as shipped and
+// uncommented, and rates its exposure at most 2.0, systemd's "OK". verify
 // wants ExecStart's program to exist: this copy runs the test binary.
 func TestSystemdUnitVerifies(t *testing.T) {
 	bin, err := exec.LookPath("systemd-analyze")
@@ -110,6 +168,12 @@ func TestSystemdUnitVerifies(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "idem.service")
 	copied := strings.Replace(string(unit), "ExecStart=/usr/local/bin/idem ", "ExecStart="+self+" ", 1)
+	if err := os.WriteFile(path, []byte(withCredentials(copied)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(bin, "verify", path).CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify, the credentials uncommented: %v\n%s", err, out)
+	}
 	if err := os.WriteFile(path, []byte(copied), 0o644); err != nil {
 		t.Fatal(err)
 	}

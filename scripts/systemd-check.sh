@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Boots a Debian bookworm container under systemd-nspawn with the idem
 # binary and deploy/systemd/idem.service installed, and checks there that
-# the unit starts (as a dynamic user, not root), serves a request, reloads
-# on SIGHUP (`systemctl reload`: the same process, "reload requested" in
-# its log) and stops cleanly on SIGTERM (exit status 0, "shutting down").
+# the unit starts (as a dynamic user, not root), reads the admin tokens
+# file, root's and mode 600, as the systemd credential the unit's
+# commented lines load (installed as a drop-in, uncommented), serves a
+# request, reloads on SIGHUP (`systemctl reload`: the same process,
+# "reload requested" in its log) and stops cleanly on SIGTERM (exit
+# status 0, "shutting down").
 # It prints one line per step and, at the end, the unit's journal.
 #
 # Needs root. apt-get installs systemd-container and debootstrap when
@@ -72,6 +75,17 @@ IDEM_LOG_FORMAT=text
 IDEM_SHUTDOWN_TIMEOUT=30s
 EOF
 
+# The admin tokens file, root's and mode 600 as docs/deployment.md says,
+# and the drop-in that loads it: the unit's own commented lines for it,
+# uncommented.
+printf 'check read-only check\n' >"$work/admin-tokens"
+chmod 600 "$work/admin-tokens"
+{
+  echo "[Service]"
+  sed -n -E 's/^#((LoadCredential=admin-tokens:|Environment=IDEM_ADMIN_TOKENS_FILE=).*)$/\1/p' deploy/systemd/idem.service
+} >"$work/credentials.conf"
+grep -q '^LoadCredential=admin-tokens:' "$work/credentials.conf" || fail "deploy/systemd/idem.service has no commented LoadCredential=admin-tokens line"
+
 # The check, run inside the container once it has booted. It ends the
 # container with `systemctl exit`: 0 when every step passed.
 cat >"$work/idem-check" <<'EOF'
@@ -86,11 +100,12 @@ finish() {
   exit 0
 }
 failed() { finish "FAIL: $*" 1; }
-# http METHOD HOST:PORT PATH: the status code of one request, in 5 s at most.
+# http METHOD HOST:PORT PATH [TOKEN]: the status code of one request, in
+# 5 s at most, with Authorization: Bearer TOKEN (check by default).
 http() {
   timeout 5 bash -c '
     exec 3<>"/dev/tcp/${2%:*}/${2#*:}" || exit 1
-    printf "%s %s HTTP/1.1\r\nHost: idem\r\nConnection: close\r\nIdempotency-Key: systemd-check\r\nAuthorization: Bearer check\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" "$1" "$3" >&3
+    printf "%s %s HTTP/1.1\r\nHost: 127.0.0.1:${2#*:}\r\nConnection: close\r\nIdempotency-Key: systemd-check\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" "$1" "$3" "${4:-check}" >&3
     read -r _ code _ <&3 && echo "$code"' _ "$@" 2>/dev/null
 }
 prop() { systemctl show -p "$1" --value idem.service; }
@@ -107,6 +122,11 @@ uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
 say "started: active=$(prop ActiveState), pid $pid, uid $uid ($(prop User)), /healthz 200"
 [ "$uid" != 0 ] || failed "idem runs as root: DynamicUser did not apply"
 [ "$(http GET 127.0.0.1:19090 /readyz)" = 200 ] || failed "/readyz is not 200"
+perms=$(stat -c '%U %a' /etc/idem/admin-tokens)
+[ "$perms" = "root 600" ] || failed "/etc/idem/admin-tokens is $perms; want root 600"
+[ "$(http GET 127.0.0.1:19090 /v1/stats check)" = 200 ] || failed "the tokens file's token got no 200 from /v1/stats: the credential was not read"
+[ "$(http GET 127.0.0.1:19090 /v1/stats wrong)" = 401 ] || failed "a wrong token got no 401 from /v1/stats"
+say "the admin tokens file (root, 600) read as a credential by uid $uid: its token 200, another 401"
 code=$(http POST 127.0.0.1:18080 /charges)
 [ "$code" = 502 ] || failed "a POST through the gateway got $code; want 502 (the upstream does not listen)"
 say "a POST through the gateway: 502 upstream_unreachable, as expected with no upstream"
@@ -149,6 +169,8 @@ timeout 300 systemd-nspawn --quiet --boot --directory="$root" --register=no --ke
   --bind-ro="$work/idem:/usr/local/bin/idem" \
   --bind-ro="$PWD/deploy/systemd/idem.service:/etc/systemd/system/idem.service" \
   --bind-ro="$work/idem.env:/etc/idem/idem.env" \
+  --bind-ro="$work/admin-tokens:/etc/idem/admin-tokens" \
+  --bind-ro="$work/credentials.conf:/etc/systemd/system/idem.service.d/credentials.conf" \
   --bind-ro="$work/idem-check:/usr/local/sbin/idem-check" \
   --bind-ro="$work/idem-check.service:/etc/systemd/system/idem-check.service" \
   -- systemd.wants=idem-check.service >"$work/console.log" 2>&1 </dev/null || status=$?

@@ -362,7 +362,7 @@ func TestAdminAPI(t *testing.T) {
 			t.Errorf("GET %s = %d; want 200", p, code)
 		}
 	}
-	if code, body := call("GET", "/metrics", ""); code != 200 || !strings.Contains(body, `idem_requests_total{outcome="executed"} 1`) {
+	if code, body := call("GET", "/metrics", ""); code != 200 || !strings.Contains(body, `idem_requests_total{outcome="executed",route=""} 1`) {
 		t.Errorf("GET /metrics = %d, executed counter missing:\n%.2000s", code, body)
 	}
 	if code, _ := call("GET", "/v1/keys/acme/order%2F1", ""); code != 401 {

@@ -220,8 +220,8 @@ func TestFullMemoryStoreRefusesNewKeysAndReplays(t *testing.T) {
 		}
 	}
 	t.Logf("a 256 KiB memory store held %d results of 8 KiB, refused the next key and replayed all %d", len(stored), len(stored))
-	if v := g.metric(t, `idem_requests_total{outcome="store_full"}`); v != 1 {
-		t.Errorf(`idem_requests_total{outcome="store_full"} = %v; want 1`, v)
+	if v := g.metric(t, `idem_requests_total{outcome="store_full",route=""}`); v != 1 {
+		t.Errorf(`idem_requests_total{outcome="store_full",route=""} = %v; want 1`, v)
 	}
 	if !strings.Contains(g.logText(), "the store is full") {
 		t.Errorf("no warning logged for the full store:\n%s", g.logText())

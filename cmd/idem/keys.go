@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -49,6 +51,10 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("keys", flag.ContinueOnError)
 	adminURL := fs.String("admin", "127.0.0.1:9090", "the admin API of a running idem serve: its --admin address (host:port), or a URL (http://host:port/prefix)")
 	token := fs.String("admin-token", "", "a bearer token of the admin API (--admin-token's, or a read-write one of --admin-tokens-file to change keys)")
+	var tlsFiles adminClientTLS
+	fs.StringVar(&tlsFiles.ca, "admin-ca", "", "with an https:// --admin: a PEM file of the CAs that sign the admin API's certificate (default: the system's)")
+	fs.StringVar(&tlsFiles.cert, "admin-cert", "", "with an https:// --admin: a PEM file of a client certificate the gateway's --admin-client-ca signed; with --admin-key")
+	fs.StringVar(&tlsFiles.key, "admin-key", "", "the PEM file of --admin-cert's key")
 	unknown := fs.Bool("unknown", false, "list: the keys in state UNKNOWN (the only state listed)")
 	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants; \"-\" is the empty tenant)")
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
@@ -78,7 +84,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" && !*unknown {
 		return fmt.Errorf("%w: idem keys list lists the UNKNOWN keys only: add --unknown", errUsage)
 	}
-	api, err := newAdminClient(*adminURL, *token)
+	api, err := newAdminClient(*adminURL, *token, tlsFiles)
 	if err != nil {
 		return err
 	}
@@ -131,7 +137,11 @@ type adminClient struct {
 	client *http.Client
 }
 
-func newAdminClient(addr, token string) (*adminClient, error) {
+// adminClientTLS are the files idem keys reaches an admin API over TLS
+// with: the CAs it trusts, a client certificate and its key.
+type adminClientTLS struct{ ca, cert, key string }
+
+func newAdminClient(addr, token string, files adminClientTLS) (*adminClient, error) {
 	raw := addr
 	if !strings.Contains(raw, "://") {
 		raw = "http://" + raw // the gateway's --admin, host:port
@@ -143,8 +153,45 @@ func newAdminClient(addr, token string) (*adminClient, error) {
 	if !strings.HasSuffix(u.Path, "/") {
 		u.Path += "/"
 	}
-	return &adminClient{base: u, token: token, client: &http.Client{Timeout: keysTimeout,
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	if files != (adminClientTLS{}) {
+		if u.Scheme != "https" {
+			return nil, fmt.Errorf("%w: --admin-ca, --admin-cert and --admin-key need an https:// --admin", errUsage)
+		}
+		conf, err := files.config()
+		if err != nil {
+			return nil, err
+		}
+		transport.TLSClientConfig = conf
+	}
+	return &adminClient{base: u, token: token, client: &http.Client{Timeout: keysTimeout, Transport: transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}, nil
+}
+
+// config reads the files into a client's TLS configuration.
+func (f adminClientTLS) config() (*tls.Config, error) {
+	conf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --admin-ca: %w", errUsage, err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --admin-ca %s holds no PEM certificate", errUsage, f.ca)
+		}
+	}
+	if (f.cert == "") != (f.key == "") {
+		return nil, fmt.Errorf("%w: --admin-cert and --admin-key go together", errUsage)
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --admin-cert and --admin-key: %w", errUsage, err)
+		}
+		conf.Certificates = []tls.Certificate{pair}
+	}
+	return conf, nil
 }
 
 // problemError is an answer of the admin API that is not a success.

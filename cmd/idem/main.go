@@ -8,7 +8,7 @@
 //	idem migrate --store postgres://... create or update the PostgreSQL store's tables
 //	idem lab                            the breach lab: real faults, the naive lock against idem
 //	idem probe URL                      test whether an API honours Idempotency-Key
-//	idem version                        the version
+//	idem version                        the version, the VCS revision and the Go version it was built from
 //
 // Every flag can also be set by an environment variable: IDEM_ and the flag
 // name in capitals, with '-' as '_' (--store is IDEM_STORE).
@@ -22,10 +22,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"sort"
 	"syscall"
 
+	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/lab"
 )
 
@@ -110,14 +110,17 @@ func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "idem", version())
+	b := gateway.ReadBuild()
+	revision := "revision " + b.Revision
+	switch {
+	case b.Revision == "":
+		revision = "no revision: built without VCS stamping"
+	case b.Modified:
+		revision += ", modified"
+	}
+	fmt.Fprintf(stdout, "idem %s (%s, %s)\n", b.Version, revision, b.Go)
 	return nil
 }
 
 // version is the module version the binary was built at, or (devel).
-func version() string {
-	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" {
-		return info.Main.Version
-	}
-	return "(devel)"
-}
+func version() string { return gateway.ReadBuild().Version }

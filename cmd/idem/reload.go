@@ -51,22 +51,23 @@ func watchReload(ctx context.Context, log *slog.Logger, reload func()) (stop fun
 // tenant would be a new key and run again: that change is a deliberate
 // restart, not a routine reload); and max-response, which bounds what the
 // engine stores.
-var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts", "store", "no-migrate", "store-timeout", "memory-limit",
+var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "admin-tokens-file", "admin-hosts",
+	"tls-cert", "tls-key", "admin-tls-cert", "admin-tls-key", "admin-client-ca", "store", "no-migrate", "store-timeout", "memory-limit",
 	"memory-tenant-share", "read-timeout", "idle-timeout", "max-conns", "shutdown-timeout", "drain-delay", "takeover",
 	"reconcile-timeout", "reconcile-every", "reconcile-rate", "reconcile-concurrency", "tenant-header", "tenant-from",
-	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint"}
+	"allow-anonymous", "error-format", "max-response", "log-format", "otlp-endpoint", "otlp-protocol"}
 
 // reloadServe reads the flags, the IDEM_ variables and the config file
 // again and hands the result to the running gateway, which swaps it in
-// and reads its --admin-tokens-file again; a bad file, or a change to a
-// restartOnly setting, keeps the running configuration and is logged
-// (gateway.Reload). Without --config and --admin-tokens-file there is
-// nothing to reload: flags and variables do not change in a running
-// process.
+// and reads its --admin-tokens-file and TLS files again; a bad file, or a
+// change to a restartOnly setting, keeps the running configuration and is
+// logged (gateway.Reload). Without --config, --admin-tokens-file and TLS
+// files there is nothing to reload: flags and variables do not change in
+// a running process.
 func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *slog.LevelVar, log *slog.Logger) {
 	switch {
-	case started.settings.file == nil && started.cfg.AdminTokensFile == "":
-		log.Info("idem: nothing to reload: no --config and no --admin-tokens-file; flags and IDEM_ variables are read at start, restart to change them")
+	case started.settings.file == nil && started.cfg.AdminTokensFile == "" && started.cfg.TLSCert == "" && started.cfg.AdminTLSCert == "":
+		log.Info("idem: nothing to reload: no --config, no --admin-tokens-file and no TLS files; flags and IDEM_ variables are read at start, restart to change them")
 		return
 	case g == nil:
 		log.Warn("idem: reload ignored: the gateway is still starting")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,9 +38,10 @@ type serveFlags struct {
 	takeover, reconcileURL, reconcileToken                        string
 	reconcileTimeout, reconcileEvery, shutdownTimeout, drainDelay time.Duration
 	admin, adminToken, adminTokensFile, adminHosts                string
+	tlsCert, tlsKey, adminTLSCert, adminTLSKey, adminClientCA     string
 	errorFormat, replayHeaders                                    string
-	adminInsecure                                                 bool
-	logFormat, logLevel, otlp                                     string
+	adminInsecure, accessLog                                      bool
+	logFormat, logLevel, otlp, otlpProtocol                       string
 }
 
 // defineServeFlags defines every flag of idem serve: the one place to add
@@ -85,12 +87,19 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
 	fs.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
 	fs.StringVar(&f.adminHosts, "admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused (in the config file, a list)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the proxy's certificate (and its chain): the proxy then speaks TLS (1.2 at least, HTTP/1.1) only; with --tls-key; both read again on SIGHUP")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM file of the key of --tls-cert")
+	fs.StringVar(&f.adminTLSCert, "admin-tls-cert", "", "PEM file of the admin API's certificate (and its chain): the admin API then speaks TLS only; with --admin-tls-key; both read again on SIGHUP")
+	fs.StringVar(&f.adminTLSKey, "admin-tls-key", "", "PEM file of the key of --admin-tls-cert")
+	fs.StringVar(&f.adminClientCA, "admin-client-ca", "", "PEM file of the CAs whose client certificates the admin API requires (mTLS; needs --admin-tls-cert), read again on SIGHUP; without a token such a certificate authenticates (read-write, audited by its subject) and the admin API may listen beyond loopback")
 	fs.StringVar(&f.errorFormat, "error-format", "problem", "shape of error answers: problem (application/problem+json, RFC 9457) or stripe (Stripe's error object, statuses and retry headers, for Stripe's SDKs); see docs/problems.md")
 	fs.IntVar(&f.mismatchStatus, "mismatch-status", 0, "status of key_mismatch (a key reused for another request); 0: the format's, 422 for problem, 400 for stripe")
 	fs.StringVar(&f.replayHeaders, "replay-headers", strings.Join(gateway.DefaultReplayHeaders, ","), "comma-separated upstream response headers a replay carries, besides Content-Type, Location, Content-Language, Content-Disposition and ETag; Set-Cookie, Authorization and hop-by-hop headers are refused; a replay always echoes Idempotency-Key")
 	fs.StringVar(&f.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&f.otlp, "otlp-endpoint", "", "send traces over OTLP/HTTP to this host:port (default: no traces)")
+	fs.BoolVar(&f.accessLog, "access-log", false, "log one line per proxied request (\"idem: request\": method, path, route, status, outcome, hashes of the tenant and key, fence, the upstream's and each store call's duration, trace id) instead of one per key event")
+	fs.StringVar(&f.otlp, "otlp-endpoint", "", "send traces over OTLP to this http://HOST:PORT or https://HOST:PORT (TLS) collector; HOST:PORT is http://; with a client's traceparent, the request's span joins its trace and the upstream gets the next hop (default: no traces)")
+	fs.StringVar(&f.otlpProtocol, "otlp-protocol", otlpHTTP, "the OTLP transport of --otlp-endpoint: "+otlpHTTP+" or "+otlpGRPC)
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests get to finish on SIGTERM; those still running then are cut and their keys turn UNKNOWN, and idem exits 0")
 	fs.DurationVar(&f.drainDelay, "drain-delay", 0, "on SIGTERM, how long /readyz answers 503 before the proxy stops accepting (the time a load balancer needs to notice)")
 }
@@ -130,7 +139,7 @@ type serveSetup struct {
 	storeOpts   gateway.StoreOptions
 	logFormat   string
 	logLevel    slog.Level
-	otlp        string
+	otlp        *otlpTarget // nil: no traces
 	checkConfig string
 	flags       *flag.FlagSet
 	settings    *settings
@@ -163,7 +172,7 @@ func loadServe(args []string) (*serveSetup, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &serveSetup{storeURI: f.store, logFormat: f.logFormat, otlp: f.otlp, checkConfig: f.checkConfig,
+	s := &serveSetup{storeURI: f.store, logFormat: f.logFormat, checkConfig: f.checkConfig,
 		flags: fs, settings: st, fixed: map[string]string{}}
 	for _, name := range restartOnly {
 		s.fixed[name] = fs.Lookup(name).Value.String()
@@ -171,6 +180,11 @@ func loadServe(args []string) (*serveSetup, error) {
 	if err := s.check(f); err != nil {
 		return nil, st.explain(err)
 	}
+	doc, err := json.Marshal(effective(s)) // what --check-config=json prints; GET /v1/config serves it
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.EffectiveConfig = doc
 	return s, nil
 }
 
@@ -182,6 +196,16 @@ func (s *serveSetup) check(f *serveFlags) error {
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return fmt.Errorf("%w: --log-format %q: want text or json", errUsage, f.logFormat)
+	}
+	switch {
+	case f.otlp != "":
+		t, err := parseOTLP(f.otlp, f.otlpProtocol)
+		if err != nil {
+			return err
+		}
+		s.otlp = &t
+	case flagSet(fs, "otlp-protocol"):
+		return fmt.Errorf("%w: --otlp-protocol without --otlp-endpoint: say where the traces go", errUsage)
 	}
 	up, err := url.Parse(f.upstream)
 	if f.upstream == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
@@ -239,7 +263,8 @@ func (s *serveSetup) check(f *serveFlags) error {
 		ReadTimeout: f.readTimeout, IdleTimeout: f.idleTimeout, MaxConns: f.maxConns,
 		ErrorFormat: format, MismatchStatus: f.mismatchStatus, ReplayHeaders: splitList(f.replayHeaders),
 		Repeatability: f.repeatability, KeyRetention: f.keyRetention,
-		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts),
+		AdminTokensFile: f.adminTokensFile, AdminHosts: splitList(f.adminHosts), AccessLog: f.accessLog,
+		TLSCert: f.tlsCert, TLSKey: f.tlsKey, AdminTLSCert: f.adminTLSCert, AdminTLSKey: f.adminTLSKey, AdminClientCA: f.adminClientCA,
 	}
 	if s.cfg.ReplayHeaders == nil {
 		s.cfg.ReplayHeaders = []string{} // --replay-headers "": none beyond idemhttp's

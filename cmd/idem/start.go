@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,8 +14,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
@@ -64,7 +63,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.Logger = logger
 	var starting *startingAdmin
 	if cfg.Admin != "" {
-		if starting, err = serveStarting(cfg.Admin); err != nil {
+		tlsConf, err := cfg.AdminTLS()
+		if err != nil {
+			return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
+		}
+		if starting, err = serveStarting(cfg.Admin, tlsConf, logger); err != nil {
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
@@ -81,14 +84,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeStore()
 	cfg.Store = st
-	if s.otlp != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(s.otlp), otlptracehttp.WithInsecure())
+	if s.otlp != nil {
+		tp, err := newTracerProvider(ctx, *s.otlp)
 		if err != nil {
-			cfg.AdminListener.Close()
-			return fmt.Errorf("--otlp-endpoint: %w", err)
+			if cfg.AdminListener != nil {
+				cfg.AdminListener.Close()
+			}
+			return err
 		}
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
-		defer tp.Shutdown(context.WithoutCancel(ctx))
+		defer tp.Shutdown(context.WithoutCancel(ctx)) // exports the spans still batched
 		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
 	}
 	g, err := gateway.New(cfg)
@@ -185,7 +189,7 @@ type startingAdmin struct {
 	handed atomic.Bool
 }
 
-func serveStarting(addr string) (*startingAdmin, error) {
+func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -196,10 +200,14 @@ func serveStarting(addr string) (*startingAdmin, error) {
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
 	})
 	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain}}
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+	var served net.Listener = lent{a}
+	if tlsConf != nil {
+		served = tls.NewListener(served, tlsConf) // the admin API's TLS from the first connection
+	}
 	go func() {
 		defer close(a.served)
-		a.srv.Serve(lent{a})
+		a.srv.Serve(served)
 	}()
 	return a, nil
 }

@@ -423,7 +423,7 @@ func TestUnknownKeysAdmin(t *testing.T) {
 	}
 	_, metrics := adminCall(t, g, "GET", "/metrics", "", "")
 	for _, want := range []string{`idem_reconciliations_total{result="completed"} 1`, `idem_reconciliations_total{result="not_executed"} 1`,
-		`idem_unknown_keys `, `idem_requests_total{outcome="marked_unknown"} 3`, `idem_requests_total{outcome="unknown"} 1`} {
+		`idem_unknown_keys `, `idem_requests_total{outcome="marked_unknown",route=""} 3`, `idem_requests_total{outcome="unknown",route=""} 1`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

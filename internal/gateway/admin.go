@@ -74,6 +74,7 @@ func (g *Gateway) adminHandler() http.Handler {
 	read("GET /v1/stats", g.serveStats)
 	read("GET /v1/keys/{tenant}/{key}/result", g.serveResult)
 	read("GET /v1/audit", g.serveAudit)
+	read("GET /v1/config", g.serveConfig)
 	api.Handle("DELETE /v1/keys/{tenant}/{key}", g.change(deleteAction, g.serveDelete))
 	api.Handle("POST /v1/keys/{tenant}/{key}/resolve", g.change(named(ActionResolve), g.serveResolve))
 	api.Handle("POST /v1/keys/{tenant}/{key}/reconcile", g.change(named(ActionReconcile), g.serveReconcile))
@@ -83,6 +84,20 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// serveConfig answers GET /v1/config: the effective configuration
+// (Config.EffectiveConfig) that runs, given at start or by the last
+// successful reload.
+func (g *Gateway) serveConfig(w http.ResponseWriter, r *http.Request) {
+	doc := g.current.Load().cfg.EffectiveConfig
+	if doc == nil {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(doc)
 }
 
 // serveDelete answers DELETE /v1/keys/{tenant}/{key}[?force=true], whose

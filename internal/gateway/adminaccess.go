@@ -36,11 +36,17 @@ type adminActor struct {
 }
 
 // adminAccess is the admin API's tokens. Without any (no --admin-token and
-// no --admin-tokens-file) every caller that reaches it is open, read-write.
+// no --admin-tokens-file) every caller that reaches it is open, read-write;
+// or, with --admin-client-ca, every caller whose client certificate the
+// TLS handshake verified, named by its subject.
 type adminAccess struct {
 	tokens []adminActor
 	open   *adminActor // non-nil when no token is required
+	certs  bool        // no token: the verified client certificate names the caller
 }
+
+// maxCertActor bounds the length of an actor named by its certificate.
+const maxCertActor = 200
 
 // loadAdminAccess reads the tokens of cfg: --admin-token and the lines of
 // --admin-tokens-file, read now (at start, and again on each reload).
@@ -68,7 +74,11 @@ func loadAdminAccess(cfg Config) (*adminAccess, error) {
 		}
 		a.tokens = append(a.tokens, file...)
 	}
-	if !cfg.hasAdminTokens() {
+	switch {
+	case cfg.hasAdminTokens():
+	case cfg.AdminClientCA != "":
+		a.certs = true
+	default:
 		name := "loopback-no-token"
 		if !isLoopback(cfg.Admin) {
 			name = "insecure-no-token" // --admin-insecure
@@ -125,6 +135,19 @@ func (a *adminAccess) identify(r *http.Request) (adminActor, bool) {
 	if a.open != nil {
 		return *a.open, true
 	}
+	if a.certs {
+		// The handshake required a certificate of --admin-client-ca:
+		// every request on the listener has one. A handler served
+		// elsewhere (a test's) does not, and is refused.
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			return adminActor{}, false
+		}
+		name := "cert:" + r.TLS.VerifiedChains[0][0].Subject.String()
+		if len(name) > maxCertActor {
+			name = strings.ToValidUTF8(name[:maxCertActor], "")
+		}
+		return adminActor{name: name, role: RoleReadWrite}, true
+	}
 	got := []byte(r.Header.Get("Authorization"))
 	var who adminActor
 	found := false
@@ -143,8 +166,14 @@ type actorKey struct{}
 // checks read-write itself, to audit the refusal), else answers 401.
 func (g *Gateway) authorize(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who, ok := g.access.Load().identify(r)
-		if !ok {
+		access := g.access.Load()
+		who, ok := access.identify(r)
+		switch {
+		case !ok && access.certs:
+			idemhttp.WriteProblem(w, http.StatusUnauthorized, CodeAdminUnauthorized,
+				"the admin API needs a client certificate of --admin-client-ca, verified in the TLS handshake")
+			return
+		case !ok:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem admin"`)
 			idemhttp.WriteProblem(w, http.StatusUnauthorized, CodeAdminUnauthorized,
 				"the admin API needs a bearer token: --admin-token's, or one of --admin-tokens-file")

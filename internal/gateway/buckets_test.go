@@ -22,10 +22,11 @@ func TestLatencyBucketsReachPastTheTimeouts(t *testing.T) {
 	for _, c := range []struct {
 		cfg                   Config
 		storeTop, upstreamTop string // the first bucket past each timeout
+		route                 string // the route label of the call
 	}{
-		{Config{}, "2.5", "50"},
-		{Config{StoreTimeout: 7 * time.Second, UpstreamTimeout: 2 * time.Minute, Lease: 2 * time.Minute}, "10", "250"},
-		{Config{Routes: []Route{{Pattern: "POST /v1/exports", Lease: ptr(5 * time.Minute), UpstreamTimeout: ptr(5 * time.Minute)}}}, "2.5", "500"},
+		{Config{}, "2.5", "50", ""},
+		{Config{StoreTimeout: 7 * time.Second, UpstreamTimeout: 2 * time.Minute, Lease: 2 * time.Minute}, "10", "250", ""},
+		{Config{Routes: []Route{{Pattern: "POST /v1/exports", Lease: ptr(5 * time.Minute), UpstreamTimeout: ptr(5 * time.Minute)}}}, "2.5", "500", "POST /v1/exports"},
 	} {
 		c.cfg.Upstream = mustURL(t, up.URL)
 		g := newTestGateway(t, c.cfg)
@@ -36,7 +37,7 @@ func TestLatencyBucketsReachPastTheTimeouts(t *testing.T) {
 		samples := scrape(t, g)
 		for _, series := range []string{
 			fmt.Sprintf(`idem_store_seconds_bucket{op="acquire",result="ok",le="%s"}`, c.storeTop),
-			fmt.Sprintf(`idem_upstream_seconds_bucket{le="%s"}`, c.upstreamTop),
+			fmt.Sprintf(`idem_upstream_seconds_bucket{route=%q,le="%s"}`, c.route, c.upstreamTop),
 		} {
 			if v, ok := samples[series]; !ok || v != 1 {
 				t.Errorf("store timeout %v, upstream timeouts up to %v: %s = %v (present %v); want the bucket, with the one call",

@@ -43,7 +43,21 @@ type Config struct {
 	// AdminHosts are the names, besides the admin address and loopback,
 	// that a request to the admin API may carry in Host and Origin
 	// ("name" on any port, or "name:port"; adminguard.go).
-	AdminHosts      []string
+	AdminHosts []string
+	// TLSCert and TLSKey are PEM files of the proxy's certificate (its
+	// chain) and key: the proxy then speaks TLS (1.2 at least, HTTP/1.1).
+	// AdminTLSCert and AdminTLSKey are the admin API's. Both pairs are
+	// read again on Reload; a pair that does not load keeps the running
+	// one and fails the reload.
+	TLSCert, TLSKey           string
+	AdminTLSCert, AdminTLSKey string
+	// AdminClientCA is a PEM file of the CAs whose client certificates
+	// the admin API requires (mTLS; needs AdminTLSCert), read again on
+	// Reload. It authenticates: without a token, every caller with such a
+	// certificate is read-write, named in the audit by its subject
+	// ("cert:CN=..."), and the admin API may listen beyond loopback; with
+	// tokens, a call needs both, and the audit names the token.
+	AdminClientCA   string
 	ReadTimeout     time.Duration // zero: DefaultReadTimeout
 	IdleTimeout     time.Duration // zero: DefaultIdleTimeout
 	MaxConns        int           // zero: DefaultMaxConns()
@@ -103,8 +117,20 @@ type Config struct {
 	// config file's routes); a request no route matches gets the
 	// settings above. Nil: every request gets them.
 	Routes []Route
-	Logger *slog.Logger // nil: slog.Default()
-	Tracer trace.Tracer // nil: no traces
+	// AccessLog writes one line per proxied request ("idem: request", at
+	// info; warn for store_error, lease_lost, failed_open) with its
+	// route, status, outcome, hashed tenant and key, fence and the
+	// durations of its upstream and store calls, instead of the line per
+	// key event.
+	AccessLog bool
+	// EffectiveConfig is the effective configuration as idem serve
+	// resolved it: --check-config=json's JSON document, each setting with
+	// its source, secrets masked. The gateway does not read it: GET
+	// /v1/config serves it as given at start or by the last Reload. Nil:
+	// /v1/config answers 404.
+	EffectiveConfig []byte
+	Logger          *slog.Logger // nil: slog.Default()
+	Tracer          trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idem"
@@ -59,6 +60,9 @@ type Gateway struct {
 	access     atomic.Pointer[adminAccess]
 	adminHosts atomic.Pointer[adminHosts]
 	audit      *auditLog
+
+	// The TLS of the proxy's and the admin API's listeners; nil: none.
+	tls, adminTLS *tlsFiles
 
 	// What every policy shares: the transport to the upstream (and its
 	// pool), the tenant of a request and the headers it depends on.
@@ -106,8 +110,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registerBuildInfo(reg, ReadBuild())
 	tel := newTelemetry(reg, cfg.Tracer, cmp.Or(cfg.StoreTimeout, idem.DefaultStoreTimeout), cfg.longestUpstreamTimeout())
-	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel))
+	obs := newHoldTelemetry(reg, newUnknownTelemetry(reg, tel, cfg.Logger))
 	registerNearCache(reg, cfg.Store)
 	registerCoalesce(reg, cfg.Store)
 	registerMemoryUsage(reg, cfg.Store)
@@ -140,7 +145,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.current.Store(p)
 	g.stopping, g.stop = context.WithCancelCause(context.Background())
-	g.proxy = g.tracked(g.traced(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	g.proxy = g.tracked(g.observed(g.checkTarget(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.current.Load().handler.ServeHTTP(w, r) // the policy the request runs under to its end
 	}))))
 	access, err := loadAdminAccess(cfg)
@@ -151,6 +156,13 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	if g.tls, err = newTLSFiles("--tls", cfg.TLSCert, cfg.TLSKey, ""); err != nil {
+		return nil, err
+	}
+	if g.adminTLS, err = newTLSFiles("--admin-tls", cfg.AdminTLSCert, cfg.AdminTLSKey, cfg.AdminClientCA); err != nil {
+		return nil, err
+	}
+	registerCertExpiry(reg, map[string]*tlsFiles{"proxy": g.tls, "admin": g.adminTLS})
 	g.access.Store(access)
 	g.adminHosts.Store(hosts)
 	g.audit = newAuditLog(reg, cfg.Logger)
@@ -171,15 +183,21 @@ func (c *Config) hasReconcileURL() bool {
 	return false
 }
 
-// onOutcome counts and logs what the middleware did with a request.
-func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome) {
-	g.tel.outcome(o)
-	logOutcome(g.cfg.Logger, r, o)
+// onOutcome counts and logs what the middleware did with a request of
+// route (Route.label): in its access-log line when it has one, else in
+// logOutcome's.
+func (g *Gateway) onOutcome(r *http.Request, o idemhttp.Outcome, route string) {
+	g.tel.requests.WithLabelValues(o.String(), route).Inc()
+	x := exchangeOf(r.Context())
+	x.note(route, o.String())
+	if x == nil || !x.accessLog {
+		logOutcome(g.cfg.Logger, r, o)
+	}
 }
 
-// rejected counts and logs a request the gateway refused before the
-// middleware saw it.
-func (g *Gateway) rejected(r *http.Request) { g.onOutcome(r, idemhttp.OutcomeRejected) }
+// rejected counts and logs a request the gateway refused before it knew
+// its route.
+func (g *Gateway) rejected(r *http.Request) { g.onOutcome(r, idemhttp.OutcomeRejected, "") }
 
 // Handler returns the proxy with idempotency in front, for tests that serve
 // it themselves.
@@ -191,23 +209,11 @@ func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 // Engine returns the gateway's engine.
 func (g *Gateway) Engine() *idem.Engine { return g.engine }
 
-// traced opens the request's span, under which the store calls and the
-// upstream call are recorded. Without a tracer there is no span at all: a
-// no-op tracer still costs a context and a request copy per request.
-func (g *Gateway) traced(next http.Handler) http.Handler {
-	if g.cfg.Tracer == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, span := g.cfg.Tracer.Start(r.Context(), "idem.request "+r.Method, trace.WithSpanKind(trace.SpanKindServer))
-		defer span.End()
-		next.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
-
-// reverseProxy forwards to p's upstream, over the gateway's transport,
-// and ends a call that has not answered within timeout.
-func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
+// reverseProxy forwards the requests of route (Route.label) to p's
+// upstream, over the gateway's transport, and ends a call that has not
+// answered within timeout. With traces on, the call has its span, and the
+// upstream gets it as its traceparent.
+func (g *Gateway) reverseProxy(p *policy, timeout time.Duration, route string) http.Handler {
 	// It tells a request that never left from one that may have reached
 	// the upstream (idemclient.Sent), does not send one whose lease has
 	// ended, and keeps net/http from resending one by itself.
@@ -215,6 +221,7 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 	upstream := p.cfg.Upstream
 	cfg := p.cfg // for the error answers: the route's timeout
 	cfg.UpstreamTimeout = timeout
+	upstreamSeconds := g.tel.upstreamSeconds.WithLabelValues(route)
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(upstream)
@@ -228,10 +235,16 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration) http.Handler {
 				ctx, span = g.cfg.Tracer.Start(r.Context(), "idem.upstream", trace.WithSpanKind(trace.SpanKindClient))
 				defer span.End()
 				r = r.WithContext(ctx)
+				r.Header = r.Header.Clone() // the proxy's; a RoundTripper does not change its request
+				traceContext.Inject(ctx, propagation.HeaderCarrier(r.Header))
 			}
 			start := time.Now()
 			resp, err := transport.RoundTrip(r)
-			g.tel.upstreamSeconds.Observe(time.Since(start).Seconds())
+			elapsed := time.Since(start)
+			upstreamSeconds.Observe(elapsed.Seconds())
+			if x := exchangeOf(r.Context()); x != nil {
+				x.upstream.Add(int64(elapsed))
+			}
 			if err != nil && span != nil {
 				span.RecordError(err)
 			}
@@ -328,7 +341,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 	}
 	ln := newConnLimiter(tcp, g.cfg.MaxConns)
 	servers := []*http.Server{g.publicServer(ln)}
-	listeners := []net.Listener{ln}
+	listeners := []net.Listener{g.tls.listen(ln)} // TLS over the limiter: it counts connections, handshakes included
 	var adminAddr net.Addr
 	if g.cfg.Admin != "" {
 		aln := g.cfg.AdminListener
@@ -341,8 +354,9 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		}
 		adminAddr = aln.Addr()
 		g.adminHosts.Store(g.adminHosts.Load().bound(adminAddr))
-		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout})
-		listeners = append(listeners, aln)
+		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout,
+			ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)}) // a refused handshake, in idem's log format
+		listeners = append(listeners, g.adminTLS.listen(aln))
 	}
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {
@@ -353,6 +367,7 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		defer inBackground(ctx, g.stats.run)()
 	}
 	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", redact.URL(g.cfg.Upstream.String()), "admin", fmt.Sprint(adminAddr),
+		"tls", g.tls != nil, "admin_tls", g.adminTLS != nil, "admin_client_ca", g.cfg.AdminClientCA != "",
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout())
 	if ready != nil {
 		ready(ln.Addr(), adminAddr)

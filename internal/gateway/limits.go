@@ -234,12 +234,12 @@ func checkAdmin(cfg Config) error {
 		return errors.New("gateway: --admin-token is blank, has white space around it or holds a control character: " +
 			"no request's Authorization header could match it (HTTP trims header values); give a real token")
 	}
-	if cfg.Admin == "" || cfg.hasAdminTokens() || cfg.AdminInsecure || isLoopback(cfg.Admin) {
-		return nil
+	if cfg.Admin == "" || cfg.hasAdminTokens() || cfg.AdminClientCA != "" || cfg.AdminInsecure || isLoopback(cfg.Admin) {
+		return nil // a client certificate of --admin-client-ca authenticates as a token does
 	}
 	return errors.New("gateway: --admin " + cfg.Admin + " is reachable from the network and has no token, " +
 		"so anyone could read stored responses and delete keys: set --admin-token (or IDEM_ADMIN_TOKEN) or --admin-tokens-file, " +
-		"listen on 127.0.0.1, or pass --admin-insecure")
+		"require client certificates (--admin-tls-cert, --admin-tls-key, --admin-client-ca), listen on 127.0.0.1, or pass --admin-insecure")
 }
 
 // hasAdminTokens reports whether the admin API requires a token.
@@ -249,6 +249,9 @@ func (c Config) hasAdminTokens() bool { return c.AdminToken != "" || c.AdminToke
 func warnAdmin(cfg Config, addr net.Addr) {
 	switch {
 	case cfg.Admin == "" || cfg.hasAdminTokens():
+	case cfg.AdminClientCA != "":
+		cfg.Logger.Info("idem: the admin API authenticates by client certificate (--admin-client-ca, no token): "+
+			"every holder of one is read-write, named in the audit by its subject", "admin", addr.String())
 	case isLoopback(cfg.Admin):
 		cfg.Logger.Warn("idem: the admin key API has no --admin-token: every process on this host can read stored responses and delete keys",
 			"admin", addr.String())

@@ -21,12 +21,11 @@ import (
 // telemetry turns the engine's and the middleware's events into Prometheus
 // metrics and OpenTelemetry spans.
 type telemetry struct {
-	tracer          trace.Tracer // nil: no spans
-	requests        *prometheus.CounterVec
-	passThrough     prometheus.Counter // requests{outcome="pass_through"}: a pass-through route's
+	tracer          trace.Tracer           // nil: no spans
+	requests        *prometheus.CounterVec // by outcome and route
 	leaseEvents     *prometheus.CounterVec
 	storeSeconds    *prometheus.HistogramVec
-	upstreamSeconds prometheus.Histogram
+	upstreamSeconds *prometheus.HistogramVec // by route
 }
 
 // newTelemetry registers the metrics. The latency histograms' buckets
@@ -38,8 +37,8 @@ func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer, storeTimeout, 
 		tracer: tracer,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_requests_total",
-			Help: "Requests by what idem did with them: executed, replayed, conflict, mismatch, rejected, store_error, pass_through, ...",
-		}, []string{"outcome"}),
+			Help: "Requests by what idem did with them (executed, replayed, conflict, mismatch, rejected, store_error, pass_through, ...) and route (the config file's route name, else its match; \"\" for the requests no route matches).",
+		}, []string{"outcome", "route"}),
 		leaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_lease_events_total",
 			Help: "Lease renewals, lost leases and leases that expired before renewal.",
@@ -49,21 +48,18 @@ func newTelemetry(reg prometheus.Registerer, tracer trace.Tracer, storeTimeout, 
 			Help:    "Latency of store calls by operation and result.",
 			Buckets: bucketsPast([]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}, storeTimeout),
 		}, []string{"op", "result"}),
-		upstreamSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_upstream_seconds",
-			Help:    "Latency of upstream calls, until the response headers.",
+			Help:    "Latency of upstream calls, until the response headers, by route (as idem_requests_total's).",
 			Buckets: bucketsPast(prometheus.DefBuckets, upstreamTimeout),
-		}),
+		}, []string{"route"}),
 	}
 	reg.MustRegister(t.requests, t.leaseEvents, t.storeSeconds, t.upstreamSeconds)
 	// Every known label value starts at 0: a counter that appears only at
 	// its first increment has no earlier sample, so rate() and increase()
 	// miss that increment and an alert on the first store error or lost
 	// lease would stay silent.
-	for _, o := range labelValues(idemhttp.OutcomePassed) {
-		t.requests.WithLabelValues(o)
-	}
-	t.passThrough = t.requests.WithLabelValues(outcomePassThrough)
+	t.route("", false)
 	for _, ev := range labelValues(idem.LeaseRenewed) {
 		t.leaseEvents.WithLabelValues(ev)
 	}
@@ -106,6 +102,7 @@ func (t *telemetry) StoreCall(ctx context.Context, op string, elapsed time.Durat
 		result = "error"
 	}
 	t.storeSeconds.WithLabelValues(op, result).Observe(elapsed.Seconds())
+	timeStoreCall(ctx, op, elapsed)
 	if t.tracer == nil {
 		return
 	}
@@ -123,8 +120,18 @@ func (t *telemetry) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
 	t.leaseEvents.WithLabelValues(ev.String()).Inc()
 }
 
-func (t *telemetry) outcome(o idemhttp.Outcome) {
-	t.requests.WithLabelValues(o.String()).Inc()
+// route starts the series of a route (named by Route.label) at
+// 0: its upstream calls, and the outcomes its requests can have: those of
+// the middleware, or pass_through.
+func (t *telemetry) route(label string, passThrough bool) {
+	t.upstreamSeconds.WithLabelValues(label)
+	if passThrough {
+		t.requests.WithLabelValues(outcomePassThrough, label)
+		return
+	}
+	for _, o := range labelValues(idemhttp.OutcomePassed) {
+		t.requests.WithLabelValues(o, label)
+	}
 }
 
 // outcomePassThrough counts the requests of a pass-through route, which
@@ -134,9 +141,11 @@ func (t *telemetry) outcome(o idemhttp.Outcome) {
 const outcomePassThrough = "pass_through"
 
 // passedThrough counts the requests of a pass-through route.
-func (t *telemetry) passedThrough(next http.Handler) http.Handler {
+func (t *telemetry) passedThrough(next http.Handler, route string) http.Handler {
+	count := t.requests.WithLabelValues(outcomePassThrough, route)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.passThrough.Inc()
+		count.Inc()
+		exchangeOf(r.Context()).note(route, outcomePassThrough)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -54,8 +54,9 @@ func TestAlertedSeriesStartAtZero(t *testing.T) {
 	store, _ := memstore.New(nil)
 	samples := scrape(t, memoryGateway(t, store))
 	for _, series := range []string{
-		`idem_requests_total{outcome="store_error"}`, `idem_requests_total{outcome="store_full"}`,
-		`idem_requests_total{outcome="executed"}`, `idem_requests_total{outcome="unknown"}`,
+		`idem_requests_total{outcome="store_error",route=""}`, `idem_requests_total{outcome="store_full",route=""}`,
+		`idem_requests_total{outcome="executed",route=""}`, `idem_requests_total{outcome="unknown",route=""}`,
+		`idem_reconcile_contract_errors_total{missing="fence"}`, `idem_reconcile_contract_errors_total{missing="tenant"}`,
 		`idem_lease_events_total{event="lost"}`, `idem_lease_events_total{event="expired"}`,
 		`idem_reconciliations_total{result="error"}`, `idem_reconciliations_total{result="not_executed"}`,
 		`idem_unknown_keys`, `idem_unknown_oldest_seconds`, `idem_memory_store_bytes`,

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,13 +21,14 @@ type unknownTelemetry struct {
 	*telemetry
 	reg             prometheus.Registerer
 	reconciliations *prometheus.CounterVec
+	contract        *contractTelemetry
 }
 
-func newUnknownTelemetry(reg prometheus.Registerer, tel *telemetry) *unknownTelemetry {
+func newUnknownTelemetry(reg prometheus.Registerer, tel *telemetry, log *slog.Logger) *unknownTelemetry {
 	t := &unknownTelemetry{telemetry: tel, reg: reg, reconciliations: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_reconciliations_total",
 		Help: "Reconciliations of UNKNOWN keys by result: completed, not_executed, unknown (the verdict), error (the lookup or the store failed: still UNKNOWN).",
-	}, []string{"result"})}
+	}, []string{"result"}), contract: newContractTelemetry(reg, log)}
 	reg.MustRegister(t.reconciliations)
 	for _, result := range append(labelValues(idem.VerdictUnknown), "error") { // at 0, as in newTelemetry
 		t.reconciliations.WithLabelValues(result)
@@ -39,6 +43,55 @@ func (t *unknownTelemetry) Reconciled(_ store.ID, v idem.Verdict, err error) {
 		result = "error"
 	}
 	t.reconciliations.WithLabelValues(result).Inc()
+	if ce, ok := errors.AsType[*contractError](err); ok {
+		t.contract.breach(ce)
+	}
+}
+
+// contractLogEvery bounds the ERROR lines of a lookup that breaks its
+// contract: it breaks it for every key, and the sweep asks up to
+// --reconcile-rate a second; the metric counts each.
+const contractLogEvery = time.Minute
+
+// contractTelemetry makes a lookup that breaks the contract of
+// docs/reconcile.md loud (issue 36, item 7): an ERROR line that says what
+// is missing and the fix, and idem_reconcile_contract_errors_total by
+// what is missing, for an alert. Such a lookup settles no key; before, it
+// left each one UNKNOWN with a WARN line like any other failed lookup.
+type contractTelemetry struct {
+	log    *slog.Logger
+	errors *prometheus.CounterVec
+
+	mu     sync.Mutex
+	logged time.Time // when the last ERROR line was written
+	since  int       // breaches since then, not logged
+}
+
+func newContractTelemetry(reg prometheus.Registerer, log *slog.Logger) *contractTelemetry {
+	c := &contractTelemetry{log: log, errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idem_reconcile_contract_errors_total",
+		Help: "Reconcile lookups whose 200 lacked an echo docs/reconcile.md requires, by what was missing: fence (Idempotency-Fence) or tenant (Idempotency-Tenant). Such a lookup settles no key: fix it.",
+	}, []string{"missing"})}
+	reg.MustRegister(c.errors)
+	for m := range contractHeaders { // at 0, as in newTelemetry
+		c.errors.WithLabelValues(m)
+	}
+	return c
+}
+
+func (c *contractTelemetry) breach(err *contractError) {
+	for _, m := range err.Missing {
+		c.errors.WithLabelValues(m).Inc()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.logged.IsZero() && time.Since(c.logged) < contractLogEvery {
+		c.since++
+		return
+	}
+	c.log.Error("idem: the reconcile lookup breaks its contract; the key stays UNKNOWN, and so will every key it is asked about until it is fixed",
+		"err", err.Error(), "missing", strings.Join(err.Missing, ","), "more_since_last_line", c.since)
+	c.logged, c.since = time.Now(), 0
 }
 
 // Bounds of the UNKNOWN gauges: they page through the store's index of

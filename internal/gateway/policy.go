@@ -53,8 +53,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 		}
 		p.reconcilers[""] = rc
 	}
-	proxy := g.reverseProxy(p, p.cfg.UpstreamTimeout)
-	fallback, err := g.routeHandler(p, Route{}, proxy)
+	fallback, err := g.routeHandler(p, Route{}, g.reverseProxy(p, p.cfg.UpstreamTimeout, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -62,14 +61,14 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if len(cfg.Routes) > 0 {
 		entries := make([]*routeEntry, len(cfg.Routes))
 		for i, rt := range cfg.Routes {
-			routeProxy := proxy
+			timeout := p.cfg.UpstreamTimeout
 			if rt.UpstreamTimeout != nil {
 				if *rt.UpstreamTimeout <= 0 {
 					return nil, &FieldError{Path: fmt.Sprintf("routes[%d].upstream-timeout", i), Err: fmt.Errorf("%v: want a positive duration", *rt.UpstreamTimeout)}
 				}
-				routeProxy = g.reverseProxy(p, *rt.UpstreamTimeout)
+				timeout = *rt.UpstreamTimeout
 			}
-			if entries[i], err = g.routeHandler(p, rt, routeProxy); err != nil {
+			if entries[i], err = g.routeHandler(p, rt, g.reverseProxy(p, timeout, rt.label())); err != nil {
 				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
 			}
 		}
@@ -91,16 +90,20 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 	if rt.UpstreamTimeout != nil {
 		timeout = *rt.UpstreamTimeout
 	}
+	label := rt.label()
 	if rt.PassThrough {
 		if !rt.protectionUnset() {
 			return nil, &FieldError{Path: "pass-through", Err: errors.New("a pass-through route is forwarded without idempotency: it takes no other option but match, name and upstream-timeout")}
 		}
-		return &routeEntry{Handler: g.withWriteDeadline(g.tel.passedThrough(proxy), 0, timeout)}, nil
+		g.tel.route(label, true)
+		return &routeEntry{Handler: g.withWriteDeadline(g.tel.passedThrough(proxy, label), 0, timeout)}, nil
 	}
+	g.tel.route(label, false)
+	onOutcome := func(r *http.Request, o idemhttp.Outcome) { g.onOutcome(r, o, label) }
 	o := idemhttp.Options{Methods: cfg.Methods, RequireKey: cfg.RequireKey, MaxBody: cfg.MaxBody, Wait: cfg.Wait,
 		LeaseDuration: cfg.Lease, Retention: cfg.Retention, FailOpen: cfg.FailOpen, Logger: cfg.Logger,
 		Tenant: g.tenant, MaxResponseBuffer: cfg.MaxResponse, ErrorFormat: cfg.ErrorFormat,
-		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: g.onOutcome,
+		MismatchStatus: cfg.MismatchStatus, ReplayHeaders: cfg.ReplayHeaders, OnOutcome: onOutcome,
 		Repeatability: cfg.Repeatability, KeyRetention: cfg.KeyRetention}
 	o.AllowAnonymous = g.cfg.AllowAnonymous // g.tenant answers "" for an anonymous request only then
 	o.Label = requestLabel(rt)
@@ -136,7 +139,7 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 	if o.Methods == nil {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
-	h := refuseHopByHopKeys(mw(proxy), o.Methods, g.keyed, cfg.ErrorFormat, g.rejected)
+	h := refuseHopByHopKeys(mw(proxy), o.Methods, g.keyed, cfg.ErrorFormat, func(r *http.Request) { onOutcome(r, idemhttp.OutcomeRejected) })
 	if h, err = rt.keySource(h, o); err != nil {
 		return nil, &FieldError{Path: "key-from", Err: err}
 	}

@@ -119,6 +119,9 @@ func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Res
 	default:
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered %d", resp.StatusCode)
 	}
+	if err := checkEchoes(resp.Header, rec); err != nil {
+		return idem.Resolution{}, err
+	}
 	if fence, err := strconv.ParseInt(resp.Header.Get(FenceHeader), 10, 64); err != nil || fence != rec.Fence {
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup answered 200 for %s %q, not this attempt's %d: no proof it is this request's answer",
 			FenceHeader, resp.Header.Get(FenceHeader), rec.Fence)
@@ -151,4 +154,44 @@ func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Res
 		}
 	}
 	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: res}, nil
+}
+
+// contractError is a lookup's 200 without the echoes docs/reconcile.md
+// requires: Idempotency-Fence, and Idempotency-Tenant for a key with a
+// tenant. A lookup written to the earlier contract (the key only) answers
+// so for every key: none is ever settled, so it is an error of the
+// lookup, logged as one and counted by what is missing
+// (idem_reconcile_contract_errors_total), not one more unprovable answer.
+type contractError struct {
+	Missing []string // "fence", "tenant"
+}
+
+func (e *contractError) Error() string {
+	headers := make([]string, len(e.Missing))
+	for i, m := range e.Missing {
+		headers[i] = contractHeaders[m]
+	}
+	return fmt.Sprintf("reconcile lookup answered 200 without %s: it follows the earlier contract (the key only) and settles no key; "+
+		"make its 200 echo the request's %s and %s headers (docs/reconcile.md)", strings.Join(headers, " and "), FenceHeader, TenantIDHeader)
+}
+
+// contractHeaders are the headers a lookup's 200 echoes, by the name
+// contractError.Missing (and the metric's label) gives them.
+var contractHeaders = map[string]string{"fence": FenceHeader, "tenant": TenantIDHeader}
+
+// checkEchoes returns a contractError when a 200's header lacks an echo
+// it must carry. An echo of another value is no breach of the contract:
+// it is another attempt's answer, which reconcile refuses as such.
+func checkEchoes(h http.Header, rec store.Record) error {
+	var missing []string
+	if h.Get(FenceHeader) == "" {
+		missing = append(missing, "fence")
+	}
+	if h.Get(TenantIDHeader) == "" && rec.Tenant != "" {
+		missing = append(missing, "tenant")
+	}
+	if missing == nil {
+		return nil
+	}
+	return &contractError{Missing: missing}
 }

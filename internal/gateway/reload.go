@@ -43,12 +43,13 @@ func newReloadTelemetry(reg prometheus.Registerer) *reloadTelemetry {
 //
 // Reload takes from the configuration only what a reload may change: the
 // upstream and its timeout, the lease, retention, methods, require-key,
-// max-body, wait, fail-open, repeatability, key retention, mismatch status and replay headers, the
+// max-body, wait, fail-open, repeatability, key retention, mismatch status and replay headers, the access log, the effective configuration /v1/config serves, the
 // reconcile URLs and token, and the routes. The rest (the listeners and
 // their limits, the store, the engine's settings, the tenant's sources,
 // the error format, the admin API) is the running gateway's own: a caller
 // refuses a change to it (cmd/idem does) rather than pass it here. The
-// admin tokens are read again from the running --admin-tokens-file.
+// admin tokens are read again from the running --admin-tokens-file, and
+// the certificates, keys and client CAs from the running TLS files.
 func (g *Gateway) Reload(load func() (Config, error)) error {
 	err := g.reload(load)
 	if err != nil {
@@ -78,8 +79,25 @@ func (g *Gateway) reload(load func() (Config, error)) error {
 	if err != nil {
 		return err
 	}
+	var certs, adminCerts *tlsMaterial
+	if g.tls != nil {
+		if certs, err = g.tls.read(); err != nil {
+			return err
+		}
+	}
+	if g.adminTLS != nil {
+		if adminCerts, err = g.adminTLS.read(); err != nil {
+			return err
+		}
+	}
 	g.current.Store(p)
 	g.access.Store(access)
+	if certs != nil {
+		g.tls.current.Store(certs) // for the handshakes from now on; open connections keep theirs
+	}
+	if adminCerts != nil {
+		g.adminTLS.current.Store(adminCerts)
+	}
 	return nil
 }
 
@@ -89,7 +107,7 @@ func (c Config) withReloadable(next Config) Config {
 	c.Upstream, c.UpstreamTimeout = next.Upstream, next.UpstreamTimeout
 	c.Lease, c.Retention, c.Methods, c.RequireKey = next.Lease, next.Retention, next.Methods, next.RequireKey
 	c.MaxBody, c.Wait, c.FailOpen, c.Repeatability = next.MaxBody, next.Wait, next.FailOpen, next.Repeatability
-	c.KeyRetention = next.KeyRetention
+	c.KeyRetention, c.AccessLog, c.EffectiveConfig = next.KeyRetention, next.AccessLog, next.EffectiveConfig
 	c.MismatchStatus, c.ReplayHeaders = next.MismatchStatus, next.ReplayHeaders
 	c.ReconcileURL, c.ReconcileToken = next.ReconcileURL, next.ReconcileToken
 	c.Routes = next.Routes

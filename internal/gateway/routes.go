@@ -52,6 +52,16 @@ type Route struct {
 	Source string `yaml:"-"`
 }
 
+// label names the route in metrics (the route label), the access log and
+// spans: its name, else its match; "" for the top level's. Their number
+// is the config file's: a request's path never becomes a label.
+func (rt Route) label() string {
+	if rt.Name != "" {
+		return rt.Name
+	}
+	return rt.Pattern
+}
+
 // FieldError is a bad value in one field of the configuration. Path names
 // the field as the config file does: routes[2].fingerprint.ignore[0].
 type FieldError struct {

@@ -156,8 +156,9 @@ var routeCases = []struct {
 			c.t.Fatalf("runs: search %d, charge %d; want 2 (not protected) and 1", c.runs("s"), c.runs("c"))
 		}
 		// Issue 31, item 13: they are requests too.
-		if got := scrape(c.t, c.g)[`idem_requests_total{outcome="pass_through"}`]; got != 2 {
-			c.t.Fatalf(`idem_requests_total{outcome="pass_through"} = %v; want the 2 searches`, got)
+		// Issue 36, item 2: by route, an unnamed one by its match.
+		if got := scrape(c.t, c.g)[`idem_requests_total{outcome="pass_through",route="POST /v1/search"}`]; got != 2 {
+			c.t.Fatalf(`idem_requests_total{outcome="pass_through",route="POST /v1/search"} = %v; want the 2 searches`, got)
 		}
 	}},
 	{name: "methods", routes: []Route{{Pattern: "/v1/items/{id}", Methods: []string{"put"}}}, check: func(c *routeClient) {

@@ -106,12 +106,13 @@ func (s *statsRing) sample(now time.Time) {
 	s.next = (s.next + 1) % len(s.samples)
 }
 
-// byLabel puts each metric of mf into m under its value of label.
+// byLabel puts each metric of mf into m under its value of label, summed
+// over its other labels (idem_requests_total's route).
 func byLabel(m map[string]float64, mf *dto.MetricFamily, label string) {
 	for _, metric := range mf.GetMetric() {
 		for _, lp := range metric.GetLabel() {
 			if lp.GetName() == label {
-				m[lp.GetValue()] = value([]*dto.Metric{metric})
+				m[lp.GetValue()] += value([]*dto.Metric{metric})
 			}
 		}
 	}

@@ -10,11 +10,12 @@ import (
 )
 
 // The ring samples at its interval, keeps the last statsSamples samples
-// oldest first, and reads each counter by its label.
+// oldest first, and reads each counter by its label, summed over its
+// other labels (the route, issue 36 item 2).
 func TestStatsRingKeepsTheLastHour(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_requests_total"}, []string{"outcome"})
+		requests := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_requests_total"}, []string{"outcome", "route"})
 		unknown := prometheus.NewGauge(prometheus.GaugeOpts{Name: "idem_unknown_keys"})
 		reg.MustRegister(requests, unknown)
 		ring := newStatsRing(reg, 0)
@@ -28,9 +29,10 @@ func TestStatsRingKeepsTheLastHour(t *testing.T) {
 		const steps = statsSamples + 40 // more than the ring holds
 		for i := 1; i <= steps; i++ {
 			synctest.Wait() // the sample of the previous tick is taken
-			requests.WithLabelValues("executed").Inc()
+			route := []string{"charges", ""}[i%2]
+			requests.WithLabelValues("executed", route).Inc()
 			if i%2 == 0 {
-				requests.WithLabelValues("replayed").Inc()
+				requests.WithLabelValues("replayed", route).Inc()
 			}
 			unknown.Set(float64(i))
 			time.Sleep(defaultStatsEvery)

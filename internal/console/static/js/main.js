@@ -1,11 +1,12 @@
 // The console's entry: the token form, the navigation and the views,
-// routed by the URL's fragment (#/overview, #/queue?..., #/key?...), so
+// routed by the URL's fragment (#/overview, #/queue?..., #/key?..., #/config), so
 // the admin API serves one page and the views need no server routes.
 import { call, token, setToken, forgetToken } from './api.js';
 import { h, show, problemText } from './dom.js';
 import { renderOverview } from './overview.js';
 import { renderQueue, keyHref } from './queue.js';
 import { renderKey } from './key.js';
+import { renderConfig } from './config.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -49,6 +50,9 @@ function route() {
       break;
     case 'key':
       renderKey(box, params);
+      break;
+    case 'config':
+      renderConfig(box);
       break;
     default:
       renderOverview(box);
