@@ -36,6 +36,7 @@ type ledger struct {
 	arrived  map[string]time.Time // when each key's first execution arrived
 	cut      map[string]time.Time // when an execution's request context ended before it answered
 	seen     chan string          // if set, gets each key as its execution starts
+	gate     chan struct{}        // if set, every execution waits for it to close before it records its result and answers
 }
 
 func newLedger(t *testing.T, token string) *ledger {
@@ -64,7 +65,7 @@ func (l *ledger) charge(w http.ResponseWriter, r *http.Request) {
 	if p := r.Header.Get("Idempotency-Previous-Fence"); p != "" {
 		l.prev[key] = append(l.prev[key], p)
 	}
-	drop, slow, seen := l.drop[key] && n == 1, l.slow[key], l.seen
+	drop, slow, seen, gate := l.drop[key] && n == 1, l.slow[key], l.seen, l.gate
 	if _, ok := l.finished[key]; !ok {
 		l.finished[key] = make(chan struct{})
 	}
@@ -81,6 +82,9 @@ func (l *ledger) charge(w http.ResponseWriter, r *http.Request) {
 			l.mu.Unlock()
 			<-time.After(slow) // the work goes on: the charge happens anyway
 		}
+	}
+	if gate != nil {
+		<-gate // held until the test lets it answer, whatever the client does
 	}
 	body := fmt.Sprintf(`{"key":%q,"execution":%d,"at":%d}`, key, n, time.Now().UnixNano())
 	l.mu.Lock()
