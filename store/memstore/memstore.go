@@ -135,6 +135,11 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(max(p.Retention, p.KeyRetention)))
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
+		if old.rec.Fingerprint != p.Fingerprint {
+			// Only the same request takes over its ended attempt: another
+			// one under the key gets the record, for a mismatch.
+			return store.AcquireResult{Record: old.view(now)}, nil
+		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
 	}
 	size := recordOverhead + int64(len(p.Tenant)+len(p.Key)+len(p.Owner)+len(p.Fingerprint)+len(p.Label))

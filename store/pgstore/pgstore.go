@@ -105,8 +105,10 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 		// engine's deadline, counted from before the first try, has ended
 		// with it.
 		return r.acquired(), true, nil
-	case r.abandoned && p.TakeOver: // the lease ended after the INSERT looked: it takes over now
+	case r.abandoned && p.TakeOver && r.rec.Fingerprint == p.Fingerprint: // the lease ended after the INSERT looked: it takes over now
 		return store.AcquireResult{}, false, nil
+	case r.abandoned && p.TakeOver: // another request under the key takes nothing over: a mismatch
+		return store.AcquireResult{Record: r.rec}, true, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
 		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, keep.Microseconds())

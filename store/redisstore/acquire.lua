@@ -47,6 +47,9 @@ if abandoned(r, now_ms) then
     to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', now_ms + retention, grace)
     return reply(r, now_ms)
   end
+  -- Only the same request takes over its ended attempt; another one under
+  -- the key gets the record, for a mismatch, and leaves it as it is.
+  if r.fp ~= ARGV[2] then return reply(r, now_ms) end
   took = ':' .. r.fence .. ':' .. ms(r.acquired)
 elseif live(r, now_ms) then
   return reply(r, now_ms)

@@ -143,7 +143,8 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 	}
 }
 
-// testTakeOver: an Acquire with TakeOver of an ended lease acquires the
+// testTakeOver: an Acquire with TakeOver of an ended lease, by the same
+// request (its fingerprint), acquires the
 // key with a higher fence and reports the attempt it took over; it never
 // takes over a lease that still holds.
 func testTakeOver(t *testing.T, s store.Store, advance func(time.Duration)) {
@@ -158,6 +159,13 @@ func testTakeOver(t *testing.T, s store.Store, advance func(time.Duration)) {
 	first := acquire(t, s, id, "fp", short)
 	stale := store.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
 	advance(2 * short)
+	// Another request under the same key takes nothing over: the ended
+	// attempt was not its own, and it gets the record to answer a mismatch
+	// with (a retry of the attempt with another body, or a key reused).
+	res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-other", LeaseDuration: long, Retention: long, TakeOver: true})
+	if res.Acquired || res.Takeover != nil || res.Record.Fingerprint != "fp" || res.Record.Fence != stale.Fence {
+		t.Fatalf("Acquire with TakeOver of an ended lease by another request = %+v; want not acquired, the ended attempt's record", res)
+	}
 	res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
 	if !res.Acquired || res.Takeover == nil {
 		t.Fatalf("Acquire with TakeOver of an ended lease = %+v; want acquired with a takeover", res)

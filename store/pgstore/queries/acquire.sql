@@ -3,7 +3,9 @@
 -- retention (microseconds), $7 TakeOver, $8 the label ('' for none: NULL).
 --
 -- The INSERT takes the key when it has no row or an expired one, or ($7)
--- takes over a row whose lease ended, in one atomic step. When a live row
+-- takes over a row whose lease ended and whose request is this one (its
+-- fingerprint: another request under the key takes nothing over), in one
+-- atomic step. When a live row
 -- holds the key it returns nothing, and Acquire reads that row with the
 -- get query: a second round trip, but a read, next to the row lock and
 -- commit that the INSERT pays anyway, and a plain INSERT is cheaper than a
@@ -26,5 +28,5 @@ INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fin
 			taken_fence = CASE WHEN r.expires_at > clock_timestamp() THEN r.fence END,
 			taken_acquired_at = CASE WHEN r.expires_at > clock_timestamp() THEN r.acquired_at END
 		-- A tombstone (key_until ahead, migrations/006_key_until.sql) is not absent.
-		WHERE (r.expires_at <= clock_timestamp() AND (r.key_until IS NULL OR r.key_until <= clock_timestamp())) OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp())
+		WHERE (r.expires_at <= clock_timestamp() AND (r.key_until IS NULL OR r.key_until <= clock_timestamp())) OR ($7 AND r.state = 'P' AND coalesce(r.lease_until, r.expires_at) <= clock_timestamp() AND r.fingerprint = $4)
 	RETURNING {record_columns}
