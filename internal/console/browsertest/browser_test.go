@@ -127,6 +127,11 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 	}
 }
 
+// painted waits until the page has drawn two frames. Chromium routes a
+// click by the last frame it drew: one sent just after a modal dialog
+// closed, on a busy machine, still hits the dialog's backdrop and is lost.
+var painted = chromedp.Evaluate[chromedp.Void](`new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))`, chromedp.EvalAwaitPromise)
+
 // eval evaluates a JavaScript expression and returns its value.
 func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 	t.Helper()

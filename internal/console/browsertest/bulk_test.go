@@ -99,7 +99,7 @@ func TestConsoleSettlesTheFilteredQueueAtOnce(t *testing.T) {
 	}
 	run(t, ctx, "a bulk resolution, cancelled", chromedp.Click(chromedp.CSS("#bulk-not-executed")),
 		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")), chromedp.Click(chromedp.CSS("#confirm-cancel")),
-		chromedp.WaitNotPresent(chromedp.CSS("#confirm[open]")))
+		chromedp.WaitNotPresent(chromedp.CSS("#confirm[open]")), painted)
 	run(t, ctx, "a bulk resolution", chromedp.Click(chromedp.CSS("#bulk-not-executed")),
 		chromedp.WaitVisible(chromedp.CSS("#confirm[open]")),
 		chromedp.SendKeys(chromedp.CSS("#confirm-reason"), "INC-9: the charges API was down, nothing ran"))

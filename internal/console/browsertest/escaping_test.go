@@ -105,7 +105,7 @@ func TestConsoleRendersHostileDataAsText(t *testing.T) {
 	if got := eval[string](t, ctx, `document.getElementById('confirm-body').textContent`); !strings.Contains(got, key) || !strings.Contains(got, tenant) {
 		t.Fatalf("the confirmation says %q; want the key and tenant as text", got)
 	}
-	run(t, ctx, "cancelling", chromedp.Click(chromedp.CSS("#confirm-cancel")), chromedp.WaitNotPresent(chromedp.CSS("#confirm[open]")))
+	run(t, ctx, "cancelling", chromedp.Click(chromedp.CSS("#confirm-cancel")), chromedp.WaitNotPresent(chromedp.CSS("#confirm[open]")), painted)
 
 	h.openKey(t, ctx, tenant, key+" done")
 	until(t, ctx, "the stored response", fmt.Sprintf(`document.getElementById('response-body')?.textContent === %s`, js(body)))
