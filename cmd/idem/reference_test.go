@@ -7,10 +7,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +205,198 @@ func parseDir(t *testing.T, dir string) []*ast.File {
 		files = append(files, f)
 	}
 	return files
+}
+
+// problemCode is a problem code as its Go constant declares it.
+type problemCode struct {
+	value, pkg, status, meaning string
+	answered                    map[string]bool // the statuses the calls that write it give
+}
+
+// codeComment reads a code constant's comment: "400: meaning",
+// "404 (admin API): meaning", "CodeName (412): meaning" or
+// "CodeName (403, admin API): meaning".
+var codeComment = regexp.MustCompile(`^(?:Code\w+ )?\(?(\d{3})(?:,? ?\(?([^):]*)\)?)?\)?: (.+)$`)
+
+// httpStatuses maps the names of net/http's status constants to their values.
+func httpStatuses() map[string]string {
+	m := map[string]string{}
+	name := strings.NewReplacer(" ", "", "-", "", "'", "")
+	for code := 100; code < 600; code++ {
+		if text := http.StatusText(code); text != "" {
+			m["Status"+name.Replace(text)] = strconv.Itoa(code)
+		}
+	}
+	return m
+}
+
+// TestReferenceErrors writes every problem code that idemhttp and the
+// gateway declare (a constant Code... = "..."), with the status and the
+// meaning its comment gives, and holds the comment to the calls: every
+// call that writes a code with a constant status (WriteProblem, WriteError,
+// reject, ..., a Problem literal) gives the status the comment says, and
+// none writes a code that is not a declared constant.
+func TestReferenceErrors(t *testing.T) {
+	dirs := map[string]string{"idemhttp": "../../idemhttp", "gateway": "../../internal/gateway", "cmd/idem": "."}
+	codes := map[string]*problemCode{} // by constant name
+	byValue := map[string]*problemCode{}
+	files := map[string][]*ast.File{}
+	for _, pkg := range []string{"idemhttp", "gateway", "cmd/idem"} {
+		files[pkg] = parseDir(t, dirs[pkg])
+		for _, f := range files[pkg] {
+			for _, decl := range f.Decls {
+				gd, ok := decl.(*ast.GenDecl)
+				if !ok || gd.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range gd.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if i >= len(vs.Values) {
+							break
+						}
+						lit, ok := vs.Values[i].(*ast.BasicLit)
+						if !strings.HasPrefix(name.Name, "Code") || !ok || lit.Kind != token.STRING {
+							continue // not a code, or an alias of another package's
+						}
+						value, _ := strconv.Unquote(lit.Value)
+						doc := vs.Doc
+						if doc == nil && len(gd.Specs) == 1 {
+							doc = gd.Doc
+						}
+						text := strings.Join(strings.Fields(doc.Text()+" "+vs.Comment.Text()), " ")
+						m := codeComment.FindStringSubmatch(text)
+						if m == nil {
+							t.Errorf("%s.%s: its comment %q does not begin with its status (\"409: meaning\", \"409 (admin API): meaning\" or \"%s (409): meaning\")", pkg, name.Name, text, name.Name)
+							continue
+						}
+						meaning := m[3]
+						if m[2] != "" {
+							meaning = m[2] + ": " + meaning
+						}
+						c := &problemCode{value: value, pkg: pkg, status: m[1], meaning: meaning, answered: map[string]bool{}}
+						if byValue[value] != nil {
+							t.Errorf("%s.%s: the code %q is declared twice", pkg, name.Name, value)
+						}
+						codes[name.Name], byValue[value] = c, c
+					}
+				}
+			}
+		}
+	}
+	statuses := httpStatuses()
+	// written records that a call gives code the status expr (when it is a constant).
+	written := func(status, code ast.Expr) {
+		if lit, ok := code.(*ast.BasicLit); ok && lit.Kind == token.STRING && isStatus(status) {
+			t.Errorf("a problem code written as the literal %s: declare it as a Code constant with its status and meaning", lit.Value)
+			return
+		}
+		var name string
+		switch e := code.(type) {
+		case *ast.Ident:
+			name = e.Name
+		case *ast.SelectorExpr:
+			name = e.Sel.Name
+		}
+		c := codes[name]
+		if c == nil {
+			return
+		}
+		if isStatus(status) {
+			c.answered[statuses[status.(*ast.SelectorExpr).Sel.Name]] = true
+		} else {
+			c.answered["(set at run time)"] = true
+		}
+	}
+	for _, pkg := range []string{"idemhttp", "gateway", "cmd/idem"} {
+		for _, f := range files[pkg] {
+			ast.Inspect(f, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.CallExpr:
+					for i := 0; i+1 < len(n.Args); i++ {
+						if isStatus(n.Args[i]) || codeName(n.Args[i+1]) {
+							written(n.Args[i], n.Args[i+1])
+						}
+					}
+				case *ast.CompositeLit:
+					var status, code ast.Expr
+					for _, e := range n.Elts {
+						if kv, ok := e.(*ast.KeyValueExpr); ok {
+							switch {
+							case isIdent(kv.Key, "Status"):
+								status = kv.Value
+							case isIdent(kv.Key, "Code"):
+								code = kv.Value
+							}
+						}
+					}
+					if status != nil && code != nil {
+						written(status, code)
+					}
+				}
+				return true
+			})
+		}
+	}
+	var names []string
+	for name := range codes {
+		names = append(names, name)
+	}
+	order := map[string]string{"idemhttp": "1", "gateway": "2", "cmd/idem": "3"} // the client's codes first
+	slices.SortFunc(names, func(a, b string) int {
+		return strings.Compare(order[codes[a].pkg]+codes[a].value, order[codes[b].pkg]+codes[b].value)
+	})
+	var b strings.Builder
+	b.WriteString(`# Problem codes
+
+Generated from the code constants of idemhttp and internal/gateway and their
+comments; do not edit: ` + "`" + regenerate + "`" + ` rewrites it, and
+fails when a call writes a code with another status than its comment says.
+
+Every error answer is ` + "`application/problem+json`" + ` (RFC 9457) with a
+stable ` + "`code`" + ` member; clients branch on it, never on ` + "`detail`" + `.
+The codes of idemhttp are answered by the middleware and by the gateway
+(` + "`idem serve`" + `), which adds its own. With ` + "`--error-format stripe`" + ` the same
+codes come as Stripe's error object, some with Stripe's statuses
+(idemhttp/errorformat.go). Each code's ` + "`type`" + ` URI links to its longer
+explanation in docs/problems.md.
+
+| code | status | declared in | meaning |
+|---|---|---|---|
+`)
+	for _, name := range names {
+		c := codes[name]
+		if len(c.answered) == 0 {
+			t.Errorf("%s.%s (%q): no call writes it; remove it, or write it with its status next to it", c.pkg, name, c.value)
+		}
+		for st := range c.answered {
+			if st != c.status && st != "(set at run time)" {
+				t.Errorf("%s.%s (%q): a call answers it with %s, its comment says %s", c.pkg, name, c.value, st, c.status)
+			}
+		}
+		fmt.Fprintf(&b, "| <a id=\"%s\"></a>`%s` | %s | %s | %s |\n", c.value, c.value, c.status, c.pkg, cell(c.meaning))
+	}
+	holdReference(t, "errors.md", []byte(b.String()))
+}
+
+// isStatus reports whether e is one of net/http's status constants.
+func isStatus(e ast.Expr) bool {
+	sel, ok := e.(*ast.SelectorExpr)
+	return ok && isIdent(sel.X, "http") && strings.HasPrefix(sel.Sel.Name, "Status")
+}
+
+func isIdent(e ast.Expr, name string) bool {
+	id, ok := e.(*ast.Ident)
+	return ok && id.Name == name
+}
+
+// codeName reports whether e names a Code constant (CodeX or pkg.CodeX).
+func codeName(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.Ident:
+		return strings.HasPrefix(e.Name, "Code")
+	case *ast.SelectorExpr:
+		return strings.HasPrefix(e.Sel.Name, "Code")
+	}
+	return false
 }
