@@ -3,6 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -10,8 +16,11 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"math/big"
 	"mime"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -20,9 +29,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
 )
 
@@ -302,4 +315,223 @@ func routeOf(req *http.Request, served []string) string {
 	}
 	_, pattern := mux.Handler(req)
 	return pattern
+}
+
+// metricSetups are gateways that between them register every metric the
+// gateway exports: most are always there, a few only with one store or
+// with TLS. A metric that every setup has is "always"; any other is
+// exported under the conditions of the setups that have it.
+var metricSetups = []struct {
+	when  string
+	store string // a --store URI; "" for the memory store
+	tls   bool
+}{
+	{"`--store memory`", "", false},
+	{"a Redis `--store` with `?near_cache=on`", "near_cache=on&coalesce=off", false},
+	{"a Redis `--store` that coalesces (the default; not with `?coalesce=off`)", "coalesce=on", false},
+	{"`--tls-cert` (listener `proxy`) or `--admin-tls-cert` (listener `admin`)", "coalesce=off", true},
+}
+
+// metricFamily is one metric as the registry describes it.
+type metricFamily struct {
+	name, typ, help string
+	labels          []string            // variable labels
+	constLabels     map[string][]string // name → the values of the families' series
+	when            []string            // the setups that have it
+}
+
+// descString reads a prometheus.Desc's String: its only public form.
+var descString = regexp.MustCompile(`^Desc\{fqName: ("(?:[^"\\]|\\.)*"), help: ("(?:[^"\\]|\\.)*"),(?: unit: "(?:[^"\\]|\\.)*",)? constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
+
+// TestReferenceMetrics writes docs/reference/metrics.md from the
+// registries of gateways that between them have every metric: the
+// registry's descriptions (Describe) give names, help and labels, and a
+// Gather after a request through each gives the types (the source's
+// Opts, for a family that has no series yet).
+func TestReferenceMetrics(t *testing.T) {
+	families := map[string]*metricFamily{}
+	sourceTypes := metricTypesInSource(t)
+	for _, setup := range metricSetups {
+		g := metricGateway(t, setup.store, setup.tls)
+		ch := make(chan *prometheus.Desc)
+		go func() { g.registry.Describe(ch); close(ch) }()
+		seen := map[string]bool{}
+		for d := range ch {
+			m := descString.FindStringSubmatch(d.String())
+			if m == nil {
+				t.Fatalf("cannot read %s", d)
+			}
+			name, _ := strconv.Unquote(m[1])
+			help, _ := strconv.Unquote(m[2])
+			if strings.HasPrefix(name, "go_") || strings.HasPrefix(name, "process_") {
+				continue
+			}
+			f := families[name]
+			if f == nil {
+				f = &metricFamily{name: name, help: help, constLabels: map[string][]string{}, typ: sourceTypes[name]}
+				if m[4] != "" {
+					f.labels = strings.Split(m[4], ",")
+				}
+				families[name] = f
+			}
+			for pair := range strings.SplitSeq(m[3], ",") {
+				if label, value, ok := strings.Cut(pair, "="); ok {
+					value, _ = strconv.Unquote(value)
+					if !slices.Contains(f.constLabels[label], value) {
+						f.constLabels[label] = append(f.constLabels[label], value)
+					}
+				}
+			}
+			if !seen[name] {
+				seen[name] = true
+				f.when = append(f.when, setup.when)
+			}
+		}
+		for _, mf := range must(g.registry.Gather()) {
+			if f := families[mf.GetName()]; f != nil {
+				f.typ = strings.ToLower(mf.GetType().String())
+			}
+		}
+	}
+	var b strings.Builder
+	b.WriteString(`# Metrics
+
+Generated from the gateway's Prometheus registry (every metric it registers,
+in the setups that between them register all of them); do not edit:
+` + "`" + regenerate + "`" + ` rewrites it.
+The admin API serves them at ` + "`GET /metrics`" + `, with the Go runtime's and the
+process's (` + "`go_*`, `process_*`" + `, client_golang's standard collectors), which are
+not listed here.
+
+| metric | type | labels | exported | help |
+|---|---|---|---|---|
+`)
+	for _, name := range slices.Sorted(maps.Keys(families)) {
+		f := families[name]
+		if f.typ == "" {
+			t.Errorf("%s: no type: no series after the reference traffic, and no prometheus.XxxOpts{Name: %q} in the source", name, name)
+		}
+		labels := slices.Clone(f.labels)
+		for label, values := range f.constLabels {
+			if len(values) > 1 { // a label whose value is the build's or the machine's is not listed with it
+				slices.Sort(values)
+				label += " (" + strings.Join(values, ", ") + ")"
+			}
+			labels = append(labels, label)
+		}
+		slices.Sort(labels)
+		when := "always"
+		if len(f.when) < len(metricSetups) {
+			when = "with " + strings.Join(f.when, "; ")
+		}
+		if len(labels) == 0 {
+			labels = []string{"(none)"}
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", name, f.typ, strings.Join(labels, ", "), when,
+			strings.ReplaceAll(f.help, "|", `\|`))
+	}
+	holdReference(t, "metrics.md", []byte(b.String()))
+}
+
+// metricGateway returns a gateway of one setup that has served one keyed
+// request: the store's and the upstream's histograms have their series.
+func metricGateway(t *testing.T, redisOptions string, withTLS bool) *Gateway {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	cfg := Config{Upstream: u}
+	if redisOptions != "" {
+		uri := testenv.RedisURL()
+		if strings.Contains(uri, "?") {
+			uri += "&" + redisOptions
+		} else {
+			uri += "?" + redisOptions
+		}
+		s, closeStore, err := OpenStore(context.Background(), uri, nil)
+		if err != nil {
+			testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
+		}
+		t.Cleanup(func() { closeStore() })
+		cfg.Store = s
+	}
+	if withTLS {
+		cert, key := selfSignedFiles(t)
+		cfg.TLSCert, cfg.TLSKey, cfg.AdminTLSCert, cfg.AdminTLSKey = cert, key, cert, key
+	}
+	g := newTestGateway(t, cfg)
+	req := httptest.NewRequest("POST", "/orders", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer reference")
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("reference-metrics-%d", time.Now().UnixNano()))
+	w := httptest.NewRecorder()
+	g.Handler().ServeHTTP(w, req)
+	if w.Code != 201 {
+		t.Fatalf("the reference request = %d %s; want 201", w.Code, w.Body)
+	}
+	return g
+}
+
+// selfSignedFiles writes a self-signed certificate and its key as PEM files.
+func selfSignedFiles(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	for file, block := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: keyDER}} {
+		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
+}
+
+// metricTypesInSource returns the type of every metric the gateway's
+// source names in a prometheus.XxxOpts{Name: "..."}: the type of one that
+// has no series yet, which Gather does not show.
+func metricTypesInSource(t *testing.T) map[string]string {
+	t.Helper()
+	types := map[string]string{}
+	names, _ := filepath.Glob("*.go")
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			sel, ok := lit.Type.(*ast.SelectorExpr)
+			if !ok || !isIdent(sel.X, "prometheus") || !strings.HasSuffix(sel.Sel.Name, "Opts") {
+				return true
+			}
+			for _, e := range lit.Elts {
+				if kv, ok := e.(*ast.KeyValueExpr); ok && isIdent(kv.Key, "Name") {
+					if s, ok := kv.Value.(*ast.BasicLit); ok {
+						name, _ := strconv.Unquote(s.Value)
+						types[name] = strings.ToLower(strings.TrimSuffix(sel.Sel.Name, "Opts"))
+					}
+				}
+			}
+			return true
+		})
+	}
+	return types
 }
