@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -399,4 +400,56 @@ func codeName(e ast.Expr) bool {
 		return strings.HasPrefix(e.Sel.Name, "Code")
 	}
 	return false
+}
+
+// referencePages are the pages of docs/reference and what each holds;
+// TestReferenceIndex fails on a file of the folder that is not here.
+var referencePages = []struct{ file, what, writer string }{ // writer: how the page is written, Markdown
+	{"config.md", "every flag of `idem serve` with its config file key, environment variable, default and meaning; the keys of a route", "`go test ./cmd/idem -run TestReference -update`"},
+	{"errors.md", "every problem `code` of idemhttp and the gateway, with its HTTP status and meaning", "`go test ./cmd/idem -run TestReference -update`"},
+	{"metrics.md", "every Prometheus metric of the gateway: type, labels, when it is exported, help", "`go test ./internal/gateway -run TestReference -update`"},
+	{"admin-openapi.json", "the admin API as an OpenAPI 3.1 document, also served by it at `GET /v1/openapi.json`", "written by hand as internal/gateway/admin-openapi.json (embedded in the binary), copied here by `go test ./internal/gateway -run TestReference -update`"},
+}
+
+// TestReferenceIndex writes docs/reference/README.md: the pages, and the
+// subcommands of idem as its usage lists them.
+func TestReferenceIndex(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`# Reference
+
+Pages written from the code, and held to it by tests: a flag, a code, a
+metric or an admin route added without its line fails ` + "`go test`" + `, which
+names the command that rewrites the page. This index is written by
+` + "`" + regenerate + "`" + ` too.
+
+| page | what it holds | rewritten by |
+|---|---|---|
+`)
+	listed := map[string]bool{"README.md": true}
+	for _, p := range referencePages {
+		listed[p.file] = true
+		fmt.Fprintf(&b, "| [%s](%s) | %s | %s |\n", p.file, p.file, p.what, p.writer)
+	}
+	entries, err := os.ReadDir(filepath.Join("..", "..", "docs", "reference"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !listed[e.Name()] {
+			t.Errorf("docs/reference/%s is not in referencePages (reference_test.go): add it to the index", e.Name())
+		}
+	}
+	b.WriteString(`
+## Commands
+
+` + "`idem help`" + ` lists them; ` + "`idem help COMMAND`" + ` prints a command's flags. Every
+flag can also be set as ` + "`IDEM_FLAG_NAME`" + ` in the environment.
+
+| command | what it does |
+|---|---|
+`)
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		fmt.Fprintf(&b, "| `idem %s` | %s |\n", name, cell(commands[name].summary))
+	}
+	holdReference(t, "README.md", []byte(b.String()))
 }
