@@ -12,8 +12,8 @@ const ProblemTypeBase = "https://github.com/idemkit/idem/blob/main/docs/problems
 // The stable, machine-readable codes of the problem responses the
 // middleware writes. Clients branch on the code, never on the detail text.
 const (
-	CodeKeyRequired      = "key_required"      // 400: RequireKey and no Idempotency-Key header
-	CodeKeyInvalid       = "key_invalid"       // 400: empty, too long, bad characters, or sent twice
+	CodeKeyRequired      = "key_required"      // 400: the endpoint requires an Idempotency-Key header (Options.RequireKey) and the request has none
+	CodeKeyInvalid       = "key_invalid"       // 400: the key is empty, too long, has bad characters, or was sent twice
 	CodeTenantInvalid    = "tenant_invalid"    // 400: the tenant could not be derived from the request
 	CodeTenantMissing    = "tenant_missing"    // 400: the request carries none of the credentials keys are scoped by
 	CodeBodyUnreadable   = "body_unreadable"   // 400: reading the request body failed
@@ -26,7 +26,7 @@ const (
 	CodeInternal         = "internal"          // 500: a misconfiguration, e.g. a Fingerprint function returning bad output
 	CodeOutcomeUnknown   = "outcome_unknown"   // 503: an earlier request with the key may have taken effect, its result is unknown; see Retry-After
 	CodeLeaseLost        = "lease_lost"        // 503: the lease ended before the handler ran (it did not run), or while it ran
-	CodeKeyExpired       = "key_expired"       // 410: the key's request ran; its response is no longer kept, the key is (KeyRetention)
+	CodeKeyExpired       = "key_expired"       // 410: the key's request ran; its response is no longer kept, the key still is (KeyRetention)
 )
 
 var problemTitles = map[string]string{

@@ -23,9 +23,9 @@ const (
 	HeaderRepeatabilityResult = "Repeatability-Result"
 )
 
-// CodeFirstSentStale answers 412 to a request whose Repeatability-First-Sent
-// is older than the server keeps keys: an earlier send may have run and
-// been forgotten, so it is not run.
+// CodeFirstSentStale (412): the request's Repeatability-First-Sent is
+// older than the server keeps keys: an earlier send may have run and been
+// forgotten, so it is not run.
 const CodeFirstSentStale = "first_sent_stale"
 
 // repeatable is what a request's repeatability headers say.

@@ -14,8 +14,8 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 )
 
-// CodeAdminForbidden is the answer to a change asked with a read-only
-// token: 403, nothing changed.
+// CodeAdminForbidden (403, admin API): a change asked with a read-only
+// token; nothing changed.
 const CodeAdminForbidden = "admin_forbidden"
 
 // The roles of an admin token.

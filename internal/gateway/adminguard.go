@@ -16,9 +16,9 @@ import (
 // have been made to send from elsewhere. Each is refused before the token
 // is looked at, and nothing is read or changed.
 const (
-	CodeAdminHostRefused   = "admin_host_refused"   // 403: Host is not the admin address, loopback on its port, or an --admin-hosts name (DNS rebinding)
-	CodeAdminOriginRefused = "admin_origin_refused" // 403: Origin names another site, or Sec-Fetch-Site says cross-site (or same-site without an allowed Origin)
-	CodeAdminContentType   = "admin_content_type"   // 415: a POST, PUT, PATCH or DELETE without Content-Type: application/json
+	CodeAdminHostRefused   = "admin_host_refused"   // 403 (admin API): Host is not the admin address, loopback on its port, or an --admin-hosts name (DNS rebinding)
+	CodeAdminOriginRefused = "admin_origin_refused" // 403 (admin API): Origin names another site, or Sec-Fetch-Site says cross-site (or same-site without an allowed Origin)
+	CodeAdminContentType   = "admin_content_type"   // 415 (admin API): a POST, PUT, PATCH or DELETE without Content-Type: application/json
 )
 
 // adminHosts says which Host (and Origin) a request to the admin API may

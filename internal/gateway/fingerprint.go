@@ -19,8 +19,8 @@ import (
 // and content type always count. A body that is not JSON, not valid, or
 // that names a member on a pointer's path twice is fingerprinted whole.
 type FingerprintRule struct {
-	Only   []string `yaml:"only"`
-	Ignore []string `yaml:"ignore"`
+	Only   []string `yaml:"only"`   // JSON Pointers of the only members the fingerprint covers
+	Ignore []string `yaml:"ignore"` // JSON Pointers of the members the fingerprint leaves out
 }
 
 func (f FingerprintRule) isWhole() bool { return f.Only == nil && f.Ignore == nil }

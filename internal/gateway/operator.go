@@ -17,9 +17,9 @@ import (
 
 // The codes of the admin API's answers to the console's own calls.
 const (
-	CodeReconcileUnavailable = "reconcile_unavailable" // 409: POST .../reconcile without --reconcile-url: no lookup to ask
-	CodeKeyNotCompleted      = "key_not_completed"     // 409: GET .../result of a key that has no stored response
-	CodeReconcileInvalid     = "reconcile_invalid"     // 400: POST .../reconcile with a body that is not {"reason": "..."}
+	CodeReconcileUnavailable = "reconcile_unavailable" // 409 (admin API): POST .../reconcile without --reconcile-url: no lookup to ask
+	CodeKeyNotCompleted      = "key_not_completed"     // 409 (admin API): GET .../result of a key that has no stored response
+	CodeReconcileInvalid     = "reconcile_invalid"     // 400 (admin API): POST .../reconcile with a body that is not {"reason": "..."}
 )
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -18,12 +18,12 @@ import (
 
 // The codes of the admin API's answers about UNKNOWN keys.
 const (
-	CodeListInvalid     = "list_invalid"      // 400: GET /v1/keys without state=unknown, or a bad limit
-	CodeCursorInvalid   = "cursor_invalid"    // 400: GET /v1/keys with an after= that is not a next of this listing
-	CodeResolveInvalid  = "resolve_invalid"   // 400: a resolution that is not valid JSON of the documented form
-	CodeResolveTooLarge = "resolve_too_large" // 413: a resolution whose body is over --max-response, or whose JSON is over twice that
-	CodeKeyNotUnknown   = "key_not_unknown"   // 409: a resolution for a key that is not UNKNOWN; nothing changed
-	CodeStaleFence      = "stale_fence"       // 409: a resolution whose fence is not the UNKNOWN record's; nothing changed
+	CodeListInvalid     = "list_invalid"      // 400 (admin API): GET /v1/keys without state=unknown, or a bad limit
+	CodeCursorInvalid   = "cursor_invalid"    // 400 (admin API): GET /v1/keys with an after= that is not a next of this listing
+	CodeResolveInvalid  = "resolve_invalid"   // 400 (admin API): a resolution that is not valid JSON of the documented form
+	CodeResolveTooLarge = "resolve_too_large" // 413 (admin API): a resolution whose body is over --max-response, or whose JSON is over twice that
+	CodeKeyNotUnknown   = "key_not_unknown"   // 409 (admin API): a resolution for a key that is not UNKNOWN; nothing changed
+	CodeStaleFence      = "stale_fence"       // 409 (admin API): a resolution whose fence is not the UNKNOWN record's; nothing changed
 )
 
 // resolveLimit bounds the JSON of a resolution whose body is at most

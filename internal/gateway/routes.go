@@ -28,24 +28,39 @@ type Route struct {
 	// lookup, even the background sweep's, asks this route's URL.
 	Name string `yaml:"name"`
 	// PassThrough forwards the route's requests without idempotency.
-	PassThrough bool           `yaml:"pass-through"`
-	Methods     []string       `yaml:"methods"`     // the methods protected; nil: Config.Methods
-	RequireKey  *bool          `yaml:"require-key"` // nil: Config.RequireKey
-	Lease       *time.Duration `yaml:"lease"`       // nil: Config.Lease
-	Retention   *time.Duration `yaml:"retention"`   // nil: Config.Retention
-	Wait        *time.Duration `yaml:"wait"`        // nil: Config.Wait
-	// UpstreamTimeout bounds the route's upstream calls; nil:
-	// Config.UpstreamTimeout. A protected route's lease must be at least
-	// as long (policy.go, checkLease).
+	PassThrough bool `yaml:"pass-through"`
+	// Methods are the methods the route protects; nil: the top-level
+	// methods (Config.Methods).
+	Methods []string `yaml:"methods"`
+	// RequireKey answers 400 key_required to a protected request without
+	// a key; nil: the top-level require-key (Config.RequireKey).
+	RequireKey *bool `yaml:"require-key"`
+	// Lease is how long a request owns its key; nil: the top-level lease
+	// (Config.Lease).
+	Lease *time.Duration `yaml:"lease"`
+	// Retention is how long a finished response is replayed; nil: the
+	// top-level retention (Config.Retention).
+	Retention *time.Duration `yaml:"retention"`
+	// Wait is how long a request waits for one in flight with its key
+	// and replays it, instead of 409; nil: the top-level wait (Config.Wait).
+	Wait *time.Duration `yaml:"wait"`
+	// UpstreamTimeout bounds the route's upstream calls; nil: the
+	// top-level upstream-timeout (Config.UpstreamTimeout). A protected
+	// route's lease must be at least as long (policy.go, checkLease).
 	UpstreamTimeout *time.Duration `yaml:"upstream-timeout"`
 	// KeyFrom is where the key is: "" or "header" (the Idempotency-Key
 	// header), or "json:POINTER", a string field of a JSON body named by a
 	// JSON Pointer (RFC 6901), e.g. json:/request_id (bodykey.go).
-	KeyFrom     string          `yaml:"key-from"`
+	KeyFrom string `yaml:"key-from"`
+	// Fingerprint is which part of a JSON body the fingerprint covers
+	// (FingerprintRule); empty: all of it.
 	Fingerprint FingerprintRule `yaml:"fingerprint"`
-	Statuses    StatusOverrides `yaml:"statuses"`
-	// ReconcileURL is the route's own lookup (docs/reconcile.md); empty:
-	// Config.ReconcileURL's.
+	// Statuses change what becomes of a key after each upstream status
+	// (StatusOverrides); empty: the error format's policy.
+	Statuses StatusOverrides `yaml:"statuses"`
+	// ReconcileURL is the route's own lookup, a URL template with {key}
+	// (docs/reconcile.md); empty: the top-level reconcile-url
+	// (Config.ReconcileURL).
 	ReconcileURL string `yaml:"reconcile-url"`
 	// Source says where the route was defined ("idem.yaml:12"), for errors
 	// that name another route than the one they are about.

@@ -15,9 +15,9 @@ import (
 // or Stripe's under --error-format stripe). Release only what provably did
 // not run: a released key's retry runs again.
 type StatusOverrides struct {
-	Store   []string `yaml:"store"`
-	Release []string `yaml:"release"`
-	Unknown []string `yaml:"unknown"`
+	Store   []string `yaml:"store"`   // statuses (409) or classes (5xx) whose response is stored and replayed
+	Release []string `yaml:"release"` // statuses or classes that release the key: a retry runs again
+	Unknown []string `yaml:"unknown"` // statuses or classes that mark the key UNKNOWN (it may have taken effect)
 }
 
 func (s StatusOverrides) isEmpty() bool {
