@@ -35,6 +35,7 @@ import (
 
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/console"
+	"github.com/idemkit/idem/internal/testinfra/golden"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
 )
@@ -48,32 +49,7 @@ const regenerate = "go test ./internal/gateway -run TestReference -update"
 // holdReference compares the committed page with got, or writes got with -update.
 func holdReference(t *testing.T, page string, got []byte) {
 	t.Helper()
-	path := filepath.Join("..", "..", "docs", "reference", page)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v; write it with: %s", err, regenerate)
-	}
-	if !bytes.Equal(want, got) {
-		wl, gl := strings.Split(string(want), "\n"), strings.Split(string(got), "\n")
-		i := 0
-		for i < len(wl) && i < len(gl) && wl[i] == gl[i] {
-			i++
-		}
-		line := func(l []string) string {
-			if i < len(l) {
-				return l[i]
-			}
-			return "(end of file)"
-		}
-		t.Errorf("docs/reference/%s is not what the code generates; regenerate it with:\n\t%s\nfirst difference, line %d:\n\tcommitted: %s\n\tgenerated: %s",
-			page, regenerate, i+1, line(wl), line(gl))
-	}
+	golden.Hold(t, filepath.Join("..", "..", "docs", "reference", page), got, *update, regenerate)
 }
 
 // TestReferenceOpenAPI keeps docs/reference/admin-openapi.json a copy of
