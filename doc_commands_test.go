@@ -485,3 +485,98 @@ func TestReadmeQuickStarts(t *testing.T) {
 		}
 	})
 }
+
+// TestUnknownKeysHowTo runs docs/unknown-keys.md as written: a gateway in
+// front of an upstream that accepts and never answers, the request that
+// times out and its retry, `idem keys list --unknown` and `idem keys
+// resolve` (with the fence this run's listing gives), and the replay of
+// the resolved response; each held to the output the page shows (a
+// listing's fence and times are this run's).
+func TestUnknownKeysHowTo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds idem and runs the page's commands")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	src, err := os.ReadFile("docs/unknown-keys.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idemBin := buildIdem(t, goTool)
+	silent, err := net.Listen("tcp", "127.0.0.1:0") // accepts, reads nothing, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				close(held)
+				return
+			}
+			held <- c
+		}
+	}()
+	t.Cleanup(func() {
+		silent.Close()
+		for c := range held {
+			c.Close()
+		}
+	})
+	addrs := map[string]string{"127.0.0.1:3001": silent.Addr().String()}
+	var gw *tutorialGateway
+	defer func() {
+		if gw != nil {
+			gw.stop(t)
+		}
+	}()
+	var fence string
+	ran := 0
+	for _, b := range fencedBlocks(src) {
+		if b.lang != "sh" && b.lang != "" {
+			continue
+		}
+		for _, c := range tutorialCommands(b) {
+			ran++
+			switch {
+			case strings.HasPrefix(c.line, "idem serve "):
+				gw = startTutorialGateway(t, idemBin, c.line, addrs, c.output)
+			case strings.HasPrefix(c.line, "curl "):
+				runTutorialCurl(t, c.line, addrs, c.output, nil)
+			case strings.HasPrefix(c.line, "idem keys "):
+				args := shellWords(c.line)[1:]
+				for i, a := range args {
+					if h, ok := addrs[a]; ok {
+						args[i] = h
+					}
+					if i > 0 && args[i-1] == "--fence" && fence != "" {
+						args[i] = fence
+					}
+				}
+				out, err := exec.Command(idemBin, args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s: %v\n%s", c.line, err, out)
+				}
+				got, want := string(out), c.output
+				if m := regexp.MustCompile(`"fence":([0-9]+)`).FindStringSubmatch(got); m != nil {
+					fence = m[1]
+				}
+				for _, varying := range []string{`"fence":[0-9]+`, `"(acquired|completed)_at":"[^"]*"`, `"ttl_ms":[0-9]+`} {
+					re := regexp.MustCompile(varying)
+					got, want = re.ReplaceAllString(got, "…"), re.ReplaceAllString(want, "…")
+				}
+				if strings.TrimSpace(got) != strings.TrimSpace(want) {
+					t.Errorf("%s printed\n%s\nthe page shows\n%s", c.line, out, c.output)
+				}
+			default:
+				t.Fatalf("the test does not know the page's command %q", c.line)
+			}
+		}
+	}
+	if ran != 6 {
+		t.Errorf("ran %d of the page's commands; it shows 6 (serve, 2 curls, list, resolve, curl): is the parser broken?", ran)
+	}
+}
