@@ -185,10 +185,10 @@ func TestReadmeConsumerKeepsNoSecretInTheReason(t *testing.T) {
 }
 
 // readmePaymentService is the README's middleware quick start: the
-// middleware with its defaults in front of a payment handler.
+// middleware with RequireKey in front of a payment handler.
 func readmePaymentService(t *testing.T, charges *atomic.Int32) http.Handler {
 	engine := newEngine(t, mustMem(t), nil)
-	mw, err := idemhttp.New(engine, nil)
+	mw, err := idemhttp.New(engine, &idemhttp.Options{RequireKey: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,19 +214,7 @@ func TestReadmePaymentServiceRefusesAnonymousClients(t *testing.T) {
 	srv := httptest.NewServer(readmePaymentService(t, &charges))
 	defer srv.Close()
 	pay := func(client, auth string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":4200}`))
-		req.Header.Set("Idempotency-Key", "order-1")
-		req.Header.Set("X-Client", client)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return readmePay(t, srv, client, auth, "order-1")
 	}
 	for _, client := range []string{"alice", "bob"} {
 		if status, body := pay(client, ""); status != http.StatusBadRequest || !strings.Contains(body, "tenant_missing") {
@@ -238,4 +226,39 @@ func TestReadmePaymentServiceRefusesAnonymousClients(t *testing.T) {
 	if !strings.Contains(a, `"alice"`) || !strings.Contains(b, `"bob"`) || charges.Load() != 2 {
 		t.Fatalf("clients with credentials got %q and %q after %d charges; want one charge each", a, b, charges.Load())
 	}
+}
+
+// Issue 34: the README's payment service answered a POST without a key
+// with its handler's "503 try again" (the request passed through
+// unprotected, without a lease). With RequireKey it is a 400 that says
+// what is missing, and nothing is charged.
+func TestReadmePaymentServiceRequiresAKey(t *testing.T) {
+	var charges atomic.Int32
+	srv := httptest.NewServer(readmePaymentService(t, &charges))
+	defer srv.Close()
+	status, body := readmePay(t, srv, "alice", "Bearer alice", "")
+	if status != http.StatusBadRequest || !strings.Contains(body, "key_required") || charges.Load() != 0 {
+		t.Fatalf("a POST without a key: %d %s after %d charges; want 400 key_required and none", status, body, charges.Load())
+	}
+}
+
+// readmePay sends the README's payment as client, with auth and key when
+// they are not empty.
+func readmePay(t *testing.T, srv *httptest.Server, client, auth, key string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/payments", strings.NewReader(`{"amount":4200}`))
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	req.Header.Set("X-Client", client)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

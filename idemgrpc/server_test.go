@@ -365,7 +365,7 @@ func leaks(s string) bool {
 }
 
 // TestOutcomeUnknownReasonHoldsNoSecret (issue 32 item 4): a service built
-// as the README's idemgrpc snippet, whose handler's provider call failed
+// as docs/library.md's idemgrpc snippet, whose handler's provider call failed
 // with an error whose text holds an API key and an internal address. The
 // error's text used to be the key's reason, sent to the caller in the
 // status and to every retry: now neither the caller, nor the retry, nor

@@ -75,7 +75,7 @@ IDEM_LOG_FORMAT=text
 IDEM_SHUTDOWN_TIMEOUT=30s
 EOF
 
-# The admin tokens file, root's and mode 600 as docs/deployment.md says,
+# The admin tokens file, root's and mode 600 as docs/admin.md says,
 # and the drop-in that loads it: the unit's own commented lines for it,
 # uncommented.
 printf 'check read-only check\n' >"$work/admin-tokens"

@@ -105,7 +105,7 @@ var routeDefaults = map[string]routeOption{
 
 // routePolicy is the effective policy of rt, the route at field (""
 // for the top level's): each option the route sets, else the top-level
-// setting of the same name (the rule of docs/deployment.md, "Routes",
+// setting of the same name (the rule of docs/configuration.md, "Routes",
 // which gateway.Route's fields follow), else its default.
 func (s *serveSetup) routePolicy(rt gateway.Route, field string) effectiveRoute {
 	file := s.settings.file

@@ -16,8 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// configFile is an `idem serve --config` file (docs/deployment.md,
-// "Configuration file"): the flags' settings under their names, and the
+// configFile is an `idem serve --config` file (docs/configuration.md): the flags' settings under their names, and the
 // routes. It is YAML, read strictly: an unknown field, a value of the
 // wrong type, a key set twice or a second document is an error that names
 // the file, the line and the field.

@@ -256,7 +256,7 @@ func TestReloadUsesTheSameChain(t *testing.T) {
 	g.waitForLog(t, "log-format changed, which a reload cannot apply", 1)
 }
 
-// The shipped deploy/idem.yaml, started as docs/deployment.md says (with
+// The shipped deploy/idem.yaml, started as docs/production.md says (with
 // deploy/systemd/idem.env as the unit's environment, its IDEM_CONFIG
 // pointing at the file): every variable names a flag, none overrides the
 // file, the gateway runs on the store the file names (two of them share

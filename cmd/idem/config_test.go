@@ -119,11 +119,11 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
-// docs/deployment.md's table of top-level settings lists every flag of
+// docs/configuration.md's table of top-level settings lists every flag of
 // idem serve but --config and the commandLineOnly ones, and says "restart" for exactly the settings a
 // reload refuses to change.
 func TestConfigDocsListEveryFlag(t *testing.T) {
-	doc, err := os.ReadFile("../../docs/deployment.md")
+	doc, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,14 +142,14 @@ func TestConfigDocsListEveryFlag(t *testing.T) {
 		switch got, ok := rows[name]; {
 		case name == "config" || slices.Contains(commandLineOnly, name):
 		case !ok:
-			t.Errorf("docs/deployment.md has no row for %s", name)
+			t.Errorf("docs/configuration.md has no row for %s", name)
 		case got != want:
-			t.Errorf("docs/deployment.md says %s for %s; a reload's answer is %s", got, name, want)
+			t.Errorf("docs/configuration.md says %s for %s; a reload's answer is %s", got, name, want)
 		}
 		delete(rows, name)
 	}
 	for name := range rows {
-		t.Errorf("docs/deployment.md has a row for %s, which is no flag", name)
+		t.Errorf("docs/configuration.md has a row for %s, which is no flag", name)
 	}
 }
 

@@ -49,7 +49,7 @@ type serveFlags struct {
 // commandLineOnly ones.
 func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	f.maxBody, f.maxResponse, f.memoryLimit = 1<<20, 1<<20, 256<<20
-	fs.StringVar(&f.config, "config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line, then its IDEM_ variable, wins over the file (docs/deployment.md, \"Configuration file\")")
+	fs.StringVar(&f.config, "config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line, then its IDEM_ variable, wins over the file (docs/configuration.md)")
 	fs.Var((*checkConfigMode)(&f.checkConfig), "check-config", "print the effective configuration, each value with its source (flag, env, file:line, default), secrets hidden, and exit: 0, or 2 with the error; --check-config=json prints it as JSON")
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the gateway")
 	fs.StringVar(&f.upstream, "upstream", "", "URL of the HTTP API behind the gateway (required)")

@@ -32,7 +32,7 @@ func TestManySlowAndIdleConnections(t *testing.T) {
 		t.Skip("set IDEM_E2E_FULL=1 to run 20,000 slow and idle connections against idem serve")
 	}
 	const perHelper = 10_000
-	const rssBound = 1 << 30 // stated in docs/deployment.md
+	const rssBound = 1 << 30 // stated in docs/internet.md
 	up := newUpstream(t, 0)
 	g := startGateway(t, "--upstream", up.URL)
 	client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}

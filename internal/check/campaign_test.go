@@ -154,7 +154,7 @@ func (c campaign) runConfig(t *testing.T, cfg config) {
 }
 
 // appendSummary adds one line per configuration to DIR/summary.txt, the
-// figures docs/failure-model.md quotes.
+// figures docs/checking.md quotes.
 func appendSummary(t *testing.T, dir, line string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Log(err)

@@ -27,7 +27,7 @@ var work = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 4 * time.Secon
 var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.Second, Lease: lease}
 
 // configs are the configurations of the campaign, in the order of
-// docs/failure-model.md.
+// docs/checking.md.
 func configs() []config {
 	return []config{
 		{name: "memory", promise: "safe", setup: memoryEnv, work: work},

@@ -30,6 +30,6 @@
 // make check) runs every store configuration under its nemeses, each run
 // reproducible from its printed seed; a violation writes the history,
 // porcupine's visualization and the seed to check-out/.
-// docs/failure-model.md has the figures, and the mutations of the real
+// docs/checking.md has the figures, and the mutations of the real
 // code that the harness catches (scripts/mutate.sh).
 package check

@@ -38,7 +38,7 @@ const anyTook = -2
 // Options tune the model to what a configuration promises.
 type Options struct {
 	// Staleness is how long after a Delete returned a near cache may still
-	// replay the deleted COMPLETED record (docs/state-machine.md, "Replays
+	// replay the deleted COMPLETED record (docs/redis-internals.md, "Replays
 	// from a near cache"); zero: never.
 	Staleness int64
 	// Slack is how much earlier than call+lease a lease may end: clock

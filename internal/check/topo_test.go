@@ -125,7 +125,7 @@ func (n SentinelFailover) Inject(ctx context.Context, _ *rand.Rand) (func() erro
 }
 
 // sentinelEnv: a primary with two replicas under three Sentinels; acks
-// is Options.ReplicaAcks (2: every replica, which docs/deployment.md says
+// is Options.ReplicaAcks (2: every replica, which docs/stores.md says
 // closes the window a failover promoting a replica that missed a write
 // leaves open). Without acks only the failover after link loss
 // runs: the one that must lose writes.

@@ -15,8 +15,7 @@ import (
 	"github.com/idemkit/idem"
 )
 
-// The defaults of the public listener's limits (docs/deployment.md,
-// "Running it on the internet").
+// The defaults of the public listener's limits (docs/internet.md).
 const (
 	// DefaultReadTimeout bounds reading a whole request, body included: the
 	// default --max-body of 1 MiB needs 35 KiB/s, which a mobile client

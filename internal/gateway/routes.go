@@ -15,7 +15,7 @@ import (
 )
 
 // Route is the policy of the requests one pattern matches: a route of the
-// config file (docs/deployment.md, "Configuration file"). Its nil and
+// config file (docs/configuration.md). Its nil and
 // empty fields take the top-level Config's. A request that no route
 // matches gets the top-level settings.
 type Route struct {

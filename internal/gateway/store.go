@@ -33,7 +33,7 @@ type StoreOptions = storeurl.Options
 // coalesces its scripts unless the URI says coalesce=off: the gateway
 // measured faster with them at 2 and at 32-64 concurrent clients, for
 // first requests and replays alike, and a key's semantics are the same
-// (docs/benchmarks.md, "Coalesced scripts"); the library's default stays
+// (docs/redis-internals.md, "Coalesced scripts"); the library's default stays
 // off, a choice for a process that owns its store, as the gateway does).
 // The returned close function releases its connections. An error of
 // CheckStore's comes before any connection.

@@ -45,7 +45,7 @@
 // counting from the highest. Moving the sequence up, at most once a second,
 // waits for the acquisitions in flight to commit: do not hold locks on the
 // store's rows in a transaction of your own. See
-// migrations/005_fence_clock.sql and docs/deployment.md ("Fences across
+// migrations/005_fence_clock.sql and docs/store-failures.md ("Fences across
 // stores").
 //
 // # Guardrail

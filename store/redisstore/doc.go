@@ -75,7 +75,7 @@
 // dial, a broken connection, a timeout) it asks a go-redis cluster client
 // to reload its slot map (ClusterClient.ReloadState), which go-redis
 // otherwise does only on MOVED and once a minute; rueidis refreshes its
-// map on such errors itself. docs/deployment.md has the measured failover.
+// map on such errors itself. docs/store-failures.md has the measured failover.
 //
 // # Replica acknowledgement
 //
@@ -119,7 +119,7 @@
 // invalidation arrives before the deleting client has its reply), but
 // measured up to 17ms with this process nearly idle and up to 345ms with
 // it CPU-bound, on a 2-core host running other loads.
-// docs/state-machine.md has the figures and the correctness argument
+// docs/redis-internals.md has the figures and the correctness argument
 // (lost invalidations, reconnects, failover).
 //
 // # Coalesced scripts
@@ -132,7 +132,7 @@
 // there is no timer. Under concurrency one round trip and one script call
 // then do the work of many. It applies on one server or a Sentinel-managed
 // primary (on Redis Cluster and a Ring it is ignored); Store.CoalesceStats
-// counts the batches. docs/state-machine.md has why no key's semantics
+// counts the batches. docs/redis-internals.md has why no key's semantics
 // change and what a lost batch reply does.
 //
 // # Store URLs

@@ -56,7 +56,7 @@ const nearCacheTTL = 100 * 365 * 24 * time.Hour
 // server-assisted cache (RESP3 CLIENT TRACKING). Only keys this process
 // saw COMPLETED are read through it, so a new key (the first request)
 // pays no extra round trip: its acquire runs the script as without the
-// cache. docs/state-machine.md has the correctness argument.
+// cache. docs/redis-internals.md has the correctness argument.
 type nearCache struct {
 	c     rueidis.Client
 	grace time.Duration // how long a key outlives its record: fenceGraceMs

@@ -164,7 +164,7 @@ func staleWindowRound(t *testing.T, s *redisstore.Store, inv *invalidationTimes,
 // up to ~20ms; TestNearCacheRemovalNotUndone shows the cause step by step.
 // Through another client, a replay may get it until this client's reader
 // has handled the invalidation, and never after: the test asserts that,
-// and logs how long the window was (docs/state-machine.md has figures).
+// and logs how long the window was (docs/redis-internals.md has figures).
 func TestNearCacheStaleWindow(t *testing.T) {
 	rounds := 40
 	if testing.Short() {

@@ -29,7 +29,7 @@ type Options struct {
 	// wrapping ErrNotReplicated; a failed acquire releases the record it
 	// wrote. It needs a *redis.Client, a Sentinel failover client or a
 	// *redis.ClusterClient. What it narrows, and what it does not, is in
-	// the package documentation and docs/deployment.md.
+	// the package documentation and docs/stores.md.
 	ReplicaAcks int
 	// ReplicaAckTimeout bounds the wait for ReplicaAcks. Zero means 500ms.
 	// It must be below the client's read timeout.
@@ -41,7 +41,7 @@ type Options struct {
 	// cache as an invalidation. It needs a rueidis client (NewRueidis)
 	// with client-side caching enabled (rueidis's default; its memory is
 	// bounded by rueidis.ClientOption.CacheSizeEachConn). False (the zero
-	// value) means off. docs/state-machine.md has what it guarantees.
+	// value) means off. docs/redis-internals.md has what it guarantees.
 	NearCache bool
 	// Functions runs the scripts as a Redis 7 function library (FCALL)
 	// instead of EVALSHA, which measured 2-21% (median 9%) faster per

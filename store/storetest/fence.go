@@ -11,7 +11,7 @@ import (
 
 // fenceLead is the most a fence may run ahead of the acquisition time, in
 // microseconds, by the store's clock. store/pgstore's sequence runs up to
-// a second ahead (docs/deployment.md, "Fences across stores").
+// a second ahead (docs/store-failures.md, "Fences across stores").
 const fenceLead = 2 * time.Second
 
 func testFenceIncreases(t *testing.T, s store.Store, advance func(time.Duration)) {

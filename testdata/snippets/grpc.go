@@ -1,4 +1,4 @@
-// The wrapper of README.md's idemgrpc fragment (see TestDocSnippets).
+// The wrapper of docs/library.md's idemgrpc fragment (see TestDocSnippets).
 package main
 
 import (

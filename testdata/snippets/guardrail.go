@@ -1,4 +1,4 @@
-// The wrapper of README.md's guardrail fragment (see TestDocSnippets).
+// The wrapper of docs/guardrail.md's fragment (see TestDocSnippets).
 package main
 
 import (

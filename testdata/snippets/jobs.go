@@ -1,4 +1,4 @@
-// The wrapper of README.md's Do fragment for jobs (see TestDocSnippets).
+// The wrapper of docs/library.md's Do fragment for jobs (see TestDocSnippets).
 package main
 
 import (

@@ -1,4 +1,4 @@
-// The wrapper of README.md's middleware fragment (see TestDocSnippets).
+// The wrapper of docs/library.md's middleware fragment (see TestDocSnippets).
 package main
 
 import (

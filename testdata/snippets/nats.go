@@ -1,5 +1,5 @@
 // module: examples/natsconsumer
-// The wrapper of the NATS fragments of README.md and docs/consumers.md
+// The wrapper of the NATS fragments of docs/library.md and docs/consumers.md
 // (see TestDocSnippets), built in the natsconsumer module.
 package main
 

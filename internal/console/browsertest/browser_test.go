@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 }
 
 // screenshotDir is where IDEM_SCREENSHOTS=1 writes the console's
-// screenshots, for docs/deployment.md.
+// screenshots, for docs/admin.md.
 var screenshotDir = filepath.Join("..", "..", "..", "docs", "console")
 
 // chromium returns the path of a Chromium, or "".
