@@ -193,7 +193,7 @@ func (m *model) acquired(v state, in Input, out Output, add func(state)) {
 	took := int64(0)
 	switch {
 	case v.St == 'A':
-	case v.St == 'P' && v.Ended && in.TakeOver:
+	case v.St == 'P' && v.Ended && in.TakeOver && v.FP == in.FP:
 		took = v.Fence
 	default:
 		return
@@ -215,9 +215,10 @@ func (m *model) acquired(v state, in Input, out Output, add func(state)) {
 }
 
 // readAcquire: the acquire found a record and returned it; a lease that
-// ended turns UNKNOWN (abandoned) unless the call takes it over.
+// ended turns UNKNOWN (abandoned) unless the call, the same request's,
+// takes it over.
 func (m *model) readAcquire(v state, in Input, out Output, add func(state)) {
-	if out.Err != "" || v.St == 'A' || (v.St == 'P' && v.Ended && in.TakeOver) {
+	if out.Err != "" || v.St == 'A' || (v.St == 'P' && v.Ended && in.TakeOver && v.FP == in.FP) {
 		m.staleRead(v, in, out, add)
 		return
 	}

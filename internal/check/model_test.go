@@ -66,6 +66,12 @@ func TestModelAcceptsTheStateMachine(t *testing.T) {
 			add(acquire("b", true), Output{Acquired: true, Fence: 9, Took: 5}).
 			add(Input{Kind: KRelease, Owner: "a", Fence: 5}, Output{Err: "lost"}).
 			add(Input{Kind: KExtend, Owner: "b", Fence: 9}, Output{}),
+		"takeover by another request: the key is UNKNOWN from then on": new(hist).
+			add(acquire("a", true), Output{Acquired: true, Fence: 5}).
+			add(Input{Kind: KAcquire, Owner: "b", FP: "fp-other", TakeOver: true}, Output{Rec: rec('U', "a", 5, "abandoned")}).
+			add(acquire("c", true), Output{Rec: rec('U', "a", 5, "abandoned")}).
+			add(Input{Kind: KRelease, Owner: "a", Fence: 5}, Output{}). // its owner knows it did not run
+			add(acquire("d", true), Output{Acquired: true, Fence: 6}),
 		"mark unknown, claim, resolve not executed, run again": new(hist).
 			add(acquire("a", false), Output{Acquired: true, Fence: 5}).
 			add(Input{Kind: KMarkUnknown, Owner: "a", Fence: 5, Reason: "cut"}, Output{}).
@@ -113,6 +119,13 @@ func TestModelRejects(t *testing.T) {
 		"takeover that keeps the old fence": new(hist).
 			add(acquire("a", true), Output{Acquired: true, Fence: 5}).
 			add(acquire("b", true), Output{Acquired: true, Fence: 5, Took: 5}),
+		"another request takes over an ended lease": new(hist).
+			add(acquire("a", true), Output{Acquired: true, Fence: 5}).
+			add(Input{Kind: KAcquire, Owner: "b", FP: "fp-other", TakeOver: true}, Output{Acquired: true, Fence: 9, Took: 5}),
+		"a takeover after another request found the key UNKNOWN": new(hist).
+			add(acquire("a", true), Output{Acquired: true, Fence: 5}).
+			add(Input{Kind: KAcquire, Owner: "b", FP: "fp-other", TakeOver: true}, Output{Rec: rec('U', "a", 5, "abandoned")}).
+			add(acquire("c", true), Output{Acquired: true, Fence: 9, Took: 5}),
 		"resolve overwrites a COMPLETED record": done().
 			add(Input{Kind: KResolve, Fence: 5, HasResult: true, Result: "r2"}, Output{}),
 		"a replay after a delete": done().

@@ -131,13 +131,10 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		if !old.abandoned(now) {
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
-		if !p.TakeOver {
+		// Only the same request takes over its ended attempt; for any
+		// other the attempt's outcome is unknown, and stays so once seen.
+		if !p.TakeOver || old.rec.Fingerprint != p.Fingerprint {
 			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(max(p.Retention, p.KeyRetention)))
-			return store.AcquireResult{Record: old.view(now)}, nil
-		}
-		if old.rec.Fingerprint != p.Fingerprint {
-			// Only the same request takes over its ended attempt: another
-			// one under the key gets the record, for a mismatch.
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}

@@ -81,8 +81,8 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 }
 
 // acquireOnce runs the acquire statement and, when a live row blocked it,
-// reads that row; it turns an abandoned row UNKNOWN when p.TakeOver is
-// false. found is false when the row changed under it: try again.
+// reads that row; it turns an abandoned row UNKNOWN unless p takes it
+// over (p.TakeOver, and the row's request is p's: its fingerprint). found is false when the row changed under it: try again.
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
 	keep := max(p.Retention, p.KeyRetention) // the life of a record whose outcome may be unknown
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
@@ -107,8 +107,6 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 		return r.acquired(), true, nil
 	case r.abandoned && p.TakeOver && r.rec.Fingerprint == p.Fingerprint: // the lease ended after the INSERT looked: it takes over now
 		return store.AcquireResult{}, false, nil
-	case r.abandoned && p.TakeOver: // another request under the key takes nothing over: a mismatch
-		return store.AcquireResult{Record: r.rec}, true, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
 		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, keep.Microseconds())

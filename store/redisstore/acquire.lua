@@ -43,13 +43,12 @@ if replay then return replay end
 local r = decode(rec)
 local took = ''
 if abandoned(r, now_ms) then
-  if ARGV[6] ~= '1' then
+  -- Only the same request takes over its ended attempt; for any other the
+  -- attempt's outcome is unknown, and stays so once seen.
+  if ARGV[6] ~= '1' or r.fp ~= ARGV[2] then
     to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', now_ms + retention, grace)
     return reply(r, now_ms)
   end
-  -- Only the same request takes over its ended attempt; another one under
-  -- the key gets the record, for a mismatch, and leaves it as it is.
-  if r.fp ~= ARGV[2] then return reply(r, now_ms) end
   took = ':' .. r.fence .. ':' .. ms(r.acquired)
 elseif live(r, now_ms) then
   return reply(r, now_ms)

@@ -144,9 +144,10 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 }
 
 // testTakeOver: an Acquire with TakeOver of an ended lease, by the same
-// request (its fingerprint), acquires the
-// key with a higher fence and reports the attempt it took over; it never
-// takes over a lease that still holds.
+// request (its fingerprint), acquires the key with a higher fence and
+// reports the attempt it took over; it never takes over a lease that
+// still holds, nor another request's: for that one the attempt's outcome
+// is unknown, and stays so once seen.
 func testTakeOver(t *testing.T, s store.Store, advance func(time.Duration)) {
 	live := newID(t)
 	holder := mustAcquire(t, s, live, long)
@@ -155,16 +156,25 @@ func testTakeOver(t *testing.T, s store.Store, advance func(time.Duration)) {
 		t.Fatalf("Acquire with TakeOver of a live lease = %+v; want the holder's PROCESSING record", res)
 	}
 
+	other := newID(t)
+	ended := acquire(t, s, other, "fp", short)
 	id := newID(t)
 	first := acquire(t, s, id, "fp", short)
 	stale := store.LeaseRef{ID: id, Owner: first.Record.Owner, Fence: first.Record.Fence}
 	advance(2 * short)
-	// Another request under the same key takes nothing over: the ended
-	// attempt was not its own, and it gets the record to answer a mismatch
-	// with (a retry of the attempt with another body, or a key reused).
-	res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-other", LeaseDuration: long, Retention: long, TakeOver: true})
-	if res.Acquired || res.Takeover != nil || res.Record.Fingerprint != "fp" || res.Record.Fence != stale.Fence {
-		t.Fatalf("Acquire with TakeOver of an ended lease by another request = %+v; want not acquired, the ended attempt's record", res)
+	// Another request under the key takes nothing over: the ended attempt
+	// was not its own. It gets the record, UNKNOWN (abandoned), to answer a
+	// mismatch with, as an Acquire without TakeOver would, and the key is
+	// UNKNOWN from then on: the same request's takeover, later, finds it so
+	// (what a caller was told stays true).
+	res = acquireWith(t, s, store.AcquireParams{ID: other, Owner: rand.Text(), Fingerprint: "fp-other", LeaseDuration: long, Retention: long, TakeOver: true})
+	if res.Acquired || res.Takeover != nil || res.Record.State != store.StateUnknown || res.Record.Fingerprint != "fp" || res.Record.Fence != ended.Record.Fence {
+		t.Fatalf("Acquire with TakeOver of an ended lease by another request = %+v; want not acquired, the ended attempt's record, UNKNOWN", res)
+	}
+	wantUnknown(t, s, store.LeaseRef{ID: other, Owner: ended.Record.Owner, Fence: ended.Record.Fence}, store.ReasonAbandoned)
+	res = acquireWith(t, s, store.AcquireParams{ID: other, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
+	if res.Acquired || res.Record.State != store.StateUnknown {
+		t.Fatalf("Acquire with TakeOver by the ended attempt's request, after another request found it UNKNOWN = %+v; want not acquired, UNKNOWN", res)
 	}
 	res = acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: true})
 	if !res.Acquired || res.Takeover == nil {
