@@ -8,7 +8,8 @@
 # - on a fresh Debian machine, as root, apt-get installs what is missing
 #   (gcc, redis-server, postgresql, nats-server, prometheus for its
 #   promtool, systemd for systemd-analyze, chromium for the console's
-#   browser test, spin for make model, make for the Makefile; about a minute), and the new
+#   browser test, spin for make model, make for the Makefile, git for the
+#   image's revision; about a minute), and the new
 #   PostgreSQL's local pg_hba.conf lines are set to trust, so that the tests
 #   connect as postgres without a password.
 # - NATS (examples/natsconsumer) runs with JetStream on 127.0.0.1:4222,
@@ -75,6 +76,9 @@ command -v chromium >/dev/null || install chromium "Chromium, for the console's 
 # make runs the Makefile's targets (make help), which the docs name; the
 # test command calls the scripts themselves and does not need it.
 command -v make >/dev/null || install make "make, for the Makefile's targets (make help)"
+# git: the image's test (deploy/image) labels the image with the clone's
+# revision, as make image does.
+command -v git >/dev/null || install git "git, for the revision the OCI image's label carries" "" --no-install-recommends
 # spin checks the protocol's model (make model, model/idem.pml).
 command -v spin >/dev/null || install spin "spin, the Promela model checker, for make model"
 

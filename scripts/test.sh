@@ -28,5 +28,7 @@ phase "interop: stripe-go against idem serve on memory, Redis and PostgreSQL (it
 phase "the operator's console in headless Chromium, driven by chromedp (internal/console/browsertest, its own module, about 30s)"
 (cd internal/console/browsertest && go vet ./... && go test -race -count=1 -timeout 5m ./...)
 phase "deploy/image and deploy/helm/charttest, their own modules: the OCI image built and inspected, the Helm chart linted and rendered by helm's packages (about 1 min; the first compiles helm, about 5 min more)"
-(cd deploy/image && go vet ./... && go test -count=1 -timeout 10m ./...) && (cd deploy/helm/charttest && go vet ./... && go test -count=1 -timeout 10m ./...)
+# One command a line: set -e does not stop at a failure in front of &&.
+(cd deploy/image && go vet ./... && go test -count=1 -timeout 10m ./...)
+(cd deploy/helm/charttest && go vet ./... && go test -count=1 -timeout 10m ./...)
 phase "every test passed"
