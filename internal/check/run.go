@@ -43,6 +43,18 @@ type Env struct {
 	Clients func(ctx context.Context, w Workload, seed uint64, rec *Recorder, l *Ledger, tenant string, keys []string)
 	// StartRun, when set, runs before each run (a fresh in-process store).
 	StartRun func() error
+	// Prepare, when set, runs before each run of an Env with Clients,
+	// before the nemesis starts: it sets the run up from its seed (the
+	// product check starts its gateways on a configuration drawn from it)
+	// and returns that configuration's text, kept with the history.
+	Prepare func(ctx context.Context, seed uint64) (config string, err error)
+	// Finish, when set, runs after the run's faults are healed, on an Env
+	// with Clients: the checks that need the system quiet (which keys the
+	// admin API lists UNKNOWN). What it finds joins History.Seen.
+	Finish func(ctx context.Context) ([]Violation, error)
+	// Life, when set, gives after each run the life of its keys
+	// (History.Life).
+	Life func() map[string]int64
 	// Settle, when set, runs after each run's faults are healed, until
 	// the store serves again (a failover done, a replica in sync).
 	Settle func(ctx context.Context) error
@@ -143,6 +155,13 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 // runExternal is Run for an Env with Clients.
 func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *rand.Rand, mix []Nemesis, st RunStats,
 	rec *Recorder, ledger *Ledger, tenant string, keys []string) (History, RunStats, error) {
+	var config string
+	if env.Prepare != nil {
+		var err error
+		if config, err = env.Prepare(ctx, seed); err != nil {
+			return History{}, st, err
+		}
+	}
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
@@ -153,7 +172,18 @@ func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *ra
 	if nemErr != nil {
 		return History{}, st, nemErr
 	}
-	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External()}
+	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External(), Config: config}
+	if env.Finish != nil {
+		seen, err := env.Finish(ctx)
+		if err != nil {
+			return History{}, st, err
+		}
+		rec.saw(seen...)
+	}
+	h.Seen = rec.Seen()
+	if env.Life != nil {
+		h.Life = env.Life()
+	}
 	st.Ops = len(h.Given) + len(h.External)
 	return h, st, nil
 }
