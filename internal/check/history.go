@@ -140,10 +140,10 @@ type Recorder struct {
 	start time.Time
 
 	mu    sync.Mutex
-	ops   []Op    // guarded by mu
-	ext   []Op    // guarded by mu: operations not made through a recorded store
-	given []Given // guarded by mu
-	lanes []bool  // guarded by mu: lanes in use
+	ops   []Op        // guarded by mu
+	ext   []Op        // guarded by mu: operations not made through a recorded store
+	given []Given     // guarded by mu
+	lanes []bool      // guarded by mu: lanes in use
 	seen  []Violation // guarded by mu
 }
 
