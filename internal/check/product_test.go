@@ -3,6 +3,7 @@ package check
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -51,7 +52,7 @@ type productRoute struct {
 // productConfig is one run's configuration.
 type productConfig struct {
 	storeURL, upstream      string
-	tenantHeader            bool   // tenants from X-Tenant-ID, else from Authorization
+	tenantFrom              string // header (X-Tenant-ID), authorization, or both
 	methods                 string // the top level's: never POST, so a POST no route takes passes through unprotected
 	requireKey              bool   // the file's require-key
 	envRequireKey           bool   // IDEM_REQUIRE_KEY=true, which wins over the file
@@ -65,7 +66,7 @@ const productLease = 400 * time.Millisecond
 
 func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 	rng := rand.New(rand.NewPCG(seed, 77))
-	c := &productConfig{storeURL: storeURL, upstream: upstream, tenantHeader: rng.IntN(2) == 0,
+	c := &productConfig{storeURL: storeURL, upstream: upstream, tenantFrom: []string{"header", "header", "both", "both", "authorization"}[rng.IntN(5)],
 		methods: []string{"[PATCH]", "[PUT]", "[PUT, PATCH]"}[rng.IntN(3)], requireKey: rng.IntN(3) == 0,
 		retention: time.Duration(1+rng.IntN(2)) * time.Second, lease: productLease}
 	c.envRequireKey = !c.requireKey && rng.IntN(4) > 0
@@ -110,9 +111,12 @@ func (c *productConfig) file() string {
 	fmt.Fprintf(&b, "store: %s\nupstream: %s\nlog-level: error\nstore-timeout: 1s\n", c.storeURL, c.upstream)
 	fmt.Fprintf(&b, "lease: %v\nupstream-timeout: %v\nmethods: %s\nrequire-key: %t\n", c.lease, c.lease, c.methods, c.requireKey)
 	fmt.Fprintf(&b, "retention: %v\nkey-retention: %v\n", c.retention, c.keyRetention)
-	if c.tenantHeader {
+	switch c.tenantFrom {
+	case "header":
 		b.WriteString("tenant-from: [\"header:X-Tenant-ID\"]\n")
-	} else {
+	case "both":
+		b.WriteString("tenant-from: [authorization, \"header:X-Tenant-ID\"]\n")
+	default:
 		b.WriteString("tenant-from: [authorization]\n")
 	}
 	if c.adminToken != "" {
@@ -271,6 +275,16 @@ type productEnv struct {
 	rec     *Recorder
 	ledger  *Ledger
 	hc      *http.Client
+
+	mu    sync.Mutex
+	count map[string]int // what the run did, for its log line: that each part of the workload ran
+}
+
+// did counts one thing the run did.
+func (pe *productEnv) did(what string) {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	pe.count[what]++
 }
 
 func productEnvSetup(t *testing.T) *Env {
@@ -319,13 +333,14 @@ func buildIdem(t *testing.T) string {
 // gateways on it.
 func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) {
 	pe.seed = seed
+	pe.count = map[string]int{}
 	pe.cfg = drawProductConfig(seed, pe.redis, "http://"+pe.up.addr)
 	pe.tenants = nil
 	for i := range 3 {
 		pe.tenants = append(pe.tenants, fmt.Sprintf("t%s%c", strconv.FormatUint(seed, 36), 'a'+i))
 	}
 	pe.keys = map[string][]string{}
-	for _, ns := range []string{"o", "p", "z"} {
+	for _, ns := range []string{"o", "q", "p", "z"} {
 		n := 16
 		if ns == "z" {
 			n = 6
@@ -495,38 +510,56 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	case resp.StatusCode == http.StatusOK:
 		pe.rec.give(Given{Key: hid, Body: string(got), Replay: replayed, Call: call, Return: pe.rec.Now()})
 	}
+	pe.did(fmt.Sprintf("answer %d", resp.StatusCode))
+	if replayed {
+		pe.did("replayed")
+	}
 	return resp.StatusCode, resp.StatusCode == http.StatusServiceUnavailable
 }
 
 func (pe *productEnv) setTenant(h http.Header, tenant string) {
-	if pe.cfg.tenantHeader {
+	if pe.cfg.tenantFrom != "authorization" {
 		h.Set("X-Tenant-ID", tenant)
-	} else {
+	}
+	if pe.cfg.tenantFrom != "header" {
 		h.Set("Authorization", "Bearer tok-"+tenant)
 	}
 }
 
 // tenantSegment is the tenant as the admin API names it: the header's
-// value, or the hash of the Authorization header.
+// value; the hash of the Authorization header; or, from both, the hash
+// of each source's name, count and values (docs/deployment.md, tenants).
 func (pe *productEnv) tenantSegment(tenant string) string {
-	if pe.cfg.tenantHeader {
+	switch pe.cfg.tenantFrom {
+	case "header":
 		return tenant
+	case "authorization":
+		return httpwire.SumTenant(httpwire.AppendField(nil, "Bearer tok-"+tenant))
 	}
-	return httpwire.SumTenant(httpwire.AppendField(nil, "Bearer tok-"+tenant))
+	var b []byte
+	for _, s := range [][2]string{{"authorization", "Bearer tok-" + tenant}, {"header:X-Tenant-Id", tenant}} {
+		b = httpwire.AppendField(b, s[0])
+		b = binary.BigEndian.AppendUint64(b, 1)
+		b = httpwire.AppendField(b, s[1])
+	}
+	return httpwire.SumTenant(b)
 }
 
 // draw draws one request of the workload.
 func (pe *productEnv) draw(rng *rand.Rand) request {
-	ns := []string{"o", "p"}[rng.IntN(2)]
+	// Keys of o and p are sent as the API spells them (now and then
+	// otherwise); keys of q under a spelling drawn each time, which the
+	// fingerprint may take for another request (422).
+	ns := []string{"o", "p", "q"}[rng.IntN(3)]
 	keys := pe.keys[ns]
 	k := rng.IntN(len(keys))
 	q := request{tenant: pe.tenants[rng.IntN(len(pe.tenants))], key: keys[k], method: http.MethodPost, keyed: true,
-		amount: 1 + k%3, note: "n" + strconv.Itoa(rng.IntN(1000)), g: pe.gs[rng.IntN(len(pe.gs))]}
+		amount: 1 + k%3, note: "n" + strconv.Itoa(k), g: pe.gs[rng.IntN(len(pe.gs))]}
 	q.route, q.path = "orders", "/v1/orders"
 	if ns == "p" {
 		q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(q.key)
 	}
-	if rng.IntN(5) < 2 {
+	if ns == "q" || rng.IntN(10) == 0 {
 		sp := spellings(q.path)
 		q.path = sp[rng.IntN(len(sp))]
 	}
@@ -541,6 +574,8 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 		q.slow = true
 	case r < 10:
 		q.amount++ // the key reused for another request
+	case r < 15:
+		q.note = "n" + strconv.Itoa(rng.IntN(1000)) // another note: the same request where the fingerprint ignores it
 	}
 	return q
 }
@@ -554,7 +589,7 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 		case r < 4:
 			pe.operate(ctx, rng)
 			return false
-		case r < 6 && pe.cfg.tenantHeader:
+		case r < 6 && pe.cfg.tenantFrom != "authorization":
 			q := pe.draw(rng)
 			q.twice = true
 			_, back := pe.send(ctx, q)
@@ -577,7 +612,10 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			var wg sync.WaitGroup
 			for i := range 3 {
 				c := q
-				c.note, c.g = fmt.Sprintf("c%d-%d", i, rng.IntN(1000)), pe.gs[i%len(pe.gs)]
+				c.g = pe.gs[i%len(pe.gs)]
+				if i == 2 {
+					c.note = fmt.Sprintf("c%d", rng.IntN(1000))
+				}
 				wg.Go(func() { pe.send(ctx, c) })
 			}
 			wg.Wait()
@@ -638,6 +676,7 @@ func (pe *productEnv) operate(ctx context.Context, rng *rand.Rand) {
 	authorised := origin == "" && auth
 	noToken := !auth || pe.cfg.adminToken == ""
 	refused := func(what string, status int, err error) {
+		pe.did(fmt.Sprintf("admin unauthorised %d", status))
 		if err == nil && status < 300 {
 			pe.rec.saw(Violation{"admin", hid, fmt.Sprintf("%s (origin %q, token %t) got %d: it changed the key", what, origin, !noToken, status)})
 		}
@@ -658,6 +697,7 @@ func (pe *productEnv) operate(ctx context.Context, rng *rand.Rand) {
 				out = Output{Info: true}
 			}
 			pe.rec.external(lane, call, Input{Kind: KDelete, Key: hid}, out)
+			pe.did(fmt.Sprintf("admin delete %d", status))
 			return
 		}
 		status, _, err = pe.admin(ctx, g, http.MethodDelete, p, nil, auth, origin)
@@ -684,6 +724,7 @@ func (pe *productEnv) operate(ctx context.Context, rng *rand.Rand) {
 	}
 	lane, call := pe.rec.begin()
 	status, _, err = pe.admin(ctx, g, http.MethodPost, path+"/resolve", res, true, "")
+	pe.did(fmt.Sprintf("admin resolve %s %d", res["outcome"], status))
 	if done { // a resolution as completed lets nothing run again
 		pe.rec.external(lane, call, Input{Kind: KResolve, Key: hid, HasResult: true, Result: v}, Output{Info: err != nil})
 		return
@@ -735,7 +776,7 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 	sleep(ctx, lease+300*time.Millisecond)
 	for _, k := range zs[:len(zs)/2] {
 		pe.send(ctx, request{tenant: tenant, key: k, route: "orders", path: "/v1/orders", method: http.MethodPost, keyed: true,
-			amount: 1, note: "retry", g: pe.gs[1]})
+			amount: 1, note: "z" + strconv.Itoa(slices.Index(zs, k)), g: pe.gs[1]})
 	}
 	marked := time.Now()
 	v, err := pe.checkListed(ctx)
@@ -749,9 +790,10 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		ret = orders.retention
 	}
 	sleep(ctx, time.Until(marked.Add(ret+300*time.Millisecond)))
+	defer func() { pe.t.Logf("product seed %d did: %v", pe.seed, pe.count) }()
 	for _, k := range zs[:len(zs)/2] {
 		pe.send(ctx, request{tenant: tenant, key: k, route: "orders", path: "/v1/orders", method: http.MethodPost, keyed: true,
-			amount: 1, note: "late", g: pe.gs[1]})
+			amount: 1, note: "z" + strconv.Itoa(slices.Index(zs, k)), g: pe.gs[1]})
 	}
 	return seen, nil
 }
@@ -782,13 +824,14 @@ func (pe *productEnv) checkListed(ctx context.Context) ([]Violation, error) {
 	for _, tenant := range pe.tenants {
 		seg := pe.tenantSegment(tenant)
 		var unknown []string
-		for _, ns := range []string{"o", "p", "z"} {
+		for _, ns := range []string{"o", "q", "p", "z"} {
 			for _, k := range pe.keys[ns] {
 				if pe.state(ctx, g, seg, k) == "UNKNOWN" {
 					unknown = append(unknown, k)
 				}
 			}
 		}
+		pe.count["unknown keys listed"] += len(unknown)
 		if len(unknown) == 0 {
 			continue
 		}
