@@ -27,8 +27,9 @@ var work = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 4 * time.Secon
 var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.Second, Lease: lease}
 
 // productWork is the product check's workload: its keys and tenants are
-// its own (productEnv.prepare).
-var productWork = Workload{Clients: 8, Duration: 4 * time.Second, Lease: productLease}
+// its own (productEnv.prepare); a run is a number of steps and faults
+// drawn from its seed, not a time, so that a loaded machine does as much.
+var productWork = Workload{Clients: 8, Steps: 40, Faults: 3, Lease: productLease}
 
 // configs are the configurations of the campaign, in the order of
 // docs/failure-model.md.

@@ -758,23 +758,42 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		pe.send(ctx, request{tenant: tenant, key: zs[i], route: "orders", path: "/v1/orders", method: http.MethodPost, keyed: true,
 			slow: slow, amount: 1, note: "z" + strconv.Itoa(i), g: g})
 	}
+	ret := pe.cfg.retention
+	if orders.retention != 0 {
+		ret = orders.retention
+	}
 	// zs[:4] in flight at the upstream when their gateway is killed
 	// (abandoned); zs[4:] past the upstream timeout of the other (504,
-	// marked UNKNOWN by the gateway itself).
-	var wg sync.WaitGroup
+	// marked UNKNOWN by the gateway itself), and sent again past the
+	// response retention, before the key retention: still UNKNOWN, not
+	// run again.
+	var killed, timedOut, late sync.WaitGroup
 	for i := range zs {
-		g := pe.gs[0]
-		if i >= 4 {
-			g = pe.gs[1]
+		if i < 4 {
+			killed.Go(func() { send(i, pe.gs[0], true) })
+		} else {
+			timedOut.Go(func() { send(i, pe.gs[1], true) })
 		}
-		wg.Go(func() { send(i, g, true) })
 	}
+	late.Go(func() {
+		timedOut.Wait()
+		sleep(ctx, ret+300*time.Millisecond)
+		for i := 4; i < len(zs); i++ {
+			send(i, pe.gs[1], false)
+		}
+	})
+	defer func() {
+		pe.mu.Lock()
+		defer pe.mu.Unlock()
+		pe.t.Logf("product seed %d did: %v", pe.seed, pe.count)
+	}()
+	defer late.Wait()
 	deadline := time.Now().Add(3 * time.Second)
 	for pe.up.slowNow.Load() < int64(len(zs)) && time.Now().Before(deadline) {
 		sleep(ctx, 5*time.Millisecond)
 	}
 	pe.gs[0].Kill()
-	wg.Wait()
+	killed.Wait()
 	if err := pe.gs[0].start(ctx); err != nil {
 		return nil, err
 	}
@@ -792,18 +811,11 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		return nil, err
 	}
 	seen = append(seen, v...)
-	// Past the response's retention, before the key's: still UNKNOWN,
-	// not run again.
-	ret := pe.cfg.retention
-	if orders.retention != 0 {
-		ret = orders.retention
-	}
+	// Past the response's retention: still UNKNOWN (the invariants
+	// bound its record's life from the first request only).
 	sleep(ctx, time.Until(marked.Add(ret+300*time.Millisecond)))
-	defer func() { pe.t.Logf("product seed %d did: %v", pe.seed, pe.count) }()
-	for i := range zs {
-		if i < 2 || i >= 4 {
-			send(i, pe.gs[1], false)
-		}
+	for i := range 2 {
+		send(i, pe.gs[1], false)
 	}
 	return seen, nil
 }
@@ -841,7 +853,9 @@ func (pe *productEnv) checkListed(ctx context.Context) ([]Violation, error) {
 				}
 			}
 		}
+		pe.mu.Lock()
 		pe.count["unknown keys listed"] += len(unknown)
+		pe.mu.Unlock()
 		if len(unknown) == 0 {
 			continue
 		}

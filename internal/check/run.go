@@ -81,6 +81,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 		mix = append(mix, env.Nemeses[rng.IntN(len(env.Nemeses))])
 	}
 	st := RunStats{}
+	w = w.bySteps(seed)
 	w.Timed = true
 	for _, n := range mix {
 		st.Nemeses = append(st.Nemeses, n.Name())
@@ -132,7 +133,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
-	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w.Lease) })
+	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w) })
 	clients(ctx, w, seed, procs, keys)
 	stopNemesis()
 	wg.Wait()
@@ -165,7 +166,7 @@ func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *ra
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
-	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w.Lease) })
+	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w) })
 	env.Clients(ctx, w, seed, rec, ledger, tenant, keys)
 	stopNemesis()
 	wg.Wait()
@@ -190,13 +191,26 @@ func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *ra
 
 // nemesis injects faults from mix until ctx ends: a pause of one to three
 // leases, a fault that lasts a half to three leases, healed, and again.
-func nemesis(ctx context.Context, mix []Nemesis, rng *rand.Rand, lease time.Duration) (int, error) {
+// With w.Steps, it injects w.Faults faults instead, fault i once the
+// clients have taken i/(Faults+1) of their steps.
+func nemesis(ctx context.Context, mix []Nemesis, rng *rand.Rand, w Workload) (int, error) {
+	lease := w.Lease
 	faults := 0
 	if len(mix) == 0 {
 		return 0, nil
 	}
 	for {
-		sleep(ctx, lease+time.Duration(rng.Int64N(int64(2*lease))))
+		if w.Steps == 0 {
+			sleep(ctx, lease+time.Duration(rng.Int64N(int64(2*lease))))
+		} else {
+			if faults == w.Faults {
+				return faults, nil
+			}
+			at := int64(w.Clients*w.Steps) * int64(faults+1) / int64(w.Faults+1)
+			for w.done.Load() < at && ctx.Err() == nil {
+				sleep(ctx, 5*time.Millisecond)
+			}
+		}
 		if ctx.Err() != nil {
 			return faults, nil
 		}
