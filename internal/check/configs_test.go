@@ -29,7 +29,7 @@ var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.S
 // productWork is the product check's workload: its keys and tenants are
 // its own (productEnv.prepare); a run is a number of steps and faults
 // drawn from its seed, not a time, so that a loaded machine does as much.
-var productWork = Workload{Clients: 8, Steps: 40, Faults: 3, Lease: productLease}
+var productWork = Workload{Clients: 8, Steps: 40, Faults: 4, Lease: productLease}
 
 // configs are the configurations of the campaign, in the order of
 // docs/failure-model.md.

@@ -55,7 +55,7 @@ type productConfig struct {
 	tenantFrom              string // header (X-Tenant-ID), authorization, or both
 	methods                 string // the top level's: never POST, so a POST no route takes passes through unprotected
 	requireKey              bool   // the file's require-key
-	envRequireKey           bool   // IDEM_REQUIRE_KEY=true, which wins over the file
+	envRequireKey           string // IDEM_REQUIRE_KEY ("": unset), the file's opposite: it wins over the file
 	retention, keyRetention time.Duration
 	adminToken              string // "" : none (the admin API is on loopback)
 	lease                   time.Duration
@@ -67,9 +67,11 @@ const productLease = 400 * time.Millisecond
 func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 	rng := rand.New(rand.NewPCG(seed, 77))
 	c := &productConfig{storeURL: storeURL, upstream: upstream, tenantFrom: []string{"header", "header", "both", "both", "authorization"}[rng.IntN(5)],
-		methods: []string{"[PATCH]", "[PUT]", "[PUT, PATCH]"}[rng.IntN(3)], requireKey: rng.IntN(3) == 0,
+		methods: []string{"[PATCH]", "[PUT]", "[PUT, PATCH]"}[rng.IntN(3)], requireKey: rng.IntN(2) == 0,
 		retention: time.Duration(1+rng.IntN(2)) * time.Second, lease: productLease}
-	c.envRequireKey = !c.requireKey && rng.IntN(4) > 0
+	if rng.IntN(4) > 0 {
+		c.envRequireKey = strconv.FormatBool(!c.requireKey)
+	}
 	if rng.IntN(10) > 0 {
 		c.keyRetention = c.retention + 4*time.Second
 	}
@@ -162,8 +164,8 @@ func (c *productConfig) file() string {
 
 // env is the IDEM_ variables of the run's gateways.
 func (c *productConfig) env() []string {
-	if c.envRequireKey {
-		return []string{"IDEM_REQUIRE_KEY=true"}
+	if c.envRequireKey != "" {
+		return []string{"IDEM_REQUIRE_KEY=" + c.envRequireKey}
 	}
 	return nil
 }
@@ -188,7 +190,10 @@ func (c *productConfig) requires(rt *productRoute) bool {
 	if rt.requireKey != nil {
 		return *rt.requireKey
 	}
-	return c.envRequireKey || c.requireKey
+	if c.envRequireKey != "" {
+		return c.envRequireKey == "true"
+	}
+	return c.requireKey
 }
 
 // life is how long a key of rt is kept from its completion: the longer of
@@ -341,7 +346,7 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	}
 	pe.keys = map[string][]string{}
 	for _, ns := range []string{"o", "q", "p", "z"} {
-		n := 16
+		n := 8
 		if ns == "z" {
 			n = 8
 		}
@@ -503,6 +508,8 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 		pe.rec.saw(Violation{"tenant", hid, fmt.Sprintf("a request with X-Tenant-ID sent twice got %d, not 400 (%.80s)", resp.StatusCode, got)})
 	case !q.keyed && !rt.passThrough && pe.cfg.requires(rt) && resp.StatusCode != http.StatusBadRequest:
 		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s without a key got %d, not 400; route %s requires one", q.method, q.path, resp.StatusCode, q.route)})
+	case !q.keyed && !rt.passThrough && !pe.cfg.requires(rt) && bytes.Contains(got, []byte(`"key_required"`)):
+		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s without a key got 400 key_required; route %s does not require one", q.method, q.path, q.route)})
 	case !q.keyed || rt.passThrough:
 	case replayed && rt.disposition(resp.StatusCode) != "store":
 		pe.rec.saw(Violation{"status", hid, fmt.Sprintf("a replay of status %d, which route %s's policy does not store (%s) (%.80s)",
@@ -564,17 +571,17 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 		q.path = sp[rng.IntN(len(sp))]
 	}
 	switch r := rng.IntN(100); {
-	case r < 3:
-		q.status = 401
 	case r < 5:
-		q.status = 409
+		q.status = 401
 	case r < 7:
-		q.status = 500
+		q.status = 409
 	case r < 9:
+		q.status = 500
+	case r < 11:
 		q.slow = true
-	case r < 10:
+	case r < 12:
 		q.amount++ // the key reused for another request
-	case r < 15:
+	case r < 17:
 		q.note = "n" + strconv.Itoa(rng.IntN(1000)) // another note: the same request where the fingerprint ignores it
 	}
 	return q
