@@ -173,7 +173,6 @@ func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *ra
 	if nemErr != nil {
 		return History{}, st, nemErr
 	}
-	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External(), Config: config}
 	if env.Finish != nil {
 		seen, err := env.Finish(ctx)
 		if err != nil {
@@ -181,7 +180,8 @@ func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *ra
 		}
 		rec.saw(seen...)
 	}
-	h.Seen = rec.Seen()
+	// After Finish: what it did is part of the history.
+	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External(), Seen: rec.Seen(), Config: config}
 	if env.Life != nil {
 		h.Life = env.Life()
 	}
