@@ -130,6 +130,9 @@ func (c campaign) runConfig(t *testing.T, cfg config) {
 		if err := v.Write(dir, cfg.name, seed, h); err != nil {
 			t.Errorf("writing %s: %v", dir, err)
 		}
+		if h.Config != "" {
+			t.Logf("  the run's configuration (also in %s/config.txt):\n%s", dir, h.Config)
+		}
 		for i, x := range v.Violations {
 			if i == 5 {
 				t.Logf("  ... %d more in %s", len(v.Violations)-5, dir)

@@ -19,6 +19,15 @@ type History struct {
 	// External are operations on the store the model does not see (a
 	// gateway's admin API); the invariants count their deletes.
 	External []Op
+	// Seen are the breaches the harness saw during the run (Recorder.saw).
+	Seen []Violation `json:",omitempty"`
+	// Config is the configuration the run drew (the product check's
+	// config file, with its environment), written beside the history.
+	Config string `json:",omitempty"`
+	// Life, when set, is how long the record of a key lives after its
+	// request began (the longer of its retention and key retention):
+	// a key may run again after that. Nil: never within a run.
+	Life map[string]int64 `json:",omitempty"`
 }
 
 // Verdict is what the checker found in one history.
@@ -68,9 +77,10 @@ func Check(h History, o Options, timeout time.Duration) Verdict {
 			"no order of the store's state machine explains the key's history (visualization.html shows the first such key)"})
 	}
 	dels := deletes(append(slices.Clone(h.Ops), h.External...))
-	v.Violations = append(v.Violations, checkEffects(h.Effects, dels)...)
+	v.Violations = append(v.Violations, h.Seen...)
+	v.Violations = append(v.Violations, checkEffects(h.Effects, dels, h.Life)...)
 	v.Violations = append(v.Violations, checkFences(h.Ops)...)
-	v.Violations = append(v.Violations, checkGiven(h.Given, h.Effects, dels)...)
+	v.Violations = append(v.Violations, checkGiven(h.Given, h.Effects, dels, h.Life)...)
 	return v
 }
 
@@ -91,11 +101,14 @@ func (v Verdict) Write(dir, config string, seed uint64, h History) error {
 		return err
 	}
 	files := map[string]string{
-		"seed.txt": fmt.Sprintf("config %s\nseed %d\nrerun: IDEM_CHECK=%s IDEM_CHECK_SEED=%d go test -count=1 -run TestCampaign ./internal/check/\n",
+		"seed.txt": fmt.Sprintf("config %s\nseed %d\nrerun: IDEM_CHECK=short IDEM_CHECK_CONFIGS=%s IDEM_CHECK_SEED=%d go test -count=1 -run TestCampaign ./internal/check/\n",
 			config, seed, config, seed),
 		"violations.txt": b.String(),
 		"history.json":   string(hist),
 		"VIOLATION":      config + "\n",
+	}
+	if h.Config != "" {
+		files["config.txt"] = h.Config
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {

@@ -26,6 +26,11 @@ var work = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 4 * time.Secon
 // failover takes seconds.
 var topoWork = Workload{Clients: 8, Keys: 48, Processes: 3, Duration: 6 * time.Second, Lease: lease}
 
+// productWork is the product check's workload: its keys and tenants are
+// its own (productEnv.prepare); a run is a number of steps and faults
+// drawn from its seed, not a time, so that a loaded machine does as much.
+var productWork = Workload{Clients: 8, Steps: 40, Faults: 4, Lease: productLease}
+
 // configs are the configurations of the campaign, in the order of
 // docs/checking.md.
 func configs() []config {
@@ -38,6 +43,7 @@ func configs() []config {
 		{name: "cluster-acks", promise: "narrowed", setup: clusterEnv(1), work: topoWork},
 		{name: "postgres", promise: "safe", setup: pgEnv, work: work},
 		{name: "gateways", promise: "safe", setup: gatewayEnv, work: work},
+		{name: "product", promise: "safe", setup: productEnvSetup, work: productWork},
 		{name: "layered", promise: "safe", setup: layeredEnv, work: work},
 		{name: "redis-nopersist", promise: "unsafe", setup: redisNoPersistEnv, work: work},
 		{name: "sentinel-noacks", promise: "unsafe", setup: sentinelEnv(0), work: topoWork},

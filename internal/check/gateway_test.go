@@ -27,6 +27,7 @@ import (
 type gatewayProc struct {
 	bin, listen, admin string
 	args               []string
+	env                []string // IDEM_ variables of its own
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -45,9 +46,10 @@ func freeAddr(t *testing.T) string {
 // start runs the process and waits until its admin API answers.
 func (g *gatewayProc) start(ctx context.Context) error {
 	cmd := exec.Command(g.bin, append([]string{"serve", "--listen", g.listen, "--admin", g.admin}, g.args...)...)
-	// No admin token from this environment: the admin API listens on
-	// loopback. (An empty IDEM_ADMIN_TOKEN is refused at start.)
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "IDEM_ADMIN_TOKEN=") })
+	// No IDEM_ variable from this environment (an IDEM_STORE or
+	// IDEM_ADMIN_TOKEN of the developer's would override the run's
+	// configuration): only the process's own.
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "IDEM_") }), g.env...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
 	if err := cmd.Start(); err != nil {

@@ -140,10 +140,26 @@ type Recorder struct {
 	start time.Time
 
 	mu    sync.Mutex
-	ops   []Op    // guarded by mu
-	ext   []Op    // guarded by mu: operations not made through a recorded store
-	given []Given // guarded by mu
-	lanes []bool  // guarded by mu: lanes in use
+	ops   []Op        // guarded by mu
+	ext   []Op        // guarded by mu: operations not made through a recorded store
+	given []Given     // guarded by mu
+	lanes []bool      // guarded by mu: lanes in use
+	seen  []Violation // guarded by mu
+}
+
+// saw records breaches the harness saw as they happened: a request that
+// reached the upstream unprotected, a refusal that did not come.
+func (r *Recorder) saw(v ...Violation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, v...)
+}
+
+// Seen returns what saw recorded.
+func (r *Recorder) Seen() []Violation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
 }
 
 // NewRecorder starts a recorder; its clock starts now.

@@ -42,14 +42,17 @@ func deletedBetween(dels []Op, after, before int64) bool {
 // operator deleted the key after the first effect's request began (the
 // delete may have ended its attempt's lease) and before the second effect.
 // A release, a resolution as not executed, an expiry: none of them may
-// come after an effect and let it run again.
-func checkEffects(effects []Effect, dels map[string][]Op) []Violation {
+// come after an effect and let it run again; but for a key with a life
+// (History.Life), an effect whose request began that long before: its
+// record had expired, and the key may run again.
+func checkEffects(effects []Effect, dels map[string][]Op, life map[string]int64) []Violation {
 	var out []Violation
 	last := map[string]Effect{}
 	for _, e := range effects {
 		prev, seen := last[e.Key]
 		last[e.Key] = e
-		if seen && !deletedBetween(dels[e.Key], prev.Began, e.At) {
+		expired := life[e.Key] > 0 && e.At >= prev.Began+life[e.Key]
+		if seen && !expired && !deletedBetween(dels[e.Key], prev.Began, e.At) {
 			out = append(out, Violation{"double-effect", e.Key, fmt.Sprintf(
 				"effect of fence %d at %v after the effect of fence %d at %v, and no delete between", e.Fence, ms(e.At), prev.Fence, ms(prev.At))})
 		}
@@ -85,14 +88,19 @@ func checkFences(ops []Op) []Violation {
 
 // checkGiven: every result handed to a client for a key is the value of
 // one of the key's effects, and all of them are the same bytes, unless an
-// operator deleted the key between two of them.
-func checkGiven(given []Given, effects []Effect, dels map[string][]Op) []Violation {
+// operator deleted the key between two of them. For a key with a life
+// (History.Life), a later result may be of a later effect (the key ran
+// again once its record expired, which checkEffects holds to its life),
+// never of an earlier one.
+func checkGiven(given []Given, effects []Effect, dels map[string][]Op, life map[string]int64) []Violation {
 	values := map[string]map[string]bool{}
-	for _, e := range effects {
+	order := map[string]int{} // effect value → its place in the run
+	for i, e := range effects {
 		if values[e.Key] == nil {
 			values[e.Key] = map[string]bool{}
 		}
 		values[e.Key][e.Value] = true
+		order[e.Value] = i
 	}
 	byKey := map[string][]Given{}
 	var out []Violation
@@ -107,6 +115,9 @@ func checkGiven(given []Given, effects []Effect, dels map[string][]Op) []Violati
 		for i, a := range gs {
 			for _, b := range gs[i+1:] {
 				same := a.Body == b.Body && (a.Full == "" || b.Full == "" || a.Full == b.Full)
+				if life[key] > 0 && a.Return < b.Call && order[b.Body] > order[a.Body] {
+					same = true // the key ran again after its record expired
+				}
 				// Either may have come first when they overlap: a delete
 				// excuses them if it fits between them in one order or the other.
 				if !same && !deletedBetween(dels[key], a.Call, b.Return) && !deletedBetween(dels[key], b.Call, a.Return) {

@@ -174,20 +174,20 @@ func TestModelStaleness(t *testing.T) {
 func TestInvariants(t *testing.T) {
 	del := Op{Call: 50, Return: 60, In: Input{Kind: KDelete, Key: "k"}}
 	effects := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 10, Began: 5}, {Key: "k", Fence: 2, Value: "v2", At: 40, Began: 30}}
-	if v := checkEffects(effects, nil); len(v) != 1 {
+	if v := checkEffects(effects, nil, nil); len(v) != 1 {
 		t.Errorf("two effects, no delete: %v", v)
 	}
 	effects[1].At = 70
-	if v := checkEffects(effects, deletes([]Op{del})); len(v) != 0 {
+	if v := checkEffects(effects, deletes([]Op{del}), nil); len(v) != 0 {
 		t.Errorf("two effects around a delete: %v", v)
 	}
 	// A delete while the first request was in flight, before its effect:
 	// its lease was lost, and the work may run again.
 	inFlight := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 62, Began: 45}, {Key: "k", Fence: 2, Value: "v2", At: 90, Began: 80}}
-	if v := checkEffects(inFlight, deletes([]Op{del})); len(v) != 0 {
+	if v := checkEffects(inFlight, deletes([]Op{del}), nil); len(v) != 0 {
 		t.Errorf("a delete during the first request: %v", v)
 	}
-	if v := checkEffects(inFlight, nil); len(v) != 1 {
+	if v := checkEffects(inFlight, nil, nil); len(v) != 1 {
 		t.Errorf("the same without the delete: %v", v)
 	}
 	acq := func(f, call, ret int64) Op {
@@ -200,16 +200,16 @@ func TestInvariants(t *testing.T) {
 		t.Errorf("concurrent acquisitions: %v", v)
 	}
 	given := []Given{{Key: "k", Body: "v1", Call: 10, Return: 20}, {Key: "k", Body: "v2", Call: 30, Return: 40}}
-	if v := checkGiven(given, effects, nil); len(v) != 1 {
+	if v := checkGiven(given, effects, nil, nil); len(v) != 1 {
 		t.Errorf("two results for a key: %v", v)
 	}
-	if v := checkGiven(given[:1], effects[1:], nil); len(v) != 1 {
+	if v := checkGiven(given[:1], effects[1:], nil, nil); len(v) != 1 {
 		t.Errorf("a result that is no effect: %v", v)
 	}
 	// An execution that overlaps a replay of the result before a delete:
 	// the delete fits between the replay and the execution's end.
 	overlap := []Given{{Key: "k", Body: "v2", Call: 10, Return: 100}, {Key: "k", Body: "v1", Call: 40, Return: 45}}
-	if v := checkGiven(overlap, effects, deletes([]Op{del})); len(v) != 0 {
+	if v := checkGiven(overlap, effects, deletes([]Op{del}), nil); len(v) != 0 {
 		t.Errorf("an execution overlapping a delete and an older replay: %v", v)
 	}
 }

@@ -43,6 +43,18 @@ type Env struct {
 	Clients func(ctx context.Context, w Workload, seed uint64, rec *Recorder, l *Ledger, tenant string, keys []string)
 	// StartRun, when set, runs before each run (a fresh in-process store).
 	StartRun func() error
+	// Prepare, when set, runs before each run of an Env with Clients,
+	// before the nemesis starts: it sets the run up from its seed (the
+	// product check starts its gateways on a configuration drawn from it)
+	// and returns that configuration's text, kept with the history.
+	Prepare func(ctx context.Context, seed uint64) (config string, err error)
+	// Finish, when set, runs after the run's faults are healed, on an Env
+	// with Clients: the checks that need the system quiet (which keys the
+	// admin API lists UNKNOWN). What it finds joins History.Seen.
+	Finish func(ctx context.Context) ([]Violation, error)
+	// Life, when set, gives after each run the life of its keys
+	// (History.Life).
+	Life func() map[string]int64
 	// Settle, when set, runs after each run's faults are healed, until
 	// the store serves again (a failover done, a replica in sync).
 	Settle func(ctx context.Context) error
@@ -69,6 +81,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 		mix = append(mix, env.Nemeses[rng.IntN(len(env.Nemeses))])
 	}
 	st := RunStats{}
+	w = w.bySteps(seed)
 	w.Timed = true
 	for _, n := range mix {
 		st.Nemeses = append(st.Nemeses, n.Name())
@@ -120,7 +133,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
-	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w.Lease) })
+	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w) })
 	clients(ctx, w, seed, procs, keys)
 	stopNemesis()
 	wg.Wait()
@@ -143,30 +156,61 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 // runExternal is Run for an Env with Clients.
 func runExternal(ctx context.Context, env *Env, w Workload, seed uint64, rng *rand.Rand, mix []Nemesis, st RunStats,
 	rec *Recorder, ledger *Ledger, tenant string, keys []string) (History, RunStats, error) {
+	var config string
+	if env.Prepare != nil {
+		var err error
+		if config, err = env.Prepare(ctx, seed); err != nil {
+			return History{}, st, err
+		}
+	}
 	nctx, stopNemesis := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var nemErr error
-	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w.Lease) })
+	wg.Go(func() { st.Faults, nemErr = nemesis(nctx, mix, rand.New(rand.NewPCG(seed, 1<<32)), w) })
 	env.Clients(ctx, w, seed, rec, ledger, tenant, keys)
 	stopNemesis()
 	wg.Wait()
 	if nemErr != nil {
 		return History{}, st, nemErr
 	}
-	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External()}
+	if env.Finish != nil {
+		seen, err := env.Finish(ctx)
+		if err != nil {
+			return History{}, st, err
+		}
+		rec.saw(seen...)
+	}
+	// After Finish: what it did is part of the history.
+	h := History{Given: rec.Given(), Effects: ledger.Effects(), External: rec.External(), Seen: rec.Seen(), Config: config}
+	if env.Life != nil {
+		h.Life = env.Life()
+	}
 	st.Ops = len(h.Given) + len(h.External)
 	return h, st, nil
 }
 
 // nemesis injects faults from mix until ctx ends: a pause of one to three
 // leases, a fault that lasts a half to three leases, healed, and again.
-func nemesis(ctx context.Context, mix []Nemesis, rng *rand.Rand, lease time.Duration) (int, error) {
+// With w.Steps, it injects w.Faults faults instead, fault i once the
+// clients have taken i/(Faults+1) of their steps.
+func nemesis(ctx context.Context, mix []Nemesis, rng *rand.Rand, w Workload) (int, error) {
+	lease := w.Lease
 	faults := 0
 	if len(mix) == 0 {
 		return 0, nil
 	}
 	for {
-		sleep(ctx, lease+time.Duration(rng.Int64N(int64(2*lease))))
+		if w.Steps == 0 {
+			sleep(ctx, lease+time.Duration(rng.Int64N(int64(2*lease))))
+		} else {
+			if faults == w.Faults {
+				return faults, nil
+			}
+			at := int64(w.Clients*w.Steps) * int64(faults+1) / int64(w.Faults+1)
+			for w.done.Load() < at && ctx.Err() == nil {
+				sleep(ctx, 5*time.Millisecond)
+			}
+		}
 		if ctx.Err() != nil {
 			return faults, nil
 		}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -23,6 +24,26 @@ type Workload struct {
 	Lease     time.Duration // the engines' lease
 	// Timed is false when the store's clock jumps (see recStore).
 	Timed bool
+	// Steps, when set, bounds a run by operations, not by Duration: each
+	// client takes about Steps steps (drawn from the seed, from 3/4 to
+	// 5/4 of it), and the nemesis injects from 1 to Faults faults, each
+	// once the clients have taken its share of their steps; so what a run
+	// does does not depend on how loaded the machine is.
+	Steps, Faults int
+	// done counts the steps the clients took (with Steps).
+	done *atomic.Int64
+}
+
+// bySteps draws the run's steps and faults from its seed (Workload.Steps).
+func (w Workload) bySteps(seed uint64) Workload {
+	if w.Steps == 0 {
+		return w
+	}
+	rng := rand.New(rand.NewPCG(seed, 2<<32))
+	w.Steps = w.Steps*3/4 + rng.IntN(w.Steps/2+1)
+	w.Faults = 1 + rng.IntN(max(w.Faults, 1))
+	w.done = &atomic.Int64{}
+	return w
 }
 
 // process is one application server: an engine on its own store client.
@@ -230,20 +251,27 @@ func clients(ctx context.Context, w Workload, seed uint64, procs []*process, key
 }
 
 // clientLoop runs w.Clients clients, each with its own random source from
-// seed, that call step until ctx ends or the duration passes, pausing up
-// to a tenth of a lease between steps, and two leases after a step that
-// reports the store down (a client backs off on a 503).
+// seed, that call step until ctx ends or the duration passes (or, with
+// w.Steps, each has taken that many steps), pausing up to a tenth of a
+// lease between steps, and two leases after a step that reports the store
+// down (a client backs off on a 503).
 func clientLoop(ctx context.Context, w Workload, seed uint64, step func(ctx context.Context, rng *rand.Rand) (storeDown bool)) {
-	ctx, cancel := context.WithTimeout(ctx, w.Duration)
-	defer cancel()
+	if w.Steps == 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.Duration)
+		defer cancel()
+	}
 	var wg sync.WaitGroup
 	for c := range w.Clients {
 		rng := rand.New(rand.NewPCG(seed, uint64(c)+1))
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for n := 0; ctx.Err() == nil && (w.Steps == 0 || n < w.Steps); n++ {
 				pause := time.Duration(rng.IntN(int(w.Lease/10) + 1))
 				if step(ctx, rng) {
 					pause = 2 * w.Lease
+				}
+				if w.done != nil {
+					w.done.Add(1)
 				}
 				sleep(ctx, pause)
 			}
