@@ -27,13 +27,7 @@ import (
 // store is the test server's, under a prefix of this run. A page whose
 // commands no longer do what it says fails here.
 func TestTutorial(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds idem and runs the tutorial's commands")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
+	goTool := pageTool(t, "builds idem and runs the tutorial's commands")
 	testenv.Redis(t) // step 7 runs on Redis: skipped (failed in CI) without one
 	src, err := os.ReadFile("docs/tutorial.md")
 	if err != nil {
@@ -370,6 +364,20 @@ func withoutIdemEnv() []string {
 	return env
 }
 
+// pageTool skips a test that builds and runs a page's programs under
+// -short, or where no go command is on PATH, and returns that command.
+func pageTool(t *testing.T, what string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	return goTool
+}
+
 // buildIdem builds cmd/idem into a temporary folder.
 func buildIdem(t *testing.T, goTool string) string {
 	t.Helper()
@@ -410,13 +418,7 @@ func startPageProgram(t *testing.T, goTool, src, addr string) string {
 // front of the tutorial's API, and the middleware program's curl session,
 // whose replay must carry the first answer's fence.
 func TestReadmeQuickStarts(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds idem and the README's programs")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
+	goTool := pageTool(t, "builds idem and the README's programs")
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -493,13 +495,7 @@ func TestReadmeQuickStarts(t *testing.T) {
 // the resolved response; each held to the output the page shows (a
 // listing's fence and times are this run's).
 func TestUnknownKeysHowTo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds idem and runs the page's commands")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
+	goTool := pageTool(t, "builds idem and runs the page's commands")
 	src, err := os.ReadFile("docs/unknown-keys.md")
 	if err != nil {
 		t.Fatal(err)

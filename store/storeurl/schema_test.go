@@ -45,20 +45,8 @@ func TestCheckConnectsToNothing(t *testing.T) {
 // and opens one that has them all, under the same URL: the URL is the
 // one home of the schema, so the migration and the store agree.
 func TestMigrateThenOpenWithoutMigrating(t *testing.T) {
-	_, _ = testenv.Postgres(t) // skips when PostgreSQL is down
+	_, schema := testenv.Postgres(t) // an empty schema of this test's, dropped after it; skips when PostgreSQL is down
 	ctx := context.Background()
-	schema := testenv.SchemaName(t)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-	})
 	all, err := filepath.Glob("../pgstore/migrations/*.sql") // sorted: the order they apply in
 	if err != nil || len(all) == 0 {
 		t.Fatalf("pgstore's migrations: %v, %v", all, err)

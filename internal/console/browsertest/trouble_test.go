@@ -2,7 +2,6 @@ package browsertest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -49,18 +48,11 @@ func TestConsoleShowsAFailedLookupAsAFailure(t *testing.T) {
 	}
 	until(t, ctx, "the key's admin changes on its page", `[...document.querySelectorAll('#audit-table tbody tr')].some((r) =>
 		r.dataset.outcome === 'unchanged' && r.textContent.includes('admin-token') && r.textContent.includes('INC-7: is the ledger back?'))`)
-	req, _ := http.NewRequest(http.MethodGet, h.admin+"/v1/audit?tenant=acme&key=order-500", nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	audit := h.auditOf(t, "acme", "order-500")
+	if len(audit) != 1 {
+		t.Fatalf("GET /v1/audit = %+v; want the reconciliation", audit)
 	}
-	defer resp.Body.Close()
-	var audit gateway.AuditPage
-	if err := json.NewDecoder(resp.Body).Decode(&audit); err != nil || len(audit.Records) != 1 {
-		t.Fatalf("GET /v1/audit = %+v, %v; want the reconciliation", audit, err)
-	}
-	if r := audit.Records[0]; r.Action != "reconcile" || r.Outcome != "unchanged" || r.Reason != "INC-7: is the ledger back?" || r.Actor != "admin-token" {
+	if r := audit[0]; r.Action != "reconcile" || r.Outcome != "unchanged" || r.Reason != "INC-7: is the ledger back?" || r.Actor != "admin-token" {
 		t.Fatalf("the audit of the reconciliation = %+v; want reconcile, unchanged, the reason typed, by admin-token", r)
 	}
 }
