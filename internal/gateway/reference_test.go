@@ -54,7 +54,7 @@ func holdReference(t *testing.T, page string, got []byte) {
 
 // TestReferenceOpenAPI keeps docs/reference/admin-openapi.json a copy of
 // the document the binary embeds and serves (admin-openapi.json here:
-// go:embed reaches no file outside its package). Edit that one.
+// an embed directive reaches no file outside its package). Edit that one.
 func TestReferenceOpenAPI(t *testing.T) {
 	holdReference(t, "admin-openapi.json", adminOpenAPI)
 }
