@@ -102,6 +102,29 @@ func TestFlagsAndVariablesOverrideTheFile(t *testing.T) {
 	}
 }
 
+// An IDEM_ variable that sets nothing is refused at start, naming it: a
+// misspelt one (the store left at its default), one for a flag that only
+// the command line gives; the harness's own variables are left alone.
+func TestStrayVariablesAreRefused(t *testing.T) {
+	for _, tc := range []struct{ name, want string }{
+		{"IDEM_STORE_URL", "IDEM_STORE_URL in the environment names no setting of idem serve"},
+		{"IDEM_LEAS", "IDEM_LEAS in the environment names no setting"},
+		{"IDEM_CHECK_CONFIG", "--check-config is taken only from the command line"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, "redis://127.0.0.1:6379")
+			_, _, err := checkConfig(t, "upstream: http://file.example\n")
+			if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want a usage error saying %q", err, tc.want)
+			}
+		})
+	}
+	t.Setenv("IDEM_TEST_ANYTHING", "1")
+	if _, _, err := checkConfig(t, "upstream: http://file.example\n"); err != nil {
+		t.Fatalf("a harness variable refused: %v", err)
+	}
+}
+
 // deploy/idem.yaml, the example the docs and the systemd unit point at,
 // loads and builds a gateway.
 func TestExampleConfigLoads(t *testing.T) {

@@ -56,6 +56,8 @@ and the route type of the gateway; do not edit: ` + "`" + regenerate + "`" + ` r
 Every setting is a flag, a key of the YAML config file (` + "`--config`" + `) and an
 environment variable. A flag on the command line wins over its variable, which
 wins over the file, which wins over the default (cmd/idem/settings.go, resolveFlags).
+An IDEM_ variable that names no flag (a misspelling), or names one that only the
+command line takes, is refused at start.
 In the file, the flags that take a comma-separated list take a YAML list.
 SIGHUP reloads the file: ` + "`GET /v1/config`" + ` of the admin API shows what runs.
 

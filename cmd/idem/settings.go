@@ -62,6 +62,9 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 		}
 		return nil, fmt.Errorf("%w: %w (see 'idem help %s')", errUsage, err, fs.Name())
 	}
+	if err := refuseStrayVariables(fs, cmdLineOnly); err != nil {
+		return nil, err
+	}
 	st := &settings{origins: map[string]origin{}, shadowed: map[string]origin{}}
 	fs.Visit(func(f *flag.Flag) { st.origins[f.Name] = origin{"flag", "--" + f.Name} })
 	fromEnv := func(name string) (bool, error) {
@@ -126,6 +129,41 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 		return nil, err
 	}
 	return st, nil
+}
+
+// harnessVariables are the prefixes of the IDEM_ variables that idem's
+// own tests and tools read (not settings of any command): a command
+// leaves them alone.
+var harnessVariables = []string{"IDEM_TEST_", "IDEM_CHECK", "IDEM_E2E_", "IDEM_LONG_E2E", "IDEM_LAB_WORKER", "IDEM_SCREENSHOTS", "IDEM_TOMBSTONE_COST"}
+
+// refuseStrayVariables refuses an IDEM_ variable that sets nothing: one
+// that names no flag of the command (a typo such as IDEM_STORE_URL would
+// otherwise leave the gateway on its default store, and nothing would
+// say so), or a flag that only the command line may give.
+func refuseStrayVariables(fs *flag.FlagSet, cmdLineOnly []string) error {
+	flags := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { flags[envName(f.Name)] = f.Name })
+	var stray []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "IDEM_") {
+			continue
+		}
+		flagName, ok := flags[name]
+		switch {
+		case ok && slices.Contains(cmdLineOnly, flagName):
+			return fmt.Errorf("%w: %s is set, and --%s is taken only from the command line; unset it", errUsage, name, flagName)
+		case ok || slices.ContainsFunc(harnessVariables, func(p string) bool { return strings.HasPrefix(name, p) }):
+		default:
+			stray = append(stray, name)
+		}
+	}
+	if len(stray) == 0 {
+		return nil
+	}
+	slices.Sort(stray)
+	return fmt.Errorf("%w: %s in the environment names no setting of idem %s (see 'idem help %s'): unset it or correct its name",
+		errUsage, strings.Join(stray, ", "), fs.Name(), fs.Name())
 }
 
 // warnings says, for each setting of the file that a variable overrode,
