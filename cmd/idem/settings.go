@@ -134,7 +134,7 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 // harnessVariables are the prefixes of the IDEM_ variables that idem's
 // own tests and tools read (not settings of any command): a command
 // leaves them alone.
-var harnessVariables = []string{"IDEM_TEST_", "IDEM_CHECK", "IDEM_E2E_", "IDEM_LONG_E2E", "IDEM_LAB_WORKER", "IDEM_SCREENSHOTS", "IDEM_TOMBSTONE_COST"}
+var harnessVariables = []string{"IDEM_TEST_", "IDEM_CHECK", "IDEM_E2E_", "IDEM_LONG_E2E", "IDEM_LAB_WORKER", "IDEM_SCREENSHOTS", "IDEM_TOMBSTONE_COST", "IDEM_MUTATE_"}
 
 // refuseStrayVariables refuses an IDEM_ variable that sets nothing: one
 // that names no flag of the command (a typo such as IDEM_STORE_URL would
