@@ -65,7 +65,7 @@ func TestGatewaySIGKILLMidRequest(t *testing.T) {
 			case "reconcile":
 				args = append(args, "--reconcile-url", l.URL+"/lookup/{key}", "--reconcile-token", "tok")
 			case "takeover-run":
-				args = append(args, "--takeover", "run")
+				args = append(args, "--takeover", "run", "--upstream-timeout", "1s") // the lease covers the upstream call
 			}
 			run := rand.Text()[:8]
 			tenant := "kill-" + run

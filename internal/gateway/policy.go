@@ -41,9 +41,16 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	}
 	p.cfg.Methods = upperMethods(cfg.Methods)
 	if lease := cmp.Or(p.cfg.Lease, defaultLease); lease < p.cfg.UpstreamTimeout {
-		// Flags that running deployments set: a warning, where a route
-		// that says so is refused (checkLease).
-		g.cfg.Logger.Warn("idem: --upstream-timeout is longer than --lease: a key whose gateway died mid-request could be taken over, and run again, while the upstream may still be running it; make --lease at least --upstream-timeout",
+		// With --takeover run, the retry after the lease would send the
+		// request again while the upstream may still be running it: a
+		// start refused. Otherwise the retry finds the key UNKNOWN (or
+		// asks the lookup): flags that running deployments set, so a
+		// warning, where a route that says so is refused (checkLease).
+		if cfg.Takeover == idem.TakeoverRun {
+			return nil, fmt.Errorf("gateway: --upstream-timeout %v is longer than --lease %v: with --takeover run a key whose gateway died mid-request would be sent again while the upstream may still be running it; make --lease at least --upstream-timeout",
+				p.cfg.UpstreamTimeout, lease)
+		}
+		g.cfg.Logger.Warn("idem: --upstream-timeout is longer than --lease: a key whose gateway died mid-request could be taken over (reconciled, else UNKNOWN) while the upstream may still be running it; make --lease at least --upstream-timeout",
 			"upstream_timeout", p.cfg.UpstreamTimeout.String(), "lease", lease.String())
 	}
 	if cfg.ReconcileURL != "" {

@@ -18,6 +18,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store"
@@ -384,6 +385,23 @@ func TestLeaseShorterThanTheUpstreamTimeout(t *testing.T) {
 	if len(lines) != 1 || lines[0]["upstream_timeout"] != "1m0s" || lines[0]["lease"] != "30s" {
 		t.Errorf("--upstream-timeout 1m with the default lease: log lines %v; want one warning naming both", lines)
 	}
+}
+
+// Under --takeover run, the retry after the lease sends the request
+// again: a lease shorter than the upstream timeout would let it while
+// the upstream may still be running it, so the start is refused.
+func TestTakeoverRunNeedsTheLeaseToCoverTheUpstreamTimeout(t *testing.T) {
+	s, err := memstore.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Upstream: mustURL(t, "http://upstream.test"), Store: s, Admin: testAdmin, Logger: slog.New(slog.DiscardHandler),
+		Takeover: idem.TakeoverRun, Lease: time.Second, UpstreamTimeout: 2 * time.Second}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "--upstream-timeout 2s is longer than --lease 1s") {
+		t.Fatalf("New = %v; want the start refused, naming both", err)
+	}
+	cfg.UpstreamTimeout = time.Second
+	newTestGateway(t, cfg)
 }
 
 // sendAs is send with the Host (when not empty) and the path as written.
