@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -15,7 +14,7 @@ type beganKey struct{}
 
 // began is one Began call.
 type began struct {
-	id       store.ID
+	id       idem.ID
 	decision idem.Decision
 	fence    int64
 	mark     any // the value of beganKey in the context Began was told
@@ -24,8 +23,8 @@ type began struct {
 type beganObserver struct{ calls []began }
 
 func (*beganObserver) StoreCall(context.Context, string, time.Duration, error) {}
-func (*beganObserver) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
-func (o *beganObserver) Began(ctx context.Context, id store.ID, d idem.Decision, fence int64) {
+func (*beganObserver) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *beganObserver) Began(ctx context.Context, id idem.ID, d idem.Decision, fence int64) {
 	o.calls = append(o.calls, began{id, d, fence, ctx.Value(beganKey{})})
 }
 
@@ -49,7 +48,7 @@ func TestBeginObserverIsToldEachDecision(t *testing.T) {
 		t.Fatalf("Begin = %v, %v; want Acquired", att.Outcome, err)
 	}
 	fence := att.Lease.Fence()
-	if err := att.Lease.Complete(ctx, store.Result{Status: 201}); err != nil {
+	if err := att.Lease.Complete(ctx, idem.Result{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	e.Begin(ctx, req) // replayed

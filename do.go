@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/outcome"
-	"github.com/idemkit/idem/store"
 )
 
 // FinalizeTimeout bounds the Complete or Release that Do makes after the
@@ -155,7 +154,7 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
-	if err := l.Complete(fctx, store.Result{Body: out}); err != nil {
+	if err := l.Complete(fctx, Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) { // the work ran; its output cannot be kept
 			return out, false, e.markUnknown(finalCtx, l, req, "the output is over Options.MaxResultBytes", ranError{err})
 		}
@@ -202,7 +201,7 @@ func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFun
 		e.log.Error("idem: marking the key UNKNOWN failed and could not be held; it stays PROCESSING until its lease ends, then turns UNKNOWN",
 			"tenant", req.Tenant, "key", req.Key, "err", err)
 	}
-	return &UnknownError{Err: cause, Record: store.Record{ID: l.ID(), State: store.StateUnknown, Owner: l.ref.Owner,
+	return &UnknownError{Err: cause, Record: Record{ID: l.ID(), State: StateUnknown, Owner: l.ref.Owner,
 		Fence: l.Fence(), Fingerprint: l.fp, CompletedAt: time.Now(), Reason: storedReason(reason)}}
 }
 
@@ -253,7 +252,7 @@ var errNotRunUnsaid = errors.New("the work did not run")
 // the engine asked the store to keep it. errors.Is(err,
 // ErrOutcomeUnknown) is true, and errors.Is and errors.As find Err too.
 type UnknownError struct {
-	Record store.Record
+	Record Record
 	Err    error
 }
 

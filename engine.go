@@ -26,7 +26,7 @@ type Engine struct {
 	obs              Observer
 	beganObs         BeginObserver // obs, when it is one
 	takeover         TakeoverPolicy
-	reconcile        func(ctx context.Context, rec store.Record) (Resolution, error)
+	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
 	reconcileTimeout time.Duration
 	storeTimeout     time.Duration
 	held             *hold
@@ -36,7 +36,7 @@ type Engine struct {
 }
 
 // New returns an engine over store.
-func New(s store.Store, opts *Options) (*Engine, error) {
+func New(s Store, opts *Options) (*Engine, error) {
 	if s == nil {
 		return nil, errors.New("idem: New: nil store")
 	}
@@ -190,9 +190,9 @@ func (o Decision) String() string {
 type Attempt struct {
 	Outcome    Decision
 	Lease      *Lease        // Acquired
-	Result     *store.Result // Replayed; read-only, see store.Record.Result
+	Result     *Result       // Replayed; read-only, see Record.Result
 	RetryAfter time.Duration // InFlight, Unknown
-	Record     store.Record  // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
+	Record     Record        // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
 }
 
 // Begin starts an attempt at key. On Acquired the lease's heartbeat runs
@@ -321,7 +321,7 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 	rec := res.Record
 	// A PROCESSING record with our owner token is ours: the token is random
 	// and made for this attempt, so only our own earlier try can have written it.
-	if res.Acquired || (rec.State == store.StateProcessing && rec.Owner == p.Owner) {
+	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
 		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, keyRetention, res.Takeover)}, nil
 	}
@@ -335,15 +335,15 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 }
 
 // decide is the outcome for an attempt that meets rec held by another.
-func (e *Engine) decide(rec store.Record, fingerprint string) Attempt {
+func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 	switch {
 	case rec.Fingerprint != fingerprint:
 		return Attempt{Outcome: Mismatch, Record: rec}
-	case rec.State == store.StateCompleted:
+	case rec.State == StateCompleted:
 		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}
-	case rec.State == store.StateExpired:
+	case rec.State == StateExpired:
 		return Attempt{Outcome: Expired, Record: rec}
-	case rec.State == store.StateUnknown:
+	case rec.State == StateUnknown:
 		var after time.Duration
 		if e.reconcile != nil {
 			after = e.reconcileTimeout
@@ -376,9 +376,9 @@ func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, start
 }
 
 // ID returns the key's tenant and key.
-func (r Key) ID() store.ID { return store.ID{Tenant: r.Tenant, Key: r.Key} }
+func (r Key) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
 
-func validate(id store.ID) error {
+func validate(id ID) error {
 	if err := ValidateTenant(id.Tenant); err != nil {
 		return err
 	}

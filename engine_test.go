@@ -65,10 +65,10 @@ func TestBeginOutcomes(t *testing.T) {
 		} else {
 			a.Lease.Release(context.Background())
 		}
-		if err := first.Lease.Complete(context.Background(), store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+		if err := first.Lease.Complete(context.Background(), idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
-		if err := first.Lease.Complete(context.Background(), store.Result{}); !errors.Is(err, idem.ErrLeaseClosed) {
+		if err := first.Lease.Complete(context.Background(), idem.Result{}); !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("second Complete = %v; want ErrLeaseClosed", err)
 		}
 		if cause := context.Cause(first.Lease.Context()); cause == nil {
@@ -147,7 +147,7 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 		if other := begin(t, e, idem.Key{Key: "long-work", NoFingerprint: true}); other.Outcome != idem.InFlight {
 			t.Fatalf("another attempt during renewed work = %v; want InFlight", other.Outcome)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete after renewed work: %v", err)
 		}
 	})
@@ -173,10 +173,10 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 		if cause := context.Cause(a.Lease.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
 			t.Fatalf("cause = %v; want ErrLeaseLost", cause)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseClosed) {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
 		}
-		if err := taker.Lease.Complete(context.Background(), store.Result{Body: []byte("fresh")}); err != nil {
+		if err := taker.Lease.Complete(context.Background(), idem.Result{Body: []byte("fresh")}); err != nil {
 			t.Fatalf("new owner's Complete: %v", err)
 		}
 		if r := begin(t, e, req); string(r.Result.Body) != "fresh" {
@@ -211,14 +211,14 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 		if tk := retry.Lease.PreviousFence(); tk != stalled.Lease.Fence() {
 			t.Fatalf("Takeover = %+v; want the stalled attempt's fence %d", tk, stalled.Lease.Fence())
 		}
-		if err := stalled.Lease.Complete(context.Background(), store.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
 		}
 		if err := stalled.Lease.Release(context.Background()); !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("stale Release after lost Complete = %v; want ErrLeaseClosed", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.Owner != idem.LeaseOwner(retry.Lease) || rec.State != store.StateProcessing {
+		if err != nil || rec.Owner != idem.LeaseOwner(retry.Lease) || rec.State != idem.StateProcessing {
 			t.Fatalf("record = %+v, %v; want the retry's PROCESSING record untouched", rec, err)
 		}
 		retry.Lease.Release(context.Background())
@@ -301,7 +301,7 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	ran := false
 	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { ran = true; return nil, nil })
 	var ue *idem.UnknownError
-	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != store.StateUnknown {
+	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != idem.StateUnknown {
 		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *UnknownError, not run: the panic may have come after the effect", err, ran)
 	}
 }
@@ -370,7 +370,7 @@ func testCompleteRetries(t *testing.T) {
 	f.FailNext(storekit.OpComplete, 2)
 	e := newEngine(t, f, nil)
 	a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete with two transient failures = %v; want it retried to success", err)
 	}
 	if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
@@ -378,7 +378,7 @@ func testCompleteRetries(t *testing.T) {
 	}
 	f.FailNext(storekit.OpComplete, 100)
 	a = begin(t, e, idem.Key{Key: "k2", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete on a failing store = %v; want nil: the result is held", err)
 	}
 	f.FailNext(storekit.OpComplete, 0)
@@ -390,11 +390,11 @@ func testCompleteRetries(t *testing.T) {
 	e = newEngine(t, f, &idem.Options{MaxHeld: -1})
 	f.FailNext(storekit.OpComplete, 100)
 	a = begin(t, e, idem.Key{Key: "k3", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, storekit.ErrInjected) {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, storekit.ErrInjected) {
 		t.Fatalf("Complete on a failing store without the hold = %v; want ErrStore wrapping the cause", err)
 	}
 	f.FailNext(storekit.OpComplete, 0)
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete retried by the caller after the store recovered = %v; want nil", err)
 	}
 }
@@ -419,7 +419,7 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 func TestResultTooLargeKeepsLease(t *testing.T) {
 	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
 	a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Body: make([]byte, 11)}); !errors.Is(err, idem.ErrResultTooLarge) {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Body: make([]byte, 11)}); !errors.Is(err, idem.ErrResultTooLarge) {
 		t.Fatalf("Complete of 11 bytes = %v; want ErrResultTooLarge", err)
 	}
 	if err := a.Lease.Release(context.Background()); err != nil {
@@ -439,7 +439,7 @@ func TestDoMarksUnknownWhenTheOutputCannotBeStored(t *testing.T) {
 }
 
 func TestStateAndOutcomeNames(t *testing.T) {
-	got := fmt.Sprint(store.StateAbsent, store.StateProcessing, store.StateCompleted, store.StateUnknown, store.State(9),
+	got := fmt.Sprint(store.StateAbsent, idem.StateProcessing, idem.StateCompleted, idem.StateUnknown, idem.State(9),
 		idem.Acquired, idem.Replayed, idem.InFlight, idem.Mismatch, idem.Unknown, idem.LeaseLost,
 		idem.VerdictUnknown, idem.VerdictCompleted, idem.VerdictNotExecuted)
 	want := "ABSENT PROCESSING COMPLETED UNKNOWN State(9) acquired replayed in_flight mismatch unknown lost unknown completed not_executed"
@@ -559,11 +559,11 @@ func TestAcquireWhoseReplyWasLost(t *testing.T) {
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin after the acquire's reply was lost = %v; want Acquired (the key is ours), not a key held by nobody", a.Outcome)
 		}
-		rec, err := e.Get(context.Background(), store.ID{Key: "lost-reply"})
+		rec, err := e.Get(context.Background(), idem.ID{Key: "lost-reply"})
 		if err != nil || rec.Owner != idem.LeaseOwner(a.Lease) || rec.Fence != a.Lease.Fence() {
 			t.Fatalf("record %+v, %v; want the lease's owner and fence", rec, err)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 	})
@@ -603,7 +603,7 @@ func TestAcquireWhoseLateReplyWasLost(t *testing.T) {
 		if got, want := calls.list(), []string{"acquire", "acquire", "release", "acquire"}; !slices.Equal(got, want) {
 			t.Fatalf("store calls observed %v; want %v (the release of its own record is a store call like any other)", got, want)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 		if r := begin(t, e, idem.Key{Key: "late", NoFingerprint: true}); r.Outcome != idem.Replayed {
@@ -623,7 +623,7 @@ func (o *storeCalls) StoreCall(_ context.Context, op string, _ time.Duration, _ 
 	defer o.mu.Unlock()
 	o.ops = append(o.ops, op)
 }
-func (o *storeCalls) LeaseEvent(store.ID, idem.LeaseEvent) {}
+func (o *storeCalls) LeaseEvent(idem.ID, idem.LeaseEvent) {}
 
 func (o *storeCalls) list() []string {
 	o.mu.Lock()
@@ -637,7 +637,7 @@ type leaseEvents struct {
 }
 
 func (o *leaseEvents) StoreCall(context.Context, string, time.Duration, error) {}
-func (o *leaseEvents) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
+func (o *leaseEvents) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.events = append(o.events, ev)
@@ -688,7 +688,7 @@ func TestTimedOutAcquireThatTookTheKeyIsReleased(t *testing.T) {
 		if _, err := e.Begin(ctx, idem.Key{Key: "orphan", NoFingerprint: true}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Begin = %v; want ErrStore wrapping the cancellation", err)
 		}
-		if rec, err := e.Get(context.Background(), store.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
+		if rec, err := e.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("after a timed-out acquire that took the key: %+v, %v; want the key released, not held by nobody for a lease", rec, err)
 		}
 	})

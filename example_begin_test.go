@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -90,7 +89,7 @@ func ExampleEngine_Begin() {
 				lease.MarkUnknown(ctx, "the charge was sent and no answer came back")
 				return
 			}
-			if err := lease.Complete(ctx, store.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
+			if err := lease.Complete(ctx, idem.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
 				fmt.Println("charged, but the result was not stored:", err)
 				return
 			}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -20,7 +19,7 @@ func (printObserver) StoreCall(ctx context.Context, op string, elapsed time.Dura
 	fmt.Printf("store %s: err=%v\n", op, err)
 }
 
-func (printObserver) LeaseEvent(id store.ID, ev idem.LeaseEvent) {
+func (printObserver) LeaseEvent(id idem.ID, ev idem.LeaseEvent) {
 	fmt.Printf("lease %s/%s: %s\n", id.Tenant, id.Key, ev)
 }
 

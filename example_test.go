@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -71,7 +70,7 @@ func charge(ctx context.Context, engine *idem.Engine, pay *provider, order strin
 	}
 	// Complete, Release and MarkUnknown do not end with ctx: the outcome
 	// is recorded even if the caller has gone.
-	if err := l.Complete(ctx, store.Result{Body: []byte(receipt)}); err != nil {
+	if err := l.Complete(ctx, idem.Result{Body: []byte(receipt)}); err != nil {
 		return receipt, err // charged, but another owner has the key now
 	}
 	return receipt, nil

@@ -64,9 +64,9 @@ func (s *drainStore) Release(ctx context.Context, p store.LeaseRef) error {
 	return s.Store.Release(ctx, p)
 }
 
-func (s *drainStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
+func (s *drainStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := s.call(); err != nil {
-		return store.Record{}, err
+		return idem.Record{}, err
 	}
 	return s.Store.Get(ctx, id)
 }
@@ -85,8 +85,8 @@ type drained struct {
 }
 
 func (o *drained) StoreCall(context.Context, string, time.Duration, error) {}
-func (o *drained) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
-func (o *drained) Held(_ store.ID, op string, ev idem.HoldEvent) {
+func (o *drained) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *drained) Held(_ idem.ID, op string, ev idem.HoldEvent) {
 	if op != "complete" || ev != idem.HoldStored {
 		return
 	}
@@ -133,7 +133,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		s.start(outageRefuse, false)
 		for _, l := range leases {
 			wg.Go(func() {
-				if err := l.Complete(ctx, store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+				if err := l.Complete(ctx, idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 					t.Errorf("Complete during the outage = %v; want nil (held)", err)
 				}
 			})

@@ -83,7 +83,7 @@ func (e *Engine) hold(parent context.Context, ref store.LeaseRef, fingerprint st
 }
 
 // ID returns the tenant and key the lease holds.
-func (l *Lease) ID() store.ID { return l.ref.ID }
+func (l *Lease) ID() ID { return l.ref.ID }
 
 // Fence returns the lease's fencing token. Pass it to every write the
 // work makes (see the guardrail in store/pgstore), so that a store can
@@ -219,7 +219,7 @@ func (l *Lease) stop() {
 // engine holds a copy, retries it in the background and answers this
 // key's retries from it (Options.MaxHeld), and Complete returns nil. It
 // returns an error wrapping ErrStore only when the hold is full.
-func (l *Lease) Complete(ctx context.Context, res store.Result) error {
+func (l *Lease) Complete(ctx context.Context, res Result) error {
 	if len(res.Body) > l.e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
 	}
@@ -294,7 +294,7 @@ func cut(s string, n int) string {
 //	}
 //	receipt, err := charge(lease.Context(), lease.Fence())
 //	...
-//	return lease.Complete(ctx, store.Result{Body: receipt})
+//	return lease.Complete(ctx, Result{Body: receipt})
 //
 // It runs on Begin's context detached from its cancellation, bounded by
 // FinalizeTimeout.

@@ -10,7 +10,6 @@ import (
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -34,7 +33,7 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 			then(att.Lease)
 		}
 		pay("panicked", func(*idem.Lease) { panic("after the charge") })
-		pay("completed", func(l *idem.Lease) { l.Complete(ctx, store.Result{Body: []byte("ch_2")}) })
+		pay("completed", func(l *idem.Lease) { l.Complete(ctx, idem.Result{Body: []byte("ch_2")}) })
 		pay("released", func(l *idem.Lease) { l.Release(ctx) })
 		pay("forgotten", func(*idem.Lease) {})
 		pay("deleted", func(l *idem.Lease) { e.ForceDelete(ctx, l.ID()) })
@@ -66,7 +65,7 @@ func TestCompleteDoesNotEndWithItsContext(t *testing.T) {
 		att := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
 		gone, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := att.Lease.Complete(gone, store.Result{Body: []byte("ch_1")}); err != nil {
+		if err := att.Lease.Complete(gone, idem.Result{Body: []byte("ch_1")}); err != nil {
 			t.Fatalf("Complete on an ended context = %v; want it recorded", err)
 		}
 		if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
@@ -88,7 +87,7 @@ func TestShutdownRefusesNewWork(t *testing.T) {
 		if _, err := e.Begin(ctx, idem.Key{Key: "new", NoFingerprint: true}); !errors.Is(err, idem.ErrShutdown) {
 			t.Fatalf("Begin after Shutdown = %v; want ErrShutdown", err)
 		}
-		if err := held.Lease.Complete(ctx, store.Result{Body: []byte("done")}); err != nil { // work in flight finishes
+		if err := held.Lease.Complete(ctx, idem.Result{Body: []byte("done")}); err != nil { // work in flight finishes
 			t.Fatalf("Complete of a lease held before Shutdown = %v", err)
 		}
 	})

@@ -141,12 +141,12 @@ func (s *outageStore) Resolve(ctx context.Context, p store.ResolveParams) error 
 	return err
 }
 
-func (s *outageStore) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
-	return during(s, ctx, func(ctx context.Context) (store.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
+func (s *outageStore) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	return during(s, ctx, func(ctx context.Context) (idem.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
 }
 
-func (s *outageStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
-	return during(s, ctx, func(ctx context.Context) (store.Record, error) { return s.Store.Get(ctx, id) })
+func (s *outageStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	return during(s, ctx, func(ctx context.Context) (idem.Record, error) { return s.Store.Get(ctx, id) })
 }
 
 func (s *outageStore) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
@@ -206,16 +206,16 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 		a := begin(t, e, idem.Key{Key: "running", NoFingerprint: true})
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end)
-		id := store.ID{Key: "running"}
+		id := idem.ID{Key: "running"}
 		calls := []struct {
 			name string
 			call func() error
 		}{
 			{"Get", func() error { _, err := e.Get(ctx, id); return err }},
-			{"Delete", func() error { _, err := e.Delete(ctx, store.ID{Key: "other"}); return err }},
-			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, store.ListParams{}); return err }},
-			{"Resolve", func() error { return e.Resolve(ctx, store.ID{Key: "other"}, 1, nil) }},
-			{"Complete", func() error { return a.Lease.Complete(ctx, store.Result{Status: 200}) }},
+			{"Delete", func() error { _, err := e.Delete(ctx, idem.ID{Key: "other"}); return err }},
+			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, idem.ListParams{}); return err }},
+			{"Resolve", func() error { return e.Resolve(ctx, idem.ID{Key: "other"}, 1, nil) }},
+			{"Complete", func() error { return a.Lease.Complete(ctx, idem.Result{Status: 200}) }},
 		}
 		for _, c := range calls {
 			start := time.Now()
@@ -285,7 +285,7 @@ func TestCompletionOutlivesAShortOutage(t *testing.T) {
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		time.AfterFunc(1500*time.Millisecond, s.end)
-		if err := a.Lease.Complete(ctx, store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 			t.Errorf("Complete during the outage = %v; want nil: the engine holds the result and stores it later", err)
 		}
 		if r, err := e.Begin(ctx, req); err != nil || r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {

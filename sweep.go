@@ -60,7 +60,7 @@ type sweeper struct {
 
 	mu     sync.Mutex // guards passes and keys
 	passes uint64
-	keys   map[store.ID]keyBackoff
+	keys   map[ID]keyBackoff
 }
 
 func newSweeper(o Options) (*sweeper, error) {
@@ -68,7 +68,7 @@ func newSweeper(o Options) (*sweeper, error) {
 		return nil, errors.New("idem: New: negative ReconcileRate, ReconcileConcurrency, ReconcileBackoff or ReconcileMaxBackoff")
 	}
 	s := &sweeper{rate: o.ReconcileRate, concurrency: o.ReconcileConcurrency, backoff: o.ReconcileBackoff,
-		maxBackoff: o.ReconcileMaxBackoff, slot: make(chan struct{}, 1), keys: map[store.ID]keyBackoff{}}
+		maxBackoff: o.ReconcileMaxBackoff, slot: make(chan struct{}, 1), keys: map[ID]keyBackoff{}}
 	if s.rate == 0 {
 		s.rate = DefaultReconcileRate
 	}
@@ -147,7 +147,7 @@ type sweep struct {
 func (sw *sweep) dispatch() (bool, error) {
 	interval := time.Duration(float64(time.Second) / sw.s.rate)
 	var next time.Time // when the rate allows the next call
-	p := store.ListParams{AllTenants: true, Limit: store.DefaultListLimit}
+	p := ListParams{AllTenants: true, Limit: store.DefaultListLimit}
 	for {
 		page, err := sw.e.ListUnknown(sw.ctx, p)
 		if err != nil {
@@ -180,14 +180,14 @@ func (sw *sweep) dispatch() (bool, error) {
 }
 
 // ask reconciles one listed key and counts what came of it.
-func (sw *sweep) ask(listed store.Record) {
+func (sw *sweep) ask(listed Record) {
 	defer func() { <-sw.busy }()
 	r, err := sw.e.reconcileOnce(sw.ctx, listed.ID, sw.e.retention)
 	if err != nil {
 		sw.stop(err)
 		return
 	}
-	stayed := !r.absent && r.rec.State == store.StateUnknown && r.rec.Fence == listed.Fence
+	stayed := !r.absent && r.rec.State == StateUnknown && r.rec.Fence == listed.Fence
 	sw.s.answered(listed, r.asked, stayed, sw.pass)
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
@@ -202,7 +202,7 @@ func (sw *sweep) ask(listed store.Record) {
 				sw.st.FirstError = fmt.Errorf("tenant %q key %q fence %d: %w", listed.Tenant, listed.Key, listed.Fence, r.failed)
 			}
 		}
-	case r.rec.State == store.StateCompleted && r.rec.Fence == listed.Fence:
+	case r.rec.State == StateCompleted && r.rec.Fence == listed.Fence:
 		sw.st.Completed++
 	default:
 		sw.st.Skipped++
@@ -211,7 +211,7 @@ func (sw *sweep) ask(listed store.Record) {
 
 // backedOff reports whether listed is to be left alone in this pass, and
 // notes that the pass listed it.
-func (s *sweeper) backedOff(listed store.Record, pass uint64) bool {
+func (s *sweeper) backedOff(listed Record, pass uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.keys[listed.ID]
@@ -231,7 +231,7 @@ func (s *sweeper) backedOff(listed store.Record, pass uint64) bool {
 // call failed, or answered unknown) doubles its backoff; not asked (another
 // process holds the claim) and still UNKNOWN keeps it; anything else ends
 // it.
-func (s *sweeper) answered(listed store.Record, asked, stayed bool, pass uint64) {
+func (s *sweeper) answered(listed Record, asked, stayed bool, pass uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.keys[listed.ID]

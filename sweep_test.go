@@ -31,7 +31,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 		s, _ := memstore.New(nil)
 		e := newEngine(t, s, &idem.Options{ReconcileRate: 1000, ReconcileBackoff: time.Minute, ReconcileMaxBackoff: 4 * time.Minute,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 				mu.Lock()
 				asked[rec.Key]++
 				mu.Unlock()
@@ -108,14 +108,14 @@ func TestSweepSettlesAnAbandonedLease(t *testing.T) {
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin = %v; want Acquired", a.Outcome)
 		} // the work runs, and its process dies before it says anything
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("found downstream")}}, nil
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("found downstream")}}, nil
 		}})
-		if page, err := e.ListUnknown(ctx, store.ListParams{AllTenants: true}); err != nil || len(page.Records) != 0 {
+		if page, err := e.ListUnknown(ctx, idem.ListParams{AllTenants: true}); err != nil || len(page.Records) != 0 {
 			t.Fatalf("ListUnknown while the lease holds = %+v, %v; want nothing", page.Records, err)
 		}
 		time.Sleep(time.Minute)
-		page, err := e.ListUnknown(ctx, store.ListParams{AllTenants: true})
+		page, err := e.ListUnknown(ctx, idem.ListParams{AllTenants: true})
 		if err != nil || len(page.Records) != 1 || page.Records[0].ID != req.ID() || page.Records[0].Reason != store.ReasonAbandoned ||
 			page.Records[0].Fence != a.Lease.Fence() || !page.Records[0].CompletedAt.Equal(time.Now()) {
 			t.Fatalf("ListUnknown at the lease's end = %+v, %v; want the key, abandoned, fence %d, unknown since now", page.Records, err, a.Lease.Fence())

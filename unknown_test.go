@@ -37,7 +37,7 @@ func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 		req := idem.Key{Key: "crashed", Fingerprint: "fp"}
 		stalled := begin(t, e, req) // the worker charges the card, then stalls past its lease
 		retry := waitOut(t, e, req, stalled.Lease)
-		if retry.Outcome != idem.Unknown || retry.Record.State != store.StateUnknown ||
+		if retry.Outcome != idem.Unknown || retry.Record.State != idem.StateUnknown ||
 			retry.Record.Reason != store.ReasonAbandoned || retry.Record.Fence != stalled.Lease.Fence() {
 			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned, with the stalled fence %d", retry.Outcome, retry.Record, stalled.Lease.Fence())
 		}
@@ -46,7 +46,7 @@ func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 		}
 		// The stalled worker wakes up and knows what happened: its late
 		// completion of its own record is the truth, and is replayed.
-		if err := stalled.Lease.Complete(context.Background(), store.Result{Body: []byte("charged")}); err != nil {
+		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("charged")}); err != nil {
 			t.Fatalf("late Complete of the owner's own UNKNOWN record = %v; want accepted", err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
@@ -80,7 +80,7 @@ func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
 		if next.Outcome != idem.Acquired || next.Lease.Fence() <= stalled.Lease.Fence() {
 			t.Fatalf("attempt after the release = %v; want Acquired with a fence above %d", next.Outcome, stalled.Lease.Fence())
 		}
-		if err := next.Lease.Complete(context.Background(), store.Result{Body: []byte("ran once")}); err != nil {
+		if err := next.Lease.Complete(context.Background(), idem.Result{Body: []byte("ran once")}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -124,7 +124,7 @@ func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
 		req := idem.Key{Key: "late", NoFingerprint: true}
 		a := begin(t, e, req)
 		<-a.Lease.Context().Done() // nobody comes for the key meanwhile
-		if err := a.Lease.Complete(context.Background(), store.Result{Body: []byte("done")}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("done")}); err != nil {
 			t.Fatalf("Complete after the lease ended, record untouched = %v; want accepted", err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed {
@@ -173,7 +173,7 @@ func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 			t.Fatalf("stale MarkUnknown = %v; want ErrLeaseLost", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateProcessing || rec.Owner != idem.LeaseOwner(retry.Lease) {
+		if err != nil || rec.State != idem.StateProcessing || rec.Owner != idem.LeaseOwner(retry.Lease) {
 			t.Fatalf("record = %+v, %v; want the new owner's PROCESSING record untouched", rec, err)
 		}
 		retry.Lease.Release(context.Background())
@@ -206,14 +206,14 @@ func TestDoNeverReleasesATakeover(t *testing.T) {
 			t.Fatalf("Do of the takeover = %v; want the work's error", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateUnknown {
+		if err != nil || rec.State != idem.StateUnknown {
 			t.Fatalf("after the takeover's work failed: %+v, %v; want UNKNOWN (the attempt taken over may have charged)", rec, err)
 		}
 	})
 }
 
 // markUnknown leaves req's key UNKNOWN and returns its record.
-func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
+func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) idem.Record {
 	t.Helper()
 	a := begin(t, e, req)
 	if a.Outcome != idem.Acquired {
@@ -223,7 +223,7 @@ func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
 	rec, err := e.Get(context.Background(), req.ID())
-	if err != nil || rec.State != store.StateUnknown || rec.Reason != "upstream timed out" {
+	if err != nil || rec.State != idem.StateUnknown || rec.Reason != "upstream timed out" {
 		t.Fatalf("record after MarkUnknown = %+v, %v", rec, err)
 	}
 	return rec
@@ -232,12 +232,12 @@ func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
 func TestReconcileOnRetry(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		verdicts := map[string]idem.Resolution{
-			"charged":      {Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("charge ch_1")}},
+			"charged":      {Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("charge ch_1")}},
 			"never-sent":   {Verdict: idem.VerdictNotExecuted},
 			"provider-503": {Verdict: idem.VerdictUnknown},
 		}
 		var asked sync.Map
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			asked.Store(rec.Key, rec.Fence)
 			return verdicts[rec.Key], nil
 		}})
@@ -264,7 +264,7 @@ func TestReconcileOnRetry(t *testing.T) {
 func TestReconcileFailureLeavesTheKeyUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{ReconcileTimeout: 50 * time.Millisecond,
-			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 				if rec.Key == "hangs" {
 					<-ctx.Done() // an endpoint that never answers
 					return idem.Resolution{Verdict: idem.VerdictNotExecuted}, ctx.Err()
@@ -284,12 +284,12 @@ func TestReconcileRunsOncePerKeyAtATime(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		var calls atomic.Int32
 		entered, answer := make(chan struct{}), make(chan struct{})
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			if calls.Add(1) == 1 {
 				close(entered)
 			}
 			<-answer
-			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte("found")}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("found")}}, nil
 		}})
 		req := idem.Key{Key: "popular", NoFingerprint: true}
 		markUnknown(t, e, req)
@@ -321,10 +321,10 @@ func TestResolveByAnOperator(t *testing.T) {
 		if err := e.Resolve(ctx, rec.ID, rec.Fence+1, nil); !errors.Is(err, idem.ErrStaleFence) {
 			t.Fatalf("Resolve with another fence = %v; want ErrStaleFence", err)
 		}
-		if err := e.Resolve(ctx, store.ID{Tenant: "ops", Key: "absent"}, 1, nil); !errors.Is(err, idem.ErrNotFound) {
+		if err := e.Resolve(ctx, idem.ID{Tenant: "ops", Key: "absent"}, 1, nil); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("Resolve of an absent key = %v; want ErrNotFound", err)
 		}
-		res := &store.Result{Status: 200, Body: []byte("refund r_1")}
+		res := &idem.Result{Status: 200, Body: []byte("refund r_1")}
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, res); err != nil {
 			t.Fatalf("Resolve completed: %v", err)
 		}
@@ -348,10 +348,10 @@ func TestResolveByAnOperator(t *testing.T) {
 
 func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			switch rec.Key {
 			case "done":
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte("ok")}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("ok")}}, nil
 			case "never":
 				return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 			}
@@ -368,17 +368,17 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		if st.FirstError = nil; st != (idem.ReconcileStats{Completed: 1, NotExecuted: 1, Unknown: 1, Failed: 1}) {
 			t.Fatalf("sweep = %+v; want 1 completed, 1 not executed, 1 unknown (failed)", st)
 		}
-		page, err := e.ListUnknown(context.Background(), store.ListParams{Tenant: b})
+		page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: b})
 		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "lookup-fails" || page.Next != "" {
 			t.Fatalf("tenant b's UNKNOWN keys after the sweep = %+v, %v; want only lookup-fails", page, err)
 		}
-		if page, err := e.ListUnknown(context.Background(), store.ListParams{Tenant: a}); err != nil || len(page.Records) != 0 {
+		if page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: a}); err != nil || len(page.Records) != 0 {
 			t.Fatalf("tenant a's UNKNOWN keys after the sweep = %+v, %v; want none", page, err)
 		}
-		if _, err := e.ListUnknown(context.Background(), store.ListParams{AllTenants: true, Limit: store.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: store.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
 			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
 		}
-		if _, err := e.ListUnknown(context.Background(), store.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
 			t.Fatalf("ListUnknown after a malformed cursor = %v; want ErrInvalidCursor, not ErrStore", err)
 		}
 	})
@@ -396,7 +396,7 @@ func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 			t.Fatal(err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateUnknown || rec.Reason != "owner: abandoned" {
+		if err != nil || rec.State != idem.StateUnknown || rec.Reason != "owner: abandoned" {
 			t.Fatalf("record = %+v, %v; want UNKNOWN with reason %q", rec, err, "owner: abandoned")
 		}
 		if err := s.Release(context.Background(), store.LeaseRef{ID: req.ID(), Owner: rec.Owner, Fence: rec.Fence}); !errors.Is(err, idem.ErrLeaseLost) {

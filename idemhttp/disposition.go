@@ -72,7 +72,7 @@ func DefaultStatusPolicy(status int) Disposition {
 // the middleware does with the key after the handler returns, whatever the
 // status: a handler that knows better than its status declares it here,
 // e.g. DispositionUnknown after a downstream call that was sent and not
-// answered. reason is kept with an UNKNOWN key (store.Record.Reason) and
+// answered. reason is kept with an UNKNOWN key (idem.Record.Reason) and
 // shown to every client that retries the key, in the detail of its 503
 // outcome_unknown problem: it must hold nothing the client may not see
 // (no secrets, no internal addresses). The last call wins. It reports false, doing
