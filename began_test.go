@@ -42,7 +42,7 @@ func TestBeginObserverIsToldEachDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.WithValue(context.Background(), beganKey{}, "request-1")
-	req := idem.Key{Tenant: "acme", Key: "k-1", Fingerprint: "f1"}
+	req := idem.Request{Tenant: "acme", Key: "k-1", Fingerprint: "f1"}
 	att, err := e.Begin(ctx, req)
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %v, %v; want Acquired", att.Outcome, err)
@@ -54,7 +54,7 @@ func TestBeginObserverIsToldEachDecision(t *testing.T) {
 	e.Begin(ctx, req) // replayed
 	req.Fingerprint = "f2"
 	e.Begin(ctx, req) // mismatch
-	if _, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "", Fingerprint: "f1"}); err == nil {
+	if _, err := e.Begin(ctx, idem.Request{Tenant: "acme", Key: "", Fingerprint: "f1"}); err == nil {
 		t.Fatal("Begin with an empty key did not fail")
 	}
 	want := []began{{req.ID(), idem.Acquired, fence, "request-1"}, {req.ID(), idem.Replayed, fence, "request-1"},

@@ -17,7 +17,7 @@ func TestDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		ctx := context.Background()
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second})
-		running := idem.Key{Tenant: "acme", Key: "running", NoFingerprint: true}
+		running := idem.Request{Tenant: "acme", Key: "running", NoFingerprint: true}
 		a := begin(t, e, running)
 		ok, err := e.Delete(ctx, running.ID())
 		var inFlight *idem.InFlightError
@@ -28,7 +28,7 @@ func TestDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 			t.Fatalf("the lease after a refused Delete: %v", err)
 		}
 
-		unknown := idem.Key{Tenant: "acme", Key: "unknown", NoFingerprint: true}
+		unknown := idem.Request{Tenant: "acme", Key: "unknown", NoFingerprint: true}
 		markUnknown(t, e, unknown)
 		if ok, err := e.Delete(ctx, unknown.ID()); ok || !errors.Is(err, idem.ErrOutcomeUnknown) {
 			t.Fatalf("Delete(UNKNOWN) = %v, %v; want ErrOutcomeUnknown", ok, err)

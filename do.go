@@ -97,7 +97,7 @@ const FinalizeTimeout = 10 * time.Second
 // takeover) and on every later call with the key (Err nil). A retry is
 // always safe: whatever the error, a later Do never runs again what may
 // have run.
-func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
+func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
 	att, err := e.Begin(ctx, req)
 	if err != nil {
 		return nil, false, err
@@ -194,7 +194,7 @@ func unknownReason(err error) string {
 
 // markUnknown turns the key UNKNOWN with reason and returns the error
 // that says so to Do's caller; cause is the work's error, if any.
-func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string, cause error) *UnknownError {
+func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Request, reason string, cause error) *UnknownError {
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {

@@ -88,11 +88,11 @@ func TestDoErrorTable(t *testing.T) {
 		ctx := context.Background()
 		e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 4, Retention: time.Minute, KeyRetention: time.Hour})
 		ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
-		do := func(e *idem.Engine, key idem.Key, fn func(context.Context, *idem.Lease) ([]byte, error)) doCall {
+		do := func(e *idem.Engine, key idem.Request, fn func(context.Context, *idem.Lease) ([]byte, error)) doCall {
 			out, replayed, err := e.Do(ctx, key, fn)
 			return doCall{out, replayed, err}
 		}
-		k := func(key string) idem.Key { return idem.Key{Tenant: "t", Key: key, Fingerprint: "fp"} }
+		k := func(key string) idem.Request { return idem.Request{Tenant: "t", Key: key, Fingerprint: "fp"} }
 
 		first := do(e, k("done"), ok)
 		replay := do(e, k("done"), ok)
@@ -135,13 +135,13 @@ func TestDoErrorTable(t *testing.T) {
 					return nil, idem.NotRun(fmt.Errorf("checked: %w", idem.ErrLeaseExpired))
 				}),
 			},
-			"ErrMismatch":   {do(e, idem.Key{Tenant: "t", Key: "done", Fingerprint: "other"}, ok)},
+			"ErrMismatch":   {do(e, idem.Request{Tenant: "t", Key: "done", Fingerprint: "other"}, ok)},
 			"ErrKeyExpired": {expired},
 			"ErrInvalidKey, ErrInvalidTenant, ErrInvalidFingerprint, ErrInvalidRequest": {
 				do(e, k(""), ok),
-				do(e, idem.Key{Tenant: "t\n", Key: "k", Fingerprint: "fp"}, ok),
-				do(e, idem.Key{Key: "k", Fingerprint: "fp\x00"}, ok),
-				do(e, idem.Key{Key: "k"}, ok),
+				do(e, idem.Request{Tenant: "t\n", Key: "k", Fingerprint: "fp"}, ok),
+				do(e, idem.Request{Key: "k", Fingerprint: "fp\x00"}, ok),
+				do(e, idem.Request{Key: "k"}, ok),
 			},
 			"*UnknownError (ErrOutcomeUnknown)": {
 				unknownFirst,

@@ -116,9 +116,9 @@ func (e *Engine) Retention() time.Duration { return e.retention }
 // (Options.KeyRetention); zero when it keeps no tombstones.
 func (e *Engine) KeyRetention() time.Duration { return e.keyRetention }
 
-// Key names the idempotency key an attempt is for, and says how a reuse
+// Request names the idempotency key an attempt is for, and says how a reuse
 // of it is told from a retry.
-type Key struct {
+type Request struct {
 	Tenant string // the scope of Key: one client's keys never meet another's; may be empty
 	Key    string
 	// Fingerprint is a digest of the request the key was sent with (its
@@ -127,7 +127,7 @@ type Key struct {
 	// request.
 	Fingerprint string
 	// NoFingerprint says that the key alone names the work (a message ID,
-	// a job ID), and a reuse of it with another payload is replayed. A Key
+	// a job ID), and a reuse of it with another payload is replayed. A Request
 	// sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
 	// return ErrInvalidRequest: a forgotten fingerprint would silently
 	// replay one request's result to another.
@@ -200,7 +200,7 @@ type Attempt struct {
 // can no longer be held. Errors wrap ErrInvalidKey, ErrInvalidTenant,
 // ErrInvalidFingerprint, ErrInvalidRequest or ErrStore, or are
 // ErrShutdown; on any error nothing is held.
-func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
+func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	att, err := e.beginKey(ctx, req)
 	if err == nil && e.beganObs != nil {
 		fence := att.Record.Fence
@@ -213,7 +213,7 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 }
 
 // beginKey is Begin without its report to a BeginObserver.
-func (e *Engine) beginKey(ctx context.Context, req Key) (Attempt, error) {
+func (e *Engine) beginKey(ctx context.Context, req Request) (Attempt, error) {
 	if e.shut.Load() {
 		return Attempt{}, ErrShutdown
 	}
@@ -224,7 +224,7 @@ func (e *Engine) beginKey(ctx context.Context, req Key) (Attempt, error) {
 		return Attempt{}, err
 	}
 	if (req.Fingerprint == "") == !req.NoFingerprint {
-		return Attempt{}, fmt.Errorf("%w: a Key sets exactly one of Fingerprint and NoFingerprint", ErrInvalidRequest)
+		return Attempt{}, fmt.Errorf("%w: a Request sets exactly one of Fingerprint and NoFingerprint", ErrInvalidRequest)
 	}
 	// Stores count in whole milliseconds: the local deadline must not
 	// outlast the store's by the truncated fraction.
@@ -376,7 +376,7 @@ func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, start
 }
 
 // ID returns the key's tenant and key.
-func (r Key) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
+func (r Request) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
 
 func validate(id ID) error {
 	if err := ValidateTenant(id.Tenant); err != nil {

@@ -53,7 +53,7 @@ func ExampleEngine_Begin() {
 	}
 	ctx := context.Background()
 	provider := &cardProvider{declineNext: true, fences: map[string]int64{}}
-	req := idem.Key{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
+	req := idem.Request{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
 
 	pay := func() {
 		att, err := engine.Begin(ctx, req)

@@ -42,7 +42,7 @@ func ExampleObserver() {
 	ctx := context.Background()
 	job := func(ctx context.Context, lease *idem.Lease) ([]byte, error) { return []byte("done"), nil }
 
-	req := idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}
+	req := idem.Request{Tenant: "acme", Key: "job-7", NoFingerprint: true}
 	engine.Do(ctx, req, job)
 	engine.Do(ctx, req, job) // replayed
 

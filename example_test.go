@@ -35,7 +35,7 @@ func (p *provider) Charge(ctx context.Context, order string, cents int, fence in
 // of Engine.Begin, and what the holder of the lease does about its side
 // effect. (Engine.Do does all of this for a function.)
 func charge(ctx context.Context, engine *idem.Engine, pay *provider, order string, cents int) (string, error) {
-	att, err := engine.Begin(ctx, idem.Key{Tenant: "shop", Key: order, Fingerprint: fmt.Sprint("charge ", cents)})
+	att, err := engine.Begin(ctx, idem.Request{Tenant: "shop", Key: order, Fingerprint: fmt.Sprint("charge ", cents)})
 	if err != nil {
 		return "", err // the store failed: nothing ran, the client may retry
 	}

@@ -43,7 +43,7 @@ func ExampleOutcomeUnknown() {
 		}
 		return []byte(provider["msg-7"]), nil
 	}
-	msg := idem.Key{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
+	msg := idem.Request{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
 	_, _, err = engine.Do(ctx, msg, charge)
 	fmt.Println("delivery 1:", err, errors.Is(err, idem.ErrOutcomeUnknown))
 	cut = false

@@ -45,7 +45,7 @@ func TestHeldCompletionOfALeaseTakenOverIsDropped(t *testing.T) {
 		o.Observer = &obs
 		e := newEngine(t, s, &o)
 		ctx := context.Background()
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
@@ -79,7 +79,7 @@ func TestHeldCompletionYieldsToANewerAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
@@ -112,7 +112,7 @@ func TestTheHoldIsBounded(t *testing.T) {
 		var obs holdEvents
 		e := newEngine(t, s, &idem.Options{MaxHeld: 2, MaxHeldBytes: 4 << 10, Observer: &obs})
 		ctx := context.Background()
-		a, b, c := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}), begin(t, e, idem.Key{Key: "b", NoFingerprint: true}), begin(t, e, idem.Key{Key: "c", NoFingerprint: true})
+		a, b, c := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}), begin(t, e, idem.Request{Key: "b", NoFingerprint: true}), begin(t, e, idem.Request{Key: "c", NoFingerprint: true})
 		s.start(outageRefuse, false)
 		if err := a.Lease.Complete(ctx, idem.Result{Body: make([]byte, 5<<10)}); !errors.Is(err, idem.ErrStore) {
 			t.Errorf("Complete of 5 KiB into a 4 KiB hold = %v; want ErrStore", err)
@@ -132,7 +132,7 @@ func TestTheHoldIsBounded(t *testing.T) {
 		if got := obs.String() + ", "; !strings.HasPrefix(got, want) || strings.Count(got, "stored") != 2 {
 			t.Errorf("hold events %q; want %q and then both stored", got, want)
 		}
-		if r := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "small" {
+		if r := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "small" {
 			t.Errorf("a after the outage = %v; want its held result replayed", r.Outcome)
 		}
 		c.Lease.MarkUnknown(ctx, "timeout") // the store is back: the caller's own retry
@@ -147,7 +147,7 @@ func TestHeldCompletionRunsOutOfTime(t *testing.T) {
 		s := newOutageStore(mustMem(t))
 		var obs holdEvents
 		e := newEngine(t, s, &idem.Options{Observer: &obs})
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		start := time.Now()
@@ -175,7 +175,7 @@ func TestFlushAndDelete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		a, b := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}), begin(t, e, idem.Key{Key: "b", NoFingerprint: true})
+		a, b := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}), begin(t, e, idem.Request{Key: "b", NoFingerprint: true})
 		s.start(outageRefuse, false)
 		a.Lease.Complete(ctx, idem.Result{Body: []byte("a")})
 		b.Lease.Complete(ctx, idem.Result{Body: []byte("b")})
@@ -189,10 +189,10 @@ func TestFlushAndDelete(t *testing.T) {
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
 		flush(t, e)
-		if r := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Errorf("a after Flush = %v; want Replayed", r.Outcome)
 		}
-		r := begin(t, e, idem.Key{Key: "b", NoFingerprint: true})
+		r := begin(t, e, idem.Request{Key: "b", NoFingerprint: true})
 		if r.Outcome != idem.Acquired {
 			t.Fatalf("b after an operator's Delete = %v; want Acquired: the held result went with the key", r.Outcome)
 		}
@@ -206,7 +206,7 @@ func TestDoWithAHeldCompletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Key{Key: "job", NoFingerprint: true}
+		req := idem.Request{Key: "job", NoFingerprint: true}
 		runs := 0
 		work := func(context.Context, *idem.Lease) ([]byte, error) {
 			runs++

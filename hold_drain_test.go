@@ -115,7 +115,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		ctx := context.Background()
 		leases := make([]*idem.Lease, completions)
 		for i := range leases {
-			leases[i] = begin(t, e, idem.Key{Key: fmt.Sprint("done-", i), NoFingerprint: true}).Lease
+			leases[i] = begin(t, e, idem.Request{Key: fmt.Sprint("done-", i), NoFingerprint: true}).Lease
 		}
 		// The store stops answering: new requests' acquires time out, and
 		// the engine holds the release of what each may have taken.
@@ -123,7 +123,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		var wg sync.WaitGroup
 		for i := range orphans {
 			wg.Go(func() {
-				if _, err := e.Begin(ctx, idem.Key{Key: fmt.Sprint("orphan-", i), NoFingerprint: true}); err == nil {
+				if _, err := e.Begin(ctx, idem.Request{Key: fmt.Sprint("orphan-", i), NoFingerprint: true}); err == nil {
 					t.Error("Begin on a stalled store succeeded")
 				}
 			})

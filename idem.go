@@ -35,7 +35,7 @@ var (
 	// ErrInvalidFingerprint is returned when a fingerprint is longer than
 	// MaxKeyLength bytes, not UTF-8, or holds control characters.
 	ErrInvalidFingerprint = store.ErrInvalidFingerprint
-	// ErrInvalidRequest is returned by Begin and Do for a Key that sets
+	// ErrInvalidRequest is returned by Begin and Do for a Request that sets
 	// both or neither of Fingerprint and NoFingerprint, or whose
 	// LeaseDuration or Retention is negative or under the 1ms resolution
 	// of stores.

@@ -24,7 +24,7 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 		charges := 0
 		pay := func(key string, then func(l *idem.Lease)) {
 			defer func() { recover() }()
-			att := begin(t, e, idem.Key{Key: key, NoFingerprint: true})
+			att := begin(t, e, idem.Request{Key: key, NoFingerprint: true})
 			if att.Outcome != idem.Acquired {
 				t.Fatalf("%s: %v; want Acquired", key, att.Outcome)
 			}
@@ -39,7 +39,7 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 		pay("deleted", func(l *idem.Lease) { e.ForceDelete(ctx, l.ID()) })
 		for key, want := range map[string]idem.Decision{"panicked": idem.Unknown, "completed": idem.Replayed,
 			"released": idem.Acquired, "forgotten": idem.Unknown, "deleted": idem.Acquired} {
-			a := begin(t, e, idem.Key{Key: key, NoFingerprint: true})
+			a := begin(t, e, idem.Request{Key: key, NoFingerprint: true})
 			if a.Outcome != want {
 				t.Errorf("%s: a retry finds %v; want %v", key, a.Outcome, want)
 			}
@@ -62,13 +62,13 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 func TestCompleteDoesNotEndWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), &idem.Options{MaxHeld: -1})
-		att := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
+		att := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
 		gone, cancel := context.WithCancel(context.Background())
 		cancel()
 		if err := att.Lease.Complete(gone, idem.Result{Body: []byte("ch_1")}); err != nil {
 			t.Fatalf("Complete on an ended context = %v; want it recorded", err)
 		}
-		if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Fatalf("retry = %v; want Replayed", r.Outcome)
 		}
 	})
@@ -80,11 +80,11 @@ func TestShutdownRefusesNewWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), nil)
 		ctx := context.Background()
-		held := begin(t, e, idem.Key{Key: "running", NoFingerprint: true})
+		held := begin(t, e, idem.Request{Key: "running", NoFingerprint: true})
 		if err := e.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Begin(ctx, idem.Key{Key: "new", NoFingerprint: true}); !errors.Is(err, idem.ErrShutdown) {
+		if _, err := e.Begin(ctx, idem.Request{Key: "new", NoFingerprint: true}); !errors.Is(err, idem.ErrShutdown) {
 			t.Fatalf("Begin after Shutdown = %v; want ErrShutdown", err)
 		}
 		if err := held.Lease.Complete(ctx, idem.Result{Body: []byte("done")}); err != nil { // work in flight finishes

@@ -31,7 +31,7 @@ type readmeMessage struct{ ID, Body string }
 // readmeHandle is the README's handle(), with the charge passed in.
 func readmeHandle(ctx context.Context, engine *idem.Engine, msg readmeMessage, charge func(ctx context.Context, body string, fence int64) ([]byte, error)) string {
 	digest := sha256.Sum256([]byte(msg.Body))
-	key := idem.Key{Tenant: "billing", Key: msg.ID, Fingerprint: hex.EncodeToString(digest[:])}
+	key := idem.Request{Tenant: "billing", Key: msg.ID, Fingerprint: hex.EncodeToString(digest[:])}
 	out, replayed, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 		if err := l.Check(); err != nil { // just before the side effect
 			return nil, idem.NotRun(err) // nothing was charged: the next delivery runs it

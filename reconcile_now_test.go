@@ -24,17 +24,17 @@ func TestReconcileNow(t *testing.T) {
 			return idem.Resolution{}, errors.New("provider lookup failed")
 		}})
 		ctx := context.Background()
-		charged := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "charged", NoFingerprint: true})
+		charged := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "charged", NoFingerprint: true})
 		v, rec, err := e.Reconcile(ctx, charged.ID)
 		if err != nil || v != idem.VerdictCompleted || rec.State != idem.StateCompleted || rec.Fence != charged.Fence ||
 			rec.Result == nil || string(rec.Result.Body) != "ch_1" {
 			t.Fatalf("Reconcile of a key the lookup found = %v %+v, %v; want completed with its result", v, rec, err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 {
 			t.Fatalf("retry after Reconcile = %v; want the found result replayed", r.Outcome)
 		}
 
-		never := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "never-sent", NoFingerprint: true})
+		never := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "never-sent", NoFingerprint: true})
 		if v, rec, err := e.Reconcile(ctx, never.ID); err != nil || v != idem.VerdictNotExecuted || rec != (idem.Record{}) {
 			t.Fatalf("Reconcile of a key never sent = %v %+v, %v; want not_executed and no record", v, rec, err)
 		}
@@ -42,7 +42,7 @@ func TestReconcileNow(t *testing.T) {
 			t.Fatalf("Get after not_executed = %v; want ErrNotFound: the key is released", err)
 		}
 
-		failing := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "lookup-fails", NoFingerprint: true})
+		failing := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "lookup-fails", NoFingerprint: true})
 		if v, rec, err := e.Reconcile(ctx, failing.ID); err != nil || v != idem.VerdictUnknown || rec.State != idem.StateUnknown || rec.Fence != failing.Fence {
 			t.Fatalf("Reconcile with a failing lookup = %v %+v, %v; want unknown, the key still UNKNOWN", v, rec, err)
 		}
@@ -63,7 +63,7 @@ func TestReconcileNow(t *testing.T) {
 func TestReconcileNowWithoutLookup(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		rec := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k", NoFingerprint: true})
+		rec := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k", NoFingerprint: true})
 		if _, _, err := e.Reconcile(context.Background(), rec.ID); !errors.Is(err, idem.ErrNoReconcile) {
 			t.Fatalf("Reconcile without Options.Reconcile = %v; want ErrNoReconcile", err)
 		}

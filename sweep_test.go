@@ -44,7 +44,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 				return idem.Resolution{}, errors.New("lookup: 500")
 			}})
 		for _, k := range []string{"a", "b", "c"} {
-			markUnknown(t, e, idem.Key{Tenant: "acme", Key: k, NoFingerprint: true})
+			markUnknown(t, e, idem.Request{Tenant: "acme", Key: k, NoFingerprint: true})
 		}
 		pass := func(wantAsked string, want idem.ReconcileStats) {
 			t.Helper()
@@ -103,7 +103,7 @@ func TestSweepSettlesAnAbandonedLease(t *testing.T) {
 		ctx := context.Background()
 		s, _ := memstore.New(nil) // the bubble's clock
 		crashed := newEngine(t, s, &idem.Options{LeaseDuration: time.Minute, RenewEvery: -1, Logger: slog.New(slog.DiscardHandler)})
-		req := idem.Key{Tenant: "acme", Key: "charge-1", Fingerprint: "fp"}
+		req := idem.Request{Tenant: "acme", Key: "charge-1", Fingerprint: "fp"}
 		a := begin(t, crashed, req)
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin = %v; want Acquired", a.Outcome)

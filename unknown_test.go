@@ -19,7 +19,7 @@ import (
 // waitOut lets a short lease end: it waits until a retry no longer finds
 // the key in flight. In the bubble one sleep does it; on Redis the
 // server's clock may trail ours by a tick.
-func waitOut(t *testing.T, e *idem.Engine, req idem.Key, l *idem.Lease) idem.Attempt {
+func waitOut(t *testing.T, e *idem.Engine, req idem.Request, l *idem.Lease) idem.Attempt {
 	t.Helper()
 	<-l.Context().Done()
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -34,7 +34,7 @@ func waitOut(t *testing.T, e *idem.Engine, req idem.Key, l *idem.Lease) idem.Att
 func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "crashed", Fingerprint: "fp"}
+		req := idem.Request{Key: "crashed", Fingerprint: "fp"}
 		stalled := begin(t, e, req) // the worker charges the card, then stalls past its lease
 		retry := waitOut(t, e, req, stalled.Lease)
 		if retry.Outcome != idem.Unknown || retry.Record.State != idem.StateUnknown ||
@@ -62,7 +62,7 @@ func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		var logs bytes.Buffer
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		req := idem.Key{Key: "stalled-before-work", Fingerprint: "fp"}
+		req := idem.Request{Key: "stalled-before-work", Fingerprint: "fp"}
 		stalled := begin(t, e, req) // the worker stalls before its side effect
 		if retry := waitOut(t, e, req, stalled.Lease); retry.Outcome != idem.Unknown || retry.Record.Reason != store.ReasonAbandoned {
 			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
@@ -94,7 +94,7 @@ var errNothingSent = errors.New("the lease ended before the charge: nothing sent
 func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "failed-late", Fingerprint: "fp"}
+		req := idem.Request{Key: "failed-late", Fingerprint: "fp"}
 		var retry idem.Attempt
 		_, _, err := e.Do(context.Background(), req, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 			<-ctx.Done() // the lease ends before the work reaches its side effect
@@ -121,7 +121,7 @@ func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "late", NoFingerprint: true}
+		req := idem.Request{Key: "late", NoFingerprint: true}
 		a := begin(t, e, req)
 		<-a.Lease.Context().Done() // nobody comes for the key meanwhile
 		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("done")}); err != nil {
@@ -136,7 +136,7 @@ func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
 func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Tenant: "shop", Key: "order-1", NoFingerprint: true}
+		req := idem.Request{Tenant: "shop", Key: "order-1", NoFingerprint: true}
 		cut := errors.New("connection reset after the request was written")
 		_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) {
 			return nil, idem.OutcomeUnknown(cut, "")
@@ -161,7 +161,7 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
-		req := idem.Key{Key: "stale-mark", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
+		req := idem.Request{Key: "stale-mark", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
 		stalled := begin(t, e, req)
 		retryReq := req
 		retryReq.LeaseDuration = time.Minute
@@ -188,7 +188,7 @@ func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 func TestDoNeverReleasesATakeover(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
-		req := idem.Key{Key: "taken-over-then-failed", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
+		req := idem.Request{Key: "taken-over-then-failed", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
 		stalled := begin(t, e, req) // charges, then stalls past its lease
 		<-stalled.Lease.Context().Done()
 		retryReq := req
@@ -213,7 +213,7 @@ func TestDoNeverReleasesATakeover(t *testing.T) {
 }
 
 // markUnknown leaves req's key UNKNOWN and returns its record.
-func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) idem.Record {
+func markUnknown(t *testing.T, e *idem.Engine, req idem.Request) idem.Record {
 	t.Helper()
 	a := begin(t, e, req)
 	if a.Outcome != idem.Acquired {
@@ -242,20 +242,20 @@ func TestReconcileOnRetry(t *testing.T) {
 			return verdicts[rec.Key], nil
 		}})
 		for key := range verdicts {
-			markUnknown(t, e, idem.Key{Key: key, NoFingerprint: true})
+			markUnknown(t, e, idem.Request{Key: key, NoFingerprint: true})
 		}
-		if r := begin(t, e, idem.Key{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 || string(r.Result.Body) != "charge ch_1" {
+		if r := begin(t, e, idem.Request{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 || string(r.Result.Body) != "charge ch_1" {
 			t.Fatalf("retry of a key reconciled completed = %v %+v; want the reconciled result replayed", r.Outcome, r.Result)
 		}
-		if r := begin(t, e, idem.Key{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Fatalf("second retry = %v; want Replayed from the store", r.Outcome)
 		}
-		r := begin(t, e, idem.Key{Key: "never-sent", NoFingerprint: true})
+		r := begin(t, e, idem.Request{Key: "never-sent", NoFingerprint: true})
 		if fence, _ := asked.Load("never-sent"); r.Outcome != idem.Acquired || r.Lease.Fence() <= fence.(int64) {
 			t.Fatalf("retry of a key reconciled not executed = %v; want Acquired with a higher fence", r.Outcome)
 		}
 		r.Lease.Release(context.Background())
-		if r := begin(t, e, idem.Key{Key: "provider-503", NoFingerprint: true}); r.Outcome != idem.Unknown || r.RetryAfter <= 0 {
+		if r := begin(t, e, idem.Request{Key: "provider-503", NoFingerprint: true}); r.Outcome != idem.Unknown || r.RetryAfter <= 0 {
 			t.Fatalf("retry of a key still unknown = %v (retry after %v); want Unknown with a time to ask again", r.Outcome, r.RetryAfter)
 		}
 	})
@@ -272,8 +272,8 @@ func TestReconcileFailureLeavesTheKeyUnknown(t *testing.T) {
 				return idem.Resolution{Verdict: idem.Verdict(7)}, nil // garbage
 			}})
 		for _, key := range []string{"hangs", "garbage"} {
-			markUnknown(t, e, idem.Key{Key: key, NoFingerprint: true})
-			if r := begin(t, e, idem.Key{Key: key, NoFingerprint: true}); r.Outcome != idem.Unknown {
+			markUnknown(t, e, idem.Request{Key: key, NoFingerprint: true})
+			if r := begin(t, e, idem.Request{Key: key, NoFingerprint: true}); r.Outcome != idem.Unknown {
 				t.Fatalf("%s: retry = %v; want Unknown, never released", key, r.Outcome)
 			}
 		}
@@ -291,7 +291,7 @@ func TestReconcileRunsOncePerKeyAtATime(t *testing.T) {
 			<-answer
 			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("found")}}, nil
 		}})
-		req := idem.Key{Key: "popular", NoFingerprint: true}
+		req := idem.Request{Key: "popular", NoFingerprint: true}
 		markUnknown(t, e, req)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -317,7 +317,7 @@ func TestResolveByAnOperator(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
 		ctx := context.Background()
-		rec := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k1", NoFingerprint: true})
+		rec := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k1", NoFingerprint: true})
 		if err := e.Resolve(ctx, rec.ID, rec.Fence+1, nil); !errors.Is(err, idem.ErrStaleFence) {
 			t.Fatalf("Resolve with another fence = %v; want ErrStaleFence", err)
 		}
@@ -331,14 +331,14 @@ func TestResolveByAnOperator(t *testing.T) {
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); !errors.Is(err, idem.ErrNotUnknown) {
 			t.Fatalf("Resolve of a COMPLETED key = %v; want ErrNotUnknown", err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "k1", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "refund r_1" {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k1", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "refund r_1" {
 			t.Fatalf("retry after the resolution = %v; want the operator's result replayed", r.Outcome)
 		}
-		rec = markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k2", NoFingerprint: true})
+		rec = markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k2", NoFingerprint: true})
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); err != nil {
 			t.Fatalf("Resolve not executed: %v", err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "k2", NoFingerprint: true}); r.Outcome != idem.Acquired || r.Lease.Fence() <= rec.Fence {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k2", NoFingerprint: true}); r.Outcome != idem.Acquired || r.Lease.Fence() <= rec.Fence {
 			t.Fatalf("retry after resolve-not-executed = %v; want Acquired with a higher fence", r.Outcome)
 		} else {
 			r.Lease.Release(ctx)
@@ -358,9 +358,9 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 			return idem.Resolution{}, errors.New("provider lookup failed")
 		}})
 		a, b := "tenant-a", "tenant-b" // every test has a store of its own (Redis: its own prefix)
-		markUnknown(t, e, idem.Key{Tenant: a, Key: "done", NoFingerprint: true})
-		markUnknown(t, e, idem.Key{Tenant: b, Key: "never", NoFingerprint: true})
-		markUnknown(t, e, idem.Key{Tenant: b, Key: "lookup-fails", NoFingerprint: true})
+		markUnknown(t, e, idem.Request{Tenant: a, Key: "done", NoFingerprint: true})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "never", NoFingerprint: true})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "lookup-fails", NoFingerprint: true})
 		st, err := e.ReconcileUnknown(context.Background())
 		if err != nil || st.FirstError == nil || !strings.Contains(st.FirstError.Error(), "provider lookup failed") {
 			t.Fatalf("sweep = %+v, %v; want the failed lookup's error kept", st, err)
@@ -390,7 +390,7 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Key: "owner-says-abandoned", Fingerprint: "fp"}
+		req := idem.Request{Key: "owner-says-abandoned", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		if err := a.Lease.MarkUnknown(context.Background(), store.ReasonAbandoned); err != nil {
 			t.Fatal(err)
@@ -411,7 +411,7 @@ func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 func TestDoTakesACutWorkAsUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Key: "caller-went-away", Fingerprint: "fp"}
+		req := idem.Request{Key: "caller-went-away", Fingerprint: "fp"}
 		ctx, cancel := context.WithCancel(context.Background())
 		runs := 0
 		work := func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
