@@ -14,7 +14,7 @@ import (
 // nothing, a key whose work may be running or may have run without a
 // known result: a PROCESSING key gets an *InFlightError (errors.Is
 // ErrInFlight), an UNKNOWN one (or a PROCESSING one whose lease ended) an
-// *UnknownError (errors.Is ErrOutcomeUnknown): Resolve settles it with the
+// *OutcomeUnknownError (errors.Is ErrOutcomeUnknown): Resolve settles it with the
 // operator's word on what happened. The check and the deletion are one
 // step: Delete removes only the record it checked (by its fence), never a
 // newer attempt's. ForceDelete deletes in any state.
@@ -36,7 +36,7 @@ func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 		case rec.State == StateProcessing:
 			return false, &InFlightError{RetryAfter: rec.TTL}
 		case rec.State != StateCompleted && rec.State != StateExpired:
-			return false, &UnknownError{Record: rec}
+			return false, &OutcomeUnknownError{Record: rec}
 		}
 		ok, err := e.delete(ctx, store.DeleteParams{ID: id, Fence: rec.Fence})
 		if err != nil || ok {

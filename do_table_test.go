@@ -143,7 +143,7 @@ func TestDoErrorTable(t *testing.T) {
 				do(e, idem.Request{Key: "k", Fingerprint: "fp\x00"}, ok),
 				do(e, idem.Request{Key: "k"}, ok),
 			},
-			"*UnknownError (ErrOutcomeUnknown)": {
+			"*OutcomeUnknownError (ErrOutcomeUnknown)": {
 				unknownFirst,
 				do(e, k("cut"), ok), // a later call finds the key UNKNOWN
 				do(e, k("cancelled"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, context.Canceled }),
@@ -157,7 +157,7 @@ func TestDoErrorTable(t *testing.T) {
 				}
 				return []byte("ran"), nil
 			})},
-			"out, *UnknownError wrapping ErrResultTooLarge": {do(e, k("big"), func(context.Context, *idem.Lease) ([]byte, error) {
+			"out, *OutcomeUnknownError wrapping ErrResultTooLarge": {do(e, k("big"), func(context.Context, *idem.Lease) ([]byte, error) {
 				return []byte("too large"), nil
 			})},
 			"out, ErrStore": {do(completeDown, k("ran"), ok)},
@@ -196,7 +196,7 @@ func TestDoErrorTable(t *testing.T) {
 				case strings.Contains(row.returns, "replayed true") != c.replayed:
 					t.Errorf("row %q: replayed = %t", row.returns, c.replayed)
 				case strings.Contains(row.returns, "*InFlightError") && !isType[*idem.InFlightError](c.err),
-					strings.Contains(row.returns, "*UnknownError") && !isType[*idem.UnknownError](c.err):
+					strings.Contains(row.returns, "*OutcomeUnknownError") && !isType[*idem.OutcomeUnknownError](c.err):
 					t.Errorf("row %q: Do returned %T %v", row.returns, c.err, c.err)
 				}
 				if got := idem.Retryable(c.err); got != row.retryable {

@@ -300,9 +300,9 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	}()
 	ran := false
 	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { ran = true; return nil, nil })
-	var ue *idem.UnknownError
+	var ue *idem.OutcomeUnknownError
 	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != idem.StateUnknown {
-		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *UnknownError, not run: the panic may have come after the effect", err, ran)
+		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *OutcomeUnknownError, not run: the panic may have come after the effect", err, ran)
 	}
 }
 

@@ -38,7 +38,7 @@ func ExampleRetryable() {
 		case idem.Retryable(err):
 			return "redeliver later: " + err.Error()
 		case errors.Is(err, idem.ErrOutcomeUnknown):
-			unknown, _ := errors.AsType[*idem.UnknownError](err)
+			unknown, _ := errors.AsType[*idem.OutcomeUnknownError](err)
 			return "ack, and alert: it may have been charged: " + unknown.Record.Reason
 		}
 		return "drop: " + err.Error()

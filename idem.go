@@ -56,7 +56,7 @@ var (
 	ErrMismatch = errors.New("idem: key reused with a different request")
 	// ErrOutcomeUnknown marks work whose effect may have happened although
 	// no result is known (see OutcomeUnknown), and is returned, as an
-	// *UnknownError, by Do for a key in state UNKNOWN. Every "outcome
+	// *OutcomeUnknownError, by Do for a key in state UNKNOWN. Every "outcome
 	// unknown" error of this module matches it: idemclient's and
 	// idemgrpc's OutcomeUnknownError, pgstore's guardrail after a failed
 	// commit.

@@ -102,7 +102,7 @@ func TestOneErrorPerConcept(t *testing.T) {
 	if idemhttp.ErrTenantMissing != idemgrpc.ErrTenantMissing || idemhttp.ErrTenantMissing != idem.ErrTenantMissing {
 		t.Error("idemhttp.ErrTenantMissing, idemgrpc.ErrTenantMissing and idem.ErrTenantMissing differ")
 	}
-	for _, err := range []error{&idemclient.OutcomeUnknownError{}, &idemgrpc.OutcomeUnknownError{}, &idem.UnknownError{}, idemclient.ErrOutcomeUnknown} {
+	for _, err := range []error{&idemclient.OutcomeUnknownError{}, &idemgrpc.OutcomeUnknownError{}, &idem.OutcomeUnknownError{}, idemclient.ErrOutcomeUnknown} {
 		if !errors.Is(err, idem.ErrOutcomeUnknown) {
 			t.Errorf("%T does not match idem.ErrOutcomeUnknown", err)
 		}

@@ -23,7 +23,7 @@ type (
 	// made it so (Owner, Fence), when (AcquiredAt, CompletedAt), why it is
 	// UNKNOWN (Reason), its Label, and, COMPLETED only, its Result, which
 	// is read-only (copy it to change it). Get and ListUnknown return it,
-	// Options.Reconcile is given it, and UnknownError carries it.
+	// Options.Reconcile is given it, and OutcomeUnknownError carries it.
 	Record = store.Record
 	// State is the state of one key: StateProcessing, StateCompleted,
 	// StateUnknown or StateExpired (a Record's State).

@@ -147,9 +147,9 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 		var runs atomic.Int32
 		for range 3 {
 			_, _, err = e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { runs.Add(1); return nil, nil })
-			var ue *idem.UnknownError
+			var ue *idem.OutcomeUnknownError
 			if !errors.As(err, &ue) || ue.Record.Reason == "" || ue.Record.TTL <= 0 {
-				t.Fatalf("retry = %v; want an *UnknownError with a reason and the retention left", err)
+				t.Fatalf("retry = %v; want an *OutcomeUnknownError with a reason and the retention left", err)
 			}
 		}
 		if runs.Load() != 0 {

@@ -81,7 +81,16 @@ step_request() {
 	sub '\bidem\.Key\b' 'idem.Request' $(files '\bidem\.Key\b')
 }
 
-steps="aliases request"
+# outcomeerror: type idem.UnknownError is idem.OutcomeUnknownError, as
+# idemclient's and idemgrpc's are, beside ErrOutcomeUnknown and
+# OutcomeUnknown (an "unknown error" read as an error nobody knew). The
+# table of Do's documentation (do.go) needs its columns re-aligned by hand.
+step_outcomeerror() {
+	subcode '(?<![\w.])UnknownError\b' 'OutcomeUnknownError' $(rootfiles '\bUnknownError\b')
+	sub '\bidem\.UnknownError\b' 'idem.OutcomeUnknownError' $(files '\bidem\.UnknownError\b')
+}
+
+steps="aliases request outcomeerror"
 [ $# -gt 0 ] && steps="$*"
 for s in $steps; do
 	echo "api-renames: $s"

@@ -4,7 +4,7 @@
 //
 // An application does not import it: the values it shares with a store
 // (the ID of a key, the Result a lease completes with, the Record that
-// Engine.Get, a reconciliation and an *idem.UnknownError show) are
+// Engine.Get, a reconciliation and an *idem.OutcomeUnknownError show) are
 // this package's types under package idem's names (idem.Result is
 // store.Result). Everything here is for those who write a store, and is
 // documented for them.
