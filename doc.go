@@ -70,7 +70,7 @@
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
-// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for,
+// it; Engine.ReconcileAll sweeps the keys no retry comes back for,
 // within a rate and a concurrency bound and backing off the keys whose
 // lookup keeps failing (Options.ReconcileRate, ReconcileConcurrency,
 // ReconcileBackoff); Engine.Resolve is an operator's answer, and

@@ -44,7 +44,7 @@ type Options struct {
 	Takeover TakeoverPolicy
 	// Reconcile, when set, is asked about a key whose outcome is unknown
 	// (state UNKNOWN, or an ended lease under TakeoverUnknown) when a
-	// retry meets it and in ReconcileUnknown's sweep: it answers whether
+	// retry meets it and in ReconcileAll's sweep: it answers whether
 	// the work took effect, typically by looking the request up
 	// downstream by its key or its fence (Record.Fence). One call per key
 	// runs at a time, across every process sharing the store. Nil means
@@ -79,13 +79,13 @@ type Options struct {
 	// DefaultMaxHeldBytes (64 MiB); a negative MaxHeld holds nothing.
 	MaxHeld      int
 	MaxHeldBytes int64
-	// ReconcileRate bounds the Reconcile calls ReconcileUnknown starts, per
+	// ReconcileRate bounds the Reconcile calls ReconcileAll starts, per
 	// second. Zero means DefaultReconcileRate.
 	ReconcileRate float64
-	// ReconcileConcurrency bounds the Reconcile calls ReconcileUnknown has
+	// ReconcileConcurrency bounds the Reconcile calls ReconcileAll has
 	// in flight at once. Zero means DefaultReconcileConcurrency.
 	ReconcileConcurrency int
-	// ReconcileBackoff is how long ReconcileUnknown leaves a key alone
+	// ReconcileBackoff is how long ReconcileAll leaves a key alone
 	// after a Reconcile call about it failed or answered unknown; it
 	// doubles with each such answer in a row, up to ReconcileMaxBackoff.
 	// The engine remembers it for up to 100,000 keys. Zero means

@@ -180,7 +180,7 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 // listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
 // (its owner crashed) is listed from its end, as UNKNOWN with reason
-// abandoned, whether or not a retry has met it: ReconcileUnknown asks
+// abandoned, whether or not a retry has met it: ReconcileAll asks
 // about it, and its Claim turns it UNKNOWN.
 func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
 	if p.Limit < 0 || p.Limit > store.MaxListLimit {

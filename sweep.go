@@ -11,7 +11,7 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// The defaults of the bounds of ReconcileUnknown (Options).
+// The defaults of the bounds of ReconcileAll (Options).
 const (
 	// DefaultReconcileRate is how many Reconcile calls a sweep starts per
 	// second at most.
@@ -30,7 +30,7 @@ const (
 // it has no room for is asked every sweep, within the rate bound.
 const maxBackoffKeys = 100_000
 
-// ReconcileStats counts what one ReconcileUnknown sweep did.
+// ReconcileStats counts what one ReconcileAll sweep did.
 type ReconcileStats struct {
 	Unknown     int   // keys asked about that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
 	Failed      int   // of Unknown, the keys whose Reconcile call failed
@@ -87,7 +87,7 @@ func newSweeper(o Options) (*sweeper, error) {
 	return s, nil
 }
 
-// ReconcileUnknown asks Options.Reconcile about every UNKNOWN key, of all
+// ReconcileAll asks Options.Reconcile about every UNKNOWN key, of all
 // tenants, and records each answer: run it from a background loop so that
 // keys no retry comes back for are resolved too. It starts at most
 // Options.ReconcileRate calls a second and has at most
@@ -98,9 +98,9 @@ func newSweeper(o Options) (*sweeper, error) {
 // logs nothing per key: the stats count the failures and keep the first
 // error. One sweep runs at a time; a second call waits for the first. It
 // stops at the first store error, or when ctx ends.
-func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
+func (e *Engine) ReconcileAll(ctx context.Context) (ReconcileStats, error) {
 	if e.reconcile == nil {
-		return ReconcileStats{}, errors.New("idem: ReconcileUnknown: Options.Reconcile is not set")
+		return ReconcileStats{}, errors.New("idem: ReconcileAll: Options.Reconcile is not set")
 	}
 	s := e.sweeper
 	select {
@@ -127,7 +127,7 @@ func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
 	return sw.st, context.Cause(sw.ctx)
 }
 
-// sweep is one run of ReconcileUnknown.
+// sweep is one run of ReconcileAll.
 type sweep struct {
 	e    *Engine
 	s    *sweeper

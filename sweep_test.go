@@ -20,7 +20,7 @@ import (
 // Issue 22, item 9: a key whose lookup fails, or answers unknown, is left
 // alone by the next sweeps for a backoff that doubles up to a cap; a
 // lookup that settles it ends its backoff; a sweep logs nothing per key.
-func TestReconcileUnknownBacksOff(t *testing.T) {
+func TestReconcileAllBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			mu     sync.Mutex
@@ -51,7 +51,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 			mu.Lock()
 			clear(asked)
 			mu.Unlock()
-			st, err := e.ReconcileUnknown(context.Background())
+			st, err := e.ReconcileAll(context.Background())
 			mu.Lock()
 			got := ""
 			for _, k := range []string{"a", "b", "c"} {
@@ -97,7 +97,7 @@ func TestReconcileOptionsChecked(t *testing.T) {
 // A key whose owner's process died mid-work is listed, from its lease's
 // end, and the sweep settles it, with no retry of the key and no Get:
 // before issue 31 (item 6) it was in no listing until a retry met it, and
-// ReconcileUnknown never asked about it.
+// ReconcileAll never asked about it.
 func TestSweepSettlesAnAbandonedLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
@@ -120,8 +120,8 @@ func TestSweepSettlesAnAbandonedLease(t *testing.T) {
 			page.Records[0].Fence != a.Lease.Fence() || !page.Records[0].CompletedAt.Equal(time.Now()) {
 			t.Fatalf("ListUnknown at the lease's end = %+v, %v; want the key, abandoned, fence %d, unknown since now", page.Records, err, a.Lease.Fence())
 		}
-		if st, err := e.ReconcileUnknown(ctx); err != nil || st.Completed != 1 {
-			t.Fatalf("ReconcileUnknown = %+v, %v; want the abandoned key completed", st, err)
+		if st, err := e.ReconcileAll(ctx); err != nil || st.Completed != 1 {
+			t.Fatalf("ReconcileAll = %+v, %v; want the abandoned key completed", st, err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "found downstream" {
 			t.Fatalf("retry after the sweep = %v; want the reconciled result replayed", r.Outcome)

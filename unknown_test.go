@@ -346,7 +346,7 @@ func TestResolveByAnOperator(t *testing.T) {
 	})
 }
 
-func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
+func TestReconcileAllSweepsEveryTenant(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			switch rec.Key {
@@ -361,7 +361,7 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 		markUnknown(t, e, idem.Request{Tenant: a, Key: "done", NoFingerprint: true})
 		markUnknown(t, e, idem.Request{Tenant: b, Key: "never", NoFingerprint: true})
 		markUnknown(t, e, idem.Request{Tenant: b, Key: "lookup-fails", NoFingerprint: true})
-		st, err := e.ReconcileUnknown(context.Background())
+		st, err := e.ReconcileAll(context.Background())
 		if err != nil || st.FirstError == nil || !strings.Contains(st.FirstError.Error(), "provider lookup failed") {
 			t.Fatalf("sweep = %+v, %v; want the failed lookup's error kept", st, err)
 		}

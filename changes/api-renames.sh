@@ -90,7 +90,14 @@ step_outcomeerror() {
 	sub '\bidem\.UnknownError\b' 'idem.OutcomeUnknownError' $(files '\bidem\.UnknownError\b')
 }
 
-steps="aliases request outcomeerror"
+# reconcileall: Engine.ReconcileUnknown is Engine.ReconcileAll: beside
+# Reconcile (one key, now) and Resolve (an operator's answer), the name says
+# it sweeps every UNKNOWN key. Tests named after it follow.
+step_reconcileall() {
+	sub 'ReconcileUnknown' 'ReconcileAll' $(files 'ReconcileUnknown')
+}
+
+steps="aliases request outcomeerror reconcileall"
 [ $# -gt 0 ] && steps="$*"
 for s in $steps; do
 	echo "api-renames: $s"
