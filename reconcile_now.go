@@ -6,8 +6,8 @@ import (
 	"fmt"
 )
 
-// ErrNoReconcile is returned by Engine.Reconcile when Options.Reconcile
-// is not set: there is no lookup to ask.
+// ErrNoReconcile is returned by Engine.Reconcile and Engine.ReconcileAll
+// when Options.Reconcile is not set: there is no lookup to ask.
 var ErrNoReconcile = errors.New("idem: Options.Reconcile is not set")
 
 // Reconcile asks Options.Reconcile about the UNKNOWN key id now, as a

@@ -67,6 +67,9 @@ func TestReconcileNowWithoutLookup(t *testing.T) {
 		if _, _, err := e.Reconcile(context.Background(), rec.ID); !errors.Is(err, idem.ErrNoReconcile) {
 			t.Fatalf("Reconcile without Options.Reconcile = %v; want ErrNoReconcile", err)
 		}
+		if _, err := e.ReconcileAll(context.Background()); !errors.Is(err, idem.ErrNoReconcile) {
+			t.Fatalf("ReconcileAll without Options.Reconcile = %v; want ErrNoReconcile", err)
+		}
 		if got, err := e.Get(context.Background(), rec.ID); err != nil || got.State != idem.StateUnknown {
 			t.Fatalf("the key after = %+v, %v; want it still UNKNOWN", got, err)
 		}

@@ -100,7 +100,7 @@ func newSweeper(o Options) (*sweeper, error) {
 // stops at the first store error, or when ctx ends.
 func (e *Engine) ReconcileAll(ctx context.Context) (ReconcileStats, error) {
 	if e.reconcile == nil {
-		return ReconcileStats{}, errors.New("idem: ReconcileAll: Options.Reconcile is not set")
+		return ReconcileStats{}, ErrNoReconcile
 	}
 	s := e.sweeper
 	select {
