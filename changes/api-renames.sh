@@ -97,7 +97,16 @@ step_reconcileall() {
 	sub 'ReconcileUnknown' 'ReconcileAll' $(files 'ReconcileUnknown')
 }
 
-steps="aliases request outcomeerror reconcileall"
+# keyunknown: idemhttp.OutcomeUnknown (the outcome of a request whose key is
+# UNKNOWN) is idemhttp.OutcomeKeyUnknown, beside OutcomeMarkedUnknown (the
+# handler ran and marked it so), no longer a constant with the name of the
+# func idem.OutcomeUnknown. Its metric label stays "unknown".
+step_keyunknown() {
+	sub '(?<![\w.])OutcomeUnknown\b' 'OutcomeKeyUnknown' $(git grep -lP '(?<![\w.])OutcomeUnknown\b' -- 'idemhttp/*.go')
+	sub '\bidemhttp\.OutcomeUnknown\b' 'idemhttp.OutcomeKeyUnknown' $(files '\bidemhttp\.OutcomeUnknown\b')
+}
+
+steps="aliases request outcomeerror reconcileall keyunknown"
 [ $# -gt 0 ] && steps="$*"
 for s in $steps; do
 	echo "api-renames: $s"

@@ -113,7 +113,7 @@ func (m *middleware) answerUnknown(w http.ResponseWriter, r *http.Request, att i
 	detail := "an earlier request with this key may have taken effect, and its result is not known (" +
 		att.Record.Reason + "); it will not run again until its outcome is reconciled or resolved"
 	m.writeError(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)
-	m.report(r, OutcomeUnknown)
+	m.report(r, OutcomeKeyUnknown)
 }
 
 // leaseEnded answers a request whose lease ended before its handler could
