@@ -106,7 +106,19 @@ step_keyunknown() {
 	sub '\bidemhttp\.OutcomeUnknown\b' 'idemhttp.OutcomeKeyUnknown' $(files '\bidemhttp\.OutcomeUnknown\b')
 }
 
-steps="aliases request outcomeerror reconcileall keyunknown"
+# stripeconsts: idemhttp's StripeTypeIdempotency, StripeTypeInvalidRequest,
+# StripeTypeAPI and StripeLockTimeout are unexported; outside idemhttp, a
+# client names them as stripe-go does (stripe.ErrorTypeIdempotency,
+# stripe.ErrorCodeLockTimeout) or by their values.
+step_stripeconsts() {
+	for n in TypeIdempotency TypeInvalidRequest TypeAPI LockTimeout; do
+		sub "(?<![\\w.])Stripe$n\\b" "stripe$n" $(git grep -lP "(?<![\\w.])Stripe$n\\b" -- 'idemhttp/*.go' ':!idemhttp/*_test.go')
+	done
+	sub '\bidemhttp\.StripeLockTimeout\b' '\"lock_timeout\"' $(files '\bidemhttp\.StripeLockTimeout\b')
+	sub '\bidemhttp\.StripeType(Idempotency|InvalidRequest|API)\b' 'string(stripe.ErrorType$1)' $(files '\bidemhttp\.StripeType')
+}
+
+steps="aliases request outcomeerror reconcileall keyunknown stripeconsts"
 [ $# -gt 0 ] && steps="$*"
 for s in $steps; do
 	echo "api-renames: $s"
