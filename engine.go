@@ -102,12 +102,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return e.flushHeld(ctx)
 }
 
-// Flush is Shutdown.
-//
-// Deprecated: Use Shutdown, which says what it does: the engine takes no
-// new key after it.
-func (e *Engine) Flush(ctx context.Context) error { return e.Shutdown(ctx) }
-
 // Retention is how long the engine keeps a completed result by default
 // (Options.Retention), for servers that publish their expiry policy.
 func (e *Engine) Retention() time.Duration { return e.retention }

@@ -118,7 +118,15 @@ step_stripeconsts() {
 	sub '\bidemhttp\.StripeType(Idempotency|InvalidRequest|API)\b' 'string(stripe.ErrorType$1)' $(files '\bidemhttp\.StripeType')
 }
 
-steps="aliases request outcomeerror reconcileall keyunknown stripeconsts"
+# flush: Engine.Flush, deprecated for Shutdown, is gone.
+step_flush() {
+	for f in $(git grep -lP '\.Flush\(' -- '*.go' '*.md' ':!CHANGELOG.md' ':!changes/'); do
+		grep -q 'idemkit/idem"' "$f" && echo "api-renames: $f calls a Flush: if it is an engine's, it is Shutdown now"
+	done
+	return 0
+}
+
+steps="aliases request outcomeerror reconcileall keyunknown stripeconsts flush"
 [ $# -gt 0 ] && steps="$*"
 for s in $steps; do
 	echo "api-renames: $s"
