@@ -121,14 +121,14 @@ type Request struct {
 	// request.
 	Fingerprint string
 	// NoFingerprint says that the key alone names the work (a message ID,
-	// a job ID), and a reuse of it with another payload is replayed. A Request
-	// sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
+	// a job ID), and a reuse of it with another payload is replayed. A
+	// Request sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
 	// return ErrInvalidRequest: a forgotten fingerprint would silently
 	// replay one request's result to another.
 	NoFingerprint bool
 	// Label says what the work is, kept in the key's record for an
-	// operator (store.AcquireParams.Label): e.g. "POST /v1/orders
-	// route=orders". Never a secret. Cut to store.MaxLabelLength bytes.
+	// operator (Record.Label): e.g. "POST /v1/orders route=orders".
+	// Never a secret. Cut to 200 bytes (store.MaxLabelLength).
 	Label         string
 	LeaseDuration time.Duration // zero: the engine's
 	Retention     time.Duration // zero: the engine's

@@ -232,7 +232,7 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // Complete, it does not end with ctx. After
 // the lease ended, Release still deletes the record while it is this
 // lease's own and untouched, or UNKNOWN only because a retry found the
-// lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
+// lease ended (reason "abandoned") and no reconciliation claims it; otherwise
 // it returns ErrLeaseLost and changes nothing. A Release the store did
 // not take is held and retried as Complete's result is: else the key
 // would stay PROCESSING until its lease ends, and then turn UNKNOWN,
@@ -249,13 +249,14 @@ func (l *Lease) Release(ctx context.Context) error {
 // crash of something downstream), and no result is known. The key turns
 // UNKNOWN, if this lease still holds it, and no retry runs the work again
 // until Reconcile or Engine.Resolve says what happened. Like Complete, it
-// does not end with ctx. reason is kept in Record.Reason (cut to
-// MaxReasonLength bytes) and shown to the callers that retry the key
-// (idemhttp, idemgrpc) and to operators: say what happened in words that
-// hold no secret and no internal address, never an error's raw text.
-// ReasonAbandoned is the store's own and is stored as "owner: abandoned":
-// an owner's record with that reason could be released, and an owner that
-// said "unknown" has said the effect may have happened. A MarkUnknown the
+// does not end with ctx. reason is kept in Record.Reason (cut to 256
+// bytes) and shown to the callers that retry the key (idemhttp,
+// idemgrpc) and to operators: say what happened in words that hold no
+// secret and no internal address, never an error's raw text. The reason
+// "abandoned" is the store's own (a lease that ended mid-work) and is
+// stored as "owner: abandoned": an owner's record with that reason could
+// be released, and an owner that said "unknown" has said the effect may
+// have happened. A MarkUnknown the
 // store did not take is held and retried as Complete's result is, and
 // this key's retries get the Unknown outcome from it: else they would be
 // told the key is in flight until the lease ends.
