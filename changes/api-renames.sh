@@ -63,7 +63,7 @@ step_aliases() {
 	for f in $(rootfiles "$re"); do
 		case $f in
 		*_test.go) grep -q '^package idem$' "$f" && sub "$re" '$1' "$f" || sub "$re" 'idem.$1' "$f" ;;
-		types.go) continue ;;
+		types.go | doc.go) continue ;; # they name package store on purpose
 		*) sub "$re" '$1' "$f" ;;
 		esac
 		dropimport "$f"
