@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -15,7 +14,7 @@ type beganKey struct{}
 
 // began is one Began call.
 type began struct {
-	id       store.ID
+	id       idem.ID
 	decision idem.Decision
 	fence    int64
 	mark     any // the value of beganKey in the context Began was told
@@ -24,8 +23,8 @@ type began struct {
 type beganObserver struct{ calls []began }
 
 func (*beganObserver) StoreCall(context.Context, string, time.Duration, error) {}
-func (*beganObserver) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
-func (o *beganObserver) Began(ctx context.Context, id store.ID, d idem.Decision, fence int64) {
+func (*beganObserver) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *beganObserver) Began(ctx context.Context, id idem.ID, d idem.Decision, fence int64) {
 	o.calls = append(o.calls, began{id, d, fence, ctx.Value(beganKey{})})
 }
 
@@ -43,19 +42,19 @@ func TestBeginObserverIsToldEachDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.WithValue(context.Background(), beganKey{}, "request-1")
-	req := idem.Key{Tenant: "acme", Key: "k-1", Fingerprint: "f1"}
+	req := idem.Request{Tenant: "acme", Key: "k-1", Fingerprint: "f1"}
 	att, err := e.Begin(ctx, req)
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %v, %v; want Acquired", att.Outcome, err)
 	}
 	fence := att.Lease.Fence()
-	if err := att.Lease.Complete(ctx, store.Result{Status: 201}); err != nil {
+	if err := att.Lease.Complete(ctx, idem.Result{Status: 201}); err != nil {
 		t.Fatal(err)
 	}
 	e.Begin(ctx, req) // replayed
 	req.Fingerprint = "f2"
 	e.Begin(ctx, req) // mismatch
-	if _, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "", Fingerprint: "f1"}); err == nil {
+	if _, err := e.Begin(ctx, idem.Request{Tenant: "acme", Key: "", Fingerprint: "f1"}); err == nil {
 		t.Fatal("Begin with an empty key did not fail")
 	}
 	want := []began{{req.ID(), idem.Acquired, fence, "request-1"}, {req.ID(), idem.Replayed, fence, "request-1"},

@@ -14,11 +14,11 @@ import (
 // nothing, a key whose work may be running or may have run without a
 // known result: a PROCESSING key gets an *InFlightError (errors.Is
 // ErrInFlight), an UNKNOWN one (or a PROCESSING one whose lease ended) an
-// *UnknownError (errors.Is ErrOutcomeUnknown): Resolve settles it with the
+// *OutcomeUnknownError (errors.Is ErrOutcomeUnknown): Resolve settles it with the
 // operator's word on what happened. The check and the deletion are one
 // step: Delete removes only the record it checked (by its fence), never a
 // newer attempt's. ForceDelete deletes in any state.
-func (e *Engine) Delete(ctx context.Context, id store.ID) (bool, error) {
+func (e *Engine) Delete(ctx context.Context, id ID) (bool, error) {
 	if err := validate(id); err != nil {
 		return false, err
 	}
@@ -33,10 +33,10 @@ func (e *Engine) Delete(ctx context.Context, id store.ID) (bool, error) {
 				return false, nil
 			}
 			return false, err
-		case rec.State == store.StateProcessing:
+		case rec.State == StateProcessing:
 			return false, &InFlightError{RetryAfter: rec.TTL}
-		case rec.State != store.StateCompleted && rec.State != store.StateExpired:
-			return false, &UnknownError{Record: rec}
+		case rec.State != StateCompleted && rec.State != StateExpired:
+			return false, &OutcomeUnknownError{Record: rec}
 		}
 		ok, err := e.delete(ctx, store.DeleteParams{ID: id, Fence: rec.Fence})
 		if err != nil || ok {
@@ -51,7 +51,7 @@ func (e *Engine) Delete(ctx context.Context, id store.ID) (bool, error) {
 // key that was PROCESSING or UNKNOWN is then run again by the next
 // attempt, although its work may be running or may have run: use it only
 // when that is what is wanted (Resolve settles an UNKNOWN key).
-func (e *Engine) ForceDelete(ctx context.Context, id store.ID) (bool, error) {
+func (e *Engine) ForceDelete(ctx context.Context, id ID) (bool, error) {
 	if err := validate(id); err != nil {
 		return false, err
 	}

@@ -17,7 +17,7 @@ func TestDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		ctx := context.Background()
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second})
-		running := idem.Key{Tenant: "acme", Key: "running", NoFingerprint: true}
+		running := idem.Request{Tenant: "acme", Key: "running", NoFingerprint: true}
 		a := begin(t, e, running)
 		ok, err := e.Delete(ctx, running.ID())
 		var inFlight *idem.InFlightError
@@ -28,16 +28,16 @@ func TestDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 			t.Fatalf("the lease after a refused Delete: %v", err)
 		}
 
-		unknown := idem.Key{Tenant: "acme", Key: "unknown", NoFingerprint: true}
+		unknown := idem.Request{Tenant: "acme", Key: "unknown", NoFingerprint: true}
 		markUnknown(t, e, unknown)
 		if ok, err := e.Delete(ctx, unknown.ID()); ok || !errors.Is(err, idem.ErrOutcomeUnknown) {
 			t.Fatalf("Delete(UNKNOWN) = %v, %v; want ErrOutcomeUnknown", ok, err)
 		}
-		if rec, err := e.Get(ctx, unknown.ID()); err != nil || rec.State != store.StateUnknown {
+		if rec, err := e.Get(ctx, unknown.ID()); err != nil || rec.State != idem.StateUnknown {
 			t.Fatalf("after a refused Delete: %+v, %v; want the key still UNKNOWN", rec, err)
 		}
 
-		if err := a.Lease.Complete(ctx, store.Result{Body: []byte("done")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Body: []byte("done")}); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := e.Delete(ctx, running.ID()); !ok || err != nil {
@@ -53,7 +53,7 @@ func TestDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 		if ok, err := e.ForceDelete(ctx, running.ID()); !ok || err != nil {
 			t.Fatalf("ForceDelete(PROCESSING) = %v, %v; want true, nil", ok, err)
 		}
-		if err := b.Lease.Complete(ctx, store.Result{}); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := b.Lease.Complete(ctx, idem.Result{}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("Complete after ForceDelete = %v; want ErrLeaseLost", err)
 		}
 	})

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem/internal/outcome"
-	"github.com/idemkit/idem/store"
 )
 
 // FinalizeTimeout bounds the Complete or Release that Do makes after the
@@ -83,22 +82,22 @@ const FinalizeTimeout = 10 * time.Second
 //	ErrInvalidKey, ErrInvalidTenant,   did not run     unchanged       drop: the caller's bug       false
 //	  ErrInvalidFingerprint,
 //	  ErrInvalidRequest
-//	*UnknownError (ErrOutcomeUnknown)  may have run    UNKNOWN         alert; Options.Reconcile or  false
-//	                                                                   Engine.Resolve settles it
+//	*OutcomeUnknownError               may have run    UNKNOWN         alert; Options.Reconcile or  false
+//	  (ErrOutcomeUnknown)                                              Engine.Resolve settles it
 //	out, ErrLeaseLost                  ran             another's       acknowledge: its output is   false
 //	                                                                   not stored
-//	out, *UnknownError wrapping        ran             UNKNOWN         acknowledge, alert           false
-//	  ErrResultTooLarge
+//	out, *OutcomeUnknownError          ran             UNKNOWN         acknowledge, alert           false
+//	  wrapping ErrResultTooLarge
 //	out, ErrStore                      ran             PROCESSING,     acknowledge, alert: the      false
 //	                                                   then UNKNOWN    store did not take the output
 //
-// *UnknownError is the one error of an unknown outcome, on the call whose
+// *OutcomeUnknownError is the one error of an unknown outcome, on the call whose
 // fn ended so (its Err is fn's error: a panic aside, fn wrapped it with
 // OutcomeUnknown, or it is a context or lease error, or fn failed after a
 // takeover) and on every later call with the key (Err nil). A retry is
 // always safe: whatever the error, a later Do never runs again what may
 // have run.
-func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
+func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Context, l *Lease) ([]byte, error)) (out []byte, replayed bool, err error) {
 	att, err := e.Begin(ctx, req)
 	if err != nil {
 		return nil, false, err
@@ -113,7 +112,7 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 	case Mismatch:
 		return nil, false, ErrMismatch
 	case Unknown:
-		return nil, false, &UnknownError{Record: att.Record}
+		return nil, false, &OutcomeUnknownError{Record: att.Record}
 	case Expired:
 		return nil, false, fmt.Errorf("%w: completed at %s, its result is no longer kept", ErrKeyExpired,
 			att.Record.CompletedAt.UTC().Format(time.RFC3339))
@@ -155,7 +154,7 @@ func (e *Engine) Do(ctx context.Context, req Key, fn func(ctx context.Context, l
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
-	if err := l.Complete(fctx, store.Result{Body: out}); err != nil {
+	if err := l.Complete(fctx, Result{Body: out}); err != nil {
 		if errors.Is(err, ErrResultTooLarge) { // the work ran; its output cannot be kept
 			return out, false, e.markUnknown(finalCtx, l, req, "the output is over Options.MaxResultBytes", ranError{err})
 		}
@@ -195,14 +194,14 @@ func unknownReason(err error) string {
 
 // markUnknown turns the key UNKNOWN with reason and returns the error
 // that says so to Do's caller; cause is the work's error, if any.
-func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Key, reason string, cause error) *UnknownError {
+func (e *Engine) markUnknown(finalCtx func() (context.Context, context.CancelFunc), l *Lease, req Request, reason string, cause error) *OutcomeUnknownError {
 	ctx, cancel := finalCtx()
 	defer cancel()
 	if err := l.MarkUnknown(ctx, reason); err != nil && !errors.Is(err, ErrLeaseLost) {
 		e.log.Error("idem: marking the key UNKNOWN failed and could not be held; it stays PROCESSING until its lease ends, then turns UNKNOWN",
 			"tenant", req.Tenant, "key", req.Key, "err", err)
 	}
-	return &UnknownError{Err: cause, Record: store.Record{ID: l.ID(), State: store.StateUnknown, Owner: l.ref.Owner,
+	return &OutcomeUnknownError{Err: cause, Record: Record{ID: l.ID(), State: StateUnknown, Owner: l.ref.Owner,
 		Fence: l.Fence(), Fingerprint: l.fp, CompletedAt: time.Now(), Reason: storedReason(reason)}}
 }
 
@@ -244,7 +243,7 @@ func NotRun(err error) error {
 
 var errNotRunUnsaid = errors.New("the work did not run")
 
-// UnknownError is the error of an unknown outcome: an attempt at the key
+// OutcomeUnknownError is the error of an unknown outcome: an attempt at the key
 // may have had its effect, and no result is recorded. Do returns it on
 // the call whose work ended so (Err is the work's error; nil after a
 // panic, which goes on) and on every later call with the key, which finds
@@ -252,13 +251,13 @@ var errNotRunUnsaid = errors.New("the work did not run")
 // (CompletedAt) and why (Reason); on the first call it is the record as
 // the engine asked the store to keep it. errors.Is(err,
 // ErrOutcomeUnknown) is true, and errors.Is and errors.As find Err too.
-type UnknownError struct {
-	Record store.Record
+type OutcomeUnknownError struct {
+	Record Record
 	Err    error
 }
 
 // Error says that the outcome is unknown, and why.
-func (e *UnknownError) Error() string {
+func (e *OutcomeUnknownError) Error() string {
 	if e.Err != nil {
 		cause := e.Err
 		if u, ok := cause.(*outcome.Unknown); ok { // "outcome unknown" is said once
@@ -270,10 +269,10 @@ func (e *UnknownError) Error() string {
 }
 
 // Is reports ErrOutcomeUnknown.
-func (e *UnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // Unwrap returns the work's error, if any.
-func (e *UnknownError) Unwrap() error { return e.Err }
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 
 // Retryable reports whether calling Do again with the same key, later,
 // may get further than the call that returned err: true for a key in

@@ -88,11 +88,11 @@ func TestDoErrorTable(t *testing.T) {
 		ctx := context.Background()
 		e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 4, Retention: time.Minute, KeyRetention: time.Hour})
 		ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }
-		do := func(e *idem.Engine, key idem.Key, fn func(context.Context, *idem.Lease) ([]byte, error)) doCall {
+		do := func(e *idem.Engine, key idem.Request, fn func(context.Context, *idem.Lease) ([]byte, error)) doCall {
 			out, replayed, err := e.Do(ctx, key, fn)
 			return doCall{out, replayed, err}
 		}
-		k := func(key string) idem.Key { return idem.Key{Tenant: "t", Key: key, Fingerprint: "fp"} }
+		k := func(key string) idem.Request { return idem.Request{Tenant: "t", Key: key, Fingerprint: "fp"} }
 
 		first := do(e, k("done"), ok)
 		replay := do(e, k("done"), ok)
@@ -135,15 +135,15 @@ func TestDoErrorTable(t *testing.T) {
 					return nil, idem.NotRun(fmt.Errorf("checked: %w", idem.ErrLeaseExpired))
 				}),
 			},
-			"ErrMismatch":   {do(e, idem.Key{Tenant: "t", Key: "done", Fingerprint: "other"}, ok)},
+			"ErrMismatch":   {do(e, idem.Request{Tenant: "t", Key: "done", Fingerprint: "other"}, ok)},
 			"ErrKeyExpired": {expired},
 			"ErrInvalidKey, ErrInvalidTenant, ErrInvalidFingerprint, ErrInvalidRequest": {
 				do(e, k(""), ok),
-				do(e, idem.Key{Tenant: "t\n", Key: "k", Fingerprint: "fp"}, ok),
-				do(e, idem.Key{Key: "k", Fingerprint: "fp\x00"}, ok),
-				do(e, idem.Key{Key: "k"}, ok),
+				do(e, idem.Request{Tenant: "t\n", Key: "k", Fingerprint: "fp"}, ok),
+				do(e, idem.Request{Key: "k", Fingerprint: "fp\x00"}, ok),
+				do(e, idem.Request{Key: "k"}, ok),
 			},
-			"*UnknownError (ErrOutcomeUnknown)": {
+			"*OutcomeUnknownError (ErrOutcomeUnknown)": {
 				unknownFirst,
 				do(e, k("cut"), ok), // a later call finds the key UNKNOWN
 				do(e, k("cancelled"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, context.Canceled }),
@@ -157,7 +157,7 @@ func TestDoErrorTable(t *testing.T) {
 				}
 				return []byte("ran"), nil
 			})},
-			"out, *UnknownError wrapping ErrResultTooLarge": {do(e, k("big"), func(context.Context, *idem.Lease) ([]byte, error) {
+			"out, *OutcomeUnknownError wrapping ErrResultTooLarge": {do(e, k("big"), func(context.Context, *idem.Lease) ([]byte, error) {
 				return []byte("too large"), nil
 			})},
 			"out, ErrStore": {do(completeDown, k("ran"), ok)},
@@ -196,7 +196,7 @@ func TestDoErrorTable(t *testing.T) {
 				case strings.Contains(row.returns, "replayed true") != c.replayed:
 					t.Errorf("row %q: replayed = %t", row.returns, c.replayed)
 				case strings.Contains(row.returns, "*InFlightError") && !isType[*idem.InFlightError](c.err),
-					strings.Contains(row.returns, "*UnknownError") && !isType[*idem.UnknownError](c.err):
+					strings.Contains(row.returns, "*OutcomeUnknownError") && !isType[*idem.OutcomeUnknownError](c.err):
 					t.Errorf("row %q: Do returned %T %v", row.returns, c.err, c.err)
 				}
 				if got := idem.Retryable(c.err); got != row.retryable {

@@ -18,7 +18,7 @@ import (
 func TestDoGivesTheFunctionItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 3 * time.Second, RenewEvery: time.Second})
-		key := idem.Key{Tenant: "acme", Key: "job-1", NoFingerprint: true}
+		key := idem.Request{Tenant: "acme", Key: "job-1", NoFingerprint: true}
 		start := time.Now()
 		_, _, err := e.Do(context.Background(), key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 			if l == nil || l.ID() != key.ID() || l.Fence() <= 0 || l.Check() != nil {
@@ -53,7 +53,7 @@ func TestDoKeepsAnEarlierCallerDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		want, _ := ctx.Deadline()
-		_, _, err := e.Do(ctx, idem.Key{Key: "short", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+		_, _, err := e.Do(ctx, idem.Request{Key: "short", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 			if got, ok := ctx.Deadline(); !ok || !got.Equal(want) {
 				t.Errorf("deadline = %v, %t; want the caller's %v, before the 30s lease ends", got, ok, want)
 			}
@@ -76,7 +76,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 			started, release := make(chan struct{}), make(chan struct{})
 			done := make(chan error)
 			go func() {
-				_, _, err := e.Do(ctx, idem.Key{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+				_, _, err := e.Do(ctx, idem.Request{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 					close(started)
 					<-release
 					return nil, nil
@@ -85,7 +85,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 			}()
 			<-started
 			time.Sleep(ran) // the other attempt has run this long
-			_, _, err := e.Do(ctx, idem.Key{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+			_, _, err := e.Do(ctx, idem.Request{Key: key, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 				t.Error("ran while another attempt held the key")
 				return nil, nil
 			})
@@ -105,7 +105,7 @@ func TestInFlightRetryAfterFollowsTheWork(t *testing.T) {
 			t.Errorf("RetryAfter before any measured work = %v; want the rest of the lease, %v", got, 30*time.Second-time.Millisecond)
 		}
 		for i := range 20 {
-			_, _, err := e.Do(ctx, idem.Key{Key: fmt.Sprint("job-", i), NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+			_, _, err := e.Do(ctx, idem.Request{Key: fmt.Sprint("job-", i), NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 				time.Sleep(5 * time.Millisecond)
 				return nil, nil
 			})

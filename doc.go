@@ -70,7 +70,7 @@
 // check). Options.Reconcile is asked, once per key at a time across every
 // process, what became of an UNKNOWN key: completed (with the result to
 // replay), not executed (the retry runs it) or still unknown. A retry asks
-// it; Engine.ReconcileUnknown sweeps the keys no retry comes back for,
+// it; Engine.ReconcileAll sweeps the keys no retry comes back for,
 // within a rate and a concurrency bound and backing off the keys whose
 // lookup keeps failing (Options.ReconcileRate, ReconcileConcurrency,
 // ReconcileBackoff); Engine.Resolve is an operator's answer, and
@@ -102,12 +102,15 @@
 //
 // # Stores, and package store
 //
-// A store.Store keeps the records. Package store holds the contract
-// between the engine and its backends (the Store interface, the
-// parameters of its calls, the Record and its State) apart from this
-// package, so that this page is what an application uses; an application
-// meets store.ID, store.Result and store.Record, and a store writer the
-// rest (see the reasoning in package store's documentation). No store
+// A Store keeps the records: New takes one (memstore.New(), a
+// redisstore or a pgstore), and an application never imports package
+// store. Package store is the driver package, as database/sql/driver is
+// database/sql's: it holds the contract between the engine and its
+// backends (the Store interface, the parameters of its calls, the owner
+// and fence references) for a store writer. The values an application
+// reads (ID, Result, Record and its State, ListParams, ListPage) are
+// package store's types under this package's names (idem.Result is
+// store.Result), so both sides hand one another the same values. No store
 // imports this package.
 // store/memstore is the embedded default, for one
 // process; store/redisstore runs every transition as one Lua script on

@@ -26,7 +26,7 @@ type Engine struct {
 	obs              Observer
 	beganObs         BeginObserver // obs, when it is one
 	takeover         TakeoverPolicy
-	reconcile        func(ctx context.Context, rec store.Record) (Resolution, error)
+	reconcile        func(ctx context.Context, rec Record) (Resolution, error)
 	reconcileTimeout time.Duration
 	storeTimeout     time.Duration
 	held             *hold
@@ -36,7 +36,7 @@ type Engine struct {
 }
 
 // New returns an engine over store.
-func New(s store.Store, opts *Options) (*Engine, error) {
+func New(s Store, opts *Options) (*Engine, error) {
 	if s == nil {
 		return nil, errors.New("idem: New: nil store")
 	}
@@ -102,12 +102,6 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return e.flushHeld(ctx)
 }
 
-// Flush is Shutdown.
-//
-// Deprecated: Use Shutdown, which says what it does: the engine takes no
-// new key after it.
-func (e *Engine) Flush(ctx context.Context) error { return e.Shutdown(ctx) }
-
 // Retention is how long the engine keeps a completed result by default
 // (Options.Retention), for servers that publish their expiry policy.
 func (e *Engine) Retention() time.Duration { return e.retention }
@@ -116,9 +110,9 @@ func (e *Engine) Retention() time.Duration { return e.retention }
 // (Options.KeyRetention); zero when it keeps no tombstones.
 func (e *Engine) KeyRetention() time.Duration { return e.keyRetention }
 
-// Key names the idempotency key an attempt is for, and says how a reuse
+// Request names the idempotency key an attempt is for, and says how a reuse
 // of it is told from a retry.
-type Key struct {
+type Request struct {
 	Tenant string // the scope of Key: one client's keys never meet another's; may be empty
 	Key    string
 	// Fingerprint is a digest of the request the key was sent with (its
@@ -127,14 +121,14 @@ type Key struct {
 	// request.
 	Fingerprint string
 	// NoFingerprint says that the key alone names the work (a message ID,
-	// a job ID), and a reuse of it with another payload is replayed. A Key
-	// sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
+	// a job ID), and a reuse of it with another payload is replayed. A
+	// Request sets exactly one of Fingerprint and NoFingerprint, else Begin and Do
 	// return ErrInvalidRequest: a forgotten fingerprint would silently
 	// replay one request's result to another.
 	NoFingerprint bool
 	// Label says what the work is, kept in the key's record for an
-	// operator (store.AcquireParams.Label): e.g. "POST /v1/orders
-	// route=orders". Never a secret. Cut to store.MaxLabelLength bytes.
+	// operator (Record.Label): e.g. "POST /v1/orders route=orders".
+	// Never a secret. Cut to 200 bytes (store.MaxLabelLength).
 	Label         string
 	LeaseDuration time.Duration // zero: the engine's
 	Retention     time.Duration // zero: the engine's
@@ -190,9 +184,9 @@ func (o Decision) String() string {
 type Attempt struct {
 	Outcome    Decision
 	Lease      *Lease        // Acquired
-	Result     *store.Result // Replayed; read-only, see store.Record.Result
+	Result     *Result       // Replayed; read-only, see Record.Result
 	RetryAfter time.Duration // InFlight, Unknown
-	Record     store.Record  // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
+	Record     Record        // the record that decided a Replayed, InFlight, Mismatch, Unknown or Expired outcome
 }
 
 // Begin starts an attempt at key. On Acquired the lease's heartbeat runs
@@ -200,7 +194,7 @@ type Attempt struct {
 // can no longer be held. Errors wrap ErrInvalidKey, ErrInvalidTenant,
 // ErrInvalidFingerprint, ErrInvalidRequest or ErrStore, or are
 // ErrShutdown; on any error nothing is held.
-func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
+func (e *Engine) Begin(ctx context.Context, req Request) (Attempt, error) {
 	att, err := e.beginKey(ctx, req)
 	if err == nil && e.beganObs != nil {
 		fence := att.Record.Fence
@@ -213,7 +207,7 @@ func (e *Engine) Begin(ctx context.Context, req Key) (Attempt, error) {
 }
 
 // beginKey is Begin without its report to a BeginObserver.
-func (e *Engine) beginKey(ctx context.Context, req Key) (Attempt, error) {
+func (e *Engine) beginKey(ctx context.Context, req Request) (Attempt, error) {
 	if e.shut.Load() {
 		return Attempt{}, ErrShutdown
 	}
@@ -224,7 +218,7 @@ func (e *Engine) beginKey(ctx context.Context, req Key) (Attempt, error) {
 		return Attempt{}, err
 	}
 	if (req.Fingerprint == "") == !req.NoFingerprint {
-		return Attempt{}, fmt.Errorf("%w: a Key sets exactly one of Fingerprint and NoFingerprint", ErrInvalidRequest)
+		return Attempt{}, fmt.Errorf("%w: a Request sets exactly one of Fingerprint and NoFingerprint", ErrInvalidRequest)
 	}
 	// Stores count in whole milliseconds: the local deadline must not
 	// outlast the store's by the truncated fraction.
@@ -321,7 +315,7 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 	rec := res.Record
 	// A PROCESSING record with our owner token is ours: the token is random
 	// and made for this attempt, so only our own earlier try can have written it.
-	if res.Acquired || (rec.State == store.StateProcessing && rec.Owner == p.Owner) {
+	if res.Acquired || (rec.State == StateProcessing && rec.Owner == p.Owner) {
 		ref := store.LeaseRef{ID: p.ID, Owner: p.Owner, Fence: rec.Fence}
 		return Attempt{Outcome: Acquired, Lease: e.hold(ctx, ref, p.Fingerprint, start, p.LeaseDuration, p.Retention, keyRetention, res.Takeover)}, nil
 	}
@@ -335,15 +329,15 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 }
 
 // decide is the outcome for an attempt that meets rec held by another.
-func (e *Engine) decide(rec store.Record, fingerprint string) Attempt {
+func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 	switch {
 	case rec.Fingerprint != fingerprint:
 		return Attempt{Outcome: Mismatch, Record: rec}
-	case rec.State == store.StateCompleted:
+	case rec.State == StateCompleted:
 		return Attempt{Outcome: Replayed, Result: rec.Result, Record: rec}
-	case rec.State == store.StateExpired:
+	case rec.State == StateExpired:
 		return Attempt{Outcome: Expired, Record: rec}
-	case rec.State == store.StateUnknown:
+	case rec.State == StateUnknown:
 		var after time.Duration
 		if e.reconcile != nil {
 			after = e.reconcileTimeout
@@ -376,9 +370,9 @@ func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, start
 }
 
 // ID returns the key's tenant and key.
-func (r Key) ID() store.ID { return store.ID{Tenant: r.Tenant, Key: r.Key} }
+func (r Request) ID() ID { return ID{Tenant: r.Tenant, Key: r.Key} }
 
-func validate(id store.ID) error {
+func validate(id ID) error {
 	if err := ValidateTenant(id.Tenant); err != nil {
 		return err
 	}

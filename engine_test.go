@@ -36,7 +36,7 @@ func newEngine(t *testing.T, s store.Store, o *idem.Options) *idem.Engine {
 // eachStore runs f on each store, the memory store in a synctest bubble.
 var eachStore = storekit.EachStore
 
-func begin(t *testing.T, e *idem.Engine, req idem.Key) idem.Attempt {
+func begin(t *testing.T, e *idem.Engine, req idem.Request) idem.Attempt {
 	t.Helper()
 	a, err := e.Begin(context.Background(), req)
 	if err != nil {
@@ -48,7 +48,7 @@ func begin(t *testing.T, e *idem.Engine, req idem.Key) idem.Attempt {
 func TestBeginOutcomes(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Tenant: "acme", Key: "order-1", Fingerprint: "fp1"}
+		req := idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "fp1"}
 		first := begin(t, e, req)
 		if first.Outcome != idem.Acquired || first.Lease == nil || first.Lease.Fence() <= 0 {
 			t.Fatalf("first Begin = %+v; want Acquired with a fenced lease", first)
@@ -57,18 +57,18 @@ func TestBeginOutcomes(t *testing.T) {
 		if second.Outcome != idem.InFlight || second.RetryAfter <= 0 || second.RetryAfter > 30*time.Second {
 			t.Fatalf("Begin while in flight = %v retry after %v; want InFlight within the 30s lease", second.Outcome, second.RetryAfter)
 		}
-		if a := begin(t, e, idem.Key{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
+		if a := begin(t, e, idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
 			t.Fatalf("Begin with another fingerprint while in flight = %v; want Mismatch", a.Outcome)
 		}
-		if a := begin(t, e, idem.Key{Tenant: "other-tenant", Key: "order-1", Fingerprint: "fp1"}); a.Outcome != idem.Acquired {
+		if a := begin(t, e, idem.Request{Tenant: "other-tenant", Key: "order-1", Fingerprint: "fp1"}); a.Outcome != idem.Acquired {
 			t.Fatalf("same key for another tenant = %v; want Acquired (tenants never share keys)", a.Outcome)
 		} else {
 			a.Lease.Release(context.Background())
 		}
-		if err := first.Lease.Complete(context.Background(), store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+		if err := first.Lease.Complete(context.Background(), idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
-		if err := first.Lease.Complete(context.Background(), store.Result{}); !errors.Is(err, idem.ErrLeaseClosed) {
+		if err := first.Lease.Complete(context.Background(), idem.Result{}); !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("second Complete = %v; want ErrLeaseClosed", err)
 		}
 		if cause := context.Cause(first.Lease.Context()); cause == nil {
@@ -78,7 +78,7 @@ func TestBeginOutcomes(t *testing.T) {
 		if replay.Outcome != idem.Replayed || replay.Result.Status != 201 || string(replay.Result.Body) != "charged" {
 			t.Fatalf("Begin after Complete = %+v; want the stored 201 replayed", replay)
 		}
-		if a := begin(t, e, idem.Key{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
+		if a := begin(t, e, idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "other"}); a.Outcome != idem.Mismatch {
 			t.Fatalf("Begin with another fingerprint after Complete = %v; want Mismatch", a.Outcome)
 		}
 	})
@@ -87,20 +87,20 @@ func TestBeginOutcomes(t *testing.T) {
 func TestInvalidInput(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	cases := []struct {
-		req  idem.Key
+		req  idem.Request
 		want error
 	}{
-		{idem.Key{Key: "", NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Key: strings.Repeat("k", 256), NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Key: "line\nbreak", NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Key: "nul\x00", NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Key: "bad-utf8-\xff", NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Key: "del\x7f", NoFingerprint: true}, idem.ErrInvalidKey},
-		{idem.Key{Tenant: "t\r", Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
-		{idem.Key{Tenant: strings.Repeat("t", 256), Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
-		{idem.Key{Key: "k", Fingerprint: "f\x01"}, idem.ErrInvalidFingerprint},
-		{idem.Key{Key: "k", Fingerprint: ""}, idem.ErrInvalidRequest},                       // no fingerprint, and not said so
-		{idem.Key{Key: "k", Fingerprint: "f", NoFingerprint: true}, idem.ErrInvalidRequest}, // both
+		{idem.Request{Key: "", NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Key: strings.Repeat("k", 256), NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Key: "line\nbreak", NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Key: "nul\x00", NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Key: "bad-utf8-\xff", NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Key: "del\x7f", NoFingerprint: true}, idem.ErrInvalidKey},
+		{idem.Request{Tenant: "t\r", Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
+		{idem.Request{Tenant: strings.Repeat("t", 256), Key: "k", NoFingerprint: true}, idem.ErrInvalidTenant},
+		{idem.Request{Key: "k", Fingerprint: "f\x01"}, idem.ErrInvalidFingerprint},
+		{idem.Request{Key: "k", Fingerprint: ""}, idem.ErrInvalidRequest},                       // no fingerprint, and not said so
+		{idem.Request{Key: "k", Fingerprint: "f", NoFingerprint: true}, idem.ErrInvalidRequest}, // both
 	}
 	for _, c := range cases {
 		if _, err := e.Begin(context.Background(), c.req); !errors.Is(err, c.want) {
@@ -139,15 +139,15 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 		// test process (GC, -race, a loaded machine) has to last most of a
 		// second to fail this. In the bubble the two seconds take no time.
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second, RenewEvery: 100 * time.Millisecond})
-		a := begin(t, e, idem.Key{Key: "long-work", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "long-work", NoFingerprint: true})
 		time.Sleep(2 * time.Second) // two leases of work
 		if err := a.Lease.Context().Err(); err != nil {
 			t.Fatalf("lease context ended during renewed work: %v", context.Cause(a.Lease.Context()))
 		}
-		if other := begin(t, e, idem.Key{Key: "long-work", NoFingerprint: true}); other.Outcome != idem.InFlight {
+		if other := begin(t, e, idem.Request{Key: "long-work", NoFingerprint: true}); other.Outcome != idem.InFlight {
 			t.Fatalf("another attempt during renewed work = %v; want InFlight", other.Outcome)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete after renewed work: %v", err)
 		}
 	})
@@ -156,7 +156,7 @@ func TestHeartbeatKeepsLeasePastItsDuration(t *testing.T) {
 func TestLostLeaseCancelsWork(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: time.Second, RenewEvery: 20 * time.Millisecond})
-		req := idem.Key{Key: "taken-over", NoFingerprint: true}
+		req := idem.Request{Key: "taken-over", NoFingerprint: true}
 		a := begin(t, e, req)
 		if _, err := e.ForceDelete(context.Background(), req.ID()); err != nil { // an operator invalidates the key in flight
 			t.Fatal(err)
@@ -173,10 +173,10 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 		if cause := context.Cause(a.Lease.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
 			t.Fatalf("cause = %v; want ErrLeaseLost", cause)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseClosed) {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) && !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
 		}
-		if err := taker.Lease.Complete(context.Background(), store.Result{Body: []byte("fresh")}); err != nil {
+		if err := taker.Lease.Complete(context.Background(), idem.Result{Body: []byte("fresh")}); err != nil {
 			t.Fatalf("new owner's Complete: %v", err)
 		}
 		if r := begin(t, e, req); string(r.Result.Body) != "fresh" {
@@ -188,7 +188,7 @@ func TestLostLeaseCancelsWork(t *testing.T) {
 func TestStaleOwnerCannotComplete(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
-		req := idem.Key{Key: "stall", NoFingerprint: true}
+		req := idem.Request{Key: "stall", NoFingerprint: true}
 		stalled := begin(t, e, req)
 		<-stalled.Lease.Context().Done() // the worker stalls past its lease
 		if cause := context.Cause(stalled.Lease.Context()); !errors.Is(cause, idem.ErrLeaseExpired) {
@@ -211,14 +211,14 @@ func TestStaleOwnerCannotComplete(t *testing.T) {
 		if tk := retry.Lease.PreviousFence(); tk != stalled.Lease.Fence() {
 			t.Fatalf("Takeover = %+v; want the stalled attempt's fence %d", tk, stalled.Lease.Fence())
 		}
-		if err := stalled.Lease.Complete(context.Background(), store.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("stale")}); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("stale Complete = %v; want ErrLeaseLost", err)
 		}
 		if err := stalled.Lease.Release(context.Background()); !errors.Is(err, idem.ErrLeaseClosed) {
 			t.Fatalf("stale Release after lost Complete = %v; want ErrLeaseClosed", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.Owner != idem.LeaseOwner(retry.Lease) || rec.State != store.StateProcessing {
+		if err != nil || rec.Owner != idem.LeaseOwner(retry.Lease) || rec.State != idem.StateProcessing {
 			t.Fatalf("record = %+v, %v; want the retry's PROCESSING record untouched", rec, err)
 		}
 		retry.Lease.Release(context.Background())
@@ -238,7 +238,7 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 		// returns: once each of the 100 did one or the other, every
 		// duplicate has met the held key.
 		release, ran, returned := make(chan struct{}), make(chan struct{}, 100), make(chan struct{}, 100)
-		req := idem.Key{Tenant: "jobs", Key: "invoice-7", NoFingerprint: true}
+		req := idem.Request{Tenant: "jobs", Key: "invoice-7", NoFingerprint: true}
 		for range 100 {
 			wg.Go(func() {
 				out, replayed, err := e.Do(context.Background(), req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
@@ -284,7 +284,7 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 
 func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
-	req := idem.Key{Key: "flaky", NoFingerprint: true}
+	req := idem.Request{Key: "flaky", NoFingerprint: true}
 	boom := errors.New("card declined before any charge")
 	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Fatalf("Do = %v; want the work's error", err)
@@ -300,19 +300,19 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 	}()
 	ran := false
 	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { ran = true; return nil, nil })
-	var ue *idem.UnknownError
-	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != store.StateUnknown {
-		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *UnknownError, not run: the panic may have come after the effect", err, ran)
+	var ue *idem.OutcomeUnknownError
+	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != idem.StateUnknown {
+		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *OutcomeUnknownError, not run: the panic may have come after the effect", err, ran)
 	}
 }
 
 func TestDoMismatch(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("x"), nil }
-	if _, _, err := e.Do(context.Background(), idem.Key{Key: "k", Fingerprint: "a"}, ok); err != nil {
+	if _, _, err := e.Do(context.Background(), idem.Request{Key: "k", Fingerprint: "a"}, ok); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.Do(context.Background(), idem.Key{Key: "k", Fingerprint: "b"}, ok); !errors.Is(err, idem.ErrMismatch) {
+	if _, _, err := e.Do(context.Background(), idem.Request{Key: "k", Fingerprint: "b"}, ok); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("Do with another fingerprint = %v; want ErrMismatch", err)
 	}
 }
@@ -322,7 +322,7 @@ func TestDoMismatch(t *testing.T) {
 // the caller may change without changing later replays.
 func TestDoReplayIsTheCallersCopy(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
-	req := idem.Key{Key: "k", Fingerprint: "fp"}
+	req := idem.Request{Key: "k", Fingerprint: "fp"}
 	work := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("stored"), nil }
 	if _, _, err := e.Do(context.Background(), req, work); err != nil {
 		t.Fatal(err)
@@ -349,7 +349,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	// would be retried past the test's end.
 	e := newEngine(t, s, &idem.Options{MaxHeld: -1})
 	ran := false
-	_, _, err = e.Do(context.Background(), idem.Key{Key: "k", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+	_, _, err = e.Do(context.Background(), idem.Request{Key: "k", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})
@@ -369,32 +369,32 @@ func testCompleteRetries(t *testing.T) {
 	f := &storekit.Faulty{Store: mustMem(t)}
 	f.FailNext(storekit.OpComplete, 2)
 	e := newEngine(t, f, nil)
-	a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	a := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete with two transient failures = %v; want it retried to success", err)
 	}
-	if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
+	if r := begin(t, e, idem.Request{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
 		t.Fatalf("after retried Complete: %v; want Replayed", r.Outcome)
 	}
 	f.FailNext(storekit.OpComplete, 100)
-	a = begin(t, e, idem.Key{Key: "k2", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	a = begin(t, e, idem.Request{Key: "k2", NoFingerprint: true})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete on a failing store = %v; want nil: the result is held", err)
 	}
 	f.FailNext(storekit.OpComplete, 0)
 	flush(t, e)
-	if r := begin(t, newEngine(t, f, nil), idem.Key{Key: "k2", NoFingerprint: true}); r.Outcome != idem.Replayed {
+	if r := begin(t, newEngine(t, f, nil), idem.Request{Key: "k2", NoFingerprint: true}); r.Outcome != idem.Replayed {
 		t.Fatalf("after the held Complete was stored: %v; want Replayed", r.Outcome)
 	}
 	// Without the hold, a Complete that failed is the caller's to retry.
 	e = newEngine(t, f, &idem.Options{MaxHeld: -1})
 	f.FailNext(storekit.OpComplete, 100)
-	a = begin(t, e, idem.Key{Key: "k3", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, storekit.ErrInjected) {
+	a = begin(t, e, idem.Request{Key: "k3", NoFingerprint: true})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, storekit.ErrInjected) {
 		t.Fatalf("Complete on a failing store without the hold = %v; want ErrStore wrapping the cause", err)
 	}
 	f.FailNext(storekit.OpComplete, 0)
-	if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+	if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 		t.Fatalf("Complete retried by the caller after the store recovered = %v; want nil", err)
 	}
 }
@@ -404,7 +404,7 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 		f := &storekit.Faulty{Store: mustMem(t)}
 		f.FailNext(storekit.OpExtend, 2)
 		e := newEngine(t, f, &idem.Options{LeaseDuration: 200 * time.Millisecond, RenewEvery: 20 * time.Millisecond})
-		a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
 		time.Sleep(400 * time.Millisecond) // the bubble's clock: two leases, twenty beats
 		if err := a.Lease.Context().Err(); err != nil {
 			t.Fatalf("two failed renewals ended the lease: %v", context.Cause(a.Lease.Context()))
@@ -418,8 +418,8 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 
 func TestResultTooLargeKeepsLease(t *testing.T) {
 	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
-	a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
-	if err := a.Lease.Complete(context.Background(), store.Result{Body: make([]byte, 11)}); !errors.Is(err, idem.ErrResultTooLarge) {
+	a := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
+	if err := a.Lease.Complete(context.Background(), idem.Result{Body: make([]byte, 11)}); !errors.Is(err, idem.ErrResultTooLarge) {
 		t.Fatalf("Complete of 11 bytes = %v; want ErrResultTooLarge", err)
 	}
 	if err := a.Lease.Release(context.Background()); err != nil {
@@ -429,7 +429,7 @@ func TestResultTooLargeKeepsLease(t *testing.T) {
 
 func TestDoMarksUnknownWhenTheOutputCannotBeStored(t *testing.T) {
 	e := newEngine(t, mustMem(t), &idem.Options{MaxResultBytes: 10})
-	req := idem.Key{Key: "big", NoFingerprint: true}
+	req := idem.Request{Key: "big", NoFingerprint: true}
 	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return make([]byte, 11), nil }); !errors.Is(err, idem.ErrResultTooLarge) {
 		t.Fatalf("Do with 11 bytes of output = %v; want ErrResultTooLarge", err)
 	}
@@ -439,7 +439,7 @@ func TestDoMarksUnknownWhenTheOutputCannotBeStored(t *testing.T) {
 }
 
 func TestStateAndOutcomeNames(t *testing.T) {
-	got := fmt.Sprint(store.StateAbsent, store.StateProcessing, store.StateCompleted, store.StateUnknown, store.State(9),
+	got := fmt.Sprint(store.StateAbsent, idem.StateProcessing, idem.StateCompleted, idem.StateUnknown, idem.State(9),
 		idem.Acquired, idem.Replayed, idem.InFlight, idem.Mismatch, idem.Unknown, idem.LeaseLost,
 		idem.VerdictUnknown, idem.VerdictCompleted, idem.VerdictNotExecuted)
 	want := "ABSENT PROCESSING COMPLETED UNKNOWN State(9) acquired replayed in_flight mismatch unknown lost unknown completed not_executed"
@@ -478,7 +478,7 @@ func TestLeaseEndsAtTheDeadlineWhileARenewalHangs(t *testing.T) {
 		s := &hungExtendStore{Store: mustMem(t), called: make(chan struct{}, 1), unhang: make(chan struct{})}
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 30 * time.Millisecond, RenewEvery: 10 * time.Millisecond})
 		begun := time.Now()
-		a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
 		if err := a.Lease.Check(); err != nil {
 			t.Fatalf("Check on a fresh lease = %v", err)
 		}
@@ -507,7 +507,7 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 		s := storekit.NewDeadlineStore(mustMem(t))
 		e := newEngine(t, s, nil)
 		var returned time.Time
-		_, _, err := e.Do(context.Background(), idem.Key{Key: "slow", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
+		_, _, err := e.Do(context.Background(), idem.Request{Key: "slow", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) {
 			time.Sleep(11 * time.Second) // slow work, longer than FinalizeTimeout, must not eat the time to store its result
 			returned = time.Now()
 			return []byte("done"), nil
@@ -524,12 +524,12 @@ func TestDoFinalizeTimeoutStartsWhenTheWorkEnds(t *testing.T) {
 func TestPerRequestLeaseShorterThanTheRenewalInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), &idem.Options{LeaseDuration: 3 * time.Second, RenewEvery: time.Second})
-		a := begin(t, e, idem.Key{Key: "short", LeaseDuration: 300 * time.Millisecond, NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "short", LeaseDuration: 300 * time.Millisecond, NoFingerprint: true})
 		time.Sleep(900 * time.Millisecond) // three of its leases, on the bubble's clock
 		if err := a.Lease.Check(); err != nil {
 			t.Fatalf("a 300ms lease under a 1s renewal interval ended during work: %v", err)
 		}
-		if other := begin(t, e, idem.Key{Key: "short", NoFingerprint: true}); other.Outcome != idem.InFlight {
+		if other := begin(t, e, idem.Request{Key: "short", NoFingerprint: true}); other.Outcome != idem.InFlight {
 			t.Fatalf("another attempt during the work = %v; want InFlight", other.Outcome)
 		}
 		a.Lease.Release(context.Background())
@@ -538,7 +538,7 @@ func TestPerRequestLeaseShorterThanTheRenewalInterval(t *testing.T) {
 
 func TestInvalidRequestOptions(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
-	for _, req := range []idem.Key{
+	for _, req := range []idem.Request{
 		{Key: "k", Retention: -time.Hour},
 		{Key: "k", LeaseDuration: -time.Second},
 		{Key: "k", LeaseDuration: 500 * time.Microsecond},
@@ -555,15 +555,15 @@ func TestAcquireWhoseReplyWasLost(t *testing.T) {
 		s := &storekit.Faulty{Store: st}
 		s.LoseNext(storekit.OpAcquire, 1)
 		e := newEngine(t, s, nil)
-		a := begin(t, e, idem.Key{Key: "lost-reply", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "lost-reply", NoFingerprint: true})
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin after the acquire's reply was lost = %v; want Acquired (the key is ours), not a key held by nobody", a.Outcome)
 		}
-		rec, err := e.Get(context.Background(), store.ID{Key: "lost-reply"})
+		rec, err := e.Get(context.Background(), idem.ID{Key: "lost-reply"})
 		if err != nil || rec.Owner != idem.LeaseOwner(a.Lease) || rec.Fence != a.Lease.Fence() {
 			t.Fatalf("record %+v, %v; want the lease's owner and fence", rec, err)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
 	})
@@ -596,17 +596,17 @@ func TestAcquireWhoseLateReplyWasLost(t *testing.T) {
 		s.lose.Store(true)
 		var calls storeCalls
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 100 * time.Millisecond, RenewEvery: -1, Observer: &calls})
-		a := begin(t, e, idem.Key{Key: "late", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "late", NoFingerprint: true})
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin after a late lost acquire reply = %v (%+v); want Acquired: the UNKNOWN record was its own, never run", a.Outcome, a.Record)
 		}
 		if got, want := calls.list(), []string{"acquire", "acquire", "release", "acquire"}; !slices.Equal(got, want) {
 			t.Fatalf("store calls observed %v; want %v (the release of its own record is a store call like any other)", got, want)
 		}
-		if err := a.Lease.Complete(context.Background(), store.Result{Status: 200}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 200}); err != nil {
 			t.Fatalf("Complete: %v", err)
 		}
-		if r := begin(t, e, idem.Key{Key: "late", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "late", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Fatalf("retry = %v; want Replayed", r.Outcome)
 		}
 	})
@@ -623,7 +623,7 @@ func (o *storeCalls) StoreCall(_ context.Context, op string, _ time.Duration, _ 
 	defer o.mu.Unlock()
 	o.ops = append(o.ops, op)
 }
-func (o *storeCalls) LeaseEvent(store.ID, idem.LeaseEvent) {}
+func (o *storeCalls) LeaseEvent(idem.ID, idem.LeaseEvent) {}
 
 func (o *storeCalls) list() []string {
 	o.mu.Lock()
@@ -637,7 +637,7 @@ type leaseEvents struct {
 }
 
 func (o *leaseEvents) StoreCall(context.Context, string, time.Duration, error) {}
-func (o *leaseEvents) LeaseEvent(_ store.ID, ev idem.LeaseEvent) {
+func (o *leaseEvents) LeaseEvent(_ idem.ID, ev idem.LeaseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.events = append(o.events, ev)
@@ -652,14 +652,14 @@ func testReleaseWhoseReplyWasLost(t *testing.T) {
 	s.LoseNext(storekit.OpRelease, 1)
 	var obs leaseEvents
 	e := newEngine(t, s, &idem.Options{Observer: &obs})
-	a := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
+	a := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
 	if err := a.Lease.Release(context.Background()); err != nil {
 		t.Fatalf("Release whose first reply was lost = %v; want nil: the retry finds it released", err)
 	}
 	if len(obs.events) != 0 {
 		t.Fatalf("lease events %v; want none (no lease was lost)", obs.events)
 	}
-	if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Acquired {
+	if r := begin(t, e, idem.Request{Key: "k", NoFingerprint: true}); r.Outcome != idem.Acquired {
 		t.Fatalf("after the release: %v; want Acquired", r.Outcome)
 	}
 }
@@ -685,10 +685,10 @@ func TestTimedOutAcquireThatTookTheKeyIsReleased(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		s := &cancellingStore{Store: st, cancel: cancel}
 		e := newEngine(t, s, nil)
-		if _, err := e.Begin(ctx, idem.Key{Key: "orphan", NoFingerprint: true}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, context.Canceled) {
+		if _, err := e.Begin(ctx, idem.Request{Key: "orphan", NoFingerprint: true}); !errors.Is(err, idem.ErrStore) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Begin = %v; want ErrStore wrapping the cancellation", err)
 		}
-		if rec, err := e.Get(context.Background(), store.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
+		if rec, err := e.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("after a timed-out acquire that took the key: %+v, %v; want the key released, not held by nobody for a lease", rec, err)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -54,7 +53,7 @@ func ExampleEngine_Begin() {
 	}
 	ctx := context.Background()
 	provider := &cardProvider{declineNext: true, fences: map[string]int64{}}
-	req := idem.Key{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
+	req := idem.Request{Tenant: "acme", Key: "order-42", Fingerprint: "POST /payments amount=4200"}
 
 	pay := func() {
 		att, err := engine.Begin(ctx, req)
@@ -90,7 +89,7 @@ func ExampleEngine_Begin() {
 				lease.MarkUnknown(ctx, "the charge was sent and no answer came back")
 				return
 			}
-			if err := lease.Complete(ctx, store.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
+			if err := lease.Complete(ctx, idem.Result{Status: 201, Body: []byte(chargeID)}); err != nil {
 				fmt.Println("charged, but the result was not stored:", err)
 				return
 			}

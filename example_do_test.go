@@ -37,7 +37,7 @@ func ExampleEngine_Do() {
 		charges++
 		return fmt.Appendf(nil, "ch_%d", charges), nil
 	}
-	msg := idem.Key{Tenant: "acme", Key: "msg-42", Fingerprint: "charge 42.00 EUR to card 4242"}
+	msg := idem.Request{Tenant: "acme", Key: "msg-42", Fingerprint: "charge 42.00 EUR to card 4242"}
 	for delivery := 1; delivery <= 3; delivery++ {
 		out, replayed, err := engine.Do(ctx, msg, charge)
 		fmt.Printf("delivery %d: %s replayed=%t err=%v\n", delivery, out, replayed, err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -20,7 +19,7 @@ func (printObserver) StoreCall(ctx context.Context, op string, elapsed time.Dura
 	fmt.Printf("store %s: err=%v\n", op, err)
 }
 
-func (printObserver) LeaseEvent(id store.ID, ev idem.LeaseEvent) {
+func (printObserver) LeaseEvent(id idem.ID, ev idem.LeaseEvent) {
 	fmt.Printf("lease %s/%s: %s\n", id.Tenant, id.Key, ev)
 }
 
@@ -43,7 +42,7 @@ func ExampleObserver() {
 	ctx := context.Background()
 	job := func(ctx context.Context, lease *idem.Lease) ([]byte, error) { return []byte("done"), nil }
 
-	req := idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}
+	req := idem.Request{Tenant: "acme", Key: "job-7", NoFingerprint: true}
 	engine.Do(ctx, req, job)
 	engine.Do(ctx, req, job) // replayed
 

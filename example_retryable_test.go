@@ -25,7 +25,7 @@ func ExampleRetryable() {
 	ctx := context.Background()
 
 	handle := func(msgID, payload string, charge func() error) string {
-		key := idem.Key{Tenant: "billing", Key: msgID, Fingerprint: payload}
+		key := idem.Request{Tenant: "billing", Key: msgID, Fingerprint: payload}
 		_, _, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 			if err := l.Check(); err != nil { // just before the side effect
 				return nil, idem.NotRun(err) // nothing was charged: release the key
@@ -38,7 +38,7 @@ func ExampleRetryable() {
 		case idem.Retryable(err):
 			return "redeliver later: " + err.Error()
 		case errors.Is(err, idem.ErrOutcomeUnknown):
-			unknown, _ := errors.AsType[*idem.UnknownError](err)
+			unknown, _ := errors.AsType[*idem.OutcomeUnknownError](err)
 			return "ack, and alert: it may have been charged: " + unknown.Record.Reason
 		}
 		return "drop: " + err.Error()

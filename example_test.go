@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -36,7 +35,7 @@ func (p *provider) Charge(ctx context.Context, order string, cents int, fence in
 // of Engine.Begin, and what the holder of the lease does about its side
 // effect. (Engine.Do does all of this for a function.)
 func charge(ctx context.Context, engine *idem.Engine, pay *provider, order string, cents int) (string, error) {
-	att, err := engine.Begin(ctx, idem.Key{Tenant: "shop", Key: order, Fingerprint: fmt.Sprint("charge ", cents)})
+	att, err := engine.Begin(ctx, idem.Request{Tenant: "shop", Key: order, Fingerprint: fmt.Sprint("charge ", cents)})
 	if err != nil {
 		return "", err // the store failed: nothing ran, the client may retry
 	}
@@ -71,7 +70,7 @@ func charge(ctx context.Context, engine *idem.Engine, pay *provider, order strin
 	}
 	// Complete, Release and MarkUnknown do not end with ctx: the outcome
 	// is recorded even if the caller has gone.
-	if err := l.Complete(ctx, store.Result{Body: []byte(receipt)}); err != nil {
+	if err := l.Complete(ctx, idem.Result{Body: []byte(receipt)}); err != nil {
 		return receipt, err // charged, but another owner has the key now
 	}
 	return receipt, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -23,9 +22,9 @@ func ExampleOutcomeUnknown() {
 	}
 	provider := map[string]string{} // the card network's charges, by idempotency key
 	engine, err := idem.New(s, &idem.Options{
-		Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			if id, ok := provider[rec.Key]; ok {
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte(id)}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte(id)}}, nil
 			}
 			return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 		},
@@ -44,7 +43,7 @@ func ExampleOutcomeUnknown() {
 		}
 		return []byte(provider["msg-7"]), nil
 	}
-	msg := idem.Key{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
+	msg := idem.Request{Tenant: "acme", Key: "msg-7", Fingerprint: "charge 12.00 EUR"}
 	_, _, err = engine.Do(ctx, msg, charge)
 	fmt.Println("delivery 1:", err, errors.Is(err, idem.ErrOutcomeUnknown))
 	cut = false

@@ -32,7 +32,7 @@ type finalization struct {
 	op           string
 	ref          store.LeaseRef // an orphan's fence is not known: it is read from the store
 	fingerprint  string         // of the attempt, for answering its retries
-	result       store.Result   // opComplete
+	result       Result         // opComplete
 	reason       string         // opMarkUnknown
 	retention    time.Duration
 	keyRetention time.Duration // opComplete, opMarkUnknown
@@ -121,7 +121,7 @@ func releaseOrphan(ctx context.Context, s store.Store, ref store.LeaseRef) error
 		return err
 	case rec.Owner != ref.Owner:
 		return nil
-	case rec.State != store.StateProcessing && (rec.State != store.StateUnknown || rec.Reason != store.ReasonAbandoned):
+	case rec.State != StateProcessing && (rec.State != StateUnknown || rec.Reason != store.ReasonAbandoned):
 		return nil
 	}
 	err = s.Release(ctx, store.LeaseRef{ID: ref.ID, Owner: ref.Owner, Fence: rec.Fence})
@@ -172,8 +172,8 @@ func (e *timeoutError) Unwrap() error { return e.err }
 
 // cloneResult copies what the hold keeps of a result: the caller may
 // reuse its header and body once Complete returns (CompleteParams).
-func cloneResult(r store.Result) store.Result {
-	out := store.Result{Status: r.Status, Body: slices.Clone(r.Body)}
+func cloneResult(r Result) Result {
+	out := Result{Status: r.Status, Body: slices.Clone(r.Body)}
 	if r.Header != nil {
 		out.Header = make(http.Header, len(r.Header))
 		for k, vs := range maps.All(r.Header) {

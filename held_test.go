@@ -21,8 +21,8 @@ type holdEvents struct {
 }
 
 func (o *holdEvents) StoreCall(context.Context, string, time.Duration, error) {}
-func (o *holdEvents) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
-func (o *holdEvents) Held(id store.ID, op string, ev idem.HoldEvent) {
+func (o *holdEvents) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *holdEvents) Held(id idem.ID, op string, ev idem.HoldEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.events = append(o.events, fmt.Sprintf("%s %s %s", id.Key, op, ev))
@@ -45,10 +45,10 @@ func TestHeldCompletionOfALeaseTakenOverIsDropped(t *testing.T) {
 		o.Observer = &obs
 		e := newEngine(t, s, &o)
 		ctx := context.Background()
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
-		if err := a.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("first")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
 			t.Fatalf("Complete during the outage = %v; want nil (held)", err)
 		}
 		time.Sleep(200 * time.Millisecond) // the lease ends; another process, which reaches the store, takes the key over
@@ -57,7 +57,7 @@ func TestHeldCompletionOfALeaseTakenOverIsDropped(t *testing.T) {
 		if b.Outcome != idem.Acquired || b.Lease.PreviousFence() == 0 {
 			t.Fatalf("takeover = %v; want Acquired taking over", b.Outcome)
 		}
-		if err := b.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("second")}); err != nil {
+		if err := b.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("second")}); err != nil {
 			t.Fatal(err)
 		}
 		s.end()
@@ -79,21 +79,21 @@ func TestHeldCompletionYieldsToANewerAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
-		if err := a.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("first")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("first")}); err != nil {
 			t.Fatalf("Complete during the outage = %v; want nil (held)", err)
 		}
 		other := newEngine(t, s.Store, nil) // another process, which reaches the store
-		if ok, err := other.ForceDelete(ctx, store.ID{Key: "k"}); err != nil || !ok {
+		if ok, err := other.ForceDelete(ctx, idem.ID{Key: "k"}); err != nil || !ok {
 			t.Fatalf("ForceDelete = %v, %v", ok, err)
 		}
 		b := begin(t, other, req)
 		if b.Outcome != idem.Acquired {
 			t.Fatalf("after the delete = %v; want Acquired", b.Outcome)
 		}
-		if err := b.Lease.Complete(ctx, store.Result{Status: 200, Body: []byte("second")}); err != nil {
+		if err := b.Lease.Complete(ctx, idem.Result{Status: 200, Body: []byte("second")}); err != nil {
 			t.Fatal(err)
 		}
 		s.end() // the held completion's retry has not run yet
@@ -112,12 +112,12 @@ func TestTheHoldIsBounded(t *testing.T) {
 		var obs holdEvents
 		e := newEngine(t, s, &idem.Options{MaxHeld: 2, MaxHeldBytes: 4 << 10, Observer: &obs})
 		ctx := context.Background()
-		a, b, c := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}), begin(t, e, idem.Key{Key: "b", NoFingerprint: true}), begin(t, e, idem.Key{Key: "c", NoFingerprint: true})
+		a, b, c := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}), begin(t, e, idem.Request{Key: "b", NoFingerprint: true}), begin(t, e, idem.Request{Key: "c", NoFingerprint: true})
 		s.start(outageRefuse, false)
-		if err := a.Lease.Complete(ctx, store.Result{Body: make([]byte, 5<<10)}); !errors.Is(err, idem.ErrStore) {
+		if err := a.Lease.Complete(ctx, idem.Result{Body: make([]byte, 5<<10)}); !errors.Is(err, idem.ErrStore) {
 			t.Errorf("Complete of 5 KiB into a 4 KiB hold = %v; want ErrStore", err)
 		}
-		if err := a.Lease.Complete(ctx, store.Result{Body: []byte("small")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Body: []byte("small")}); err != nil {
 			t.Errorf("Complete of a small result = %v; want nil (held)", err)
 		}
 		if err := b.Lease.Release(ctx); err != nil {
@@ -132,7 +132,7 @@ func TestTheHoldIsBounded(t *testing.T) {
 		if got := obs.String() + ", "; !strings.HasPrefix(got, want) || strings.Count(got, "stored") != 2 {
 			t.Errorf("hold events %q; want %q and then both stored", got, want)
 		}
-		if r := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "small" {
+		if r := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "small" {
 			t.Errorf("a after the outage = %v; want its held result replayed", r.Outcome)
 		}
 		c.Lease.MarkUnknown(ctx, "timeout") // the store is back: the caller's own retry
@@ -147,11 +147,11 @@ func TestHeldCompletionRunsOutOfTime(t *testing.T) {
 		s := newOutageStore(mustMem(t))
 		var obs holdEvents
 		e := newEngine(t, s, &idem.Options{Observer: &obs})
-		req := idem.Key{Key: "k", Fingerprint: "fp"}
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		start := time.Now()
-		if err := a.Lease.Complete(context.Background(), store.Result{Body: []byte("lost")}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("lost")}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(25 * time.Second)
@@ -175,24 +175,24 @@ func TestFlushAndDelete(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		a, b := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}), begin(t, e, idem.Key{Key: "b", NoFingerprint: true})
+		a, b := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}), begin(t, e, idem.Request{Key: "b", NoFingerprint: true})
 		s.start(outageRefuse, false)
-		a.Lease.Complete(ctx, store.Result{Body: []byte("a")})
-		b.Lease.Complete(ctx, store.Result{Body: []byte("b")})
+		a.Lease.Complete(ctx, idem.Result{Body: []byte("a")})
+		b.Lease.Complete(ctx, idem.Result{Body: []byte("b")})
 		short, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if err := idem.FlushHeld(e, short); err == nil || !strings.Contains(err.Error(), "2 finalizations still held") {
 			t.Fatalf("FlushHeld during the outage = %v; want an error counting 2 held", err)
 		}
 		s.end()
-		if ok, err := e.ForceDelete(ctx, store.ID{Key: "b"}); err != nil || !ok { // b is PROCESSING in the store: only a forced delete takes it
+		if ok, err := e.ForceDelete(ctx, idem.ID{Key: "b"}); err != nil || !ok { // b is PROCESSING in the store: only a forced delete takes it
 			t.Fatalf("Delete = %v, %v", ok, err)
 		}
 		flush(t, e)
-		if r := begin(t, e, idem.Key{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "a", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Errorf("a after Flush = %v; want Replayed", r.Outcome)
 		}
-		r := begin(t, e, idem.Key{Key: "b", NoFingerprint: true})
+		r := begin(t, e, idem.Request{Key: "b", NoFingerprint: true})
 		if r.Outcome != idem.Acquired {
 			t.Fatalf("b after an operator's Delete = %v; want Acquired: the held result went with the key", r.Outcome)
 		}
@@ -206,7 +206,7 @@ func TestDoWithAHeldCompletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Key{Key: "job", NoFingerprint: true}
+		req := idem.Request{Key: "job", NoFingerprint: true}
 		runs := 0
 		work := func(context.Context, *idem.Lease) ([]byte, error) {
 			runs++

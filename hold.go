@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/idemkit/idem/store"
 )
 
 // HoldObserver is an Observer that is also told about the finalizations
@@ -19,7 +17,7 @@ import (
 // "complete", "mark_unknown", "release" or "release_orphan" (the release
 // of a key an acquire may have taken although Begin failed).
 type HoldObserver interface {
-	Held(id store.ID, op string, ev HoldEvent)
+	Held(id ID, op string, ev HoldEvent)
 }
 
 // HoldEvent is what happened to a held finalization.
@@ -81,11 +79,11 @@ type hold struct {
 	kick     chan struct{} // wakes the retrier before its backoff ends (Flush); buffered
 
 	mu         sync.Mutex
-	ops        map[string]*finalization   // by owner token (one per attempt); guarded by mu
-	answers    map[store.ID]*finalization // the held Completes and MarkUnknowns by key, for Begin; guarded by mu
-	bytes      int64                      // guarded by mu
-	running    bool                       // the retrier runs; guarded by mu
-	refusedLog rateLog                    // the "not held" line, at most once a second
+	ops        map[string]*finalization // by owner token (one per attempt); guarded by mu
+	answers    map[ID]*finalization     // the held Completes and MarkUnknowns by key, for Begin; guarded by mu
+	bytes      int64                    // guarded by mu
+	running    bool                     // the retrier runs; guarded by mu
+	refusedLog rateLog                  // the "not held" line, at most once a second
 	// empty is closed once nothing is held and what was removed has been
 	// logged and observed (emptied); guarded by mu.
 	empty   chan struct{}
@@ -96,7 +94,7 @@ func newHold(e *Engine, maxCount int, maxBytes int64) *hold {
 	empty := make(chan struct{})
 	close(empty)
 	return &hold{e: e, maxCount: maxCount, maxBytes: maxBytes, kick: make(chan struct{}, 1),
-		ops: map[string]*finalization{}, answers: map[store.ID]*finalization{}, empty: empty, emptied: true}
+		ops: map[string]*finalization{}, answers: map[ID]*finalization{}, empty: empty, emptied: true}
 }
 
 // add holds f, which failed with cause, to be retried until the lease's
@@ -153,17 +151,17 @@ func (h *hold) add(f *finalization, leaseEnd time.Time, cause error) bool {
 // answer is the outcome of a Begin for id from a held Complete or
 // MarkUnknown, and that attempt's fence: this process knows the key's
 // outcome before its store does.
-func (h *hold) answer(id store.ID, fingerprint string) (Attempt, int64, bool) {
+func (h *hold) answer(id ID, fingerprint string) (Attempt, int64, bool) {
 	h.mu.Lock()
 	f := h.answers[id]
 	h.mu.Unlock()
 	if f == nil {
 		return Attempt{}, 0, false
 	}
-	rec := store.Record{ID: id, State: store.StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
+	rec := Record{ID: id, State: StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
 		CompletedAt: f.heldAt, TTL: max(f.retention, f.keyRetention), Reason: f.reason}
 	if f.op == opComplete {
-		rec.State, rec.Result = store.StateCompleted, &f.result
+		rec.State, rec.Result = StateCompleted, &f.result
 	}
 	return h.e.decide(rec, fingerprint), f.ref.Fence, true
 }
@@ -171,7 +169,7 @@ func (h *hold) answer(id store.ID, fingerprint string) (Attempt, int64, bool) {
 // supersede stops answering for id from the held attempt with this fence:
 // the store holds a newer attempt of the key. The finalization stays held
 // until its retry finds the lease gone.
-func (h *hold) supersede(id store.ID, fence int64) {
+func (h *hold) supersede(id ID, fence int64) {
 	h.mu.Lock()
 	if f := h.answers[id]; f != nil && f.ref.Fence == fence {
 		delete(h.answers, id)
@@ -348,7 +346,7 @@ func (h *hold) settled() {
 }
 
 // forget drops whatever is held for id: an operator deleted the key.
-func (h *hold) forget(id store.ID) {
+func (h *hold) forget(id ID) {
 	if h.n.Load() == 0 {
 		return
 	}

@@ -64,9 +64,9 @@ func (s *drainStore) Release(ctx context.Context, p store.LeaseRef) error {
 	return s.Store.Release(ctx, p)
 }
 
-func (s *drainStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
+func (s *drainStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := s.call(); err != nil {
-		return store.Record{}, err
+		return idem.Record{}, err
 	}
 	return s.Store.Get(ctx, id)
 }
@@ -85,8 +85,8 @@ type drained struct {
 }
 
 func (o *drained) StoreCall(context.Context, string, time.Duration, error) {}
-func (o *drained) LeaseEvent(store.ID, idem.LeaseEvent)                    {}
-func (o *drained) Held(_ store.ID, op string, ev idem.HoldEvent) {
+func (o *drained) LeaseEvent(idem.ID, idem.LeaseEvent)                     {}
+func (o *drained) Held(_ idem.ID, op string, ev idem.HoldEvent) {
 	if op != "complete" || ev != idem.HoldStored {
 		return
 	}
@@ -115,7 +115,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		ctx := context.Background()
 		leases := make([]*idem.Lease, completions)
 		for i := range leases {
-			leases[i] = begin(t, e, idem.Key{Key: fmt.Sprint("done-", i), NoFingerprint: true}).Lease
+			leases[i] = begin(t, e, idem.Request{Key: fmt.Sprint("done-", i), NoFingerprint: true}).Lease
 		}
 		// The store stops answering: new requests' acquires time out, and
 		// the engine holds the release of what each may have taken.
@@ -123,7 +123,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		var wg sync.WaitGroup
 		for i := range orphans {
 			wg.Go(func() {
-				if _, err := e.Begin(ctx, idem.Key{Key: fmt.Sprint("orphan-", i), NoFingerprint: true}); err == nil {
+				if _, err := e.Begin(ctx, idem.Request{Key: fmt.Sprint("orphan-", i), NoFingerprint: true}); err == nil {
 					t.Error("Begin on a stalled store succeeded")
 				}
 			})
@@ -133,7 +133,7 @@ func drainAfterOutage(t *testing.T, completions, orphans int, latency time.Durat
 		s.start(outageRefuse, false)
 		for _, l := range leases {
 			wg.Go(func() {
-				if err := l.Complete(ctx, store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+				if err := l.Complete(ctx, idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 					t.Errorf("Complete during the outage = %v; want nil (held)", err)
 				}
 			})

@@ -35,7 +35,7 @@ var (
 	// ErrInvalidFingerprint is returned when a fingerprint is longer than
 	// MaxKeyLength bytes, not UTF-8, or holds control characters.
 	ErrInvalidFingerprint = store.ErrInvalidFingerprint
-	// ErrInvalidRequest is returned by Begin and Do for a Key that sets
+	// ErrInvalidRequest is returned by Begin and Do for a Request that sets
 	// both or neither of Fingerprint and NoFingerprint, or whose
 	// LeaseDuration or Retention is negative or under the 1ms resolution
 	// of stores.
@@ -56,7 +56,7 @@ var (
 	ErrMismatch = errors.New("idem: key reused with a different request")
 	// ErrOutcomeUnknown marks work whose effect may have happened although
 	// no result is known (see OutcomeUnknown), and is returned, as an
-	// *UnknownError, by Do for a key in state UNKNOWN. Every "outcome
+	// *OutcomeUnknownError, by Do for a key in state UNKNOWN. Every "outcome
 	// unknown" error of this module matches it: idemclient's and
 	// idemgrpc's OutcomeUnknownError, pgstore's guardrail after a failed
 	// commit.

@@ -33,7 +33,7 @@ func TestKeyRetentionExpiredOutcome(t *testing.T) {
 	}
 	runs := 0
 	work := func(context.Context, *idem.Lease) ([]byte, error) { runs++; return []byte("charged"), nil }
-	req := idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"}
+	req := idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"}
 	if _, _, err := e.Do(ctx, req, work); err != nil || runs != 1 {
 		t.Fatalf("first Do: %v, %d runs", err, runs)
 	}
@@ -45,7 +45,7 @@ func TestKeyRetentionExpiredOutcome(t *testing.T) {
 	if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrKeyExpired) || runs != 1 {
 		t.Fatalf("Do past the retention = %v, %d runs; want ErrKeyExpired, 1 run", err, runs)
 	}
-	if att, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "other"}); err != nil || att.Outcome != idem.Mismatch {
+	if att, err := e.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "other"}); err != nil || att.Outcome != idem.Mismatch {
 		t.Fatalf("Begin with another fingerprint = %v, %v; want Mismatch", att.Outcome, err)
 	}
 	move(23 * time.Hour)
@@ -76,22 +76,22 @@ func TestUnknownKeyLivesAsLongAsTheKey(t *testing.T) {
 			runs++
 			return nil, idem.OutcomeUnknown(errors.New("the connection dropped after the request was sent"), "")
 		}
-		marked := idem.Key{Key: "marked", Fingerprint: "fp"}
+		marked := idem.Request{Key: "marked", Fingerprint: "fp"}
 		if _, _, err := e.Do(ctx, marked, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
 			t.Fatalf("first Do = %v, %d runs; want ErrOutcomeUnknown after one run", err, runs)
 		}
-		crashed := idem.Key{Key: "crashed", Fingerprint: "fp"}
+		crashed := idem.Request{Key: "crashed", Fingerprint: "fp"}
 		if a := begin(t, e, crashed); a.Outcome != idem.Acquired {
 			t.Fatalf("Begin = %v; want Acquired", a.Outcome)
 		} // and its owner never comes back
 		time.Sleep(2 * time.Hour)
-		for _, req := range []idem.Key{marked, crashed} {
+		for _, req := range []idem.Request{marked, crashed} {
 			if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
 				t.Fatalf("Do(%s) past the retention, within the key retention = %v, %d runs; want ErrOutcomeUnknown, no run", req.Key, err, runs)
 			}
 		}
 		time.Sleep(24 * time.Hour) // the crashed key turned UNKNOWN when Do met its ended lease, 2h in: its key retention counts from then
-		for _, req := range []idem.Key{marked, crashed} {
+		for _, req := range []idem.Request{marked, crashed} {
 			if a := begin(t, e, req); a.Outcome != idem.Acquired {
 				t.Fatalf("Begin(%s) past the key retention = %v; want Acquired: the key has ended", req.Key, a.Outcome)
 			} else {

@@ -83,7 +83,7 @@ func (e *Engine) hold(parent context.Context, ref store.LeaseRef, fingerprint st
 }
 
 // ID returns the tenant and key the lease holds.
-func (l *Lease) ID() store.ID { return l.ref.ID }
+func (l *Lease) ID() ID { return l.ref.ID }
 
 // Fence returns the lease's fencing token. Pass it to every write the
 // work makes (see the guardrail in store/pgstore), so that a store can
@@ -219,7 +219,7 @@ func (l *Lease) stop() {
 // engine holds a copy, retries it in the background and answers this
 // key's retries from it (Options.MaxHeld), and Complete returns nil. It
 // returns an error wrapping ErrStore only when the hold is full.
-func (l *Lease) Complete(ctx context.Context, res store.Result) error {
+func (l *Lease) Complete(ctx context.Context, res Result) error {
 	if len(res.Body) > l.e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), l.e.maxResult)
 	}
@@ -232,7 +232,7 @@ func (l *Lease) Complete(ctx context.Context, res store.Result) error {
 // Complete, it does not end with ctx. After
 // the lease ended, Release still deletes the record while it is this
 // lease's own and untouched, or UNKNOWN only because a retry found the
-// lease ended (ReasonAbandoned) and no reconciliation claims it; otherwise
+// lease ended (reason "abandoned") and no reconciliation claims it; otherwise
 // it returns ErrLeaseLost and changes nothing. A Release the store did
 // not take is held and retried as Complete's result is: else the key
 // would stay PROCESSING until its lease ends, and then turn UNKNOWN,
@@ -249,13 +249,14 @@ func (l *Lease) Release(ctx context.Context) error {
 // crash of something downstream), and no result is known. The key turns
 // UNKNOWN, if this lease still holds it, and no retry runs the work again
 // until Reconcile or Engine.Resolve says what happened. Like Complete, it
-// does not end with ctx. reason is kept in Record.Reason (cut to
-// MaxReasonLength bytes) and shown to the callers that retry the key
-// (idemhttp, idemgrpc) and to operators: say what happened in words that
-// hold no secret and no internal address, never an error's raw text.
-// ReasonAbandoned is the store's own and is stored as "owner: abandoned":
-// an owner's record with that reason could be released, and an owner that
-// said "unknown" has said the effect may have happened. A MarkUnknown the
+// does not end with ctx. reason is kept in Record.Reason (cut to 256
+// bytes) and shown to the callers that retry the key (idemhttp,
+// idemgrpc) and to operators: say what happened in words that hold no
+// secret and no internal address, never an error's raw text. The reason
+// "abandoned" is the store's own (a lease that ended mid-work) and is
+// stored as "owner: abandoned": an owner's record with that reason could
+// be released, and an owner that said "unknown" has said the effect may
+// have happened. A MarkUnknown the
 // store did not take is held and retried as Complete's result is, and
 // this key's retries get the Unknown outcome from it: else they would be
 // told the key is in flight until the lease ends.
@@ -294,7 +295,7 @@ func cut(s string, n int) string {
 //	}
 //	receipt, err := charge(lease.Context(), lease.Fence())
 //	...
-//	return lease.Complete(ctx, store.Result{Body: receipt})
+//	return lease.Complete(ctx, Result{Body: receipt})
 //
 // It runs on Begin's context detached from its cancellation, bounded by
 // FinalizeTimeout.

@@ -10,7 +10,6 @@ import (
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemgrpc"
 	"github.com/idemkit/idem/idemhttp"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -25,7 +24,7 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 		charges := 0
 		pay := func(key string, then func(l *idem.Lease)) {
 			defer func() { recover() }()
-			att := begin(t, e, idem.Key{Key: key, NoFingerprint: true})
+			att := begin(t, e, idem.Request{Key: key, NoFingerprint: true})
 			if att.Outcome != idem.Acquired {
 				t.Fatalf("%s: %v; want Acquired", key, att.Outcome)
 			}
@@ -34,13 +33,13 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 			then(att.Lease)
 		}
 		pay("panicked", func(*idem.Lease) { panic("after the charge") })
-		pay("completed", func(l *idem.Lease) { l.Complete(ctx, store.Result{Body: []byte("ch_2")}) })
+		pay("completed", func(l *idem.Lease) { l.Complete(ctx, idem.Result{Body: []byte("ch_2")}) })
 		pay("released", func(l *idem.Lease) { l.Release(ctx) })
 		pay("forgotten", func(*idem.Lease) {})
 		pay("deleted", func(l *idem.Lease) { e.ForceDelete(ctx, l.ID()) })
 		for key, want := range map[string]idem.Decision{"panicked": idem.Unknown, "completed": idem.Replayed,
 			"released": idem.Acquired, "forgotten": idem.Unknown, "deleted": idem.Acquired} {
-			a := begin(t, e, idem.Key{Key: key, NoFingerprint: true})
+			a := begin(t, e, idem.Request{Key: key, NoFingerprint: true})
 			if a.Outcome != want {
 				t.Errorf("%s: a retry finds %v; want %v", key, a.Outcome, want)
 			}
@@ -63,13 +62,13 @@ func TestLeaseCloseIsSafeToDefer(t *testing.T) {
 func TestCompleteDoesNotEndWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), &idem.Options{MaxHeld: -1})
-		att := begin(t, e, idem.Key{Key: "k", NoFingerprint: true})
+		att := begin(t, e, idem.Request{Key: "k", NoFingerprint: true})
 		gone, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := att.Lease.Complete(gone, store.Result{Body: []byte("ch_1")}); err != nil {
+		if err := att.Lease.Complete(gone, idem.Result{Body: []byte("ch_1")}); err != nil {
 			t.Fatalf("Complete on an ended context = %v; want it recorded", err)
 		}
-		if r := begin(t, e, idem.Key{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "k", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Fatalf("retry = %v; want Replayed", r.Outcome)
 		}
 	})
@@ -81,14 +80,14 @@ func TestShutdownRefusesNewWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newEngine(t, mustMem(t), nil)
 		ctx := context.Background()
-		held := begin(t, e, idem.Key{Key: "running", NoFingerprint: true})
+		held := begin(t, e, idem.Request{Key: "running", NoFingerprint: true})
 		if err := e.Shutdown(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Begin(ctx, idem.Key{Key: "new", NoFingerprint: true}); !errors.Is(err, idem.ErrShutdown) {
+		if _, err := e.Begin(ctx, idem.Request{Key: "new", NoFingerprint: true}); !errors.Is(err, idem.ErrShutdown) {
 			t.Fatalf("Begin after Shutdown = %v; want ErrShutdown", err)
 		}
-		if err := held.Lease.Complete(ctx, store.Result{Body: []byte("done")}); err != nil { // work in flight finishes
+		if err := held.Lease.Complete(ctx, idem.Result{Body: []byte("done")}); err != nil { // work in flight finishes
 			t.Fatalf("Complete of a lease held before Shutdown = %v", err)
 		}
 	})
@@ -103,7 +102,7 @@ func TestOneErrorPerConcept(t *testing.T) {
 	if idemhttp.ErrTenantMissing != idemgrpc.ErrTenantMissing || idemhttp.ErrTenantMissing != idem.ErrTenantMissing {
 		t.Error("idemhttp.ErrTenantMissing, idemgrpc.ErrTenantMissing and idem.ErrTenantMissing differ")
 	}
-	for _, err := range []error{&idemclient.OutcomeUnknownError{}, &idemgrpc.OutcomeUnknownError{}, &idem.UnknownError{}, idemclient.ErrOutcomeUnknown} {
+	for _, err := range []error{&idemclient.OutcomeUnknownError{}, &idemgrpc.OutcomeUnknownError{}, &idem.OutcomeUnknownError{}, idemclient.ErrOutcomeUnknown} {
 		if !errors.Is(err, idem.ErrOutcomeUnknown) {
 			t.Errorf("%T does not match idem.ErrOutcomeUnknown", err)
 		}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/idemkit/idem/store"
 )
 
 // Options configures an Engine. A nil *Options means all defaults.
@@ -46,12 +44,12 @@ type Options struct {
 	Takeover TakeoverPolicy
 	// Reconcile, when set, is asked about a key whose outcome is unknown
 	// (state UNKNOWN, or an ended lease under TakeoverUnknown) when a
-	// retry meets it and in ReconcileUnknown's sweep: it answers whether
+	// retry meets it and in ReconcileAll's sweep: it answers whether
 	// the work took effect, typically by looking the request up
 	// downstream by its key or its fence (Record.Fence). One call per key
 	// runs at a time, across every process sharing the store. Nil means
 	// an UNKNOWN key stays so until Resolve or its retention ends.
-	Reconcile func(ctx context.Context, rec store.Record) (Resolution, error)
+	Reconcile func(ctx context.Context, rec Record) (Resolution, error)
 	// ReconcileTimeout bounds one Reconcile call. Zero means 5s.
 	ReconcileTimeout time.Duration
 	// StoreTimeout bounds every store call the engine makes (acquire,
@@ -81,13 +79,13 @@ type Options struct {
 	// DefaultMaxHeldBytes (64 MiB); a negative MaxHeld holds nothing.
 	MaxHeld      int
 	MaxHeldBytes int64
-	// ReconcileRate bounds the Reconcile calls ReconcileUnknown starts, per
+	// ReconcileRate bounds the Reconcile calls ReconcileAll starts, per
 	// second. Zero means DefaultReconcileRate.
 	ReconcileRate float64
-	// ReconcileConcurrency bounds the Reconcile calls ReconcileUnknown has
+	// ReconcileConcurrency bounds the Reconcile calls ReconcileAll has
 	// in flight at once. Zero means DefaultReconcileConcurrency.
 	ReconcileConcurrency int
-	// ReconcileBackoff is how long ReconcileUnknown leaves a key alone
+	// ReconcileBackoff is how long ReconcileAll leaves a key alone
 	// after a Reconcile call about it failed or answered unknown; it
 	// doubles with each such answer in a row, up to ReconcileMaxBackoff.
 	// The engine remembers it for up to 100,000 keys. Zero means
@@ -121,13 +119,13 @@ type Observer interface {
 	// (for parenting trace spans).
 	StoreCall(ctx context.Context, op string, elapsed time.Duration, err error)
 	// LeaseEvent reports a renewal, a lost lease or an expired lease.
-	LeaseEvent(id store.ID, ev LeaseEvent)
+	LeaseEvent(id ID, ev LeaseEvent)
 }
 
 // ReconcileObserver is an Observer that is also told the result of every
 // reconciliation: the verdict, or the error that left the key UNKNOWN.
 type ReconcileObserver interface {
-	Reconciled(id store.ID, v Verdict, err error)
+	Reconciled(id ID, v Verdict, err error)
 }
 
 // BeginObserver is an Observer that is also told what each Begin that
@@ -136,7 +134,7 @@ type ReconcileObserver interface {
 // decision, and the fence of the attempt that decided it (the lease's
 // when Acquired; else the record's that Begin met).
 type BeginObserver interface {
-	Began(ctx context.Context, id store.ID, d Decision, fence int64)
+	Began(ctx context.Context, id ID, d Decision, fence int64)
 }
 
 // LeaseEvent is what happened to a held lease.

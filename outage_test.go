@@ -141,12 +141,12 @@ func (s *outageStore) Resolve(ctx context.Context, p store.ResolveParams) error 
 	return err
 }
 
-func (s *outageStore) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
-	return during(s, ctx, func(ctx context.Context) (store.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
+func (s *outageStore) ListUnknown(ctx context.Context, p idem.ListParams) (idem.ListPage, error) {
+	return during(s, ctx, func(ctx context.Context) (idem.ListPage, error) { return s.Store.ListUnknown(ctx, p) })
 }
 
-func (s *outageStore) Get(ctx context.Context, id store.ID) (store.Record, error) {
-	return during(s, ctx, func(ctx context.Context) (store.Record, error) { return s.Store.Get(ctx, id) })
+func (s *outageStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	return during(s, ctx, func(ctx context.Context) (idem.Record, error) { return s.Store.Get(ctx, id) })
 }
 
 func (s *outageStore) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
@@ -170,7 +170,7 @@ func flush(t *testing.T, e *idem.Engine) {
 
 // beginFailsClosed asserts that Begin fails with ErrStore within the
 // store timeout, and reports whether it did.
-func beginFailsClosed(t *testing.T, e *idem.Engine, req idem.Key) bool {
+func beginFailsClosed(t *testing.T, e *idem.Engine, req idem.Request) bool {
 	t.Helper()
 	start := time.Now()
 	a, err := e.Begin(context.Background(), req)
@@ -192,7 +192,7 @@ func TestBeginOnAStalledStoreFailsWithinTheStoreTimeout(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end) // the link comes back a minute later
-		beginFailsClosed(t, e, idem.Key{Key: "new", NoFingerprint: true})
+		beginFailsClosed(t, e, idem.Request{Key: "new", NoFingerprint: true})
 		flush(t, e)
 	})
 }
@@ -203,19 +203,19 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		a := begin(t, e, idem.Key{Key: "running", NoFingerprint: true})
+		a := begin(t, e, idem.Request{Key: "running", NoFingerprint: true})
 		s.start(outageStall, false)
 		time.AfterFunc(time.Minute, s.end)
-		id := store.ID{Key: "running"}
+		id := idem.ID{Key: "running"}
 		calls := []struct {
 			name string
 			call func() error
 		}{
 			{"Get", func() error { _, err := e.Get(ctx, id); return err }},
-			{"Delete", func() error { _, err := e.Delete(ctx, store.ID{Key: "other"}); return err }},
-			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, store.ListParams{}); return err }},
-			{"Resolve", func() error { return e.Resolve(ctx, store.ID{Key: "other"}, 1, nil) }},
-			{"Complete", func() error { return a.Lease.Complete(ctx, store.Result{Status: 200}) }},
+			{"Delete", func() error { _, err := e.Delete(ctx, idem.ID{Key: "other"}); return err }},
+			{"ListUnknown", func() error { _, err := e.ListUnknown(ctx, idem.ListParams{}); return err }},
+			{"Resolve", func() error { return e.Resolve(ctx, idem.ID{Key: "other"}, 1, nil) }},
+			{"Complete", func() error { return a.Lease.Complete(ctx, idem.Result{Status: 200}) }},
 		}
 		for _, c := range calls {
 			start := time.Now()
@@ -234,7 +234,7 @@ func TestEveryStoreCallHasTheStoreTimeout(t *testing.T) {
 func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
-		req := idem.Key{Key: "orphan", Fingerprint: "fp"}
+		req := idem.Request{Key: "orphan", Fingerprint: "fp"}
 		s.start(outageStall, true)
 		time.AfterFunc(3*time.Second, s.end)
 		if !beginFailsClosed(t, e, req) {
@@ -256,7 +256,7 @@ func TestStalledAcquireThatTookTheKeyIsReleased(t *testing.T) {
 func TestStalledAcquireThatLandsLateIsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
-		req := idem.Key{Key: "late", Fingerprint: "fp"}
+		req := idem.Request{Key: "late", Fingerprint: "fp"}
 		s.start(outageStall, false)
 		s.lateBy = 2 * time.Second // lands at 5s, when the store has answered for 2s
 		time.AfterFunc(3*time.Second, s.end)
@@ -281,17 +281,17 @@ func TestCompletionOutlivesAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		req := idem.Key{Key: "charge", Fingerprint: "fp"}
+		req := idem.Request{Key: "charge", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
 		time.AfterFunc(1500*time.Millisecond, s.end)
-		if err := a.Lease.Complete(ctx, store.Result{Status: 201, Body: []byte("charged")}); err != nil {
+		if err := a.Lease.Complete(ctx, idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
 			t.Errorf("Complete during the outage = %v; want nil: the engine holds the result and stores it later", err)
 		}
 		if r, err := e.Begin(ctx, req); err != nil || r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
 			t.Errorf("retry during the outage = %v, %v; want the held result replayed", r.Outcome, err)
 		}
-		if r, err := e.Begin(ctx, idem.Key{Key: "charge", Fingerprint: "other"}); err != nil || r.Outcome != idem.Mismatch {
+		if r, err := e.Begin(ctx, idem.Request{Key: "charge", Fingerprint: "other"}); err != nil || r.Outcome != idem.Mismatch {
 			t.Errorf("another request with the key during the outage = %v, %v; want Mismatch", r.Outcome, err)
 		}
 		time.Sleep(3 * time.Second)   // the store is back at 1.5s; the lease would end at 30s
@@ -311,7 +311,7 @@ func TestMarkUnknownAndReleaseOutliveAShortOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, e := outageEngine(t, nil)
 		ctx := context.Background()
-		marked, released := idem.Key{Key: "marked", Fingerprint: "fp"}, idem.Key{Key: "released", Fingerprint: "fp"}
+		marked, released := idem.Request{Key: "marked", Fingerprint: "fp"}, idem.Request{Key: "released", Fingerprint: "fp"}
 		m, r := begin(t, e, marked), begin(t, e, released)
 		s.start(outageRefuse, false)
 		time.AfterFunc(1500*time.Millisecond, s.end)

@@ -31,7 +31,7 @@ type readmeMessage struct{ ID, Body string }
 // readmeHandle is the README's handle(), with the charge passed in.
 func readmeHandle(ctx context.Context, engine *idem.Engine, msg readmeMessage, charge func(ctx context.Context, body string, fence int64) ([]byte, error)) string {
 	digest := sha256.Sum256([]byte(msg.Body))
-	key := idem.Key{Tenant: "billing", Key: msg.ID, Fingerprint: hex.EncodeToString(digest[:])}
+	key := idem.Request{Tenant: "billing", Key: msg.ID, Fingerprint: hex.EncodeToString(digest[:])}
 	out, replayed, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 		if err := l.Check(); err != nil { // just before the side effect
 			return nil, idem.NotRun(err) // nothing was charged: the next delivery runs it
@@ -161,8 +161,8 @@ func TestReadmeConsumerKeepsNoSecretInTheReason(t *testing.T) {
 			msg := readmeMessage{ID: tc.name, Body: "{}"}
 			fail := func(context.Context, string, int64) ([]byte, error) { return nil, tc.err }
 			first := readmeHandle(ctx, engine, msg, fail)
-			rec, err := engine.Get(ctx, store.ID{Tenant: "billing", Key: msg.ID})
-			if err != nil || rec.State != store.StateUnknown || rec.Reason != tc.reason {
+			rec, err := engine.Get(ctx, idem.ID{Tenant: "billing", Key: msg.ID})
+			if err != nil || rec.State != idem.StateUnknown || rec.Reason != tc.reason {
 				t.Fatalf("%s: record %+v, %v; want UNKNOWN with the reason %q", tc.name, rec, err, tc.reason)
 			}
 			if !strings.HasPrefix(first, "ack and alert, it may have run: ") { // the same error as every later delivery gets (item 3)
@@ -172,7 +172,7 @@ func TestReadmeConsumerKeepsNoSecretInTheReason(t *testing.T) {
 				t.Errorf("%s: a later delivery is told %q; want the reason, nothing of the provider's error", tc.name, again)
 			}
 		}
-		page, err := engine.ListUnknown(ctx, store.ListParams{AllTenants: true, Limit: 10})
+		page, err := engine.ListUnknown(ctx, idem.ListParams{AllTenants: true, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,7 +41,7 @@ func (v Verdict) String() string {
 // Resolution is the answer of Options.Reconcile.
 type Resolution struct {
 	Verdict Verdict
-	Result  store.Result // VerdictCompleted: the result to record and replay
+	Result  Result // VerdictCompleted: the result to record and replay
 }
 
 // claimMargin is how much longer a reconciliation claim lasts than the
@@ -54,7 +54,7 @@ const claimMargin = 2 * time.Second
 // records the answer. It returns the record as it is afterwards, or absent
 // when the key was resolved not executed (here or by someone else). A
 // failed Reconcile call is logged, and leaves the key UNKNOWN.
-func (e *Engine) reconcileKey(ctx context.Context, id store.ID, retention time.Duration) (rec store.Record, absent bool, err error) {
+func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
 	r, err := e.reconcileOnce(ctx, id, retention)
 	if r.failed != nil {
 		e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", r.rec.Fence, "err", r.failed)
@@ -64,15 +64,15 @@ func (e *Engine) reconcileKey(ctx context.Context, id store.ID, retention time.D
 
 // reconciliation is what reconcileOnce did about one key.
 type reconciliation struct {
-	rec    store.Record // the record afterwards
-	absent bool         // resolved not executed, here or by someone else
-	asked  bool         // Reconcile was called: this process held the claim
-	failed error        // the Reconcile call failed (or its answer was unusable): the key stays UNKNOWN
+	rec    Record // the record afterwards
+	absent bool   // resolved not executed, here or by someone else
+	asked  bool   // Reconcile was called: this process held the claim
+	failed error  // the Reconcile call failed (or its answer was unusable): the key stays UNKNOWN
 }
 
 // reconcileOnce is reconcileKey without the log line: the sweep counts
 // failures and logs once a pass. err is the store's.
-func (e *Engine) reconcileOnce(ctx context.Context, id store.ID, retention time.Duration) (reconciliation, error) {
+func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Duration) (reconciliation, error) {
 	claim := store.ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
 	cctx := e.callCtx(ctx)
 	start := time.Now()
@@ -124,7 +124,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, id store.ID, retention time.
 	if res.Verdict == VerdictNotExecuted {
 		return reconciliation{absent: true, asked: true}, nil
 	}
-	r.rec.State, r.rec.Result, r.rec.TTL = store.StateCompleted, p.Result, retention
+	r.rec.State, r.rec.Result, r.rec.TTL = StateCompleted, p.Result, retention
 	return r, nil
 }
 
@@ -142,7 +142,7 @@ func (e *Engine) resolve(ctx context.Context, p store.ResolveParams) error {
 	return err
 }
 
-func (e *Engine) reconciled(id store.ID, v Verdict, err error) {
+func (e *Engine) reconciled(id ID, v Verdict, err error) {
 	if o, ok := e.obs.(ReconcileObserver); ok {
 		o.Reconciled(id, v, err)
 	}
@@ -156,7 +156,7 @@ func (e *Engine) reconciled(id store.ID, v Verdict, err error) {
 // never lands on another. It returns ErrNotFound, ErrNotUnknown or
 // ErrStaleFence, changing nothing, when the key is absent, not UNKNOWN, or
 // has another fence.
-func (e *Engine) Resolve(ctx context.Context, id store.ID, fence int64, res *store.Result) error {
+func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) error {
 	if err := validate(id); err != nil {
 		return err
 	}
@@ -180,15 +180,15 @@ func (e *Engine) Resolve(ctx context.Context, id store.ID, fence int64, res *sto
 // listing returns ErrInvalidCursor. Stores keep an index of UNKNOWN keys, so a page costs
 // no scan of the store. A lease that ended with its key still PROCESSING
 // (its owner crashed) is listed from its end, as UNKNOWN with reason
-// abandoned, whether or not a retry has met it: ReconcileUnknown asks
+// abandoned, whether or not a retry has met it: ReconcileAll asks
 // about it, and its Claim turns it UNKNOWN.
-func (e *Engine) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+func (e *Engine) ListUnknown(ctx context.Context, p ListParams) (ListPage, error) {
 	if p.Limit < 0 || p.Limit > store.MaxListLimit {
-		return store.ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, store.MaxListLimit)
+		return ListPage{}, fmt.Errorf("%w: list limit %d is not within 0..%d", ErrInvalidRequest, p.Limit, store.MaxListLimit)
 	}
 	if !p.AllTenants {
 		if err := ValidateTenant(p.Tenant); err != nil {
-			return store.ListPage{}, err
+			return ListPage{}, err
 		}
 	}
 	if p.Limit == 0 {
@@ -201,9 +201,9 @@ func (e *Engine) ListUnknown(ctx context.Context, p store.ListParams) (store.Lis
 	e.observe(ctx, "list_unknown", start, err)
 	switch {
 	case errors.Is(err, ErrInvalidCursor): // the caller's error, not the store's
-		return store.ListPage{}, err
+		return ListPage{}, err
 	case err != nil:
-		return store.ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
+		return ListPage{}, fmt.Errorf("%w: list unknown: %w", ErrStore, e.explain(cctx, err))
 	}
 	return page, nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/idemkit/idem/store"
 )
 
-// ErrNoReconcile is returned by Engine.Reconcile when Options.Reconcile
-// is not set: there is no lookup to ask.
+// ErrNoReconcile is returned by Engine.Reconcile and Engine.ReconcileAll
+// when Options.Reconcile is not set: there is no lookup to ask.
 var ErrNoReconcile = errors.New("idem: Options.Reconcile is not set")
 
 // Reconcile asks Options.Reconcile about the UNKNOWN key id now, as a
@@ -23,24 +21,24 @@ var ErrNoReconcile = errors.New("idem: Options.Reconcile is not set")
 // reconciling the key right now. It asks nothing and returns
 // ErrNoReconcile, ErrNotFound or ErrNotUnknown when there is no lookup, no
 // record, or a record that is not UNKNOWN.
-func (e *Engine) Reconcile(ctx context.Context, id store.ID) (Verdict, store.Record, error) {
+func (e *Engine) Reconcile(ctx context.Context, id ID) (Verdict, Record, error) {
 	if e.reconcile == nil {
-		return VerdictUnknown, store.Record{}, ErrNoReconcile
+		return VerdictUnknown, Record{}, ErrNoReconcile
 	}
 	rec, err := e.Get(ctx, id)
 	if err != nil {
-		return VerdictUnknown, store.Record{}, err
+		return VerdictUnknown, Record{}, err
 	}
-	if rec.State != store.StateUnknown {
+	if rec.State != StateUnknown {
 		return VerdictUnknown, rec, fmt.Errorf("%w: it is %v", ErrNotUnknown, rec.State)
 	}
 	after, absent, err := e.reconcileKey(ctx, id, e.retention)
 	switch {
 	case err != nil:
-		return VerdictUnknown, store.Record{}, err
+		return VerdictUnknown, Record{}, err
 	case absent:
-		return VerdictNotExecuted, store.Record{}, nil
-	case after.State == store.StateCompleted:
+		return VerdictNotExecuted, Record{}, nil
+	case after.State == StateCompleted:
 		return VerdictCompleted, after, nil
 	}
 	return VerdictUnknown, after, nil

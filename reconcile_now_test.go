@@ -13,45 +13,45 @@ import (
 func TestReconcileNow(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		var asked atomic.Int32
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			asked.Add(1)
 			switch rec.Key {
 			case "charged":
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("ch_1")}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("ch_1")}}, nil
 			case "never-sent":
 				return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 			}
 			return idem.Resolution{}, errors.New("provider lookup failed")
 		}})
 		ctx := context.Background()
-		charged := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "charged", NoFingerprint: true})
+		charged := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "charged", NoFingerprint: true})
 		v, rec, err := e.Reconcile(ctx, charged.ID)
-		if err != nil || v != idem.VerdictCompleted || rec.State != store.StateCompleted || rec.Fence != charged.Fence ||
+		if err != nil || v != idem.VerdictCompleted || rec.State != idem.StateCompleted || rec.Fence != charged.Fence ||
 			rec.Result == nil || string(rec.Result.Body) != "ch_1" {
 			t.Fatalf("Reconcile of a key the lookup found = %v %+v, %v; want completed with its result", v, rec, err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 {
 			t.Fatalf("retry after Reconcile = %v; want the found result replayed", r.Outcome)
 		}
 
-		never := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "never-sent", NoFingerprint: true})
-		if v, rec, err := e.Reconcile(ctx, never.ID); err != nil || v != idem.VerdictNotExecuted || rec != (store.Record{}) {
+		never := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "never-sent", NoFingerprint: true})
+		if v, rec, err := e.Reconcile(ctx, never.ID); err != nil || v != idem.VerdictNotExecuted || rec != (idem.Record{}) {
 			t.Fatalf("Reconcile of a key never sent = %v %+v, %v; want not_executed and no record", v, rec, err)
 		}
 		if _, err := e.Get(ctx, never.ID); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("Get after not_executed = %v; want ErrNotFound: the key is released", err)
 		}
 
-		failing := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "lookup-fails", NoFingerprint: true})
-		if v, rec, err := e.Reconcile(ctx, failing.ID); err != nil || v != idem.VerdictUnknown || rec.State != store.StateUnknown || rec.Fence != failing.Fence {
+		failing := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "lookup-fails", NoFingerprint: true})
+		if v, rec, err := e.Reconcile(ctx, failing.ID); err != nil || v != idem.VerdictUnknown || rec.State != idem.StateUnknown || rec.Fence != failing.Fence {
 			t.Fatalf("Reconcile with a failing lookup = %v %+v, %v; want unknown, the key still UNKNOWN", v, rec, err)
 		}
 
 		before := asked.Load()
-		if _, rec, err := e.Reconcile(ctx, charged.ID); !errors.Is(err, idem.ErrNotUnknown) || rec.State != store.StateCompleted {
+		if _, rec, err := e.Reconcile(ctx, charged.ID); !errors.Is(err, idem.ErrNotUnknown) || rec.State != idem.StateCompleted {
 			t.Fatalf("Reconcile of a COMPLETED key = %+v, %v; want ErrNotUnknown and the record", rec, err)
 		}
-		if _, _, err := e.Reconcile(ctx, store.ID{Tenant: "ops", Key: "absent"}); !errors.Is(err, idem.ErrNotFound) {
+		if _, _, err := e.Reconcile(ctx, idem.ID{Tenant: "ops", Key: "absent"}); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("Reconcile of an absent key = %v; want ErrNotFound", err)
 		}
 		if n := asked.Load(); n != before {
@@ -63,11 +63,14 @@ func TestReconcileNow(t *testing.T) {
 func TestReconcileNowWithoutLookup(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		rec := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k", NoFingerprint: true})
+		rec := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k", NoFingerprint: true})
 		if _, _, err := e.Reconcile(context.Background(), rec.ID); !errors.Is(err, idem.ErrNoReconcile) {
 			t.Fatalf("Reconcile without Options.Reconcile = %v; want ErrNoReconcile", err)
 		}
-		if got, err := e.Get(context.Background(), rec.ID); err != nil || got.State != store.StateUnknown {
+		if _, err := e.ReconcileAll(context.Background()); !errors.Is(err, idem.ErrNoReconcile) {
+			t.Fatalf("ReconcileAll without Options.Reconcile = %v; want ErrNoReconcile", err)
+		}
+		if got, err := e.Get(context.Background(), rec.ID); err != nil || got.State != idem.StateUnknown {
 			t.Fatalf("the key after = %+v, %v; want it still UNKNOWN", got, err)
 		}
 	})

@@ -102,9 +102,9 @@ func (c *callContext) end() {
 // Get returns the record of a key, for inspection; ErrNotFound when absent.
 // It is the store's view: a result this engine holds (Options.MaxHeld)
 // shows once it is stored.
-func (e *Engine) Get(ctx context.Context, id store.ID) (store.Record, error) {
+func (e *Engine) Get(ctx context.Context, id ID) (Record, error) {
 	if err := validate(id); err != nil {
-		return store.Record{}, err
+		return Record{}, err
 	}
 	cctx := e.callCtx(ctx)
 	defer cctx.end()
@@ -148,7 +148,7 @@ func (e *Engine) observe(ctx context.Context, op string, start time.Time, err er
 	}
 }
 
-func (e *Engine) leaseEvent(id store.ID, ev LeaseEvent) {
+func (e *Engine) leaseEvent(id ID, ev LeaseEvent) {
 	if e.obs != nil {
 		e.obs.LeaseEvent(id, ev)
 	}

@@ -40,10 +40,10 @@ func TestPausedRedisFailsClosed(t *testing.T) {
 			defer s.Close()
 			e := newEngine(t, s, nil)
 			ctx := context.Background()
-			if _, _, err := e.Do(ctx, idem.Key{Key: "warm", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) { return nil, nil }); err != nil {
+			if _, _, err := e.Do(ctx, idem.Request{Key: "warm", NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) { return nil, nil }); err != nil {
 				t.Fatal(err) // the connections are open before the pause
 			}
-			req := idem.Key{Key: "during-the-pause", Fingerprint: "fp"}
+			req := idem.Request{Key: "during-the-pause", Fingerprint: "fp"}
 			if err := srv.Pause(); err != nil {
 				t.Fatal(err)
 			}

@@ -11,7 +11,7 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-// The defaults of the bounds of ReconcileUnknown (Options).
+// The defaults of the bounds of ReconcileAll (Options).
 const (
 	// DefaultReconcileRate is how many Reconcile calls a sweep starts per
 	// second at most.
@@ -30,7 +30,7 @@ const (
 // it has no room for is asked every sweep, within the rate bound.
 const maxBackoffKeys = 100_000
 
-// ReconcileStats counts what one ReconcileUnknown sweep did.
+// ReconcileStats counts what one ReconcileAll sweep did.
 type ReconcileStats struct {
 	Unknown     int   // keys asked about that stayed UNKNOWN (the verdict was unknown, or Reconcile failed)
 	Failed      int   // of Unknown, the keys whose Reconcile call failed
@@ -60,7 +60,7 @@ type sweeper struct {
 
 	mu     sync.Mutex // guards passes and keys
 	passes uint64
-	keys   map[store.ID]keyBackoff
+	keys   map[ID]keyBackoff
 }
 
 func newSweeper(o Options) (*sweeper, error) {
@@ -68,7 +68,7 @@ func newSweeper(o Options) (*sweeper, error) {
 		return nil, errors.New("idem: New: negative ReconcileRate, ReconcileConcurrency, ReconcileBackoff or ReconcileMaxBackoff")
 	}
 	s := &sweeper{rate: o.ReconcileRate, concurrency: o.ReconcileConcurrency, backoff: o.ReconcileBackoff,
-		maxBackoff: o.ReconcileMaxBackoff, slot: make(chan struct{}, 1), keys: map[store.ID]keyBackoff{}}
+		maxBackoff: o.ReconcileMaxBackoff, slot: make(chan struct{}, 1), keys: map[ID]keyBackoff{}}
 	if s.rate == 0 {
 		s.rate = DefaultReconcileRate
 	}
@@ -87,7 +87,7 @@ func newSweeper(o Options) (*sweeper, error) {
 	return s, nil
 }
 
-// ReconcileUnknown asks Options.Reconcile about every UNKNOWN key, of all
+// ReconcileAll asks Options.Reconcile about every UNKNOWN key, of all
 // tenants, and records each answer: run it from a background loop so that
 // keys no retry comes back for are resolved too. It starts at most
 // Options.ReconcileRate calls a second and has at most
@@ -98,9 +98,9 @@ func newSweeper(o Options) (*sweeper, error) {
 // logs nothing per key: the stats count the failures and keep the first
 // error. One sweep runs at a time; a second call waits for the first. It
 // stops at the first store error, or when ctx ends.
-func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
+func (e *Engine) ReconcileAll(ctx context.Context) (ReconcileStats, error) {
 	if e.reconcile == nil {
-		return ReconcileStats{}, errors.New("idem: ReconcileUnknown: Options.Reconcile is not set")
+		return ReconcileStats{}, ErrNoReconcile
 	}
 	s := e.sweeper
 	select {
@@ -127,7 +127,7 @@ func (e *Engine) ReconcileUnknown(ctx context.Context) (ReconcileStats, error) {
 	return sw.st, context.Cause(sw.ctx)
 }
 
-// sweep is one run of ReconcileUnknown.
+// sweep is one run of ReconcileAll.
 type sweep struct {
 	e    *Engine
 	s    *sweeper
@@ -147,7 +147,7 @@ type sweep struct {
 func (sw *sweep) dispatch() (bool, error) {
 	interval := time.Duration(float64(time.Second) / sw.s.rate)
 	var next time.Time // when the rate allows the next call
-	p := store.ListParams{AllTenants: true, Limit: store.DefaultListLimit}
+	p := ListParams{AllTenants: true, Limit: store.DefaultListLimit}
 	for {
 		page, err := sw.e.ListUnknown(sw.ctx, p)
 		if err != nil {
@@ -180,14 +180,14 @@ func (sw *sweep) dispatch() (bool, error) {
 }
 
 // ask reconciles one listed key and counts what came of it.
-func (sw *sweep) ask(listed store.Record) {
+func (sw *sweep) ask(listed Record) {
 	defer func() { <-sw.busy }()
 	r, err := sw.e.reconcileOnce(sw.ctx, listed.ID, sw.e.retention)
 	if err != nil {
 		sw.stop(err)
 		return
 	}
-	stayed := !r.absent && r.rec.State == store.StateUnknown && r.rec.Fence == listed.Fence
+	stayed := !r.absent && r.rec.State == StateUnknown && r.rec.Fence == listed.Fence
 	sw.s.answered(listed, r.asked, stayed, sw.pass)
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
@@ -202,7 +202,7 @@ func (sw *sweep) ask(listed store.Record) {
 				sw.st.FirstError = fmt.Errorf("tenant %q key %q fence %d: %w", listed.Tenant, listed.Key, listed.Fence, r.failed)
 			}
 		}
-	case r.rec.State == store.StateCompleted && r.rec.Fence == listed.Fence:
+	case r.rec.State == StateCompleted && r.rec.Fence == listed.Fence:
 		sw.st.Completed++
 	default:
 		sw.st.Skipped++
@@ -211,7 +211,7 @@ func (sw *sweep) ask(listed store.Record) {
 
 // backedOff reports whether listed is to be left alone in this pass, and
 // notes that the pass listed it.
-func (s *sweeper) backedOff(listed store.Record, pass uint64) bool {
+func (s *sweeper) backedOff(listed Record, pass uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.keys[listed.ID]
@@ -231,7 +231,7 @@ func (s *sweeper) backedOff(listed store.Record, pass uint64) bool {
 // call failed, or answered unknown) doubles its backoff; not asked (another
 // process holds the claim) and still UNKNOWN keeps it; anything else ends
 // it.
-func (s *sweeper) answered(listed store.Record, asked, stayed bool, pass uint64) {
+func (s *sweeper) answered(listed Record, asked, stayed bool, pass uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.keys[listed.ID]

@@ -20,7 +20,7 @@ import (
 // Issue 22, item 9: a key whose lookup fails, or answers unknown, is left
 // alone by the next sweeps for a backoff that doubles up to a cap; a
 // lookup that settles it ends its backoff; a sweep logs nothing per key.
-func TestReconcileUnknownBacksOff(t *testing.T) {
+func TestReconcileAllBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			mu     sync.Mutex
@@ -31,7 +31,7 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 		s, _ := memstore.New(nil)
 		e := newEngine(t, s, &idem.Options{ReconcileRate: 1000, ReconcileBackoff: time.Minute, ReconcileMaxBackoff: 4 * time.Minute,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 				mu.Lock()
 				asked[rec.Key]++
 				mu.Unlock()
@@ -44,14 +44,14 @@ func TestReconcileUnknownBacksOff(t *testing.T) {
 				return idem.Resolution{}, errors.New("lookup: 500")
 			}})
 		for _, k := range []string{"a", "b", "c"} {
-			markUnknown(t, e, idem.Key{Tenant: "acme", Key: k, NoFingerprint: true})
+			markUnknown(t, e, idem.Request{Tenant: "acme", Key: k, NoFingerprint: true})
 		}
 		pass := func(wantAsked string, want idem.ReconcileStats) {
 			t.Helper()
 			mu.Lock()
 			clear(asked)
 			mu.Unlock()
-			st, err := e.ReconcileUnknown(context.Background())
+			st, err := e.ReconcileAll(context.Background())
 			mu.Lock()
 			got := ""
 			for _, k := range []string{"a", "b", "c"} {
@@ -97,31 +97,31 @@ func TestReconcileOptionsChecked(t *testing.T) {
 // A key whose owner's process died mid-work is listed, from its lease's
 // end, and the sweep settles it, with no retry of the key and no Get:
 // before issue 31 (item 6) it was in no listing until a retry met it, and
-// ReconcileUnknown never asked about it.
+// ReconcileAll never asked about it.
 func TestSweepSettlesAnAbandonedLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		s, _ := memstore.New(nil) // the bubble's clock
 		crashed := newEngine(t, s, &idem.Options{LeaseDuration: time.Minute, RenewEvery: -1, Logger: slog.New(slog.DiscardHandler)})
-		req := idem.Key{Tenant: "acme", Key: "charge-1", Fingerprint: "fp"}
+		req := idem.Request{Tenant: "acme", Key: "charge-1", Fingerprint: "fp"}
 		a := begin(t, crashed, req)
 		if a.Outcome != idem.Acquired {
 			t.Fatalf("Begin = %v; want Acquired", a.Outcome)
 		} // the work runs, and its process dies before it says anything
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
-			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("found downstream")}}, nil
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("found downstream")}}, nil
 		}})
-		if page, err := e.ListUnknown(ctx, store.ListParams{AllTenants: true}); err != nil || len(page.Records) != 0 {
+		if page, err := e.ListUnknown(ctx, idem.ListParams{AllTenants: true}); err != nil || len(page.Records) != 0 {
 			t.Fatalf("ListUnknown while the lease holds = %+v, %v; want nothing", page.Records, err)
 		}
 		time.Sleep(time.Minute)
-		page, err := e.ListUnknown(ctx, store.ListParams{AllTenants: true})
+		page, err := e.ListUnknown(ctx, idem.ListParams{AllTenants: true})
 		if err != nil || len(page.Records) != 1 || page.Records[0].ID != req.ID() || page.Records[0].Reason != store.ReasonAbandoned ||
 			page.Records[0].Fence != a.Lease.Fence() || !page.Records[0].CompletedAt.Equal(time.Now()) {
 			t.Fatalf("ListUnknown at the lease's end = %+v, %v; want the key, abandoned, fence %d, unknown since now", page.Records, err, a.Lease.Fence())
 		}
-		if st, err := e.ReconcileUnknown(ctx); err != nil || st.Completed != 1 {
-			t.Fatalf("ReconcileUnknown = %+v, %v; want the abandoned key completed", st, err)
+		if st, err := e.ReconcileAll(ctx); err != nil || st.Completed != 1 {
+			t.Fatalf("ReconcileAll = %+v, %v; want the abandoned key completed", st, err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "found downstream" {
 			t.Fatalf("retry after the sweep = %v; want the reconciled result replayed", r.Outcome)

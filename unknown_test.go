@@ -19,7 +19,7 @@ import (
 // waitOut lets a short lease end: it waits until a retry no longer finds
 // the key in flight. In the bubble one sleep does it; on Redis the
 // server's clock may trail ours by a tick.
-func waitOut(t *testing.T, e *idem.Engine, req idem.Key, l *idem.Lease) idem.Attempt {
+func waitOut(t *testing.T, e *idem.Engine, req idem.Request, l *idem.Lease) idem.Attempt {
 	t.Helper()
 	<-l.Context().Done()
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -34,10 +34,10 @@ func waitOut(t *testing.T, e *idem.Engine, req idem.Key, l *idem.Lease) idem.Att
 func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "crashed", Fingerprint: "fp"}
+		req := idem.Request{Key: "crashed", Fingerprint: "fp"}
 		stalled := begin(t, e, req) // the worker charges the card, then stalls past its lease
 		retry := waitOut(t, e, req, stalled.Lease)
-		if retry.Outcome != idem.Unknown || retry.Record.State != store.StateUnknown ||
+		if retry.Outcome != idem.Unknown || retry.Record.State != idem.StateUnknown ||
 			retry.Record.Reason != store.ReasonAbandoned || retry.Record.Fence != stalled.Lease.Fence() {
 			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned, with the stalled fence %d", retry.Outcome, retry.Record, stalled.Lease.Fence())
 		}
@@ -46,7 +46,7 @@ func TestAbandonedLeaseTurnsUnknown(t *testing.T) {
 		}
 		// The stalled worker wakes up and knows what happened: its late
 		// completion of its own record is the truth, and is replayed.
-		if err := stalled.Lease.Complete(context.Background(), store.Result{Body: []byte("charged")}); err != nil {
+		if err := stalled.Lease.Complete(context.Background(), idem.Result{Body: []byte("charged")}); err != nil {
 			t.Fatalf("late Complete of the owner's own UNKNOWN record = %v; want accepted", err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
@@ -62,7 +62,7 @@ func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		var logs bytes.Buffer
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		req := idem.Key{Key: "stalled-before-work", Fingerprint: "fp"}
+		req := idem.Request{Key: "stalled-before-work", Fingerprint: "fp"}
 		stalled := begin(t, e, req) // the worker stalls before its side effect
 		if retry := waitOut(t, e, req, stalled.Lease); retry.Outcome != idem.Unknown || retry.Record.Reason != store.ReasonAbandoned {
 			t.Fatalf("retry after the lease ended = %v %+v; want Unknown, abandoned", retry.Outcome, retry.Record)
@@ -80,7 +80,7 @@ func TestOwnerReleasesItsAbandonedRecord(t *testing.T) {
 		if next.Outcome != idem.Acquired || next.Lease.Fence() <= stalled.Lease.Fence() {
 			t.Fatalf("attempt after the release = %v; want Acquired with a fence above %d", next.Outcome, stalled.Lease.Fence())
 		}
-		if err := next.Lease.Complete(context.Background(), store.Result{Body: []byte("ran once")}); err != nil {
+		if err := next.Lease.Complete(context.Background(), idem.Result{Body: []byte("ran once")}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -94,7 +94,7 @@ var errNothingSent = errors.New("the lease ended before the charge: nothing sent
 func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "failed-late", Fingerprint: "fp"}
+		req := idem.Request{Key: "failed-late", Fingerprint: "fp"}
 		var retry idem.Attempt
 		_, _, err := e.Do(context.Background(), req, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 			<-ctx.Done() // the lease ends before the work reaches its side effect
@@ -121,10 +121,10 @@ func TestDoReleasesAbandonedRecordAfterFailedWork(t *testing.T) {
 func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
-		req := idem.Key{Key: "late", NoFingerprint: true}
+		req := idem.Request{Key: "late", NoFingerprint: true}
 		a := begin(t, e, req)
 		<-a.Lease.Context().Done() // nobody comes for the key meanwhile
-		if err := a.Lease.Complete(context.Background(), store.Result{Body: []byte("done")}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("done")}); err != nil {
 			t.Fatalf("Complete after the lease ended, record untouched = %v; want accepted", err)
 		}
 		if r := begin(t, e, req); r.Outcome != idem.Replayed {
@@ -136,7 +136,7 @@ func TestLateCompletionOfAnUntouchedRecordIsAccepted(t *testing.T) {
 func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Tenant: "shop", Key: "order-1", NoFingerprint: true}
+		req := idem.Request{Tenant: "shop", Key: "order-1", NoFingerprint: true}
 		cut := errors.New("connection reset after the request was written")
 		_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) {
 			return nil, idem.OutcomeUnknown(cut, "")
@@ -147,9 +147,9 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 		var runs atomic.Int32
 		for range 3 {
 			_, _, err = e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { runs.Add(1); return nil, nil })
-			var ue *idem.UnknownError
+			var ue *idem.OutcomeUnknownError
 			if !errors.As(err, &ue) || ue.Record.Reason == "" || ue.Record.TTL <= 0 {
-				t.Fatalf("retry = %v; want an *UnknownError with a reason and the retention left", err)
+				t.Fatalf("retry = %v; want an *OutcomeUnknownError with a reason and the retention left", err)
 			}
 		}
 		if runs.Load() != 0 {
@@ -161,7 +161,7 @@ func TestOutcomeUnknownIsNeverRunAgain(t *testing.T) {
 func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
-		req := idem.Key{Key: "stale-mark", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
+		req := idem.Request{Key: "stale-mark", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
 		stalled := begin(t, e, req)
 		retryReq := req
 		retryReq.LeaseDuration = time.Minute
@@ -173,7 +173,7 @@ func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 			t.Fatalf("stale MarkUnknown = %v; want ErrLeaseLost", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateProcessing || rec.Owner != idem.LeaseOwner(retry.Lease) {
+		if err != nil || rec.State != idem.StateProcessing || rec.Owner != idem.LeaseOwner(retry.Lease) {
 			t.Fatalf("record = %+v, %v; want the new owner's PROCESSING record untouched", rec, err)
 		}
 		retry.Lease.Release(context.Background())
@@ -188,7 +188,7 @@ func TestStaleOwnerCannotMarkAnotherRecordUnknown(t *testing.T) {
 func TestDoNeverReleasesATakeover(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
-		req := idem.Key{Key: "taken-over-then-failed", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
+		req := idem.Request{Key: "taken-over-then-failed", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
 		stalled := begin(t, e, req) // charges, then stalls past its lease
 		<-stalled.Lease.Context().Done()
 		retryReq := req
@@ -206,14 +206,14 @@ func TestDoNeverReleasesATakeover(t *testing.T) {
 			t.Fatalf("Do of the takeover = %v; want the work's error", err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateUnknown {
+		if err != nil || rec.State != idem.StateUnknown {
 			t.Fatalf("after the takeover's work failed: %+v, %v; want UNKNOWN (the attempt taken over may have charged)", rec, err)
 		}
 	})
 }
 
 // markUnknown leaves req's key UNKNOWN and returns its record.
-func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
+func markUnknown(t *testing.T, e *idem.Engine, req idem.Request) idem.Record {
 	t.Helper()
 	a := begin(t, e, req)
 	if a.Outcome != idem.Acquired {
@@ -223,7 +223,7 @@ func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
 	rec, err := e.Get(context.Background(), req.ID())
-	if err != nil || rec.State != store.StateUnknown || rec.Reason != "upstream timed out" {
+	if err != nil || rec.State != idem.StateUnknown || rec.Reason != "upstream timed out" {
 		t.Fatalf("record after MarkUnknown = %+v, %v", rec, err)
 	}
 	return rec
@@ -232,30 +232,30 @@ func markUnknown(t *testing.T, e *idem.Engine, req idem.Key) store.Record {
 func TestReconcileOnRetry(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		verdicts := map[string]idem.Resolution{
-			"charged":      {Verdict: idem.VerdictCompleted, Result: store.Result{Status: 201, Body: []byte("charge ch_1")}},
+			"charged":      {Verdict: idem.VerdictCompleted, Result: idem.Result{Status: 201, Body: []byte("charge ch_1")}},
 			"never-sent":   {Verdict: idem.VerdictNotExecuted},
 			"provider-503": {Verdict: idem.VerdictUnknown},
 		}
 		var asked sync.Map
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			asked.Store(rec.Key, rec.Fence)
 			return verdicts[rec.Key], nil
 		}})
 		for key := range verdicts {
-			markUnknown(t, e, idem.Key{Key: key, NoFingerprint: true})
+			markUnknown(t, e, idem.Request{Key: key, NoFingerprint: true})
 		}
-		if r := begin(t, e, idem.Key{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 || string(r.Result.Body) != "charge ch_1" {
+		if r := begin(t, e, idem.Request{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed || r.Result.Status != 201 || string(r.Result.Body) != "charge ch_1" {
 			t.Fatalf("retry of a key reconciled completed = %v %+v; want the reconciled result replayed", r.Outcome, r.Result)
 		}
-		if r := begin(t, e, idem.Key{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed {
+		if r := begin(t, e, idem.Request{Key: "charged", NoFingerprint: true}); r.Outcome != idem.Replayed {
 			t.Fatalf("second retry = %v; want Replayed from the store", r.Outcome)
 		}
-		r := begin(t, e, idem.Key{Key: "never-sent", NoFingerprint: true})
+		r := begin(t, e, idem.Request{Key: "never-sent", NoFingerprint: true})
 		if fence, _ := asked.Load("never-sent"); r.Outcome != idem.Acquired || r.Lease.Fence() <= fence.(int64) {
 			t.Fatalf("retry of a key reconciled not executed = %v; want Acquired with a higher fence", r.Outcome)
 		}
 		r.Lease.Release(context.Background())
-		if r := begin(t, e, idem.Key{Key: "provider-503", NoFingerprint: true}); r.Outcome != idem.Unknown || r.RetryAfter <= 0 {
+		if r := begin(t, e, idem.Request{Key: "provider-503", NoFingerprint: true}); r.Outcome != idem.Unknown || r.RetryAfter <= 0 {
 			t.Fatalf("retry of a key still unknown = %v (retry after %v); want Unknown with a time to ask again", r.Outcome, r.RetryAfter)
 		}
 	})
@@ -264,7 +264,7 @@ func TestReconcileOnRetry(t *testing.T) {
 func TestReconcileFailureLeavesTheKeyUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, &idem.Options{ReconcileTimeout: 50 * time.Millisecond,
-			Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 				if rec.Key == "hangs" {
 					<-ctx.Done() // an endpoint that never answers
 					return idem.Resolution{Verdict: idem.VerdictNotExecuted}, ctx.Err()
@@ -272,8 +272,8 @@ func TestReconcileFailureLeavesTheKeyUnknown(t *testing.T) {
 				return idem.Resolution{Verdict: idem.Verdict(7)}, nil // garbage
 			}})
 		for _, key := range []string{"hangs", "garbage"} {
-			markUnknown(t, e, idem.Key{Key: key, NoFingerprint: true})
-			if r := begin(t, e, idem.Key{Key: key, NoFingerprint: true}); r.Outcome != idem.Unknown {
+			markUnknown(t, e, idem.Request{Key: key, NoFingerprint: true})
+			if r := begin(t, e, idem.Request{Key: key, NoFingerprint: true}); r.Outcome != idem.Unknown {
 				t.Fatalf("%s: retry = %v; want Unknown, never released", key, r.Outcome)
 			}
 		}
@@ -284,14 +284,14 @@ func TestReconcileRunsOncePerKeyAtATime(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		var calls atomic.Int32
 		entered, answer := make(chan struct{}), make(chan struct{})
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			if calls.Add(1) == 1 {
 				close(entered)
 			}
 			<-answer
-			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte("found")}}, nil
+			return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("found")}}, nil
 		}})
-		req := idem.Key{Key: "popular", NoFingerprint: true}
+		req := idem.Request{Key: "popular", NoFingerprint: true}
 		markUnknown(t, e, req)
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -317,28 +317,28 @@ func TestResolveByAnOperator(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
 		ctx := context.Background()
-		rec := markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k1", NoFingerprint: true})
+		rec := markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k1", NoFingerprint: true})
 		if err := e.Resolve(ctx, rec.ID, rec.Fence+1, nil); !errors.Is(err, idem.ErrStaleFence) {
 			t.Fatalf("Resolve with another fence = %v; want ErrStaleFence", err)
 		}
-		if err := e.Resolve(ctx, store.ID{Tenant: "ops", Key: "absent"}, 1, nil); !errors.Is(err, idem.ErrNotFound) {
+		if err := e.Resolve(ctx, idem.ID{Tenant: "ops", Key: "absent"}, 1, nil); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("Resolve of an absent key = %v; want ErrNotFound", err)
 		}
-		res := &store.Result{Status: 200, Body: []byte("refund r_1")}
+		res := &idem.Result{Status: 200, Body: []byte("refund r_1")}
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, res); err != nil {
 			t.Fatalf("Resolve completed: %v", err)
 		}
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); !errors.Is(err, idem.ErrNotUnknown) {
 			t.Fatalf("Resolve of a COMPLETED key = %v; want ErrNotUnknown", err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "k1", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "refund r_1" {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k1", NoFingerprint: true}); r.Outcome != idem.Replayed || string(r.Result.Body) != "refund r_1" {
 			t.Fatalf("retry after the resolution = %v; want the operator's result replayed", r.Outcome)
 		}
-		rec = markUnknown(t, e, idem.Key{Tenant: "ops", Key: "k2", NoFingerprint: true})
+		rec = markUnknown(t, e, idem.Request{Tenant: "ops", Key: "k2", NoFingerprint: true})
 		if err := e.Resolve(ctx, rec.ID, rec.Fence, nil); err != nil {
 			t.Fatalf("Resolve not executed: %v", err)
 		}
-		if r := begin(t, e, idem.Key{Tenant: "ops", Key: "k2", NoFingerprint: true}); r.Outcome != idem.Acquired || r.Lease.Fence() <= rec.Fence {
+		if r := begin(t, e, idem.Request{Tenant: "ops", Key: "k2", NoFingerprint: true}); r.Outcome != idem.Acquired || r.Lease.Fence() <= rec.Fence {
 			t.Fatalf("retry after resolve-not-executed = %v; want Acquired with a higher fence", r.Outcome)
 		} else {
 			r.Lease.Release(ctx)
@@ -346,39 +346,39 @@ func TestResolveByAnOperator(t *testing.T) {
 	})
 }
 
-func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
+func TestReconcileAllSweepsEveryTenant(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
-		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+		e := newEngine(t, s, &idem.Options{Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 			switch rec.Key {
 			case "done":
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: []byte("ok")}}, nil
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("ok")}}, nil
 			case "never":
 				return idem.Resolution{Verdict: idem.VerdictNotExecuted}, nil
 			}
 			return idem.Resolution{}, errors.New("provider lookup failed")
 		}})
 		a, b := "tenant-a", "tenant-b" // every test has a store of its own (Redis: its own prefix)
-		markUnknown(t, e, idem.Key{Tenant: a, Key: "done", NoFingerprint: true})
-		markUnknown(t, e, idem.Key{Tenant: b, Key: "never", NoFingerprint: true})
-		markUnknown(t, e, idem.Key{Tenant: b, Key: "lookup-fails", NoFingerprint: true})
-		st, err := e.ReconcileUnknown(context.Background())
+		markUnknown(t, e, idem.Request{Tenant: a, Key: "done", NoFingerprint: true})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "never", NoFingerprint: true})
+		markUnknown(t, e, idem.Request{Tenant: b, Key: "lookup-fails", NoFingerprint: true})
+		st, err := e.ReconcileAll(context.Background())
 		if err != nil || st.FirstError == nil || !strings.Contains(st.FirstError.Error(), "provider lookup failed") {
 			t.Fatalf("sweep = %+v, %v; want the failed lookup's error kept", st, err)
 		}
 		if st.FirstError = nil; st != (idem.ReconcileStats{Completed: 1, NotExecuted: 1, Unknown: 1, Failed: 1}) {
 			t.Fatalf("sweep = %+v; want 1 completed, 1 not executed, 1 unknown (failed)", st)
 		}
-		page, err := e.ListUnknown(context.Background(), store.ListParams{Tenant: b})
+		page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: b})
 		if err != nil || len(page.Records) != 1 || page.Records[0].Key != "lookup-fails" || page.Next != "" {
 			t.Fatalf("tenant b's UNKNOWN keys after the sweep = %+v, %v; want only lookup-fails", page, err)
 		}
-		if page, err := e.ListUnknown(context.Background(), store.ListParams{Tenant: a}); err != nil || len(page.Records) != 0 {
+		if page, err := e.ListUnknown(context.Background(), idem.ListParams{Tenant: a}); err != nil || len(page.Records) != 0 {
 			t.Fatalf("tenant a's UNKNOWN keys after the sweep = %+v, %v; want none", page, err)
 		}
-		if _, err := e.ListUnknown(context.Background(), store.ListParams{AllTenants: true, Limit: store.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, Limit: store.MaxListLimit + 1}); !errors.Is(err, idem.ErrInvalidRequest) {
 			t.Fatalf("ListUnknown over the limit = %v; want ErrInvalidRequest", err)
 		}
-		if _, err := e.ListUnknown(context.Background(), store.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
+		if _, err := e.ListUnknown(context.Background(), idem.ListParams{AllTenants: true, After: "x"}); !errors.Is(err, idem.ErrInvalidCursor) || errors.Is(err, idem.ErrStore) {
 			t.Fatalf("ListUnknown after a malformed cursor = %v; want ErrInvalidCursor, not ErrStore", err)
 		}
 	})
@@ -390,13 +390,13 @@ func TestReconcileUnknownSweepsEveryTenant(t *testing.T) {
 func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Key: "owner-says-abandoned", Fingerprint: "fp"}
+		req := idem.Request{Key: "owner-says-abandoned", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		if err := a.Lease.MarkUnknown(context.Background(), store.ReasonAbandoned); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := e.Get(context.Background(), req.ID())
-		if err != nil || rec.State != store.StateUnknown || rec.Reason != "owner: abandoned" {
+		if err != nil || rec.State != idem.StateUnknown || rec.Reason != "owner: abandoned" {
 			t.Fatalf("record = %+v, %v; want UNKNOWN with reason %q", rec, err, "owner: abandoned")
 		}
 		if err := s.Release(context.Background(), store.LeaseRef{ID: req.ID(), Owner: rec.Owner, Fence: rec.Fence}); !errors.Is(err, idem.ErrLeaseLost) {
@@ -411,7 +411,7 @@ func TestMarkUnknownReservesTheAbandonedReason(t *testing.T) {
 func TestDoTakesACutWorkAsUnknown(t *testing.T) {
 	eachStore(t, func(t *testing.T, s store.Store) {
 		e := newEngine(t, s, nil)
-		req := idem.Key{Key: "caller-went-away", Fingerprint: "fp"}
+		req := idem.Request{Key: "caller-went-away", Fingerprint: "fp"}
 		ctx, cancel := context.WithCancel(context.Background())
 		runs := 0
 		work := func(ctx context.Context, _ *idem.Lease) ([]byte, error) {

@@ -3,8 +3,6 @@ package idem
 import (
 	"sync/atomic"
 	"time"
-
-	"github.com/idemkit/idem/store"
 )
 
 // workTimes measures how long the work of Do takes on this engine, so that
@@ -34,7 +32,7 @@ func (w *workTimes) add(d time.Duration) {
 // after a quarter of a typical work or of its age, whichever is longer (a
 // slow work is not polled in a tight loop); never after leaseRest. Before
 // any work was measured, it is leaseRest.
-func (w *workTimes) retryAfter(rec store.Record, leaseRest time.Duration) time.Duration {
+func (w *workTimes) retryAfter(rec Record, leaseRest time.Duration) time.Duration {
 	typical := time.Duration(w.typical.Load())
 	if typical <= 0 {
 		return leaseRest

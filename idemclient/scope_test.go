@@ -69,7 +69,7 @@ func TestScopeFromDosLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = engine.Do(t.Context(), idem.Key{Tenant: "acme", Key: "job-7", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+	_, _, err = engine.Do(t.Context(), idem.Request{Tenant: "acme", Key: "job-7", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
 		if tenant, key, ok := idemclient.ScopeFrom(ctx); !ok || tenant != "acme" || key != "job-7" {
 			t.Errorf("ScopeFrom in Do = %q, %q, %t; want acme, job-7", tenant, key, ok)
 		}

@@ -133,7 +133,7 @@ func TestTransportSaysWhetherARequestWasSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = e.Do(ctx, idem.Key{Key: "late", NoFingerprint: true}, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
+	_, _, err = e.Do(ctx, idem.Request{Key: "late", NoFingerprint: true}, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
 		<-ctx.Done() // a pause outlives the lease
 		_, err := tr.RoundTrip(keyed(t, ctx, url, "late"))
 		if err == nil || idemclient.Sent(err) || !errors.Is(err, idem.ErrLeaseExpired) {

@@ -64,7 +64,7 @@ func DefaultStatusPolicy(code codes.Code) Disposition {
 // the interceptor does with the key after the handler returns, whatever
 // its status: a handler that knows better than its status declares it
 // here, e.g. DispositionUnknown after a downstream call that was sent and
-// not answered. reason is kept with an UNKNOWN key (store.Record.Reason)
+// not answered. reason is kept with an UNKNOWN key (idem.Record.Reason)
 // and shown to every caller that retries the key, in the message of its
 // UNKNOWN status: it must hold nothing the caller may not see (no
 // secrets, no internal addresses). The last call wins. It reports false, doing

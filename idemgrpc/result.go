@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
-	"github.com/idemkit/idem/store"
+	"github.com/idemkit/idem"
 )
 
 // resultBuffer holds one call's encodings (the request to fingerprint it,
@@ -58,34 +58,34 @@ func putBuffer(rb *resultBuffer) {
 	}
 }
 
-// A stored answer is an store.Result whose Status is the gRPC code and
+// A stored answer is an idem.Result whose Status is the gRPC code and
 // whose Body is, for OK, the response's full message name, a newline and
 // its protobuf encoding (the name finds the type to decode it into on a
 // replay, in any process that links it), and for any other code the
 // encoded google.rpc.Status, details included.
 
 // encodeResult encodes the handler's answer into b.
-func encodeResult(rb *resultBuffer, resp any, st *status.Status) (store.Result, error) {
+func encodeResult(rb *resultBuffer, resp any, st *status.Status) (idem.Result, error) {
 	if st.Code() != codes.OK {
 		b, err := proto.MarshalOptions{}.MarshalAppend(rb.b[:0], st.Proto())
 		rb.b = b
-		return store.Result{Status: int(st.Code()), Body: b}, err
+		return idem.Result{Status: int(st.Code()), Body: b}, err
 	}
 	msg, ok := resp.(proto.Message)
 	if !ok || msg == nil {
-		return store.Result{}, fmt.Errorf("the response is a %T, not a protobuf message", resp)
+		return idem.Result{}, fmt.Errorf("the response is a %T, not a protobuf message", resp)
 	}
 	b := append(rb.b[:0], msg.ProtoReflect().Descriptor().FullName()...)
 	b = append(b, '\n')
 	b, err := deterministic.MarshalAppend(b, msg)
 	rb.b = b
-	return store.Result{Status: int(codes.OK), Body: b}, err
+	return idem.Result{Status: int(codes.OK), Body: b}, err
 }
 
 var errNotReplayable = errors.New("idemgrpc: stored result cannot be decoded")
 
 // decodeResult turns a stored answer back into what the handler returned.
-func decodeResult(res *store.Result) (any, error) {
+func decodeResult(res *idem.Result) (any, error) {
 	if res.Status != int(codes.OK) {
 		var sp spb.Status
 		if err := proto.Unmarshal(res.Body, &sp); err != nil {
@@ -169,14 +169,14 @@ func (d *durations) estimate(method string, leaseLeft time.Duration) time.Durati
 // idem.Options.Reconcile or an operator's idem.Engine.Resolve that settles
 // an UNKNOWN key of a gRPC method: the key's retries then get that answer
 // replayed, as if the handler had given it.
-func EncodeResult(resp proto.Message, err error) (store.Result, error) {
+func EncodeResult(resp proto.Message, err error) (idem.Result, error) {
 	st, ok := status.FromError(err)
 	if !ok {
 		st = status.FromContextError(err)
 	}
 	res, eerr := encodeResult(&resultBuffer{}, resp, st)
 	if eerr != nil {
-		return store.Result{}, fmt.Errorf("idemgrpc: EncodeResult: %w", eerr)
+		return idem.Result{}, fmt.Errorf("idemgrpc: EncodeResult: %w", eerr)
 	}
 	return res, nil
 }

@@ -188,7 +188,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	// once it has started it runs to completion and is recorded, so that
 	// the caller's retry gets the replay rather than a second execution.
 	detached := context.WithoutCancel(ctx)
-	ireq := idem.Key{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention}
+	ireq := idem.Request{Tenant: tenant, Key: key, Fingerprint: fp, LeaseDuration: s.lease, Retention: s.retention}
 	att, err := s.e.Begin(detached, ireq)
 	if err == nil && att.Outcome == idem.InFlight && s.wait > 0 {
 		att, err = s.finished.Turn(detached, ctx.Done(), s.e, ireq, att, s.wait)

@@ -68,7 +68,7 @@ func TestStripeErrorFormat(t *testing.T) {
 	go func() { done <- call{path: "/slow", key: "s2"}.send(t, srv) }()
 	<-entered
 	r := call{path: "/slow", key: "s2"}.send(t, srv)
-	o := checkStripe(t, r, 429, "idempotency_error", idemhttp.StripeLockTimeout, "true")
+	o := checkStripe(t, r, 429, "idempotency_error", "lock_timeout", "true")
 	if o.IdemCode != idemhttp.CodeKeyInFlight || r.header.Get("Retry-After") == "" {
 		t.Errorf("in flight: idem_code %q, Retry-After %q", o.IdemCode, r.header.Get("Retry-After"))
 	}

@@ -72,7 +72,7 @@ func DefaultStatusPolicy(status int) Disposition {
 // the middleware does with the key after the handler returns, whatever the
 // status: a handler that knows better than its status declares it here,
 // e.g. DispositionUnknown after a downstream call that was sent and not
-// answered. reason is kept with an UNKNOWN key (store.Record.Reason) and
+// answered. reason is kept with an UNKNOWN key (idem.Record.Reason) and
 // shown to every client that retries the key, in the detail of its 503
 // outcome_unknown problem: it must hold nothing the client may not see
 // (no secrets, no internal addresses). The last call wins. It reports false, doing
@@ -113,7 +113,7 @@ func (m *middleware) answerUnknown(w http.ResponseWriter, r *http.Request, att i
 	detail := "an earlier request with this key may have taken effect, and its result is not known (" +
 		att.Record.Reason + "); it will not run again until its outcome is reconciled or resolved"
 	m.writeError(w, http.StatusServiceUnavailable, CodeOutcomeUnknown, detail)
-	m.report(r, OutcomeUnknown)
+	m.report(r, OutcomeKeyUnknown)
 }
 
 // leaseEnded answers a request whose lease ended before its handler could

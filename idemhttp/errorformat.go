@@ -65,17 +65,17 @@ func (f ErrorFormat) WriteError(w http.ResponseWriter, status int, code, detail 
 
 // The `type` members of Stripe's error object.
 const (
-	StripeTypeIdempotency    = "idempotency_error"
-	StripeTypeInvalidRequest = "invalid_request_error"
-	StripeTypeAPI            = "api_error"
+	stripeTypeIdempotency    = "idempotency_error"
+	stripeTypeInvalidRequest = "invalid_request_error"
+	stripeTypeAPI            = "api_error"
 )
 
-// StripeLockTimeout is the `code` of a stripe-format answer to a request
+// stripeLockTimeout is the `code` of a stripe-format answer to a request
 // whose key is in flight (key_in_flight). stripe-go v82 retries an error
 // with a Stripe-shaped body only when it is a 429 with this code: a
 // Stripe-shaped 409 or 5xx it hands to the application at once, whatever
 // Stripe-Should-Retry says (stripe.go shouldRetry, error.go canRetry).
-const StripeLockTimeout = "lock_timeout"
+const stripeLockTimeout = "lock_timeout"
 
 // stripeShape is how one of idem's codes looks in the stripe format.
 type stripeShape struct {
@@ -88,26 +88,26 @@ type stripeShape struct {
 // stripeShapes map the codes idem writes (the middleware's and the
 // gateway's) to Stripe's error object; docs/problems.md has the table.
 var stripeShapes = map[string]stripeShape{
-	CodeKeyRequired:        {typ: StripeTypeInvalidRequest},
-	CodeKeyInvalid:         {typ: StripeTypeInvalidRequest},
-	CodeTenantInvalid:      {typ: StripeTypeInvalidRequest},
-	CodeTenantMissing:      {typ: StripeTypeInvalidRequest},
-	CodeBodyUnreadable:     {typ: StripeTypeInvalidRequest, retry: true},
-	CodeBodyTooLarge:       {typ: StripeTypeInvalidRequest},
-	CodeKeyInFlight:        {typ: StripeTypeIdempotency, status: http.StatusTooManyRequests, code: StripeLockTimeout, retry: true},
-	CodeKeyMismatch:        {typ: StripeTypeIdempotency},
-	CodeNotReplayable:      {typ: StripeTypeIdempotency, status: http.StatusBadRequest},
-	CodeStoreUnavailable:   {typ: StripeTypeAPI, retry: true},
-	CodeStoreFull:          {typ: StripeTypeAPI, retry: true},
-	CodeInternal:           {typ: StripeTypeAPI},
-	CodeOutcomeUnknown:     {typ: StripeTypeAPI, retry: true},
-	CodeLeaseLost:          {typ: StripeTypeAPI, retry: true},
-	CodeFirstSentStale:     {typ: StripeTypeIdempotency},
-	CodeKeyExpired:         {typ: StripeTypeIdempotency},
-	"upstream_unreachable": {typ: StripeTypeAPI, retry: true},
-	"upstream_no_response": {typ: StripeTypeAPI, retry: true},
-	"upstream_timeout":     {typ: StripeTypeAPI, retry: true},
-	"hop_by_hop_header":    {typ: StripeTypeInvalidRequest},
+	CodeKeyRequired:        {typ: stripeTypeInvalidRequest},
+	CodeKeyInvalid:         {typ: stripeTypeInvalidRequest},
+	CodeTenantInvalid:      {typ: stripeTypeInvalidRequest},
+	CodeTenantMissing:      {typ: stripeTypeInvalidRequest},
+	CodeBodyUnreadable:     {typ: stripeTypeInvalidRequest, retry: true},
+	CodeBodyTooLarge:       {typ: stripeTypeInvalidRequest},
+	CodeKeyInFlight:        {typ: stripeTypeIdempotency, status: http.StatusTooManyRequests, code: stripeLockTimeout, retry: true},
+	CodeKeyMismatch:        {typ: stripeTypeIdempotency},
+	CodeNotReplayable:      {typ: stripeTypeIdempotency, status: http.StatusBadRequest},
+	CodeStoreUnavailable:   {typ: stripeTypeAPI, retry: true},
+	CodeStoreFull:          {typ: stripeTypeAPI, retry: true},
+	CodeInternal:           {typ: stripeTypeAPI},
+	CodeOutcomeUnknown:     {typ: stripeTypeAPI, retry: true},
+	CodeLeaseLost:          {typ: stripeTypeAPI, retry: true},
+	CodeFirstSentStale:     {typ: stripeTypeIdempotency},
+	CodeKeyExpired:         {typ: stripeTypeIdempotency},
+	"upstream_unreachable": {typ: stripeTypeAPI, retry: true},
+	"upstream_no_response": {typ: stripeTypeAPI, retry: true},
+	"upstream_timeout":     {typ: stripeTypeAPI, retry: true},
+	"hop_by_hop_header":    {typ: stripeTypeInvalidRequest},
 }
 
 // StripeError is the body of a stripe-format error answer.
@@ -144,9 +144,9 @@ func WriteStripeError(w http.ResponseWriter, status int, code, detail string) {
 func writeStripeError(w http.ResponseWriter, status int, code, detail string, ext StripeErrorObject) {
 	s, ok := stripeShapes[code]
 	if !ok {
-		s = stripeShape{typ: StripeTypeAPI, retry: status >= 500}
+		s = stripeShape{typ: stripeTypeAPI, retry: status >= 500}
 		if status < 500 {
-			s.typ = StripeTypeInvalidRequest
+			s.typ = stripeTypeInvalidRequest
 		}
 	}
 	if s.status != 0 {

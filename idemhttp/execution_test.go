@@ -279,7 +279,7 @@ func TestPanic(t *testing.T) {
 			if ra, ok := rec.Header()["Retry-After"]; ok {
 				t.Errorf("Retry-After %q; want none: no reconciliation is configured, nothing settles the key by itself", ra)
 			}
-			if outs.count(idemhttp.OutcomeMarkedUnknown) != 1 || outs.count(idemhttp.OutcomeUnknown) != 1 {
+			if outs.count(idemhttp.OutcomeMarkedUnknown) != 1 || outs.count(idemhttp.OutcomeKeyUnknown) != 1 {
 				t.Errorf("outcomes %v; want marked_unknown then unknown", outs.list)
 			}
 		})

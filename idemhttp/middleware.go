@@ -240,7 +240,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if !ok {
 		return
 	}
-	req := idem.Key{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
+	req := idem.Request{Tenant: tenant, Key: key, Fingerprint: m.fingerprint(r, body), LeaseDuration: m.lease, Retention: m.retention,
 		KeyRetention: m.keyRetention}
 	if m.label != nil {
 		req.Label = m.label(r)

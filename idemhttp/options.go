@@ -43,7 +43,7 @@ type Options struct {
 	// answered 500 and its handler does not run.
 	Fingerprint func(r *http.Request, body []byte) string
 	// Label, when set, names what a request is in its key's record
-	// (idem.Key.Label), for an operator who finds the key UNKNOWN: e.g.
+	// (idem.Request.Label), for an operator who finds the key UNKNOWN: e.g.
 	// "POST /v1/orders route=orders". It is shown to whoever may read the
 	// key's record: never put a secret in it (a query string, a header's
 	// value). Nil: no label.

@@ -44,9 +44,9 @@ const (
 	// its result was not stored and the other owner's record was left
 	// untouched.
 	OutcomeLeaseLost
-	// OutcomeUnknown: the key is UNKNOWN (an earlier attempt may have
+	// OutcomeKeyUnknown: the key is UNKNOWN (an earlier attempt may have
 	// taken effect): 503 outcome_unknown, the handler did not run.
-	OutcomeUnknown
+	OutcomeKeyUnknown
 	// OutcomeMarkedUnknown: the handler ran and its outcome is unknown (it
 	// panicked, declared so with SetDisposition, or the StatusPolicy said
 	// so): the key was marked UNKNOWN.
@@ -72,7 +72,7 @@ var outcomeNames = [...]string{
 	OutcomeStoreError:    "store_error",
 	OutcomeFailedOpen:    "failed_open",
 	OutcomeLeaseLost:     "lease_lost",
-	OutcomeUnknown:       "unknown",
+	OutcomeKeyUnknown:    "unknown",
 	OutcomeMarkedUnknown: "marked_unknown",
 	OutcomeStoreFull:     "store_full",
 	OutcomeExpired:       "expired",

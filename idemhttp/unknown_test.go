@@ -56,7 +56,7 @@ func TestSetDisposition(t *testing.T) {
 		if r := release.send(t, srv); r.status != 502 || calls.Load() != 3 {
 			t.Fatalf("retry of a released 502: %d after %d calls; want a second run", r.status, calls.Load())
 		}
-		if outs.count(idemhttp.OutcomeMarkedUnknown) != 1 || outs.count(idemhttp.OutcomeUnknown) != 1 || outs.count(idemhttp.OutcomeReleased) != 2 {
+		if outs.count(idemhttp.OutcomeMarkedUnknown) != 1 || outs.count(idemhttp.OutcomeKeyUnknown) != 1 || outs.count(idemhttp.OutcomeReleased) != 2 {
 			t.Errorf("outcomes %v", outs.list)
 		}
 	})

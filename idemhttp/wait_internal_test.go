@@ -32,7 +32,7 @@ func TestWaitersLeaveNothingBehind(t *testing.T) {
 			key := "held-elsewhere-" + string(rune('a'+i))
 			req := httptest.NewRequest(http.MethodPost, "/", strings.NewReader("{}"))
 			req.Header.Set(HeaderKey, key)
-			att, err := other.Begin(context.Background(), idem.Key{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
+			att, err := other.Begin(context.Background(), idem.Request{Key: key, Fingerprint: m.fingerprint(req, []byte("{}"))})
 			if err != nil || att.Outcome != idem.Acquired {
 				t.Fatalf("the other process could not take %s: %v %v", key, att.Outcome, err)
 			}

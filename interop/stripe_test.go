@@ -202,7 +202,7 @@ func slowFirstTry(t *testing.T, base string, up *fakeStripe, p *planner, apiKey 
 	<-started
 	impatient := newSDK(t, base, apiKey, 0, 20*time.Second)
 	_, err := impatient.charge("slow", 500)
-	se := wantStripeError(t, err, 429, stripe.ErrorTypeIdempotency, idemhttp.StripeLockTimeout)
+	se := wantStripeError(t, err, 429, stripe.ErrorTypeIdempotency, string(stripe.ErrorCodeLockTimeout))
 	if !errors.As(err, new(*stripe.IdempotencyError)) {
 		t.Errorf("the 429 is not a *stripe.IdempotencyError: %v", se)
 	}

@@ -2,10 +2,12 @@
 // that keep its records: the Store interface, the parameters and results
 // of its calls, the Record and its State, and the errors a store returns.
 //
-// An application needs little of it: the ID of a key, the Result a lease
-// completes with, and the Record that Engine.Get, a reconciliation and an
-// *idem.UnknownError show. Everything else here is for those who write a
-// store, and is documented for them.
+// An application does not import it: the values it shares with a store
+// (the ID of a key, the Result a lease completes with, the Record that
+// Engine.Get, a reconciliation and an *idem.OutcomeUnknownError show) are
+// this package's types under package idem's names (idem.Result is
+// store.Result). Everything here is for those who write a store, and is
+// documented for them.
 //
 // # Why a package of its own
 //

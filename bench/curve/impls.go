@@ -239,7 +239,7 @@ func responseBackend(name string, c *redis.Client, r *redisSetup) backend {
 // does the work costs idem, heartbeat timer included.
 func engineCycle(e *idem.Engine, tag string) cycle {
 	return func(ctx context.Context, i int64) error {
-		att, err := e.Begin(ctx, idem.Key{Tenant: tag, Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+		att, err := e.Begin(ctx, idem.Request{Tenant: tag, Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 		if err != nil {
 			return err
 		}

@@ -60,9 +60,12 @@ An IDEM_ variable that names no flag (a misspelling), or names one that only the
 command line takes, is refused at start.
 In the file, the flags that take a comma-separated list take a YAML list.
 SIGHUP reloads the file: ` + "`GET /v1/config`" + ` of the admin API shows what runs.
+The reload column says whether a reload applies a changed value (yes), or
+refuses the whole file until a restart (restart: cmd/idem/reload.go,
+restartOnly); [Reloading](../configuration.md#reloading) says what else a reload does.
 
-| flag | config key | environment | default | meaning |
-|---|---|---|---|---|
+| flag | config key | environment | default | reload | meaning |
+|---|---|---|---|---|---|
 `)
 	fs.VisitAll(func(f *flag.Flag) {
 		key, env := "`"+f.Name+"`", "`"+envName(f.Name)+"`"
@@ -81,7 +84,16 @@ SIGHUP reloads the file: ` + "`GET /v1/config`" + ` of the admin API shows what 
 		} else if f.DefValue == "" {
 			def = "(none)"
 		}
-		fmt.Fprintf(&b, "| `--%s` | %s | %s | %s | %s |\n", f.Name, key, env, cell(def), cell(f.Usage))
+		reload := "yes"
+		switch {
+		case slices.Contains(commandLineOnly, f.Name):
+			reload = "(command line only)"
+		case f.Name == "config":
+			reload = "(the file is read again)"
+		case slices.Contains(restartOnly, f.Name):
+			reload = "restart"
+		}
+		fmt.Fprintf(&b, "| `--%s` | %s | %s | %s | %s | %s |\n", f.Name, key, env, cell(def), reload, cell(f.Usage))
 	})
 	b.WriteString(`
 ## Routes

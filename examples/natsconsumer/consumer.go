@@ -199,7 +199,7 @@ func (c *Consumer) handle(ctx context.Context, msg jetstream.Msg) Delivery {
 		return d
 	}
 	sum := sha256.Sum256(msg.Data())
-	req := idem.Key{Tenant: c.c.Tenant, Key: key, Fingerprint: hex.EncodeToString(sum[:])}
+	req := idem.Request{Tenant: c.c.Tenant, Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	found := false
 	out, replayed, err := c.c.Engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 		if c.c.beforeCharge != nil {

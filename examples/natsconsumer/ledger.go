@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem"
-	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/pgstore"
 )
 
@@ -120,7 +119,7 @@ func (l *Ledger) insertCharge(ctx context.Context, tx pgx.Tx, tenant, key string
 // whether the charge was made and which it was. Without one the work did
 // not commit; if its transaction is still open somewhere, the next
 // attempt's reservation waits for it.
-func (l *Ledger) Reconcile(ctx context.Context, rec store.Record) (idem.Resolution, error) {
+func (l *Ledger) Reconcile(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
 	r, err := l.guard.Reservation(ctx, l.pool, rec.Tenant, rec.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
@@ -137,7 +136,7 @@ func (l *Ledger) Reconcile(ctx context.Context, rec store.Record) (idem.Resoluti
 	if l.onReconcile != nil {
 		l.onReconcile(rec.Key, true)
 	}
-	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: store.Result{Body: r.Outcome}}, nil
+	return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: r.Outcome}}, nil
 }
 
 // Charges returns how many charges each key of tenant has.

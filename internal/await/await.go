@@ -40,7 +40,7 @@ const (
 // returns the attempt that ended the wait. ctx is the one Begin runs
 // under; gone is closed when the caller has left (its request's
 // cancellation), which ends the wait with the attempt in flight.
-func (w *Waiters) Turn(ctx context.Context, gone <-chan struct{}, e *idem.Engine, req idem.Key, att idem.Attempt, wait time.Duration) (_ idem.Attempt, err error) {
+func (w *Waiters) Turn(ctx context.Context, gone <-chan struct{}, e *idem.Engine, req idem.Request, att idem.Attempt, wait time.Duration) (_ idem.Attempt, err error) {
 	deadline := time.Now().Add(wait)
 	poll := firstPoll
 	timer := time.NewTimer(0)

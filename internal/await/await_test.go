@@ -17,14 +17,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // begin takes a key on a fresh engine and returns the engine, the request
 // and a second attempt, in flight, at the same key.
-func begin(t *testing.T) (*idem.Engine, idem.Key, *idem.Lease, idem.Attempt) {
+func begin(t *testing.T) (*idem.Engine, idem.Request, *idem.Lease, idem.Attempt) {
 	t.Helper()
 	store, _ := memstore.New(nil)
 	e, err := idem.New(store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Key{Key: "k", Fingerprint: "fp"}
+	req := idem.Request{Key: "k", Fingerprint: "fp"}
 	first, err := e.Begin(context.Background(), req)
 	if err != nil || first.Outcome != idem.Acquired {
 		t.Fatalf("first attempt: %v %v", first.Outcome, err)

@@ -120,7 +120,7 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	req := idem.Key{Tenant: p.tenant, Key: key, Fingerprint: fp}
+	req := idem.Request{Tenant: p.tenant, Key: key, Fingerprint: fp}
 	id := p.tenant + "/" + key
 	stallBefore, stallAfter := rng.Float64() < p.stall, rng.Float64() < p.stall
 	f := ledgerFault(rng)

@@ -78,7 +78,7 @@ func admin(t *testing.T, g *Gateway, method, path, body string) (int, string) {
 func unknownKey(t *testing.T, e *idem.Engine, id store.ID) int64 {
 	t.Helper()
 	ctx := context.Background()
-	att, err := e.Begin(ctx, idem.Key{Tenant: id.Tenant, Key: id.Key, NoFingerprint: true})
+	att, err := e.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key, NoFingerprint: true})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin(%+v) = %+v, %v", id, att, err)
 	}

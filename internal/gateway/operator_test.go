@@ -54,7 +54,7 @@ func wantProblem(t *testing.T, rec *httptest.ResponseRecorder, status int, code 
 func settle(t *testing.T, g *Gateway, key string, result *store.Result) store.Record {
 	t.Helper()
 	ctx := context.Background()
-	a, err := g.Engine().Begin(ctx, idem.Key{Tenant: "acme", Key: key, Fingerprint: "fp"})
+	a, err := g.Engine().Begin(ctx, idem.Request{Tenant: "acme", Key: key, Fingerprint: "fp"})
 	if err != nil || a.Outcome != idem.Acquired {
 		t.Fatalf("Begin(%s) = %v, %v", key, a.Outcome, err)
 	}

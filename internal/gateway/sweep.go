@@ -22,7 +22,7 @@ func (g *Gateway) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		st, err := g.engine.ReconcileUnknown(ctx)
+		st, err := g.engine.ReconcileAll(ctx)
 		logSweep(ctx, g.cfg.Logger, st, err)
 	}
 }

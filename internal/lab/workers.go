@@ -223,7 +223,7 @@ type idemWorker struct {
 
 func (w *idemWorker) Handle(ctx context.Context, key string) (string, error) {
 	w.g.wait(ctx, key)
-	att, err := w.eng.Begin(ctx, idem.Key{Tenant: w.env.Tenant, Key: key, Fingerprint: "charge"})
+	att, err := w.eng.Begin(ctx, idem.Request{Tenant: w.env.Tenant, Key: key, Fingerprint: "charge"})
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errUnavailable, err)
 	}

@@ -97,7 +97,7 @@ func ExampleNew() {
 		refunds++
 		return []byte("refund re_1"), nil
 	}
-	req := idem.Key{Tenant: "acme", Key: "refund-order-42", Fingerprint: "POST /refunds order=42"}
+	req := idem.Request{Tenant: "acme", Key: "refund-order-42", Fingerprint: "POST /refunds order=42"}
 	do := func(when string) {
 		out, replayed, err := engine.Do(ctx, req, refund)
 		fmt.Printf("%s: %s replayed=%t err=%v; mirrored keys: %d\n", when, out, replayed, err, mirrored(ctx, client, prefix))

@@ -130,7 +130,7 @@ func TestRedisForgetsMidRun(t *testing.T) {
 		wg.Go(func() {
 			for r := range rounds {
 				for k := range keys {
-					req := idem.Key{Tenant: "acme", Key: fmt.Sprint("key-", k), Fingerprint: "fp"}
+					req := idem.Request{Tenant: "acme", Key: fmt.Sprint("key-", k), Fingerprint: "fp"}
 					out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 						executions[k].Add(1)
 						time.Sleep(time.Millisecond)

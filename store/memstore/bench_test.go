@@ -119,7 +119,7 @@ func BenchmarkCycle(b *testing.B) {
 			b.Fatal(err)
 		}
 		engineCycle := func(ctx context.Context, i int64) error {
-			att, err := e.Begin(ctx, idem.Key{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+			att, err := e.Begin(ctx, idem.Request{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 			if err != nil || att.Outcome != idem.Acquired {
 				return fmt.Errorf("begin %d: %v, %v", i, att.Outcome, err)
 			}

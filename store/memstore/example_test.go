@@ -34,7 +34,7 @@ func ExampleNew() {
 		return fmt.Appendf(nil, "report #%d", runs), nil
 	}
 
-	req := idem.Key{Tenant: "acme", Key: "nightly-report-2026-12-01", NoFingerprint: true}
+	req := idem.Request{Tenant: "acme", Key: "nightly-report-2026-12-01", NoFingerprint: true}
 	for _, at := range []time.Duration{0, 30 * time.Minute, 2 * time.Hour} {
 		now = start.Add(at) // the store's clock moves; nothing sleeps
 		out, replayed, err := engine.Do(ctx, req, report)

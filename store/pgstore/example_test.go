@@ -56,7 +56,7 @@ func ExampleNew() {
 		provisioned++
 		return []byte("vm-1 running"), nil
 	}
-	req := idem.Key{Tenant: "acme", Key: "create-vm-1", Fingerprint: "POST /vms size=small"}
+	req := idem.Request{Tenant: "acme", Key: "create-vm-1", Fingerprint: "POST /vms size=small"}
 	for range 2 {
 		out, replayed, err := engine.Do(ctx, req, provision)
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
@@ -161,7 +161,7 @@ func Example_articleFlow() {
 	}
 	prov := newProvider()
 	pay := func(key string) {
-		req := idem.Key{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
+		req := idem.Request{Tenant: "acme", Key: key, Fingerprint: "POST /payments amount=4200"}
 		out, replayed, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			return chargeOnce(ctx, pool, store, prov, req.Tenant, req.Key, lease.Fence())
 		})

@@ -139,7 +139,7 @@ func TestLostReplyAfterComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := engine.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	att, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}
@@ -150,7 +150,7 @@ func TestLostReplyAfterComplete(t *testing.T) {
 	if proxy.Dropped() != 1 {
 		t.Fatal("no reply was dropped: the fault did not bite")
 	}
-	again, err := engine.Begin(ctx, idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"})
+	again, err := engine.Begin(ctx, idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"})
 	if err != nil || again.Outcome != idem.Replayed || string(again.Result.Body) != "charged" {
 		t.Fatalf("retry = %+v, %v; want the replay of charged", again, err)
 	}
@@ -168,7 +168,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := newProvider()
-	req := idem.Key{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
+	req := idem.Request{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
 	pay := func() ([]byte, error) {
 		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, lease.Fence())
@@ -209,7 +209,7 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	prov := newProvider()
-	req := idem.Key{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
+	req := idem.Request{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
 	terminate := true
 	pay := func() ([]byte, error) {
 		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
@@ -276,7 +276,7 @@ func TestStoreBackendTerminatedMidStatement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := idem.Key{Tenant: "acme", Key: "k", Fingerprint: "fp"}
+	req := idem.Request{Tenant: "acme", Key: "k", Fingerprint: "fp"}
 	att, err := engine.Begin(ctx, req)
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)

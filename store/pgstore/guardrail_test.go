@@ -161,7 +161,7 @@ func TestTwoWorkersLeaseExpiresMidRequest(t *testing.T) {
 				t.Fatal(err)
 			}
 			prov := newProvider()
-			req := idem.Key{Tenant: "acme", Key: "order-1", Fingerprint: "fp"}
+			req := idem.Request{Tenant: "acme", Key: "order-1", Fingerprint: "fp"}
 
 			attA, err := engine.Begin(ctx, req)
 			if err != nil || attA.Outcome != idem.Acquired {
@@ -291,7 +291,7 @@ func TestGuardReservesRunsSettlesCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := idem.Key{Tenant: "acme", Key: "charge-1", NoFingerprint: true}
+	key := idem.Request{Tenant: "acme", Key: "charge-1", NoFingerprint: true}
 	runs := 0
 	charge := func(fail error) func(context.Context, *idem.Lease) ([]byte, error) {
 		return func(ctx context.Context, l *idem.Lease) ([]byte, error) {
@@ -339,7 +339,7 @@ func TestGuardReservesRunsSettlesCommits(t *testing.T) {
 				t.Fatal("the work's panic did not go on")
 			}
 		}()
-		attempt, err := e.Begin(ctx, idem.Key{Tenant: "acme", Key: "charge-2", NoFingerprint: true})
+		attempt, err := e.Begin(ctx, idem.Request{Tenant: "acme", Key: "charge-2", NoFingerprint: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -145,7 +145,7 @@ func benchClients(b *testing.B) []client {
 // work costs, heartbeat goroutine included.
 func engineCycle(e *idem.Engine) cycle {
 	return func(ctx context.Context, i int64) error {
-		att, err := e.Begin(ctx, idem.Key{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
+		att, err := e.Begin(ctx, idem.Request{Tenant: "bench", Key: strconv.FormatInt(i, 10), Fingerprint: "fp"})
 		if err != nil {
 			return err
 		}

@@ -56,7 +56,7 @@ func ExampleNew() {
 		sent++
 		return []byte("invoice INV-1 sent"), nil
 	}
-	msg := idem.Key{Tenant: "acme", Key: "invoice-INV-1", NoFingerprint: true}
+	msg := idem.Request{Tenant: "acme", Key: "invoice-INV-1", NoFingerprint: true}
 	for range 2 {
 		out, replayed, err := engine.Do(ctx, msg, sendInvoice)
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
@@ -89,7 +89,7 @@ func ExampleOpenURL() {
 	if err != nil {
 		panic(err)
 	}
-	msg := idem.Key{Tenant: "acme", Key: "invoice-INV-2", NoFingerprint: true}
+	msg := idem.Request{Tenant: "acme", Key: "invoice-INV-2", NoFingerprint: true}
 	for range 3 {
 		out, replayed, err := engine.Do(ctx, msg, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
 			return []byte("invoice INV-2 sent"), nil

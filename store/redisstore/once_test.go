@@ -60,7 +60,7 @@ func TestLostReplyNotResent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	att, err := engine.Begin(ctx, idem.Key{Tenant: "t", Key: "via-engine", Fingerprint: "fp"})
+	att, err := engine.Begin(ctx, idem.Request{Tenant: "t", Key: "via-engine", Fingerprint: "fp"})
 	if err != nil || att.Outcome != idem.Acquired {
 		t.Fatalf("Begin = %+v, %v", att, err)
 	}

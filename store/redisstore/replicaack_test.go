@@ -63,7 +63,7 @@ func TestReplicaAckFailsClosedWithoutReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	_, _, err = e.Do(ctx, idem.Key{Tenant: "t", Key: rand.Text(), Fingerprint: "fp"}, func(context.Context, *idem.Lease) ([]byte, error) {
+	_, _, err = e.Do(ctx, idem.Request{Tenant: "t", Key: rand.Text(), Fingerprint: "fp"}, func(context.Context, *idem.Lease) ([]byte, error) {
 		ran = true
 		return nil, nil
 	})

@@ -52,7 +52,7 @@ func TestRoundTrips(t *testing.T) {
 	key := "k"
 	do := func(key string) {
 		t.Helper()
-		if _, _, err := engine.Do(ctx, idem.Key{Tenant: "t", Key: key, Fingerprint: "f"}, work); err != nil {
+		if _, _, err := engine.Do(ctx, idem.Request{Tenant: "t", Key: key, Fingerprint: "f"}, work); err != nil {
 			t.Fatal(err)
 		}
 	}

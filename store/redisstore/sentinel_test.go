@@ -253,7 +253,7 @@ func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCount
 	// the key was acquired; a failed complete (the failover) leaves the key
 	// PROCESSING until its lease ends, as in production.
 	attempt := func(ctx context.Context, id store.ID) (bool, error) {
-		att, err := engine.Begin(ctx, idem.Key{Tenant: id.Tenant, Key: id.Key, Fingerprint: "fp"})
+		att, err := engine.Begin(ctx, idem.Request{Tenant: id.Tenant, Key: id.Key, Fingerprint: "fp"})
 		if err != nil || att.Outcome != idem.Acquired {
 			return false, err
 		}

@@ -31,7 +31,7 @@ func ExampleOpen() {
 		return fmt.Appendf(nil, "sent #%d", runs), nil
 	}
 	for range 2 {
-		out, replayed, err := engine.Do(ctx, idem.Key{Tenant: "acme", Key: "welcome-mail-42", NoFingerprint: true}, send)
+		out, replayed, err := engine.Do(ctx, idem.Request{Tenant: "acme", Key: "welcome-mail-42", NoFingerprint: true}, send)
 		fmt.Printf("%s replayed=%t err=%v\n", out, replayed, err)
 	}
 	// Output:

@@ -159,7 +159,7 @@ func TestOpenSchemaAndPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.Do(ctx, idem.Key{Tenant: "storeurl", Key: key, NoFingerprint: true},
+		if _, _, err := e.Do(ctx, idem.Request{Tenant: "storeurl", Key: key, NoFingerprint: true},
 			func(context.Context, *idem.Lease) ([]byte, error) { return []byte("ok"), nil }); err != nil {
 			t.Fatalf("Do on %q: %v", uri, err)
 		}

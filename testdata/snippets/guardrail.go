@@ -24,7 +24,7 @@ func main() {
 	pool, _ := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
 	pg, _ := pgstore.New(pool, nil)
 	engine, _ := idem.New(pg, nil)
-	key := idem.Key{Tenant: "acme", Key: "order-42", Fingerprint: "POST /charges amount=4200"}
+	key := idem.Request{Tenant: "acme", Key: "order-42", Fingerprint: "POST /charges amount=4200"}
 	var provider provider
 	req := chargeRequest{Amount: 4200}
 	// SNIPPET

@@ -43,7 +43,7 @@ func TestConsoleShowsTheRequestOfAnUnknownKey(t *testing.T) {
 func unknownKey(t *testing.T, e *idem.Engine, tenant, key, route string) {
 	t.Helper()
 	ctx := context.Background()
-	a, err := e.Begin(ctx, idem.Key{Tenant: tenant, Key: key, Fingerprint: "fp", Label: "POST /v1/" + route + " route=" + route})
+	a, err := e.Begin(ctx, idem.Request{Tenant: tenant, Key: key, Fingerprint: "fp", Label: "POST /v1/" + route + " route=" + route})
 	if err != nil || a.Outcome != idem.Acquired {
 		t.Fatalf("Begin(%s/%s) = %+v, %v", tenant, key, a, err)
 	}

@@ -26,7 +26,7 @@ func TestConsolePagesThroughTheQueue(t *testing.T) {
 	const bulk = 230
 	for i := range bulk {
 		ctx := context.Background()
-		a, err := h.g.Engine().Begin(ctx, idem.Key{Tenant: "bulk", Key: fmt.Sprintf("b-%03d", i), Fingerprint: "fp"})
+		a, err := h.g.Engine().Begin(ctx, idem.Request{Tenant: "bulk", Key: fmt.Sprintf("b-%03d", i), Fingerprint: "fp"})
 		if err != nil {
 			t.Fatal(err)
 		}
