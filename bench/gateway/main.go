@@ -20,7 +20,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -62,7 +61,7 @@ func main() {
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the naive gateway and the default idem Redis row; empty skips them")
 	rounds := flag.Int("rounds", 3, "rounds: the rows take turns in each")
 	var stores storeList
-	flag.Var(&stores, "store", "an `idem serve --store` URL to measure, a row each; repeat it for more rows (default: memory and -redis)")
+	flag.Var(&stores, "store", "an `idem serve --store` URL to measure, a row each, optionally followed by more idem serve flags ('memory --log-level warn'); repeat it for more rows (default: memory and -redis)")
 	baseline := flag.String("baseline", "", "a git revision: idem serve built at it gets a row per -store too, marked @REV (before and after a change in one run)")
 	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and each idem row")
 	only := flag.String("only", "", "run only the rows whose name contains this (the bare proxy stays, as the baseline)")
@@ -140,12 +139,16 @@ func main() {
 		}
 	}
 	for _, b := range binaries {
-		for _, uri := range stores {
+		for _, spec := range stores {
+			uri, flags, _ := strings.Cut(spec, " ")
 			name := "idem serve, " + rowName(uri) + b.rev
+			if flags != "" {
+				name += ", " + flags
+			}
 			if *only != "" && !strings.Contains(name, *only) {
 				continue
 			}
-			g := start(startIdem(b.path, uri, upURL))
+			g := start(startIdem(b.path, uri, strings.Fields(flags), upURL))
 			targets = append(targets, target{name, g, false})
 			if *replays {
 				targets = append(targets, target{name + ", replays", g, true})
@@ -274,8 +277,9 @@ func buildAt(rev, tmp string) (build, error) {
 
 // peer is a process the benchmark started and sends requests to.
 type peer struct {
-	cmd  *exec.Cmd
-	addr string
+	cmd   *exec.Cmd
+	addr  string
+	ended chan error // Wait's answer
 }
 
 // startPeer starts this program again as role and reads the address it
@@ -297,13 +301,19 @@ func startPeer(role, upstream string, args ...string) (*peer, error) {
 	})
 }
 
-// startIdem starts `idem serve` on store in front of upstream, as a
-// deployment does but on free ports and logging JSON, and reads the
-// address it listens on from its "idem: serving" line. Its log goes on
-// into a pipe this process drains, as it would into a log collector.
-func startIdem(binary, store, upstream string) (*peer, error) {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json",
-		"--upstream", upstream, "--store", store}
+// startIdem starts `idem serve` on store in front of upstream, with flags,
+// as a deployment does but on a free port and logging JSON, and waits
+// until it accepts connections. Its log goes into a pipe this process
+// drains, as it would into a log collector.
+func startIdem(binary, store string, flags []string, upstream string) (*peer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a free port for idem serve, which nothing else on loopback takes in the meantime
+	args := append([]string{"serve", "--listen", addr, "--admin", "127.0.0.1:0", "--log-format", "json",
+		"--upstream", upstream, "--store", store}, flags...)
 	if store == "memory" {
 		// Every request is a new key kept for the retention, and one
 		// tenant sends them all: the default bound (256 MiB, a quarter
@@ -316,29 +326,40 @@ func startIdem(binary, store, upstream string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var early []byte // its log until it serves, shown if it never does
-	p, err := launch(cmd, out, func(line []byte) string {
-		var ev struct{ Msg, Listen string }
-		if json.Unmarshal(line, &ev) == nil && ev.Msg == "idem: serving" {
-			return ev.Listen
-		}
-		early = append(append(early, line...), '\n')
-		return ""
-	})
+	p, err := start(cmd)
 	if err != nil {
-		os.Stderr.Write(early)
+		return nil, err
 	}
-	return p, err
+	first := make(chan []byte, 1) // the log's first 64 KiB, shown if it never serves
+	go func() {
+		head, _ := io.ReadAll(io.LimitReader(out, 64<<10))
+		first <- head
+		io.Copy(io.Discard, out)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case err := <-p.ended:
+			return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, <-first)
+		default:
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			p.addr = addr
+			return p, nil
+		}
+		time.Sleep(10 * time.Millisecond) // polling a port: nothing to wait on
+	}
+	p.stop()
+	return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, <-first)
 }
 
 // launch starts cmd and waits for the line of out in which addr finds the
 // address it listens on; out is drained until the process ends.
 func launch(cmd *exec.Cmd, out io.Reader, addr func([]byte) string) (*peer, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan if this process dies
-	if err := cmd.Start(); err != nil {
+	p, err := start(cmd)
+	if err != nil {
 		return nil, err
 	}
-	p := &peer{cmd: cmd}
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		if p.addr = addr(sc.Bytes()); p.addr != "" {
@@ -346,22 +367,32 @@ func launch(cmd *exec.Cmd, out io.Reader, addr func([]byte) string) (*peer, erro
 		}
 	}
 	if p.addr == "" {
-		cmd.Process.Kill()
-		return nil, fmt.Errorf("%s ended before it served: %v", cmd.Path, cmd.Wait())
+		p.stop()
+		return nil, fmt.Errorf("%s ended before it served", cmd.Path)
 	}
 	go io.Copy(io.Discard, out)
 	return p, nil
 }
 
+// start starts cmd, a peer that ends with this process.
+func start(cmd *exec.Cmd) (*peer, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan if this process dies
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &peer{cmd: cmd, ended: make(chan error, 1)}
+	go func() { p.ended <- cmd.Wait() }()
+	return p, nil
+}
+
+// stop ends p: SIGTERM, and SIGKILL if it has not ended 10 s later.
 func (p *peer) stop() {
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-p.ended:
 	case <-time.After(10 * time.Second):
 		p.cmd.Process.Kill()
-		<-done
+		<-p.ended
 	}
 }
 
