@@ -16,9 +16,9 @@ bench: ## the Go benchmarks, with ratios against the naive lock and the bare han
 	scripts/services.sh
 	go test -run '^$$' -bench . -benchmem ./...
 
-bench-gateway: ## idem serve against a pooled bare Go proxy and the naive SET NX EX gateway, 1/32/128 clients (docs/benchmarks.md)
+bench-gateway: ## idem serve against a pooled bare Go proxy and the naive SET NX EX gateway, each a process, 1/32/128 clients, 3 runs of 3 rounds (docs/benchmarks.md)
 	scripts/services.sh
-	go run ./bench/gateway
+	for run in 1 2 3; do go run ./bench/gateway -clients 1,32,128 -rounds 3 -duration 3s || exit 1; done
 
 curve: ## the cost curve: cycles/s by concurrency and stored records, CSV and SVG charts in docs/curve (docs/cost-curve.md)
 	scripts/services.sh

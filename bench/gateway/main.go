@@ -1,31 +1,39 @@
-// Command gateway measures the idem gateway on loopback against the two
-// peers a team would compare it with, in one run: a bare Go reverse proxy
-// whose transport pools connections as the gateway's does (the floor every
-// Go gateway pays for the extra hop), and the naive `SET NX EX` gateway
-// they would write instead (naive.go). Every row takes its turn in each
-// round, at each client count, so a change of load on a shared machine
-// falls on every row alike; the tables give per-round figures' medians and
-// ratios computed within each round.
+// Command gateway measures `idem serve` on loopback against the two peers
+// a team would compare it with, each in a process of its own as a
+// deployment runs them: a bare Go reverse proxy whose transport pools
+// connections as the gateway's does (the floor every Go gateway pays for
+// the extra hop), and the naive `SET NX EX` gateway they would write
+// instead (naive.go). The upstream is a process of its own too; the load
+// generator is this one. `idem serve` is built from the tree with
+// `go build`; the peers are this program again, started with -role.
+//
+// Every row takes its turn in each round, at each client count, so a
+// change of load on a shared machine falls on every row alike; the tables
+// give per-round figures' medians and ratios computed within each round.
+// Linux only: the CPU per request is read from /proc/<pid>/stat.
 //
 //	go run ./bench/gateway -clients 1,32,128 -duration 1s -rounds 3 -redis redis://127.0.0.1:6379/0
+//	go run ./bench/gateway -baseline main   # idem serve built at main too: before and after in one run
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/rand"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,110 +47,118 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// storeList is -store, which may be given more than once.
+type storeList []string
+
+func (s *storeList) String() string     { return strings.Join(*s, " ") }
+func (s *storeList) Set(v string) error { *s = append(*s, v); return nil }
+
 func main() {
+	role := flag.String("role", "", "run as a peer instead of the benchmark: upstream, bare or naive (the benchmark starts them)")
+	upstreamFlag := flag.String("upstream", "", "with -role bare or naive: the upstream's URL")
 	duration := flag.Duration("duration", time.Second, "load per row, client count and round")
 	clientsFlag := flag.String("clients", "1,32,128", "comma-separated client counts")
-	concurrency := flag.Int("concurrency", 0, "one client count (overrides -clients)")
-	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the naive gateway and the redis rows; empty skips them")
+	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the naive gateway and the default idem Redis row; empty skips them")
 	rounds := flag.Int("rounds", 3, "rounds: the rows take turns in each")
-	coalesceOff := flag.Bool("coalesce-off", true, "add an idem redis row with ?coalesce=off")
-	nearCache := flag.Bool("near-cache", false, "add an idem redis row with ?near_cache=on")
-	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and idem")
+	var stores storeList
+	flag.Var(&stores, "store", "an `idem serve --store` URL to measure, a row each, optionally followed by more idem serve flags ('memory --log-level warn'); repeat it for more rows (default: memory and -redis)")
+	baseline := flag.String("baseline", "", "a git revision: idem serve built at it gets a row per -store too, marked @REV (before and after a change in one run)")
+	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and each idem row")
 	only := flag.String("only", "", "run only the rows whose name contains this (the bare proxy stays, as the baseline)")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured load to this file")
 	flag.Parse()
+	if *role != "" {
+		runPeer(*role, *upstreamFlag, *redisURI)
+		return
+	}
 	if *rounds < 1 {
 		log.Fatal("-rounds must be at least 1")
 	}
-	clients, err := parseClients(*clientsFlag, *concurrency)
+	clients, err := counts.Parse(*clientsFlag, 1)
+	if err != nil {
+		log.Fatalf("-clients: %v", err)
+	}
+	if len(stores) == 0 {
+		stores = storeList{"memory"}
+		if *redisURI != "" {
+			stores = append(stores, *redisURI)
+		}
+	}
+	tmp, err := os.MkdirTemp("", "bench-gateway")
 	if err != nil {
 		log.Fatal(err)
 	}
-
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		w.Write([]byte(`{"id":"ch_1","status":"succeeded"}`))
-	}))
-	defer upstream.Close()
-	upURL, _ := url.Parse(upstream.URL)
-	// The bare proxy pools upstream connections as the gateway does: Go's
-	// http.DefaultTransport keeps 2 idle connections per host, and under
-	// 32 clients it would dial for most requests and flatter the gateway.
-	bareProxy := httputil.NewSingleHostReverseProxy(upURL)
-	bareProxy.Transport = gateway.NewUpstreamTransport()
-	bare := httptest.NewServer(bareProxy)
-	defer bare.Close()
-
-	type target struct {
-		name, base string
-		replay     bool
+	defer os.RemoveAll(tmp)
+	binaries := []build{{"", filepath.Join(tmp, "idem")}}
+	if err := goBuild(".", binaries[0].path); err != nil {
+		log.Fatal(err)
 	}
-	targets := []target{{"bare Go reverse proxy (pooled)", bare.URL, false}}
-	stores := []string{"memory"}
+	if *baseline != "" {
+		b, err := buildAt(*baseline, tmp)
+		if err != nil {
+			log.Fatal(err)
+		}
+		binaries = append(binaries, b)
+	}
+
+	var peers []*peer
+	defer func() {
+		for _, p := range peers {
+			p.stop()
+		}
+	}()
+	start := func(p *peer, err error) *peer {
+		if err != nil {
+			log.Fatal(err)
+		}
+		peers = append(peers, p)
+		return p
+	}
+	upstream := start(startPeer("upstream", ""))
+	upURL := "http://" + upstream.addr
+	type target struct {
+		name   string
+		p      *peer
+		replay bool
+	}
+	targets := []target{{"bare Go reverse proxy (pooled)", start(startPeer("bare", upURL)), false}}
 	var rdb *redis.Client
 	if *redisURI != "" {
 		opt, err := redis.ParseURL(*redisURI)
 		if err != nil {
 			log.Fatal(err)
 		}
-		opt.PoolSize = 1024 // as many connections as clients: a team sizes its pool for its load
-		rdb = redis.NewClient(opt)
+		rdb = redis.NewClient(opt) // INFO cpu only
 		defer rdb.Close()
 		if err := rdb.Ping(context.Background()).Err(); err != nil {
 			log.Fatalf("redis: %v", err)
 		}
-		naive := httptest.NewServer(newNaiveGateway(rdb, upURL, gateway.NewUpstreamTransport(), "naivebench:"+rand.Text()+":"))
-		defer naive.Close()
-		targets = append(targets, target{"naive SET NX EX gateway (go-redis)", naive.URL, false})
+		naive := start(startPeer("naive", upURL, "-redis", *redisURI))
+		targets = append(targets, target{"naive SET NX EX gateway (go-redis)", naive, false})
 		if *replays {
-			targets = append(targets, target{"naive SET NX EX gateway, replays", naive.URL, true})
-		}
-		sep := "?"
-		if strings.Contains(*redisURI, "?") {
-			sep = "&"
-		}
-		stores = append(stores, *redisURI) // coalesced, the default
-		if *coalesceOff {
-			stores = append(stores, *redisURI+sep+"coalesce=off")
-		}
-		if *nearCache {
-			stores = append(stores, *redisURI+sep+"near_cache=on")
+			targets = append(targets, target{"naive SET NX EX gateway, replays", naive, true})
 		}
 	}
-	for _, uri := range stores {
-		addr, stop := startGateway(uri, upURL)
-		defer stop()
-		name := "idem serve, " + strings.SplitN(uri, ":", 2)[0] + " store"
-		switch {
-		case strings.Contains(uri, "coalesce=off"):
-			name += " (coalesce=off)"
-		case strings.Contains(uri, "near_cache=on"):
-			name += " (near cache)"
-		case strings.HasPrefix(uri, "redis"):
-			name += " (coalesced, the default)"
+	for _, b := range binaries {
+		for _, spec := range stores {
+			uri, flags, _ := strings.Cut(spec, " ")
+			name := "idem serve, " + rowName(uri) + b.rev
+			if flags != "" {
+				name += ", " + flags
+			}
+			if *only != "" && !strings.Contains(name, *only) {
+				continue
+			}
+			g := start(startIdem(b.path, uri, strings.Fields(flags), upURL))
+			targets = append(targets, target{name, g, false})
+			if *replays {
+				targets = append(targets, target{name + ", replays", g, true})
+			}
 		}
-		targets = append(targets, target{name, "http://" + addr, false})
-		if *replays {
-			targets = append(targets, target{name + ", replays", "http://" + addr, true})
-		}
+	}
+	if *only != "" {
+		targets = slices.DeleteFunc(targets, func(t target) bool { return t.p != targets[0].p && !strings.Contains(t.name, *only) })
 	}
 
-	if *only != "" {
-		targets = slices.DeleteFunc(targets, func(t target) bool { return t.base != bare.URL && !strings.Contains(t.name, *only) })
-	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			log.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
-		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
-	}
 	// rows[c][i][round]
 	rows := make([][][]result, len(clients))
 	for c := range clients {
@@ -151,11 +167,13 @@ func main() {
 	for round := range *rounds {
 		for c, n := range clients {
 			for i, tg := range targets {
-				proc, srv := processCPU(), redisCPU(rdb)
-				r := load(tg.base, tg.replay, n, *duration)
-				if done := r.rps * duration.Seconds(); done > 0 {
-					r.cpu = (processCPU() - proc) / time.Duration(done)
-					r.redisCPU = (redisCPU(rdb) - srv) / time.Duration(done)
+				gen, gw, up, srv := selfCPU(), tg.p.cpu(), upstream.cpu(), redisCPU(rdb)
+				r := load("http://"+tg.p.addr, tg.replay, n, *duration)
+				if done := time.Duration(r.rps * duration.Seconds()); done > 0 {
+					r.genCPU = (selfCPU() - gen) / done
+					r.gatewayCPU = (tg.p.cpu() - gw) / done
+					r.upstreamCPU = (upstream.cpu() - up) / done
+					r.redisCPU = (redisCPU(rdb) - srv) / done
 				}
 				rows[c][i] = append(rows[c][i], r)
 			}
@@ -166,16 +184,13 @@ func main() {
 	naiveRow := slices.IndexFunc(targets, func(t target) bool { return strings.HasPrefix(t.name, "naive") })
 	for c, n := range clients {
 		fmt.Printf("\n%d client(s):\n\n", n)
-		fmt.Printf("| path | req/s | x bare proxy | x naive | p50 | p99 | p50 added over bare | p99 added over bare | CPU per request: process, Redis | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Printf("| path | req/s | x bare proxy | x naive | p50 | p99 | p50 added over bare | p99 added over bare | CPU µs per request: gateway, upstream, load generator, Redis | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		bareRounds := rows[c][0]
 		for i, tg := range targets {
 			rs := rows[c][i]
-			var naiveRounds []result
-			if naiveRow >= 0 {
-				naiveRounds = rows[c][naiveRow]
-			}
 			xNaive := "-"
-			if naiveRounds != nil {
+			if naiveRow >= 0 {
+				naiveRounds := rows[c][naiveRow]
 				xNaive = fmt.Sprintf("%.2fx", medianOf(rs, func(k int, r result) float64 { return r.rps / naiveRounds[k].rps }))
 			}
 			var errs int64
@@ -185,7 +200,10 @@ func main() {
 			if errs > 0 {
 				erred = append(erred, fmt.Sprintf("%s at %d client(s): %d", tg.name, n, errs))
 			}
-			fmt.Printf("| %s | %.0f | %.2fx | %s | %v | %v | %v | %v | %v, %v | %d |\n", tg.name,
+			cpu := func(f func(result) time.Duration) string {
+				return strconv.FormatInt(us(medianOf(rs, func(_ int, r result) float64 { return float64(f(r)) })).Microseconds(), 10)
+			}
+			fmt.Printf("| %s | %.0f | %.2fx | %s | %v | %v | %v | %v | %s, %s, %s, %s | %d |\n", tg.name,
 				medianOf(rs, func(_ int, r result) float64 { return r.rps }),
 				medianOf(rs, func(k int, r result) float64 { return r.rps / bareRounds[k].rps }),
 				xNaive,
@@ -193,27 +211,262 @@ func main() {
 				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.p99) })),
 				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p50 - bareRounds[k].p50) })),
 				us(medianOf(rs, func(k int, r result) float64 { return float64(r.p99 - bareRounds[k].p99) })),
-				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.cpu) })),
-				us(medianOf(rs, func(_ int, r result) float64 { return float64(r.redisCPU) })),
+				cpu(func(r result) time.Duration { return r.gatewayCPU }),
+				cpu(func(r result) time.Duration { return r.upstreamCPU }),
+				cpu(func(r result) time.Duration { return r.genCPU }),
+				cpu(func(r result) time.Duration { return r.redisCPU }),
 				errs)
 		}
 	}
-	fmt.Printf("\nMedians of %d rounds, %v per row per round (the rows take turns; ratios and added latencies are computed within each round), GOMAXPROCS=%d, %s; load generator, peers, gateway, upstream and Redis share the machine.\n",
-		*rounds, *duration, runtime.GOMAXPROCS(0), loadAverage())
+	fmt.Printf("\nMedians of %d rounds, %v per row per round (the rows take turns; ratios and added latencies are computed within each round), %d CPUs, %s; the load generator, each gateway, the upstream and Redis are processes of their own on the same machine.\n",
+		*rounds, *duration, runtime.NumCPU(), loadAverage())
 	if len(erred) > 0 {
 		log.Fatalf("rows with requests not answered 201 (their throughput counts only the 201s, so it is not comparable):\n%s", strings.Join(erred, "\n"))
 	}
 }
 
-func parseClients(s string, one int) ([]int, error) {
-	if one > 0 {
-		return []int{one}, nil
+// rowName names an idem row by its store URL, without the address.
+func rowName(uri string) string {
+	scheme, _, _ := strings.Cut(uri, ":")
+	name := scheme + " store"
+	if _, q, ok := strings.Cut(uri, "?"); ok {
+		name += " (" + q + ")"
 	}
-	out, err := counts.Parse(s, 1)
+	return name
+}
+
+// build is an idem binary: the tree's (rev "") or one built at a revision.
+type build struct{ rev, path string }
+
+// goBuild builds ./cmd/idem of the module in dir into out.
+func goBuild(dir, out string) error {
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/idem")
+	cmd.Dir, cmd.Stderr = dir, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("building idem in %s: %w", dir, err)
+	}
+	return nil
+}
+
+// buildAt builds idem at the git revision rev: the tree at rev is
+// extracted with git archive under tmp (the checkout is not touched).
+func buildAt(rev, tmp string) (build, error) {
+	dir := filepath.Join(tmp, "src")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return build{}, err
+	}
+	archive := exec.Command("git", "archive", rev)
+	untar := exec.Command("tar", "-x", "-C", dir)
+	pipe, err := archive.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("-clients: %w", err)
+		return build{}, err
 	}
-	return out, nil
+	untar.Stdin, archive.Stderr, untar.Stderr = pipe, os.Stderr, os.Stderr
+	if err := untar.Start(); err != nil {
+		return build{}, err
+	}
+	if err := archive.Run(); err != nil {
+		return build{}, fmt.Errorf("git archive %s: %w", rev, err)
+	}
+	if err := untar.Wait(); err != nil {
+		return build{}, fmt.Errorf("extracting %s: %w", rev, err)
+	}
+	out := filepath.Join(tmp, "idem-baseline")
+	return build{" @" + rev, out}, goBuild(dir, out)
+}
+
+// peer is a process the benchmark started and sends requests to.
+type peer struct {
+	cmd   *exec.Cmd
+	addr  string
+	ended chan error // Wait's answer
+}
+
+// startPeer starts this program again as role and reads the address it
+// listens on from the first line of its standard output.
+func startPeer(role, upstream string, args ...string) (*peer, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, append([]string{"-role", role, "-upstream", upstream}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	return launch(cmd, out, func(line []byte) string {
+		addr, _ := strings.CutPrefix(string(line), "listening ")
+		return addr
+	})
+}
+
+// startIdem starts `idem serve` on store in front of upstream, with flags,
+// as a deployment does but on a free port and logging JSON, and waits
+// until it accepts connections. Its log goes into a pipe this process
+// drains, as it would into a log collector.
+func startIdem(binary, store string, flags []string, upstream string) (*peer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a free port for idem serve, which nothing else on loopback takes in the meantime
+	args := append([]string{"serve", "--listen", addr, "--admin", "127.0.0.1:0", "--log-format", "json",
+		"--upstream", upstream, "--store", store}, flags...)
+	if store == "memory" {
+		// Every request is a new key kept for the retention, and one
+		// tenant sends them all: the default bound (256 MiB, a quarter
+		// of it a tenant's) fills in about 100,000 requests, and the rest
+		// would be 503 store_full. A run takes a few hundred thousand.
+		args = append(args, "--memory-limit", "4GiB", "--memory-tenant-share", "1")
+	}
+	cmd := exec.Command(binary, args...)
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	p, err := start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	first := make(chan []byte, 1) // the log's first 64 KiB, shown if it never serves
+	go func() {
+		head, _ := io.ReadAll(io.LimitReader(out, 64<<10))
+		first <- head
+		io.Copy(io.Discard, out)
+	}()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		select {
+		case err := <-p.ended:
+			return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, <-first)
+		default:
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			p.addr = addr
+			return p, nil
+		}
+		time.Sleep(10 * time.Millisecond) // polling a port: nothing to wait on
+	}
+	p.stop()
+	return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, <-first)
+}
+
+// launch starts cmd and waits for the line of out in which addr finds the
+// address it listens on; out is drained until the process ends.
+func launch(cmd *exec.Cmd, out io.Reader, addr func([]byte) string) (*peer, error) {
+	p, err := start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if p.addr = addr(sc.Bytes()); p.addr != "" {
+			break
+		}
+	}
+	if p.addr == "" {
+		p.stop()
+		return nil, fmt.Errorf("%s ended before it served", cmd.Path)
+	}
+	go io.Copy(io.Discard, out)
+	return p, nil
+}
+
+// start starts cmd, a peer that ends with this process.
+func start(cmd *exec.Cmd) (*peer, error) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // no orphan if this process dies
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &peer{cmd: cmd, ended: make(chan error, 1)}
+	go func() { p.ended <- cmd.Wait() }()
+	return p, nil
+}
+
+// stop ends p: SIGTERM, and SIGKILL if it has not ended 10 s later.
+func (p *peer) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.ended:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.ended
+	}
+}
+
+// clockTick is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on
+// every Linux architecture Go runs on.
+const clockTick = 10 * time.Millisecond
+
+// cpu is the CPU time, user and system, p's process has used.
+func (p *peer) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		log.Fatalf("reading a peer's CPU time: %v", err)
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields counted from 3 start after the last ')'.
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64) // field 14
+	stime, _ := strconv.ParseInt(fields[12], 10, 64) // field 15
+	return time.Duration(utime+stime) * clockTick
+}
+
+// runPeer serves role until it is told to stop, after printing
+// "listening ADDR" on standard output.
+func runPeer(role, upstream, redisURI string) {
+	var h http.Handler
+	switch role {
+	case "upstream":
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			w.Write([]byte(`{"id":"ch_1","status":"succeeded"}`))
+		})
+	case "bare", "naive":
+		up, err := url.Parse(upstream)
+		if err != nil || up.Host == "" {
+			log.Fatalf("-role %s: -upstream %q: want the upstream's URL", role, upstream)
+		}
+		if role == "bare" {
+			// The bare proxy pools upstream connections as the gateway
+			// does: Go's http.DefaultTransport keeps 2 idle connections
+			// per host, and under 32 clients it would dial for most
+			// requests and flatter the gateway.
+			proxy := httputil.NewSingleHostReverseProxy(up)
+			proxy.Transport = gateway.NewUpstreamTransport()
+			h = proxy
+			break
+		}
+		opt, err := redis.ParseURL(redisURI)
+		if err != nil {
+			log.Fatalf("-role naive: -redis: %v", err)
+		}
+		opt.PoolSize = 1024 // as many connections as clients: a team sizes its pool for its load
+		rdb := redis.NewClient(opt)
+		defer rdb.Close()
+		h = newNaiveGateway(rdb, up, gateway.NewUpstreamTransport(), "naivebench:"+rand.Text()+":")
+	default:
+		log.Fatalf("-role %q: want upstream, bare or naive", role)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("listening %s\n", ln.Addr())
+	srv := &http.Server{Handler: h}
+	go func() {
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+		<-sig
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
 }
 
 func medianOf(rs []result, f func(int, result) float64) float64 {
@@ -242,48 +495,19 @@ func loadAverage() string {
 	return "load average " + strings.Join(f[:3], " ")
 }
 
-func startGateway(uri string, upstream *url.URL) (string, func()) {
-	var opts *gateway.StoreOptions
-	if uri == "memory" {
-		// Every request is a new key kept for the retention, and one tenant
-		// sends them all: the default bound (256 MiB, a quarter of it a
-		// tenant's) fills in about 100,000 requests, and the rest would be
-		// 503 store_full. A run takes a few hundred thousand.
-		opts = &gateway.StoreOptions{MemoryLimit: 4 << 30, MemoryTenantShare: 1}
-	}
-	store, closeStore, err := gateway.OpenStore(context.Background(), uri, opts)
-	if err != nil {
-		log.Fatal(err)
-	}
-	g, err := gateway.New(gateway.Config{Listen: "127.0.0.1:0", Upstream: upstream, Store: store, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := g.Run(ctx, func(proxy, _ net.Addr) { addrs <- proxy.String() }); err != nil {
-			log.Fatal(err)
-		}
-	}()
-	return <-addrs, func() { cancel(); <-done; closeStore() }
-}
-
 // result is what one row measured in one round.
 type result struct {
 	rps      float64
 	p50, p99 time.Duration
 	errors   int64
-	// cpu is this process's CPU time per request (the load generator, the
-	// upstream and the row's gateway or proxy share it: the rows differ
-	// only by the gateway); redisCPU the Redis server's.
-	cpu, redisCPU time.Duration
+	// CPU time per request of each process: the row's gateway (or proxy),
+	// the upstream, this load generator, and the Redis server (INFO cpu;
+	// its other clients count too: measure on a quiet server).
+	gatewayCPU, upstreamCPU, genCPU, redisCPU time.Duration
 }
 
-// processCPU is the CPU time this process has used, user and system.
-func processCPU() time.Duration {
+// selfCPU is the CPU time this process has used, user and system.
+func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -292,7 +516,7 @@ func processCPU() time.Duration {
 }
 
 // redisCPU is the CPU time the Redis server has used (INFO cpu), or 0
-// without one. Its other clients count too: measure on a quiet server.
+// without one.
 func redisCPU(rdb *redis.Client) time.Duration {
 	if rdb == nil {
 		return 0

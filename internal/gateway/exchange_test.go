@@ -35,7 +35,7 @@ func TestAccessLogLine(t *testing.T) {
 	up := newWireUpstream(t)
 	var logs syncBuffer
 	g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), AccessLog: true,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), // the key events' level
 		Routes: []Route{{Pattern: "POST /charges", Name: "charges"}, {Pattern: "POST /search", PassThrough: true}}})
 	srv := httptest.NewServer(g.Handler())
 	defer srv.Close()
@@ -177,6 +177,33 @@ func TestTraceCrossesTheGateway(t *testing.T) {
 	for _, name := range []attribute.Key{"idem.store.acquire.seconds", "idem.store.complete.seconds", "idem.upstream.seconds"} {
 		if _, ok := attrs[name]; !ok {
 			t.Errorf("the request's span has no %s: %v", name, attrs)
+		}
+	}
+}
+
+// A first request executed is a key event of the high-volume, expected
+// kind: its line is at debug level, so that the default (info) writes no
+// line per request; --access-log is the line per request.
+func TestExecutedLoggedAtDebug(t *testing.T) {
+	up := newWireUpstream(t)
+	for level, want := range map[slog.Level]bool{slog.LevelInfo: false, slog.LevelDebug: true} {
+		var logs syncBuffer
+		g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: level}))})
+		srv := httptest.NewServer(g.Handler())
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader("{}"))
+		req.Header.Set("Authorization", "Bearer alice")
+		req.Header.Set("Idempotency-Key", "executed-"+level.String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		if resp.StatusCode >= 300 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+		if got := strings.Contains(logs.String(), `"msg":"idem: executed"`); got != want {
+			t.Errorf("at %v, an executed request logged: %v; want %v:\n%s", level, got, want, logs.String())
 		}
 	}
 }

@@ -298,12 +298,16 @@ func NewUpstreamTransport() *http.Transport {
 }
 
 // logOutcome writes one line per key event: at debug level for the
-// high-volume, expected ones (replays, conflicts, requests without a key),
-// at warn level for failures of the store or the lease, at info otherwise.
+// high-volume, expected ones (first requests executed, replays, conflicts,
+// requests without a key), at warn level for failures of the store or the
+// lease, at info otherwise. An executed request at info was a line per
+// request by default, which cost idem serve a third of its CPU per
+// request at 1 client (docs/benchmarks.md); --access-log is the line per
+// request an operator chooses.
 func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
 	level := slog.LevelInfo
 	switch o {
-	case idemhttp.OutcomePassed, idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict,
+	case idemhttp.OutcomePassed, idemhttp.OutcomeExecuted, idemhttp.OutcomeReplayed, idemhttp.OutcomeConflict,
 		idemhttp.OutcomeStoreFull: // idemhttp warns, once a second
 		level = slog.LevelDebug
 	case idemhttp.OutcomeStoreError, idemhttp.OutcomeLeaseLost, idemhttp.OutcomeFailedOpen:

@@ -114,7 +114,8 @@ func authorizationTenant(values ...string) string {
 func TestForwardsTheKeyInItsStoredForm(t *testing.T) {
 	up := newWireUpstream(t)
 	var logs bytes.Buffer
-	srv := wireGateway(t, up, Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	// Debug: an executed request's key-event line is at debug level.
+	srv := wireGateway(t, up, Config{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	for _, c := range []struct{ sent, want string }{
 		{`"order-42"`, "order-42"},
 		{`"a\"b\\c"`, `a"b\c`},

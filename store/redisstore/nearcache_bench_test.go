@@ -128,6 +128,7 @@ func benchHTTP(b *testing.B, clients int, bare, h http.Handler, key func(int64) 
 		req.Header.Set("Content-Type", "application/json")
 		if k != "" {
 			req.Header.Set(idemhttp.HeaderKey, k)
+			req.Header.Set("Authorization", "Bearer bench") // a keyed request needs a tenant: 400 tenant_missing without one
 		}
 		res, err := client.Do(req)
 		if err != nil {

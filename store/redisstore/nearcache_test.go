@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -391,5 +392,39 @@ func TestNearCacheFlushedWhenConnectionLost(t *testing.T) {
 	}
 	if a := replay(t, s, id); !a.Acquired {
 		t.Fatalf("request after the server came back empty = %+v; want it executed", a)
+	}
+}
+
+// TestClientOption: client=rueidis opens a store on rueidis without the
+// near cache, whose cycle works; a client it does not know, the near
+// cache on go-redis and a go-redis pool option on rueidis are refused,
+// each naming what is wrong.
+func TestClientOption(t *testing.T) {
+	for uri, want := range map[string]string{
+		"redis://127.0.0.1:1/0?client=redigo":                      `client="redigo"`,
+		"redis://127.0.0.1:1/0?client=go-redis&near_cache=on":      "near_cache=on with client=go-redis",
+		"redis://127.0.0.1:1/0?client=rueidis&pool_size=3":         "pool_size is a go-redis pool option",
+		"redis://127.0.0.1:1/0?near_cache=on&read_timeout=1s":      "read_timeout is a go-redis pool option",
+		"redis-cluster://127.0.0.1:1?client=rueidis&max_retries=2": "max_retries is a go-redis pool option",
+	} {
+		if err := redisstore.CheckURL(uri); err == nil || !errors.Is(err, redisstore.ErrBadURL) || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckURL(%q) = %v; want ErrBadURL saying %q", uri, err, want)
+		}
+	}
+	s, err := redisstore.OpenURL(testenv.RedisURL()+"?client=rueidis&coalesce=on", &redisstore.Options{Prefix: testenv.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, on := s.NearCacheStats(); on {
+		t.Error("client=rueidis turned the near cache on")
+	}
+	if _, on := s.CoalesceStats(); !on {
+		t.Error("client=rueidis&coalesce=on did not coalesce")
+	}
+	id := store.ID{Tenant: "t", Key: "client-option"}
+	completeKey(t, s, id, nearResult)
+	if a := replay(t, s, id); a.Acquired || a.Record.State != store.StateCompleted {
+		t.Fatalf("second request = %+v; want the stored result", a)
 	}
 }

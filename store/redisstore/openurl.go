@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,31 +20,36 @@ import (
 // a client of its own, which the store's Close closes. On top of
 // ParseURL's options it takes:
 //
-//	near_cache=on|off        on: a rueidis client and Options.NearCache, so
-//	                         replays are served from process memory; off
-//	                         (the default): a go-redis client, as ParseURL's
+//	client=go-redis|rueidis  the Redis client: go-redis (the default, as
+//	                         ParseURL's; idem serve's too: rueidis did not
+//	                         measure faster in the gateway,
+//	                         docs/benchmarks.md) or rueidis, which
+//	                         pipelines every call on one connection per node
+//	near_cache=on|off        on: Options.NearCache, so replays are served
+//	                         from process memory (rueidis only: it implies
+//	                         client=rueidis); off: the default
 //	near_cache_bytes=N       the near cache's bound per connection to a
 //	                         Redis node, in bytes (default 64 MiB)
 //	coalesce=on|off          on: Options.Coalesce, operations that come
 //	                         while a script call is in flight go out as one
 //	                         batch (ignored on a cluster); off: the default
 //
-// With near_cache=on the go-redis pool options (pool_size and the like)
-// do not apply: rueidis pipelines every call on one connection per node.
+// With rueidis the go-redis pool options (pool_size and the like) do not
+// apply, and a URL that gives one is an error naming client=go-redis.
 // opts may be nil; its NearCache and Coalesce are set from the URL.
 func OpenURL(uri string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	rest, near, cacheBytes, coalesce, err := storeOptions(uri)
+	u, err := storeOptions(uri)
 	if err != nil {
 		return nil, err
 	}
-	o.Coalesce = coalesce
-	if !near {
-		o.NearCache = false
-		client, err := ParseURL(rest)
+	o.Coalesce = u.coalesce
+	o.NearCache = u.nearCache
+	if !u.rueidis {
+		client, err := ParseURL(u.rest)
 		if err != nil {
 			return nil, err
 		}
@@ -55,12 +61,15 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 		s.closeClient = func() { client.Close() }
 		return s, nil
 	}
-	opt, err := rueidisOption(rest)
+	opt, err := rueidisOption(u.rest)
 	if err != nil {
 		return nil, err
 	}
-	opt.CacheSizeEachConn = cacheBytes
-	o.NearCache = true
+	if u.nearCache {
+		opt.CacheSizeEachConn = u.cacheBytes
+	} else {
+		opt.DisableCache = true // no CLIENT TRACKING: nothing reads the cache
+	}
 	return openRueidis(opt, &o)
 }
 
@@ -68,15 +77,15 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 // (wrapping ErrBadURL, with the reason), or nil, without connecting: a
 // configuration checker's answer.
 func CheckURL(uri string) error {
-	rest, near, _, _, err := storeOptions(uri)
+	u, err := storeOptions(uri)
 	if err != nil {
 		return err
 	}
-	if near {
-		_, err = rueidisOption(rest)
+	if u.rueidis {
+		_, err = rueidisOption(u.rest)
 		return err
 	}
-	c, err := ParseURL(rest)
+	c, err := ParseURL(u.rest)
 	if err != nil {
 		return err
 	}
@@ -86,15 +95,26 @@ func CheckURL(uri string) error {
 // defaultNearCacheBytes is OpenURL's near_cache_bytes by default.
 const defaultNearCacheBytes = 64 << 20
 
-// storeOptions takes near_cache, near_cache_bytes and coalesce out of uri's query.
-func storeOptions(uri string) (rest string, near bool, cacheBytes int, coalesce bool, err error) {
+// urlOptions are OpenURL's own options of a URL, and the rest of it, which
+// the client reads.
+type urlOptions struct {
+	rest                         string
+	rueidis, nearCache, coalesce bool
+	cacheBytes                   int
+}
+
+// ownOptions are the query parameters OpenURL takes out of a URL.
+var ownOptions = []string{"client", "near_cache", "near_cache_bytes", "coalesce"}
+
+// storeOptions takes client, near_cache, near_cache_bytes and coalesce out of uri's query.
+func storeOptions(uri string) (urlOptions, error) {
 	base, rawQuery, hasQuery := strings.Cut(uri, "?")
-	if !hasQuery || !strings.Contains(rawQuery, "near_cache") && !strings.Contains(rawQuery, "coalesce") {
-		return uri, false, 0, false, nil
+	if !hasQuery || !slices.ContainsFunc(ownOptions, func(o string) bool { return strings.Contains(rawQuery, o) }) {
+		return urlOptions{rest: uri}, nil
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return "", false, 0, false, badURL(uri, "query: "+err.Error())
+		return urlOptions{}, badURL(uri, "query: "+err.Error())
 	}
 	onOff := func(name string) (bool, error) {
 		switch v := q.Get(name); v {
@@ -106,29 +126,48 @@ func storeOptions(uri string) (rest string, near bool, cacheBytes int, coalesce 
 			return false, badURL(uri, fmt.Sprintf("%s=%q: want on or off", name, v))
 		}
 	}
-	if near, err = onOff("near_cache"); err != nil {
-		return "", false, 0, false, err
+	var u urlOptions
+	if u.nearCache, err = onOff("near_cache"); err != nil {
+		return urlOptions{}, err
 	}
-	if coalesce, err = onOff("coalesce"); err != nil {
-		return "", false, 0, false, err
+	if u.coalesce, err = onOff("coalesce"); err != nil {
+		return urlOptions{}, err
 	}
-	cacheBytes = defaultNearCacheBytes
+	switch v := q.Get("client"); v {
+	case "rueidis":
+		u.rueidis = true
+	case "go-redis", "":
+		if v != "" && u.nearCache {
+			return urlOptions{}, badURL(uri, "near_cache=on with client=go-redis: the near cache is rueidis's")
+		}
+		u.rueidis = u.nearCache
+	default:
+		return urlOptions{}, badURL(uri, fmt.Sprintf("client=%q: want go-redis or rueidis", v))
+	}
+	u.cacheBytes = defaultNearCacheBytes
 	if v := q.Get("near_cache_bytes"); v != "" {
-		if cacheBytes, err = strconv.Atoi(v); err != nil || cacheBytes <= 0 {
-			return "", false, 0, false, badURL(uri, fmt.Sprintf("near_cache_bytes=%q: want a positive number of bytes", v))
+		if u.cacheBytes, err = strconv.Atoi(v); err != nil || u.cacheBytes <= 0 {
+			return urlOptions{}, badURL(uri, fmt.Sprintf("near_cache_bytes=%q: want a positive number of bytes", v))
 		}
-		if !near {
-			return "", false, 0, false, badURL(uri, "near_cache_bytes without near_cache=on")
+		if !u.nearCache {
+			return urlOptions{}, badURL(uri, "near_cache_bytes without near_cache=on")
 		}
 	}
-	q.Del("near_cache")
-	q.Del("near_cache_bytes")
-	q.Del("coalesce")
-	if len(q) == 0 {
-		return base, near, cacheBytes, coalesce, nil
+	for _, o := range ownOptions {
+		q.Del(o)
 	}
-	return base + "?" + q.Encode(), near, cacheBytes, coalesce, nil
+	u.rest = base
+	if len(q) > 0 {
+		u.rest += "?" + q.Encode()
+	}
+	return u, nil
 }
+
+// goredisOnly are the options of go-redis's URL forms that a rueidis
+// client has nothing to set from.
+var goredisOnly = []string{"pool_size", "pool_timeout", "pool_fifo", "min_idle_conns", "max_idle_conns",
+	"max_active_conns", "conn_max_idle_time", "conn_max_lifetime", "max_retries", "min_retry_backoff",
+	"max_retry_backoff", "read_timeout", "write_timeout", "max_redirects", "read_only", "route_by_latency", "route_randomly"}
 
 // rueidisOption turns a store URL into a rueidis client's options, from
 // the go-redis options ParseURL's parsers make (so both clients read a URL
@@ -139,6 +178,14 @@ func rueidisOption(uri string) (rueidis.ClientOption, error) {
 		return rueidis.ClientOption{}, err
 	}
 	c.Close() // it connects lazily: nothing was dialled
+	if _, rawQuery, ok := strings.Cut(uri, "?"); ok {
+		q, _ := url.ParseQuery(rawQuery) // ParseURL parsed it
+		for _, name := range goredisOnly {
+			if q.Has(name) {
+				return rueidis.ClientOption{}, badURL(uri, name+" is a go-redis pool option: rueidis pipelines every call on one connection per node; give client=go-redis to use it")
+			}
+		}
+	}
 	scheme, rest, _ := strings.Cut(uri, "://")
 	var opt rueidis.ClientOption
 	var dialTimeout time.Duration

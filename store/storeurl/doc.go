@@ -16,8 +16,10 @@
 //
 // A Redis form opens store/redisstore as redisstore.OpenURL does: the
 // options are go-redis's (dial_timeout=3s, pool_size=64...; see
-// redisstore.ParseURL), plus near_cache=on (replays served from process
-// memory), near_cache_bytes=N and coalesce=on (the scripts that come
+// redisstore.ParseURL), plus client=rueidis (a rueidis client instead of
+// go-redis, which then refuses go-redis's pool options), near_cache=on
+// (replays served from process memory, on rueidis), near_cache_bytes=N
+// and coalesce=on (the scripts that come
 // while one is in flight go out as one batch; off unless the URL or
 // Options.Coalesce says so, on by default in idem serve), and prefix=P,
 // the prefix of every Redis key the store writes (redisstore.Options.Prefix;
