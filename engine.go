@@ -251,7 +251,7 @@ func (e *Engine) beginKey(ctx context.Context, req Request) (Attempt, error) {
 	}
 	// Reconcile first: the answer may be the result to replay, or that
 	// the work never ran, and then this attempt runs it.
-	rec, absent, err := e.reconcileKey(ctx, att.Record.ID, retention)
+	rec, absent, err := e.reconcileKey(ctx, att.Record.ID, retention, keyRetention)
 	switch {
 	case err != nil && !errors.Is(err, ErrStore):
 		// The key changed under the reconciliation (deleted, resolved
@@ -309,7 +309,7 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 		if timedOut {
 			err = &timeoutError{limit: e.storeTimeout, err: err}
 		}
-		e.releaseOrphan(ctx, p, start, timedOut, err)
+		e.releaseOrphan(ctx, p, keyRetention, start, timedOut, err)
 		return Attempt{}, fmt.Errorf("%w: acquire: %w", ErrStore, err)
 	}
 	rec := res.Record
@@ -357,8 +357,9 @@ func (e *Engine) decide(rec Record, fingerprint string) Attempt {
 // token and releases it: at once when the store answers, else (and when
 // the store did not answer the acquire in time) held and retried in the
 // background.
-func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, start time.Time, timedOut bool, cause error) {
-	f := &finalization{op: opReleaseOrphan, ref: store.LeaseRef{ID: p.ID, Owner: p.Owner}}
+func (e *Engine) releaseOrphan(ctx context.Context, p store.AcquireParams, keyRetention time.Duration, start time.Time, timedOut bool, cause error) {
+	f := &finalization{op: opReleaseOrphan, ref: store.LeaseRef{ID: p.ID, Owner: p.Owner}, takeover: p.TakeOver,
+		retention: p.Retention, keyRetention: keyRetention}
 	if !timedOut {
 		// The store answered the acquire (with an error): what it took,
 		// it took before answering.

@@ -693,3 +693,56 @@ func TestTimedOutAcquireThatTookTheKeyIsReleased(t *testing.T) {
 		}
 	})
 }
+
+// lostTakeoverStore takes the key over for real, then reports that the
+// caller's context ended before the reply came; an acquire that took
+// nothing answers as it is.
+type lostTakeoverStore struct {
+	store.Store
+	cancel context.CancelFunc
+}
+
+func (s *lostTakeoverStore) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	res, err := s.Store.Acquire(context.WithoutCancel(ctx), p)
+	if err != nil || !res.Acquired {
+		return res, err
+	}
+	s.cancel()
+	return store.AcquireResult{}, ctx.Err()
+}
+
+// Under TakeoverRun, an acquire that took over an ended attempt and whose
+// reply was lost leaves the key UNKNOWN: that attempt's work may have
+// run, and releasing the orphan would let the next request run it again,
+// without the previous fence that lets the work deduplicate.
+func TestLostTakeoverLeavesTheKeyUnknown(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store.Store) {
+		opts := &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun}
+		req := idem.Request{Key: "taken-over", Fingerprint: "fp"}
+		stalled := begin(t, newEngine(t, st, opts), req) // charges the card, then stalls past its lease
+		<-stalled.Lease.Context().Done()
+		s := &lostTakeoverStore{Store: st}
+		e := newEngine(t, s, opts)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			ctx, cancel := context.WithCancel(context.Background())
+			s.cancel = cancel
+			a, err := e.Begin(ctx, req)
+			cancel()
+			if err != nil {
+				if !errors.Is(err, idem.ErrStore) {
+					t.Fatalf("Begin = %v; want ErrStore", err)
+				}
+				break // the takeover landed and its reply was lost
+			}
+			if a.Outcome != idem.InFlight || time.Now().After(deadline) { // Redis's clock may trail ours by a tick
+				t.Fatalf("retry after the lease ended = %v %+v; want the takeover", a.Outcome, a.Record)
+			}
+		}
+		if rec, err := e.Get(context.Background(), req.ID()); err != nil || rec.State != idem.StateUnknown {
+			t.Fatalf("after a takeover whose reply was lost: %+v, %v; want the key UNKNOWN, not released", rec, err)
+		}
+		if a := begin(t, e, req); a.Outcome != idem.Unknown {
+			t.Fatalf("next request = %v; want Unknown: it must not run again", a.Outcome)
+		}
+	})
+}

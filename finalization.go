@@ -35,7 +35,10 @@ type finalization struct {
 	result       Result         // opComplete
 	reason       string         // opMarkUnknown
 	retention    time.Duration
-	keyRetention time.Duration // opComplete, opMarkUnknown
+	keyRetention time.Duration // opComplete, opMarkUnknown, opReleaseOrphan with takeover
+	// takeover is set on an orphan's release when its acquire could take
+	// over an ended attempt (AcquireParams.TakeOver).
+	takeover bool
 	// unanswered is set once a try failed without an answer: it may
 	// have taken effect, and the next try may find its work done.
 	unanswered atomic.Bool
@@ -71,7 +74,7 @@ func (f *finalization) call(ctx context.Context, s store.Store) error {
 	case opRelease:
 		return s.Release(ctx, f.ref)
 	}
-	return releaseOrphan(ctx, s, f.ref)
+	return releaseOrphan(ctx, s, f)
 }
 
 // outcome reads the answer to one try: nil when it is done, ErrLeaseLost
@@ -106,13 +109,17 @@ var errNotLanded = errors.New("idem: the acquire has not taken the key")
 // resumes) or in a cut link's retransmissions.
 const landingWindow = 10 * time.Second
 
-// releaseOrphan deletes ref's record if it is the PROCESSING record that
-// ref.Owner's acquire made, or that record turned UNKNOWN only because
-// its lease ended (ReasonAbandoned): no work ran under it. With no record
-// it returns errNotLanded. Anything else (another owner's record, one a
-// reconciler claimed) is not its to touch, and it returns nil: there is
-// nothing left to do.
-func releaseOrphan(ctx context.Context, s store.Store, ref store.LeaseRef) error {
+// releaseOrphan deletes the record of f.ref.Owner's acquire if it is the
+// PROCESSING record that acquire made, or that record turned UNKNOWN only
+// because its lease ended (ReasonAbandoned): no work ran under it. When
+// the acquire could take over an ended attempt (f.takeover), the record
+// may carry that attempt's unknown outcome, which a release would erase
+// and the next request would run again: it is marked UNKNOWN instead (or
+// left so). With no record it returns errNotLanded. Anything else
+// (another owner's record, one a reconciler claimed) is not its to touch,
+// and it returns nil: there is nothing left to do.
+func releaseOrphan(ctx context.Context, s store.Store, f *finalization) error {
+	ref := f.ref
 	rec, err := s.Get(ctx, ref.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -123,13 +130,26 @@ func releaseOrphan(ctx context.Context, s store.Store, ref store.LeaseRef) error
 		return nil
 	case rec.State != StateProcessing && (rec.State != StateUnknown || rec.Reason != store.ReasonAbandoned):
 		return nil
+	case f.takeover && rec.State == StateUnknown:
+		return nil // UNKNOWN already: so it stays
 	}
-	err = s.Release(ctx, store.LeaseRef{ID: ref.ID, Owner: ref.Owner, Fence: rec.Fence})
+	owned := store.LeaseRef{ID: ref.ID, Owner: ref.Owner, Fence: rec.Fence}
+	if f.takeover {
+		err = s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: owned, Reason: reasonOrphanedTakeover,
+			Retention: f.retention, KeyRetention: f.keyRetention})
+	} else {
+		err = s.Release(ctx, owned)
+	}
 	if errors.Is(err, ErrLeaseLost) {
-		return nil // changed meanwhile (claimed, taken over): no longer an orphan to release
+		return nil // changed meanwhile (claimed, taken over): no longer an orphan to settle
 	}
 	return err
 }
+
+// reasonOrphanedTakeover is the Reason of a key whose acquire got no
+// answer while it could take over an ended attempt: whether it did, and
+// whether that attempt's work took effect, is not known.
+const reasonOrphanedTakeover = "the store did not answer an acquire that may have taken over an attempt whose lease had ended"
 
 // finalizeBackoff spaces the tries of a finalize while its caller waits,
 // all within one StoreTimeout; what the store has not taken by then is

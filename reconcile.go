@@ -54,8 +54,8 @@ const claimMargin = 2 * time.Second
 // records the answer. It returns the record as it is afterwards, or absent
 // when the key was resolved not executed (here or by someone else). A
 // failed Reconcile call is logged, and leaves the key UNKNOWN.
-func (e *Engine) reconcileKey(ctx context.Context, id ID, retention time.Duration) (rec Record, absent bool, err error) {
-	r, err := e.reconcileOnce(ctx, id, retention)
+func (e *Engine) reconcileKey(ctx context.Context, id ID, retention, keyRetention time.Duration) (rec Record, absent bool, err error) {
+	r, err := e.reconcileOnce(ctx, id, retention, keyRetention)
 	if r.failed != nil {
 		e.log.Warn("idem: reconciliation failed; the key stays UNKNOWN", "tenant", id.Tenant, "key", id.Key, "fence", r.rec.Fence, "err", r.failed)
 	}
@@ -72,7 +72,7 @@ type reconciliation struct {
 
 // reconcileOnce is reconcileKey without the log line: the sweep counts
 // failures and logs once a pass. err is the store's.
-func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Duration) (reconciliation, error) {
+func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention, keyRetention time.Duration) (reconciliation, error) {
 	claim := store.ClaimParams{ID: id, Owner: rand.Text(), LeaseDuration: e.reconcileTimeout + claimMargin}
 	cctx := e.callCtx(ctx)
 	start := time.Now()
@@ -103,7 +103,7 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention time.Durati
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: e.keyRetention}
+	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: keyRetention}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}

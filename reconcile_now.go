@@ -32,7 +32,7 @@ func (e *Engine) Reconcile(ctx context.Context, id ID) (Verdict, Record, error) 
 	if rec.State != StateUnknown {
 		return VerdictUnknown, rec, fmt.Errorf("%w: it is %v", ErrNotUnknown, rec.State)
 	}
-	after, absent, err := e.reconcileKey(ctx, id, e.retention)
+	after, absent, err := e.reconcileKey(ctx, id, e.retention, e.keyRetention)
 	switch {
 	case err != nil:
 		return VerdictUnknown, Record{}, err

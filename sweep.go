@@ -182,7 +182,7 @@ func (sw *sweep) dispatch() (bool, error) {
 // ask reconciles one listed key and counts what came of it.
 func (sw *sweep) ask(listed Record) {
 	defer func() { <-sw.busy }()
-	r, err := sw.e.reconcileOnce(sw.ctx, listed.ID, sw.e.retention)
+	r, err := sw.e.reconcileOnce(sw.ctx, listed.ID, sw.e.retention, sw.e.keyRetention)
 	if err != nil {
 		sw.stop(err)
 		return
