@@ -889,6 +889,8 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, resp.StatusCode, code, q.bad, got)})
 		}
 		pe.did("refused " + q.bad)
+	case code == "key_invalid" && (q.hdrKey != "" || q.bodyKey):
+		pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s with a valid key (header %q, in the body %t) got 400 key_invalid (%.120s)", q.method, q.path, q.hdrKey, q.bodyKey, got)})
 	case q.twice && all(cfgs, &q, protects) && resp.StatusCode != http.StatusBadRequest: // the tenant is read for a protected request
 		pe.rec.saw(Violation{"tenant", hid, fmt.Sprintf("a request with X-Tenant-ID sent twice got %d, not 400 (%.80s)", resp.StatusCode, got)})
 	case all(cfgs, &q, refuses) && resp.StatusCode != http.StatusBadRequest:
