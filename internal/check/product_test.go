@@ -33,9 +33,17 @@ import (
 // a route's path, keys sent twice, keyless requests, statuses the route's
 // policy stores, releases or leaves unknown, operators on the admin API
 // with and without the token and from a foreign origin, gateways killed
-// mid-request. The oracle is the configuration the harness drew, with the
-// precedence it documents (an IDEM_ variable over the file), never what
-// the binary says it runs.
+// mid-request, and reloaded (SIGHUP) mid-run to a second configuration
+// drawn from the seed, after a broken file they must refuse. The config
+// draws takeover, the error format, a route's key from the body, its own
+// reconcile URL (which the upstream serves from the ledger) and a host in
+// a route's pattern; requests come with every accepted spelling of the
+// key and the host, and with what must be refused before any key is
+// taken (a lower-case method, malformed keys). The oracle is the
+// configuration the harness drew, with the precedence it documents (an
+// IDEM_ variable over the file), never what the binary says it runs;
+// across the reload, a request is judged only where every configuration
+// it may have run under agrees.
 
 // productRoute is one route of a drawn configuration, as the oracle reads it.
 type productRoute struct {
@@ -115,7 +123,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 	// Drawn after the rest, so that a seed keeps the knobs above.
 	c.takeover = []string{"", "unknown", "run", "run"}[rng.IntN(4)]
 	c.envTakeover = c.takeover != "" && rng.IntN(3) == 0
-	c.errorFormat = []string{"problem", "problem", "stripe"}[rng.IntN(3)]
+	c.errorFormat = []string{"problem", "stripe"}[rng.IntN(2)]
 	if rng.IntN(2) == 0 {
 		c.routes[0].keyFrom = "json:/request_id"
 	}
