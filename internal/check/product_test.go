@@ -1153,13 +1153,25 @@ func (pe *productEnv) reload(ctx context.Context) error {
 	}
 	for _, g := range pe.gs {
 		deadline := time.Now().Add(20 * time.Second)
-		for retention(pe.runningConfig(ctx, g)) != pe.next.retention.String() {
+		for {
+			// Under the file lock, so that no gateway restarts between
+			// the look and the signal: a SIGHUP before its handler is
+			// installed would end the process. One whose admin API
+			// answers has it.
+			pe.fileMu.Lock()
+			doc := pe.runningConfig(ctx, g)
+			if doc != "" && retention(doc) != pe.next.retention.String() {
+				g.signal(syscall.SIGHUP) // again: a gateway restarted meanwhile on the old file is on the new one; one still reloading ignores it
+			}
+			pe.fileMu.Unlock()
+			if retention(doc) == pe.next.retention.String() {
+				break
+			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s did not apply a valid configuration within 20s of SIGHUP (GET /v1/config: %.200s)",
-					g.listen, pe.runningConfig(ctx, g))})
+					g.listen, doc)})
 				return nil
 			}
-			g.signal(syscall.SIGHUP) // again: a gateway restarted meanwhile, or still starting, ignores it
 			sleep(ctx, 100*time.Millisecond)
 		}
 	}
