@@ -1083,7 +1083,16 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			wg.Wait()
 			return false
 		}
-		_, back := pe.send(ctx, pe.draw(rng))
+		q := pe.draw(rng)
+		_, back := pe.send(ctx, q)
+		if q.status == 400 || q.status == 401 {
+			// The client corrects the request and sends it again under
+			// the same key, as a client does after a refusal: where the
+			// policy releases the status it runs, where it stores it the
+			// status is replayed.
+			q.status = 0
+			_, back = pe.send(ctx, q)
+		}
 		return back
 	})
 }
