@@ -92,16 +92,23 @@ func (l *Ledger) Apply(key string, fence int64, dedup bool, f fault, began int64
 // took over), or, when there is none, a promise that no call with such a
 // fence will be applied later.
 func (l *Ledger) Lookup(key string, fence int64) (string, bool) {
+	e, ok := l.LookupEffect(key, fence)
+	return e.Value, ok
+}
+
+// LookupEffect is Lookup that returns the effect found, with its fence
+// (what a reconcile lookup echoes).
+func (l *Ledger) LookupEffect(key string, fence int64) (Effect, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	effs := l.byKey[key]
 	for i := len(effs) - 1; i >= 0; i-- {
 		if effs[i].Fence <= fence {
-			return effs[i].Value, true
+			return effs[i], true
 		}
 	}
 	l.maxSeen[key] = max(l.maxSeen[key], fence)
-	return "", false
+	return Effect{}, false
 }
 
 // Effects returns every effect applied, in order.

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,9 +33,17 @@ import (
 // a route's path, keys sent twice, keyless requests, statuses the route's
 // policy stores, releases or leaves unknown, operators on the admin API
 // with and without the token and from a foreign origin, gateways killed
-// mid-request. The oracle is the configuration the harness drew, with the
-// precedence it documents (an IDEM_ variable over the file), never what
-// the binary says it runs.
+// mid-request, and reloaded (SIGHUP) mid-run to a second configuration
+// drawn from the seed, after a broken file they must refuse. The config
+// draws takeover, the error format, a route's key from the body, its own
+// reconcile URL (which the upstream serves from the ledger) and a host in
+// a route's pattern; requests come with every accepted spelling of the
+// key and the host, and with what must be refused before any key is
+// taken (a lower-case method, malformed keys). The oracle is the
+// configuration the harness drew, with the precedence it documents (an
+// IDEM_ variable over the file), never what the binary says it runs;
+// across the reload, a request is judged only where every configuration
+// it may have run under agrees.
 
 // productRoute is one route of a drawn configuration, as the oracle reads it.
 type productRoute struct {
@@ -47,6 +57,9 @@ type productRoute struct {
 	wait                    time.Duration
 	ignoreNote              bool // fingerprint: ignore [/note]
 	store, release, unknown []string
+	keyFrom                 string // "": the Idempotency-Key header; or json:/request_id
+	reconcileURL            string // its own lookup ("": none)
+	host                    string // the pattern's host ("": any host)
 }
 
 // productConfig is one run's configuration.
@@ -60,6 +73,9 @@ type productConfig struct {
 	adminToken              string // "" : none (the admin API is on loopback)
 	lease                   time.Duration
 	routes                  []productRoute
+	takeover                string // "" (unset: unknown), unknown or run
+	envTakeover             bool   // takeover given as IDEM_TAKEOVER, the file saying the other
+	errorFormat             string // problem or stripe
 }
 
 const productLease = 400 * time.Millisecond
@@ -104,7 +120,67 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 	}
 	search := productRoute{name: "search", pattern: "POST /v1/search", ns: "s", passThrough: true}
 	c.routes = []productRoute{orders, payments, search}
+	// Drawn after the rest, so that a seed keeps the knobs above.
+	c.takeover = []string{"", "unknown", "run", "run"}[rng.IntN(4)]
+	c.envTakeover = c.takeover != "" && rng.IntN(3) == 0
+	c.errorFormat = []string{"problem", "stripe"}[rng.IntN(2)]
+	if rng.IntN(2) == 0 {
+		c.routes[0].keyFrom = "json:/request_id"
+	}
+	for i := range 2 {
+		if rng.IntN(2) == 0 {
+			c.routes[i].reconcileURL = fmt.Sprintf("%s/lookup/%s/{tenant}/{key}?fence={fence}", upstream, c.routes[i].name)
+		}
+	}
+	if rng.IntN(2) == 0 {
+		c.routes[1].host = "api.example.com"
+		c.routes[1].pattern = "POST api.example.com/v1/payments/{id}"
+	}
 	return c
+}
+
+// drawReload draws the configuration the run reloads to (SIGHUP): a
+// second draw from the seed, with what a reload cannot change kept
+// (cmd/idem's restartOnly: the store, the tenant's sources, the admin
+// token, takeover, the error format; the environment, which a process
+// reads once; a route's reconcile URL, whose first one needs a restart)
+// and the top-level retention always changed, so that GET /v1/config
+// shows the reload.
+func (c *productConfig) drawReload(seed uint64) *productConfig {
+	n := drawProductConfig(seed^0x9e3779b97f4a7c15, c.storeURL, c.upstream)
+	n.tenantFrom, n.adminToken, n.envRequireKey = c.tenantFrom, c.adminToken, c.envRequireKey
+	n.takeover, n.envTakeover, n.errorFormat = c.takeover, c.envTakeover, c.errorFormat
+	n.retention = 3*time.Second - c.retention
+	if n.keyRetention != 0 {
+		n.keyRetention = n.retention + 4*time.Second
+	}
+	for i := range n.routes {
+		n.routes[i].reconcileURL = c.routes[i].reconcileURL
+	}
+	return n
+}
+
+// invalidReloads are the files a reload must refuse, keeping the running
+// configuration: a restart-only setting changed, a route whose lease is
+// shorter than its upstream timeout, a file that is not YAML.
+var invalidReloads = []string{"store", "takeover", "lease", "yaml"}
+
+// invalidFile is c's file broken the way kind says.
+func (c *productConfig) invalidFile(kind string) string {
+	f := c.file()
+	switch kind {
+	case "store":
+		return strings.Replace(f, "store: "+c.storeURL, "store: redis://127.0.0.1:1", 1)
+	case "takeover": // c.envTakeover false: the file's value counts
+		other := map[string]string{"": "run", "unknown": "run", "run": "unknown"}[c.takeover]
+		if c.takeover == "" {
+			return f + "takeover: " + other + "\n"
+		}
+		return strings.Replace(f, "takeover: "+c.takeover+"\n", "takeover: "+other+"\n", 1)
+	case "lease":
+		return strings.Replace(f, "    name: payments\n", "    name: payments\n    lease: 100ms\n    upstream-timeout: 1s\n", 1)
+	}
+	return f + "routes: [\n"
 }
 
 // file is the config file of c.
@@ -112,7 +188,13 @@ func (c *productConfig) file() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "store: %s\nupstream: %s\nlog-level: error\nstore-timeout: 1s\n", c.storeURL, c.upstream)
 	fmt.Fprintf(&b, "lease: %v\nupstream-timeout: %v\nmethods: %s\nrequire-key: %t\n", c.lease, c.lease, c.methods, c.requireKey)
-	fmt.Fprintf(&b, "retention: %v\nkey-retention: %v\n", c.retention, c.keyRetention)
+	fmt.Fprintf(&b, "retention: %v\nkey-retention: %v\nerror-format: %s\n", c.retention, c.keyRetention, c.errorFormat)
+	switch {
+	case c.envTakeover: // the file's value is shadowed by the variable
+		fmt.Fprintf(&b, "takeover: %s\n", map[string]string{"unknown": "run", "run": "unknown"}[c.takeover])
+	case c.takeover != "":
+		fmt.Fprintf(&b, "takeover: %s\n", c.takeover)
+	}
 	switch c.tenantFrom {
 	case "header":
 		b.WriteString("tenant-from: [\"header:X-Tenant-ID\"]\n")
@@ -132,6 +214,12 @@ func (c *productConfig) file() string {
 			continue
 		}
 		b.WriteString("    methods: [POST]\n")
+		if rt.keyFrom != "" {
+			fmt.Fprintf(&b, "    key-from: %s\n", rt.keyFrom)
+		}
+		if rt.reconcileURL != "" {
+			fmt.Fprintf(&b, "    reconcile-url: %s\n", rt.reconcileURL)
+		}
 		if rt.requireKey != nil {
 			fmt.Fprintf(&b, "    require-key: %t\n", *rt.requireKey)
 		}
@@ -164,10 +252,14 @@ func (c *productConfig) file() string {
 
 // env is the IDEM_ variables of the run's gateways.
 func (c *productConfig) env() []string {
+	var env []string
 	if c.envRequireKey != "" {
-		return []string{"IDEM_REQUIRE_KEY=" + c.envRequireKey}
+		env = append(env, "IDEM_REQUIRE_KEY="+c.envRequireKey)
 	}
-	return nil
+	if c.envTakeover {
+		env = append(env, "IDEM_TAKEOVER="+c.takeover)
+	}
+	return env
 }
 
 func (c *productConfig) text() string {
@@ -209,7 +301,7 @@ func (c *productConfig) life(rt *productRoute) time.Duration {
 // disposition is what rt's policy does with an upstream status: a status
 // of the route's lists, then its class, then the default policy
 // (docs/problems.md), written out here so that the oracle is not the code.
-func (rt *productRoute) disposition(status int) string {
+func (rt *productRoute) disposition(status int, format string) string {
 	code, class := strconv.Itoa(status), strconv.Itoa(status/100)+"xx"
 	for _, entry := range []string{code, class} {
 		for _, l := range []struct {
@@ -226,6 +318,10 @@ func (rt *productRoute) disposition(status int) string {
 		return "release"
 	case 502, 504:
 		return "unknown"
+	case 400:
+		if format == "stripe" { // Stripe saves no result for a request refused before it ran
+			return "release"
+		}
 	}
 	return "store"
 }
@@ -273,13 +369,26 @@ type productEnv struct {
 	file    string
 	redis   string
 	up      *productUpstream
-	cfg     *productConfig
+	cfg     *productConfig // the configuration the run starts on: what a reload cannot change is read here
+	next    *productConfig // the one it reloads to (nil: no reload this run)
+	invalid string         // the broken file refused before the reload ("": none), of invalidReloads
 	seed    uint64
 	tenants []string
+	segs    map[string]string   // the gateway's tenant (Idempotency-Tenant) → the run's tenant
 	keys    map[string][]string // namespace → keys
 	rec     *Recorder
 	ledger  *Ledger
 	hc      *http.Client
+
+	// epoch is where the reload is: 0 before it (cfg runs), 1 while
+	// either may run (from before the new file is written until every
+	// gateway serves it), 2 once both serve next. A request is judged by
+	// the configurations of the epochs between its start and its end.
+	epoch     atomic.Int32
+	reloadAt  int64 // the steps taken when a client reloads
+	reloading atomic.Bool
+	reloadErr error        // set by the reload, read by finish after the clients
+	fileMu    sync.RWMutex // held while the file is broken: no gateway (re)starts on it
 
 	mu    sync.Mutex
 	count map[string]int // what the run did, for its log line: that each part of the workload ran
@@ -290,6 +399,26 @@ func (pe *productEnv) did(what string) {
 	pe.mu.Lock()
 	defer pe.mu.Unlock()
 	pe.count[what]++
+}
+
+// configs are the configurations a request begun at epoch from and
+// answered (or seen by the upstream) at epoch to may have run under.
+func (pe *productEnv) configs(from, to int32) []*productConfig {
+	switch {
+	case pe.next == nil || to == 0:
+		return []*productConfig{pe.cfg}
+	case from == 2:
+		return []*productConfig{pe.next}
+	}
+	return []*productConfig{pe.cfg, pe.next}
+}
+
+// final is the configuration the run ends on.
+func (pe *productEnv) final() *productConfig {
+	if pe.next != nil {
+		return pe.next
+	}
+	return pe.cfg
 }
 
 func productEnvSetup(t *testing.T) *Env {
@@ -318,9 +447,31 @@ func productEnvSetup(t *testing.T) *Env {
 		},
 		Finish: pe.finish,
 		Life:   pe.lives,
-		Nemeses: []Nemesis{GatewayKill{G: pe.gs[0]}, GatewayKill{G: pe.gs[1]}, Pause{What: "redis", P: s},
+		Nemeses: []Nemesis{productKill{pe, pe.gs[0]}, productKill{pe, pe.gs[1]}, Pause{What: "redis", P: s},
 			Net{What: "redis", Proxy: p, Mode: faultproxy.DropEverySecond}},
 	}
+}
+
+// productKill is GatewayKill that waits while the config file is broken
+// on purpose: a gateway restarted then would not start.
+type productKill struct {
+	pe *productEnv
+	g  *gatewayProc
+}
+
+// Name implements Nemesis.
+func (productKill) Name() string { return "SIGKILL of one idem serve" }
+
+// Inject implements Nemesis.
+func (n productKill) Inject(context.Context, *rand.Rand) (func() error, error) {
+	n.pe.fileMu.RLock()
+	n.g.Kill()
+	n.pe.fileMu.RUnlock()
+	return func() error {
+		n.pe.fileMu.RLock()
+		defer n.pe.fileMu.RUnlock()
+		return n.g.start(context.Background())
+	}, nil
 }
 
 // buildIdem builds cmd/idem into the test's directory.
@@ -340,88 +491,183 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	pe.seed = seed
 	pe.count = map[string]int{}
 	pe.cfg = drawProductConfig(seed, pe.redis, "http://"+pe.up.addr)
+	pe.next, pe.invalid, pe.reloadErr = nil, "", nil
+	pe.epoch.Store(0)
+	pe.reloading.Store(false)
+	rng := rand.New(rand.NewPCG(seed, 79))
+	if rng.IntN(5) > 0 {
+		pe.next = pe.cfg.drawReload(seed)
+		if rng.IntN(3) > 0 {
+			kinds := invalidReloads
+			if pe.cfg.envTakeover { // the variable shadows the file's takeover: changing it changes nothing
+				kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "takeover" })
+			}
+			pe.invalid = kinds[rng.IntN(len(kinds))]
+		}
+	}
 	pe.tenants = nil
+	pe.segs = map[string]string{}
 	for i := range 3 {
-		pe.tenants = append(pe.tenants, fmt.Sprintf("t%s%c", strconv.FormatUint(seed, 36), 'a'+i))
+		t := fmt.Sprintf("t%s%c", strconv.FormatUint(seed, 36), 'a'+i)
+		pe.tenants = append(pe.tenants, t)
+		pe.segs[pe.tenantSegment(t)] = t
 	}
 	pe.keys = map[string][]string{}
 	for _, ns := range []string{"o", "q", "p", "z"} {
-		n := 8
-		if ns == "z" {
-			n = 8
-		}
-		for i := range n {
-			pe.keys[ns] = append(pe.keys[ns], fmt.Sprintf("r%s-%s%d", strconv.FormatUint(seed, 36), ns, i))
+		for i := range 8 {
+			k := fmt.Sprintf("r%s-%s%d", strconv.FormatUint(seed, 36), ns, i)
+			if ns == "o" && i%2 == 1 {
+				k = fmt.Sprintf("r%s %d-%s%d", strconv.FormatUint(seed, 36), i, ns, i) // a space inside: a valid key
+			}
+			pe.keys[ns] = append(pe.keys[ns], k)
 		}
 	}
 	if err := os.WriteFile(pe.file, []byte(pe.cfg.file()), 0o644); err != nil {
 		return "", err
 	}
+	text := pe.cfg.text()
+	if pe.next != nil {
+		if pe.invalid != "" {
+			text += fmt.Sprintf("# reloaded (SIGHUP) mid-run, first to a file the gateway must refuse (%s):\n%s", pe.invalid, pe.cfg.invalidFile(pe.invalid))
+		}
+		text += "# then reloaded (SIGHUP) to:\n" + pe.next.file()
+	}
 	for _, g := range pe.gs {
 		g.Kill()
 		g.env = pe.cfg.env()
 		if err := g.start(ctx); err != nil {
-			return pe.cfg.text(), fmt.Errorf("%w\nthe configuration:\n%s", err, pe.cfg.text())
+			return text, fmt.Errorf("%w\nthe configuration:\n%s", err, text)
 		}
 	}
-	return pe.cfg.text(), nil
+	return text, nil
 }
 
 // id is the history's name of a tenant's key.
 func id(tenant, key string) string { return tenant + "/" + key }
 
-// routeOfKey is the route of a key, by its namespace.
-func (pe *productEnv) routeOfKey(key string) *productRoute {
-	i := strings.LastIndexByte(key, '-')
-	switch key[i+1] {
-	case 'p':
-		return pe.cfg.route("payments")
+// routeOfKey is the name of a key's route, by its namespace.
+func routeOfKey(key string) string {
+	if key[strings.LastIndexByte(key, '-')+1] == 'p' {
+		return "payments"
 	}
-	return pe.cfg.route("orders")
+	return "orders"
 }
 
+// lives is the life of each key: the shortest its route has in the
+// configurations the run ran (a reload may shorten it; the z keys are
+// used only once the run ends on the last).
 func (pe *productEnv) lives() map[string]int64 {
 	out := map[string]int64{}
 	for _, tenant := range pe.tenants {
-		for _, keys := range pe.keys {
+		for ns, keys := range pe.keys {
+			cfgs := pe.configs(0, 2)
+			if ns == "z" {
+				cfgs = []*productConfig{pe.final()}
+			}
 			for _, k := range keys {
-				out[id(tenant, k)] = int64(pe.cfg.life(pe.routeOfKey(k)))
+				life := time.Duration(1<<63 - 1)
+				for _, c := range cfgs {
+					life = min(life, c.life(c.route(routeOfKey(k))))
+				}
+				out[id(tenant, k)] = int64(life)
 			}
 		}
 	}
 	return out
 }
 
+// What a configuration does with a request.
+const (
+	protects = iota // its route protects it and the gateway sees its key
+	refuses         // its route protects it, it has no key the gateway sees, and the route requires one
+	forwards        // it reaches the upstream without a fence
+)
+
+// judge says what c does with q.
+func (c *productConfig) judge(q *request) int {
+	rt := c.route(q.route)
+	switch {
+	case rt == nil || rt.passThrough || rt.host != "" && !q.hosted:
+		return forwards // no route protects it, and the top-level methods leave POST out
+	case q.hdrKey != "" || q.bodyKey && rt.keyFrom != "":
+		return protects
+	case c.requires(rt):
+		return refuses
+	}
+	return forwards
+}
+
+// all says whether every configuration of cfgs does what with q.
+func all(cfgs []*productConfig, q *request, what int) bool {
+	for _, c := range cfgs {
+		if c.judge(q) != what {
+			return false
+		}
+	}
+	return true
+}
+
 // productUpstream is the API behind the gateways. A request of a
 // protected route applies an effect on the ledger under the fence the
 // gateway sends; one that arrives without a fence though the oracle says
-// its route protects it is an escape.
+// its route protects it is an escape. It serves the routes' reconcile
+// lookups from the ledger.
 type productUpstream struct {
 	env     *productEnv
 	addr    string
 	slowNow atomic.Int64 // slow requests in flight
+	tenants sync.Map     // key's id → the Idempotency-Tenant its effect was applied with
 }
 
 func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	pe := u.env
-	route, key := r.Header.Get("X-Check-Route"), r.Header.Get("X-Check-Key")
-	cfg, rec, l := pe.cfg, pe.rec, pe.ledger
-	rt := cfg.route(route)
-	if rt == nil || rec == nil || rt.passThrough {
+	if strings.HasPrefix(r.URL.Path, "/lookup/") {
+		u.lookup(w, r)
+		return
+	}
+	w.Header().Set("X-Check-Upstream", "1")
+	q := request{route: r.Header.Get("X-Check-Route"), hosted: r.Header.Get("X-Check-Hosted") == "1",
+		bodyKey: r.Header.Get("X-Check-Body-Key") == "1", hdrKey: r.Header.Get("X-Check-Header-Key")}
+	key := r.Header.Get("X-Check-Key")
+	rec, l := pe.rec, pe.ledger
+	if rec == nil || pe.cfg.route(q.route) == nil || pe.cfg.route(q.route).passThrough {
 		io.WriteString(w, "passed")
 		return
 	}
+	if bad := r.Header.Get("X-Check-Bad"); bad != "" {
+		rec.saw(Violation{"refusal", key, fmt.Sprintf("%s %s reached the upstream; the gateway must refuse it (400 %s) whatever its configuration",
+			r.Method, r.RequestURI, bad)})
+	}
+	began, _ := strconv.ParseInt(r.Header.Get("X-Check-Epoch"), 10, 32)
+	cfgs := pe.configs(int32(began), pe.epoch.Load())
 	fenceHdr := r.Header.Get("Idempotency-Fence")
 	if fenceHdr == "" {
 		switch {
-		case r.Header.Get("X-Check-Keyed") == "1":
+		case all(cfgs, &q, protects):
 			rec.saw(Violation{"escape", key, fmt.Sprintf("%s %s with a key reached the upstream unprotected (no Idempotency-Fence); route %s protects it",
-				r.Method, r.RequestURI, route)})
-		case cfg.requires(rt):
-			rec.saw(Violation{"require-key", key, fmt.Sprintf("%s %s without a key reached the upstream; route %s requires one", r.Method, r.RequestURI, route)})
+				r.Method, r.RequestURI, q.route)})
+		case all(cfgs, &q, refuses):
+			rec.saw(Violation{"require-key", key, fmt.Sprintf("%s %s without a key reached the upstream; route %s requires one", r.Method, r.RequestURI, q.route)})
 		}
 		io.WriteString(w, "unprotected")
 		return
+	}
+	tenant, plain, _ := strings.Cut(key, "/")
+	if got := r.Header.Get("Idempotency-Tenant"); got != pe.tenantSegment(tenant) {
+		rec.saw(Violation{"tenant", key, fmt.Sprintf("the upstream got Idempotency-Tenant %q, not the request's %q", got, pe.tenantSegment(tenant))})
+	}
+	if got := r.Header.Get("Idempotency-Key"); got != plain {
+		rec.saw(Violation{"key-form", key, fmt.Sprintf("the upstream got Idempotency-Key %q for the key %q (sent as %q)", got, plain, q.hdrKey)})
+	}
+	dedup := false
+	if prev := r.Header.Get("Idempotency-Previous-Fence"); prev != "" {
+		// A takeover under takeover: run. The provider deduplicates by
+		// key: an attempt that took effect is not applied again.
+		dedup = true
+		pe.did("takeover run")
+		if pe.cfg.takeover != "run" {
+			rec.saw(Violation{"takeover", key, fmt.Sprintf("a takeover (Idempotency-Previous-Fence %s) was sent again to the upstream; takeover is %q", prev, pe.cfg.takeover)})
+		}
 	}
 	fence, _ := strconv.ParseInt(fenceHdr, 10, 64)
 	if s := r.Header.Get("X-Check-Status"); s != "" {
@@ -431,8 +677,15 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
-	began, _ := strconv.ParseInt(r.Header.Get("X-Check-Began"), 10, 64)
-	v, err := l.Apply(key, fence, false, noFault, began)
+	start, _ := strconv.ParseInt(r.Header.Get("X-Check-Began"), 10, 64)
+	u.tenants.Store(key, r.Header.Get("Idempotency-Tenant"))
+	if r.Header.Get("X-Check-Slow") == "before" {
+		// Past the upstream timeout before the effect: the key is
+		// UNKNOWN with nothing done, and a lookup in between promises
+		// that this fence will not be applied (the ledger refuses it).
+		time.Sleep(2 * time.Second)
+	}
+	v, err := l.Apply(key, fence, dedup, noFault, start)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
@@ -445,23 +698,124 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, v)
 }
 
+// lookup answers a route's reconcile lookup, GET
+// /lookup/ROUTE/TENANT/KEY?fence=N, from the ledger (docs/reconcile.md):
+// 200 with the effect's fence, the tenant it was applied with and its
+// value, or 404 (which promises the fence will not be applied later).
+func (u *productUpstream) lookup(w http.ResponseWriter, r *http.Request) {
+	pe := u.env
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/lookup/"), "/", 3)
+	if len(parts) != 3 || pe.rec == nil {
+		http.NotFound(w, r)
+		return
+	}
+	route, seg, key := parts[0], parts[1], parts[2]
+	hid := id(pe.segs[seg], key)
+	fence, _ := strconv.ParseInt(r.URL.Query().Get("fence"), 10, 64)
+	switch {
+	case pe.segs[seg] == "":
+		pe.rec.saw(Violation{"reconcile", hid, fmt.Sprintf("a lookup for the tenant %q, which is none of the run's", seg)})
+	case routeOfKey(key) != route:
+		pe.rec.saw(Violation{"reconcile", hid, fmt.Sprintf("the lookup of route %s was asked about a key of route %s", route, routeOfKey(key))})
+	case r.Header.Get("Idempotency-Key") != key || r.Header.Get("Idempotency-Fence") != strconv.FormatInt(fence, 10):
+		pe.rec.saw(Violation{"reconcile", hid, fmt.Sprintf("the lookup's Idempotency-Key %q and Idempotency-Fence %q are not its URL's %q and %d",
+			r.Header.Get("Idempotency-Key"), r.Header.Get("Idempotency-Fence"), key, fence)})
+	}
+	w.Header().Set("Idempotency-Key", key)
+	e, done := pe.ledger.LookupEffect(hid, fence)
+	if !done {
+		pe.did("lookup not executed")
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
+	pe.did("lookup completed")
+	tenant, _ := u.tenants.Load(hid)
+	ten, _ := tenant.(string)
+	w.Header().Set("Idempotency-Fence", strconv.FormatInt(e.Fence, 10))
+	w.Header().Set("Idempotency-Tenant", ten)
+	w.Header().Set("Idempotency-Original-Status", "200")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, e.Value)
+}
+
 // request is one client request.
 type request struct {
 	tenant, key, route, path, method string
-	keyed, slow, twice               bool
-	status                           int // the upstream's answer asked for: 0 for 200 with an effect
+	hdrKey                           string // the Idempotency-Key header as sent ("": none)
+	hdrTwice                         bool   // the header sent twice
+	bodyKey                          bool   // the key in the body's request_id
+	bodyOther                        string // another key in the body than the header's ("": none)
+	host                             string // the Host header ("": the gateway's address)
+	hosted                           bool   // host is a spelling of payments' host
+	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
+	slow, twice                      bool
+	slowBefore                       bool // slow before the effect, not after
+	status                           int  // the upstream's answer asked for: 0 for 200 with an effect
 	note                             string
 	amount                           int
 	g                                *gatewayProc
 }
 
-// send sends q and records what it got: a 200 of a keyed request is a
-// result given; a replay of a status its route does not store, or a
-// tenant sent twice that was not refused, is a breach. It reports
-// whether the client should back off (503, or no answer).
+// keyForms are the spellings of a valid key in the Idempotency-Key
+// header, all of them the same key (idemhttp.KeyFromHeader): bare, as an
+// RFC 9651 string, with spaces and tabs around either.
+func keyForm(rng *rand.Rand, key string) string {
+	switch rng.IntN(6) {
+	case 0, 1:
+		return `"` + key + `"`
+	case 2:
+		return "  " + key + "\t"
+	case 3:
+		return ` "` + key + `" `
+	}
+	return key
+}
+
+// hostForms are spellings of payments' host that the gateway reads as it
+// (without case, port and trailing dot).
+var hostForms = []string{"api.example.com", "API.EXAMPLE.COM", "Api.Example.Com.", "api.example.com:443", "API.example.com.:8080"}
+
+// errorCode reads the code of a gateway's own error answer in the
+// configured format: problem+json's code, or Stripe's error object's
+// idem_code (docs/problems.md). ok is false when the answer is not in
+// that format.
+func (pe *productEnv) errorCode(resp *http.Response, body []byte) (code string, ok bool) {
+	ct := resp.Header.Get("Content-Type")
+	if pe.cfg.errorFormat == "stripe" {
+		var e struct {
+			Error struct {
+				Type     string
+				IdemCode string `json:"idem_code"`
+			}
+		}
+		if !strings.HasPrefix(ct, "application/json") || json.Unmarshal(body, &e) != nil || e.Error.Type == "" || e.Error.IdemCode == "" {
+			return "", false
+		}
+		return e.Error.IdemCode, true
+	}
+	var p struct{ Code string }
+	if !strings.HasPrefix(ct, "application/problem+json") || json.Unmarshal(body, &p) != nil || p.Code == "" {
+		return "", false
+	}
+	return p.Code, true
+}
+
+// send sends q and records what it got: a 200 of a request every
+// configuration it may have run under protects is a result given; a
+// replay of a status no configuration of the run stores, a refusal not in
+// the configured error format, or one every configuration must make that
+// was not made, is a breach. It reports whether the client should back
+// off (503, or no answer).
 func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
-	body := fmt.Sprintf(`{"amount":%d,"note":%q}`, q.amount, q.note)
-	req, err := http.NewRequestWithContext(ctx, q.method, "http://"+q.g.listen+"/", strings.NewReader(body))
+	doc := map[string]any{"amount": q.amount, "note": q.note}
+	switch {
+	case q.bodyOther != "":
+		doc["request_id"] = q.bodyOther
+	case q.bodyKey:
+		doc["request_id"] = q.key
+	}
+	body, _ := json.Marshal(doc)
+	req, err := http.NewRequestWithContext(ctx, q.method, "http://"+q.g.listen+"/", bytes.NewReader(body))
 	if err != nil {
 		return 0, false
 	}
@@ -470,22 +824,38 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	} else {
 		req.URL.Opaque = q.path
 	}
+	if q.host != "" {
+		req.Host = q.host
+	}
 	req.Header.Set("Content-Type", "application/json")
-	if q.keyed {
-		req.Header.Set("Idempotency-Key", q.key)
+	if q.hdrKey != "" {
+		req.Header["Idempotency-Key"] = []string{q.hdrKey}
+		if q.hdrTwice {
+			req.Header.Add("Idempotency-Key", q.hdrKey)
+		}
 	}
 	pe.setTenant(req.Header, q.tenant)
 	if q.twice {
 		req.Header.Add("X-Tenant-ID", q.tenant+"x")
 	}
 	hid := id(q.tenant, q.key)
+	began := pe.epoch.Load()
 	req.Header.Set("X-Check-Key", hid)
 	req.Header.Set("X-Check-Route", q.route)
-	if q.keyed {
-		req.Header.Set("X-Check-Keyed", "1")
+	req.Header.Set("X-Check-Epoch", strconv.Itoa(int(began)))
+	for h, on := range map[string]bool{"X-Check-Hosted": q.hosted, "X-Check-Body-Key": q.bodyKey, "X-Check-Slow": q.slow && !q.slowBefore} {
+		if on {
+			req.Header.Set(h, "1")
+		}
 	}
-	if q.slow {
-		req.Header.Set("X-Check-Slow", "1")
+	if q.hdrKey != "" {
+		req.Header.Set("X-Check-Header-Key", q.hdrKey)
+	}
+	if q.slowBefore {
+		req.Header.Set("X-Check-Slow", "before")
+	}
+	if q.bad != "" {
+		req.Header.Set("X-Check-Bad", q.bad)
 	}
 	if q.status != 0 {
 		req.Header.Set("X-Check-Status", strconv.Itoa(q.status))
@@ -501,19 +871,45 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if err != nil {
 		return 0, true
 	}
+	cfgs := pe.configs(began, pe.epoch.Load())
 	replayed := resp.Header.Get("Idempotent-Replayed") == "true"
-	rt := pe.cfg.route(q.route)
+	var code string
+	if own := resp.Header.Get("X-Check-Upstream") == "" && !replayed; own && resp.StatusCode >= 400 {
+		var ok bool
+		if code, ok = pe.errorCode(resp, got); !ok {
+			pe.rec.saw(Violation{"error-format", hid, fmt.Sprintf("the gateway's %d (%s) is not in the %s format: %.120s",
+				resp.StatusCode, resp.Header.Get("Content-Type"), pe.cfg.errorFormat, got)})
+		}
+		pe.did(pe.cfg.errorFormat + " " + code)
+	}
+	stored := func() bool {
+		for _, c := range pe.configs(0, pe.epoch.Load()) {
+			if c.route(q.route).disposition(resp.StatusCode, c.errorFormat) == "store" {
+				return true
+			}
+		}
+		return false
+	}
 	switch {
-	case q.twice && resp.StatusCode != http.StatusBadRequest:
+	case q.bad != "":
+		if resp.StatusCode != http.StatusBadRequest || code != q.bad {
+			pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s (key header %q, twice %t, body key %q) got %d %s, not 400 %s (%.80s)",
+				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, resp.StatusCode, code, q.bad, got)})
+		}
+		pe.did("refused " + q.bad)
+	case code == "key_invalid" && (q.hdrKey != "" || q.bodyKey):
+		pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s with a valid key (header %q, in the body %t) got 400 key_invalid (%.120s)", q.method, q.path, q.hdrKey, q.bodyKey, got)})
+	case q.twice && all(cfgs, &q, protects) && resp.StatusCode != http.StatusBadRequest: // the tenant is read for a protected request
 		pe.rec.saw(Violation{"tenant", hid, fmt.Sprintf("a request with X-Tenant-ID sent twice got %d, not 400 (%.80s)", resp.StatusCode, got)})
-	case !q.keyed && !rt.passThrough && pe.cfg.requires(rt) && resp.StatusCode != http.StatusBadRequest:
-		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s without a key got %d, not 400; route %s requires one", q.method, q.path, resp.StatusCode, q.route)})
-	case !q.keyed && !rt.passThrough && !pe.cfg.requires(rt) && bytes.Contains(got, []byte(`"key_required"`)):
-		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s without a key got 400 key_required; route %s does not require one", q.method, q.path, q.route)})
-	case !q.keyed || rt.passThrough:
-	case replayed && rt.disposition(resp.StatusCode) != "store":
+	case all(cfgs, &q, refuses) && resp.StatusCode != http.StatusBadRequest:
+		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s without a key the gateway reads got %d, not 400; route %s requires one", q.method, q.path, resp.StatusCode, q.route)})
+	case code == "key_required" && !slices.ContainsFunc(cfgs, func(c *productConfig) bool { return c.judge(&q) == refuses }):
+		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s got 400 key_required; route %s does not require one (or reads its key)", q.method, q.path, q.route)})
+	case !all(cfgs, &q, protects):
+	case replayed && !stored():
+		rt := pe.cfg.route(q.route)
 		pe.rec.saw(Violation{"status", hid, fmt.Sprintf("a replay of status %d, which route %s's policy does not store (%s) (%.80s)",
-			resp.StatusCode, q.route, rt.disposition(resp.StatusCode), got)})
+			resp.StatusCode, q.route, rt.disposition(resp.StatusCode, pe.cfg.errorFormat), got)})
 	case resp.StatusCode == http.StatusOK:
 		pe.rec.give(Given{Key: hid, Body: string(got), Replay: replayed, Call: call, Return: pe.rec.Now()})
 	}
@@ -552,6 +948,12 @@ func (pe *productEnv) tenantSegment(tenant string) string {
 	return httpwire.SumTenant(b)
 }
 
+// anyRoute says whether a configuration of the run has a route named name
+// with what f says.
+func (pe *productEnv) anyRoute(name string, f func(rt *productRoute) bool) bool {
+	return slices.ContainsFunc(pe.configs(0, 2), func(c *productConfig) bool { return f(c.route(name)) })
+}
+
 // draw draws one request of the workload.
 func (pe *productEnv) draw(rng *rand.Rand) request {
 	// Keys of o and p are sent as the API spells them (now and then
@@ -560,11 +962,22 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 	ns := []string{"o", "p", "q"}[rng.IntN(3)]
 	keys := pe.keys[ns]
 	k := rng.IntN(len(keys))
-	q := request{tenant: pe.tenants[rng.IntN(len(pe.tenants))], key: keys[k], method: http.MethodPost, keyed: true,
+	q := request{tenant: pe.tenants[rng.IntN(len(pe.tenants))], key: keys[k], method: http.MethodPost,
 		amount: 1 + k%3, note: "n" + strconv.Itoa(k), g: pe.gs[rng.IntN(len(pe.gs))]}
+	q.hdrKey = keyForm(rng, q.key)
 	q.route, q.path = "orders", "/v1/orders"
 	if ns == "p" {
 		q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(q.key)
+		if pe.anyRoute("payments", func(rt *productRoute) bool { return rt.host != "" }) {
+			q.host, q.hosted = hostForms[rng.IntN(len(hostForms))], true
+		}
+	} else if k%2 == 0 && pe.anyRoute("orders", func(rt *productRoute) bool { return rt.keyFrom != "" }) {
+		// Half the keys of orders are in the body, always (the body
+		// counts in the fingerprint), the header sent with it or not.
+		q.bodyKey = true
+		if rng.IntN(2) == 0 {
+			q.hdrKey = ""
+		}
 	}
 	if ns == "q" || rng.IntN(10) == 0 {
 		sp := spellings(q.path)
@@ -578,20 +991,59 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 	case r < 9:
 		q.status = 500
 	case r < 11:
-		q.slow = true
-	case r < 12:
+		q.status = 400 // stored, or released under the Stripe format
+	case r < 13:
+		q.slow, q.slowBefore = true, rng.IntN(2) == 0
+	case r < 14:
 		q.amount++ // the key reused for another request
-	case r < 17:
+	case r < 19:
 		q.note = "n" + strconv.Itoa(rng.IntN(1000)) // another note: the same request where the fingerprint ignores it
 	}
 	return q
 }
 
-// run is the workload of one run.
+// drawBad draws a request every configuration of the run refuses with
+// 400 before any key is taken: a method not in upper case, a key that is
+// not one (quoted with a space at an end, a bare comma, the header twice),
+// or a body key that is not the header's where every configuration reads
+// orders' key from the body.
+func (pe *productEnv) drawBad(rng *rand.Rand) request {
+	q := pe.draw(rng)
+	q.route, q.path, q.host, q.hosted, q.bodyKey, q.status, q.slow = "orders", "/v1/orders", "", false, false, 0, false
+	q.hdrKey, q.bad = q.key, "key_invalid"
+	switch rng.IntN(5) {
+	case 0:
+		q.method, q.bad = []string{"post", "Post"}[rng.IntN(2)], "ambiguous_request"
+	case 1:
+		q.hdrKey = `" ` + q.key + `"`
+	case 2:
+		q.hdrKey = q.key + ",x"
+	case 3:
+		q.hdrTwice = true
+	default:
+		if slices.ContainsFunc(pe.configs(0, 2), func(c *productConfig) bool { return c.route("orders").keyFrom == "" }) {
+			q.hdrTwice = true
+			break
+		}
+		q.bodyOther = q.key + "-other"
+	}
+	return q
+}
+
+// run is the workload of one run. Once the clients have taken reloadAt
+// steps, one of them reloads the gateways (SIGHUP) to pe.next.
 func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Ledger) {
 	pe.rec, pe.ledger = rec, l
 	defer pe.hc.CloseIdleConnections()
+	total := int64(w.Clients * w.Steps)
+	pe.reloadAt = total/3 + int64(rand.New(rand.NewPCG(pe.seed, 80)).IntN(int(total/3)+1))
 	clientLoop(ctx, w, pe.seed, func(ctx context.Context, rng *rand.Rand) bool {
+		if pe.next != nil && w.done.Load() >= pe.reloadAt && pe.reloading.CompareAndSwap(false, true) {
+			if err := pe.reload(ctx); err != nil {
+				pe.reloadErr = err
+			}
+			return false
+		}
 		switch r := rng.IntN(100); {
 		case r < 4:
 			pe.operate(ctx, rng)
@@ -603,15 +1055,18 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			return back
 		case r < 9:
 			q := pe.draw(rng)
-			q.keyed = false
+			q.hdrKey, q.bodyKey = "", false
 			_, back := pe.send(ctx, q)
 			return back
 		case r < 11:
 			q := pe.draw(rng)
-			q.route, q.path = "search", []string{"/v1/search", "/V1/Search/"}[rng.IntN(2)]
+			q.route, q.path, q.host, q.hosted = "search", []string{"/v1/search", "/V1/Search/"}[rng.IntN(2)], "", false
 			_, back := pe.send(ctx, q)
 			return back
-		case r < 20:
+		case r < 14:
+			_, back := pe.send(ctx, pe.drawBad(rng))
+			return back
+		case r < 23:
 			// Concurrent requests under one key with different bodies,
 			// to both gateways: one runs, the others wait, replay, or
 			// are refused; none gets another's bytes.
@@ -628,9 +1083,151 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			wg.Wait()
 			return false
 		}
-		_, back := pe.send(ctx, pe.draw(rng))
+		q := pe.draw(rng)
+		_, back := pe.send(ctx, q)
+		if q.status == 400 || q.status == 401 {
+			// The client corrects the request and sends it again under
+			// the same key, as a client does after a refusal: where the
+			// policy releases the status it runs, where it stores it the
+			// status is replayed.
+			q.status = 0
+			_, back = pe.send(ctx, q)
+		}
 		return back
 	})
+}
+
+// signal sends sig to g's process when it runs.
+func (g *gatewayProc) signal(sig os.Signal) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil {
+		return false
+	}
+	select {
+	case <-g.done:
+		return false
+	default:
+	}
+	return g.cmd.Process.Signal(sig) == nil
+}
+
+// reloads is g's idem_config_reloads_total{result} (-1 when its admin
+// API does not answer).
+func (pe *productEnv) reloads(ctx context.Context, g *gatewayProc, result string) int {
+	status, b, err := pe.admin(ctx, g, http.MethodGet, "/metrics", nil, true, "")
+	if err != nil || status != http.StatusOK {
+		return -1
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, `idem_config_reloads_total{result="`+result+`"} `); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return -1
+}
+
+// runningConfig is g's GET /v1/config ("" when it does not answer).
+func (pe *productEnv) runningConfig(ctx context.Context, g *gatewayProc) string {
+	status, b, err := pe.admin(ctx, g, http.MethodGet, "/v1/config", nil, true, "")
+	if err != nil || status != http.StatusOK {
+		return ""
+	}
+	return string(b)
+}
+
+// reload reloads both gateways by SIGHUP: first, in some runs, to a file
+// they must refuse (each must count a failed reload and keep serving the
+// configuration it had: GET /v1/config unchanged), then to pe.next,
+// confirmed on each by GET /v1/config (its retention is next's). From
+// before the file is written until then, a request may run under either
+// configuration (epoch 1).
+func (pe *productEnv) reload(ctx context.Context) error {
+	if pe.invalid != "" {
+		if err := pe.reloadInvalid(ctx); err != nil {
+			return err
+		}
+	}
+	pe.epoch.Store(1)
+	if err := os.WriteFile(pe.file, []byte(pe.next.file()), 0o644); err != nil {
+		return err
+	}
+	retention := func(doc string) string {
+		var c struct {
+			Settings struct{ Retention struct{ Value string } }
+		}
+		_ = json.Unmarshal([]byte(doc), &c)
+		return c.Settings.Retention.Value
+	}
+	for _, g := range pe.gs {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			// Under the file lock, so that no gateway restarts between
+			// the look and the signal: a SIGHUP before its handler is
+			// installed would end the process. One whose admin API
+			// answers has it.
+			pe.fileMu.Lock()
+			doc := pe.runningConfig(ctx, g)
+			if doc != "" && retention(doc) != pe.next.retention.String() {
+				g.signal(syscall.SIGHUP) // again: a gateway restarted meanwhile on the old file is on the new one; one still reloading ignores it
+			}
+			pe.fileMu.Unlock()
+			if retention(doc) == pe.next.retention.String() {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s did not apply a valid configuration within 20s of SIGHUP (GET /v1/config: %.200s)",
+					g.listen, doc)})
+				return nil
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+	pe.epoch.Store(2)
+	pe.did("reload applied")
+	return nil
+}
+
+// reloadInvalid writes the broken file, sends SIGHUP, and checks that
+// every running gateway refused it and still runs what it ran; then puts
+// the file back.
+func (pe *productEnv) reloadInvalid(ctx context.Context) error {
+	pe.fileMu.Lock()
+	defer pe.fileMu.Unlock()
+	type before struct {
+		failures, successes int
+		config              string
+	}
+	was := map[*gatewayProc]before{}
+	for _, g := range pe.gs {
+		if b := (before{pe.reloads(ctx, g, "failure"), pe.reloads(ctx, g, "success"), pe.runningConfig(ctx, g)}); b.failures >= 0 && b.config != "" {
+			was[g] = b
+		}
+	}
+	if err := os.WriteFile(pe.file, []byte(pe.cfg.invalidFile(pe.invalid)), 0o644); err != nil {
+		return err
+	}
+	for g, b := range was {
+		if !g.signal(syscall.SIGHUP) {
+			continue
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for pe.reloads(ctx, g, "failure") <= b.failures && pe.reloads(ctx, g, "success") <= b.successes {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("gateway %s counted no reload within 10s of SIGHUP", g.listen)
+			}
+			sleep(ctx, 20*time.Millisecond)
+		}
+		if pe.reloads(ctx, g, "success") > b.successes {
+			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s applied a configuration it must refuse (%s)", g.listen, pe.invalid)})
+		}
+		if now := pe.runningConfig(ctx, g); now != b.config {
+			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s runs another configuration after a refused reload (%s): %.200s", g.listen, pe.invalid, now)})
+		}
+		pe.did("reload refused " + pe.invalid)
+	}
+	return os.WriteFile(pe.file, []byte(pe.cfg.file()), 0o644)
 }
 
 // admin sends an admin API call; auth says whether it carries the token
@@ -672,7 +1269,7 @@ func (pe *productEnv) operate(ctx context.Context, rng *rand.Rand) {
 	tenant, key := pe.tenants[rng.IntN(len(pe.tenants))], pe.keys[ns][rng.IntN(len(pe.keys[ns]))]
 	g := pe.gs[rng.IntN(len(pe.gs))]
 	hid := id(tenant, key)
-	path := "/v1/keys/" + pe.tenantSegment(tenant) + "/" + key
+	path := "/v1/keys/" + pe.tenantSegment(tenant) + "/" + url.PathEscape(key)
 	auth, origin := true, ""
 	switch rng.IntN(4) {
 	case 0:
@@ -760,12 +1357,16 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 	var seen []Violation
 	tenant := pe.tenants[0]
 	zs := pe.keys["z"]
-	orders := pe.cfg.route("orders")
+	if pe.reloadErr != nil {
+		return nil, pe.reloadErr
+	}
+	fc := pe.final()
+	orders := fc.route("orders")
 	send := func(i int, g *gatewayProc, slow bool) {
-		pe.send(ctx, request{tenant: tenant, key: zs[i], route: "orders", path: "/v1/orders", method: http.MethodPost, keyed: true,
+		pe.send(ctx, request{tenant: tenant, key: zs[i], route: "orders", path: "/v1/orders", method: http.MethodPost, hdrKey: zs[i],
 			slow: slow, amount: 1, note: "z" + strconv.Itoa(i), g: g})
 	}
-	ret := pe.cfg.retention
+	ret := fc.retention
 	if orders.retention != 0 {
 		ret = orders.retention
 	}
@@ -807,7 +1408,7 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 	if err := waitReady(ctx, pe.gs[0]); err != nil {
 		return nil, err
 	}
-	lease := max(pe.cfg.lease, orders.lease)
+	lease := max(fc.lease, orders.lease)
 	sleep(ctx, lease+300*time.Millisecond)
 	for i := range 2 { // a retry takes over an abandoned key: UNKNOWN
 		send(i, pe.gs[1], false)
@@ -886,7 +1487,7 @@ func (pe *productEnv) checkListed(ctx context.Context) ([]Violation, error) {
 
 // state is a key's state as the admin API reports it ("" when absent).
 func (pe *productEnv) state(ctx context.Context, g *gatewayProc, seg, key string) string {
-	status, b, err := pe.admin(ctx, g, http.MethodGet, "/v1/keys/"+seg+"/"+key, nil, true, "")
+	status, b, err := pe.admin(ctx, g, http.MethodGet, "/v1/keys/"+seg+"/"+url.PathEscape(key), nil, true, "")
 	if err != nil || status != http.StatusOK {
 		return ""
 	}
