@@ -103,7 +103,10 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention, keyRetenti
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: keyRetention}
+	// The key is remembered at least as long as its UNKNOWN record would
+	// have lived: that life was set under the configuration its request
+	// ran with, which a sweep's (the engine's) may no longer be.
+	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: max(keyRetention, r.rec.TTL)}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
