@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/store"
@@ -72,6 +73,32 @@ func TestReconcileNowWithoutLookup(t *testing.T) {
 		}
 		if got, err := e.Get(context.Background(), rec.ID); err != nil || got.State != idem.StateUnknown {
 			t.Fatalf("the key after = %+v, %v; want it still UNKNOWN", got, err)
+		}
+	})
+}
+
+// A key that a request marked UNKNOWN under its own, longer key
+// retention, and that the engine's sweep then reconciles as completed, is
+// remembered for that key retention, not the engine's: else it would run
+// again once the response's retention ended (a gateway's reload raises a
+// route's key retention; its engine keeps the one it started with).
+func TestReconciliationKeepsTheKeyForItsRequestsKeyRetention(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond,
+			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("charged")}}, nil
+			}})
+		req := idem.Request{Key: "reloaded", Fingerprint: "fp", KeyRetention: time.Hour}
+		a := begin(t, e, req)
+		if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
+			t.Fatal(err)
+		}
+		if stats, err := e.ReconcileAll(context.Background()); err != nil || stats.Completed != 1 {
+			t.Fatalf("ReconcileAll = %+v, %v; want one key completed", stats, err)
+		}
+		time.Sleep(300 * time.Millisecond) // past the response's retention (in the bubble, its clock)
+		if r := begin(t, e, req); r.Outcome != idem.Expired {
+			t.Fatalf("after the response's retention = %v %+v; want Expired: the key's retention is an hour", r.Outcome, r.Record)
 		}
 	})
 }
