@@ -19,11 +19,14 @@ const DefaultStoreTimeout = 2 * time.Second
 
 // callContext is context.WithDeadline(parent, deadline) for store calls,
 // whose timer is made only when the store asks for Done. A store that
-// only reads the deadline (go-redis sets it on the socket) or Err (the
-// memory store) then costs the call no timer; one that selects on Done
-// (pgx, rueidis, the coalescer) gets a context.WithDeadline child, which
-// Value reveals, so that context.AfterFunc on this context needs no
-// goroutine.
+// only reads the deadline or Err (the memory store) then costs the call
+// no timer; one that selects on Done (pgx, rueidis, the coalescer, and
+// go-redis v9.23, whose pool polls Done before it takes a connection)
+// gets a context.WithDeadline child, which Value reveals, so that
+// context.AfterFunc on this context needs no goroutine. The child costs
+// about 1.1 µs and 6 allocations per call (a Done poll against none,
+// measured in issue 35): a poll cannot be told from a wait, so the timer
+// that bounds a wait is made for both.
 type callContext struct {
 	context.Context // the caller's
 

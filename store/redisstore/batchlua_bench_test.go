@@ -228,7 +228,7 @@ func BenchmarkLuaPieces(b *testing.B) {
 		{"clock", `clock()`},
 		{"unpack-tables", `local x, y = {unpack(KEYS, 1, 2)}, {unpack(ARGV, 1, 7)}`},
 		{"pcall", `pcall(f)`},
-		{"pack_p", `pack_p('1712345678123456', ARGV[1], ARGV[2], 1712345678123, 1712345708123, 1712432078123)`},
+		{"pack_p", `pack_p('1712345678123456', ARGV[1], ARGV[2], 1712345678123, 1712345708123, 1712432078123, '')`},
 		{"decode_p", `decode(P)`},
 		{"pack_c", `pack_c(R, 1712432078123, 1712345678200, 201, ARGV[5], ARGV[6])`},
 		{"fence-digits", `local t = {'1712345678', '123456'}; local us = string.format('%06d', tonumber(t[2])); local f = t[1] .. us`},
@@ -239,7 +239,7 @@ func BenchmarkLuaPieces(b *testing.B) {
 		b.Run("piece/"+p.name, func(b *testing.B) {
 			sc := redis.NewScript(recordLua + `
 local function f() end
-local P = pack_p('1712345678123456', 'owner', 'fp', 1712345678123, 1712345708123, 1712432078123)
+local P = pack_p('1712345678123456', 'owner', 'fp', 1712345678123, 1712345708123, 1712432078123, '')
 local R = decode(P)
 for i = 1, 1000 do
 ` + p.body + `
