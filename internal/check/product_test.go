@@ -69,6 +69,7 @@ type productConfig struct {
 	methods                 string // the top level's: never POST, so a POST no route takes passes through unprotected
 	requireKey              bool   // the file's require-key
 	envRequireKey           string // IDEM_REQUIRE_KEY ("": unset), the file's opposite: it wins over the file
+	flagRequireKey          string // --require-key on the command line ("": not given): it wins over the variable and the file
 	retention, keyRetention time.Duration
 	adminToken              string // "" : none (the admin API is on loopback)
 	lease                   time.Duration
@@ -87,6 +88,15 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 		retention: time.Duration(1+rng.IntN(2)) * time.Second, lease: productLease}
 	if rng.IntN(4) > 0 {
 		c.envRequireKey = strconv.FormatBool(!c.requireKey)
+	}
+	// The flag is drawn apart, so that the other draws of a seed stay
+	// what they were before it existed (the seeds in docs/product-check.md).
+	// Given, it says the opposite of the variable where there is one.
+	if flags := rand.New(rand.NewPCG(seed, 78)); flags.IntN(2) == 0 {
+		c.flagRequireKey = strconv.FormatBool(flags.IntN(2) == 0)
+		if c.envRequireKey != "" {
+			c.flagRequireKey = strconv.FormatBool(c.envRequireKey != "true")
+		}
 	}
 	if rng.IntN(10) > 0 {
 		c.keyRetention = c.retention + 4*time.Second
@@ -148,7 +158,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 // shows the reload.
 func (c *productConfig) drawReload(seed uint64) *productConfig {
 	n := drawProductConfig(seed^0x9e3779b97f4a7c15, c.storeURL, c.upstream)
-	n.tenantFrom, n.adminToken, n.envRequireKey = c.tenantFrom, c.adminToken, c.envRequireKey
+	n.tenantFrom, n.adminToken, n.envRequireKey, n.flagRequireKey = c.tenantFrom, c.adminToken, c.envRequireKey, c.flagRequireKey
 	n.takeover, n.envTakeover, n.errorFormat = c.takeover, c.envTakeover, c.errorFormat
 	n.retention = 3*time.Second - c.retention
 	if n.keyRetention != 0 {
@@ -262,9 +272,18 @@ func (c *productConfig) env() []string {
 	return env
 }
 
+// flags is the command line of the run's gateways past --listen,
+// --admin and --config.
+func (c *productConfig) flags() []string {
+	if c.flagRequireKey != "" {
+		return []string{"--require-key=" + c.flagRequireKey}
+	}
+	return nil
+}
+
 func (c *productConfig) text() string {
-	return fmt.Sprintf("# environment: %s\n# command line: idem serve --listen ADDR --admin ADDR --config FILE\n%s",
-		strings.Join(c.env(), " "), c.file())
+	return fmt.Sprintf("# environment: %s\n# command line: idem serve --listen ADDR --admin ADDR --config FILE %s\n%s",
+		strings.Join(c.env(), " "), strings.Join(c.flags(), " "), c.file())
 }
 
 func (c *productConfig) route(name string) *productRoute {
@@ -277,10 +296,14 @@ func (c *productConfig) route(name string) *productRoute {
 }
 
 // requires says whether rt refuses a request without a key: its own
-// require-key, else the top level's, where IDEM_REQUIRE_KEY wins over the file.
+// require-key, else the top level's: the flag, else IDEM_REQUIRE_KEY,
+// else the file's.
 func (c *productConfig) requires(rt *productRoute) bool {
 	if rt.requireKey != nil {
 		return *rt.requireKey
+	}
+	if c.flagRequireKey != "" {
+		return c.flagRequireKey == "true"
 	}
 	if c.envRequireKey != "" {
 		return c.envRequireKey == "true"
@@ -532,9 +555,13 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 		}
 		text += "# then reloaded (SIGHUP) to:\n" + pe.next.file()
 	}
+	if pe.cfg.flagRequireKey != "" {
+		pe.did("flag require-key")
+	}
 	for _, g := range pe.gs {
 		g.Kill()
 		g.env = pe.cfg.env()
+		g.args = append([]string{"--config", pe.file}, pe.cfg.flags()...)
 		if err := g.start(ctx); err != nil {
 			return text, fmt.Errorf("%w\nthe configuration:\n%s", err, text)
 		}
