@@ -3,8 +3,6 @@ package redisstore
 import (
 	"context"
 	_ "embed"
-	"regexp"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,77 +34,9 @@ var (
 	listLua string
 )
 
-// withRecord puts record.lua's functions that src calls in front of it: a
-// script cannot load another, and EVALSHA takes the SHA of the source as
-// sent. Only those it calls, directly or through another: every function
-// defined is a closure Redis makes on each call, and the 15 of record.lua
-// measured 2-3 µs of the 23-26 µs an acquire or a complete costs in Redis
-// (issue 35). A name that only shows in a comment or a string still takes
-// its function in, which costs a closure and nothing else.
-func withRecord(src string) string {
-	need := make([]bool, len(recordFuncs))
-	text := src
-	for found := true; found; {
-		found = false
-		for i, f := range recordFuncs {
-			if !need[i] && f.called.MatchString(text) {
-				need[i], found = true, true
-				text += f.src
-			}
-		}
-	}
-	var b strings.Builder
-	b.WriteString(recordHead)
-	for i, f := range recordFuncs {
-		if need[i] {
-			b.WriteString(f.src)
-		}
-	}
-	b.WriteString(src)
-	return b.String()
-}
-
-// recordFunc is one function of record.lua, with the comment lines in
-// front of it.
-type recordFunc struct {
-	name   string
-	src    string
-	called *regexp.Regexp // the name as a word
-}
-
-// recordHead is record.lua's comments before its first function, and
-// recordFuncs its functions in their order, which withRecord keeps: a
-// function calls only those defined before it. record.lua holds nothing
-// else: at the start of a line, only comments, a function's first line
-// and its closing end.
-var recordHead, recordFuncs = func() (string, []recordFunc) {
-	var head, pending strings.Builder // pending: the comments since the last function
-	var funcs []recordFunc
-	for line := range strings.Lines(recordLua) {
-		switch {
-		case strings.HasPrefix(line, "--"), strings.TrimSpace(line) == "":
-			pending.WriteString(line)
-		case strings.HasPrefix(line, "local function "):
-			name, _, ok := strings.Cut(strings.TrimPrefix(line, "local function "), "(")
-			if !ok || strings.Contains(name, " ") {
-				panic("redisstore: record.lua: a function line without its name and '(': " + line)
-			}
-			if len(funcs) == 0 {
-				head.WriteString(pending.String())
-				pending.Reset()
-			}
-			funcs = append(funcs, recordFunc{name: name, src: pending.String() + line,
-				called: regexp.MustCompile(`\b` + name + `\b`)})
-			pending.Reset()
-		case len(funcs) > 0 && (strings.HasPrefix(line, " ") || strings.HasPrefix(line, "end")):
-			funcs[len(funcs)-1].src += pending.String() + line
-			pending.Reset()
-		default:
-			panic("redisstore: record.lua: a line outside its functions that is not a comment: " + line)
-		}
-	}
-	return head.String(), funcs
-}()
+// withRecord puts record.lua in front of a script: a script cannot load
+// another, and EVALSHA takes the SHA of the source as sent.
+func withRecord(src string) string { return recordLua + src }
 
 // script is one Lua script, run by EVALSHA with a fallback to EVAL when
 // the server does not know it yet (NOSCRIPT).
