@@ -301,7 +301,7 @@ func NewUpstreamTransport() *http.Transport {
 // high-volume, expected ones (first requests executed, replays, conflicts,
 // requests without a key), at warn level for failures of the store or the
 // lease, at info otherwise. An executed request at info was a line per
-// request by default, which cost idem serve a third of its CPU per
+// request by default, which cost idem serve about a quarter of its CPU per
 // request at 1 client (docs/benchmarks.md); --access-log is the line per
 // request an operator chooses.
 func logOutcome(log *slog.Logger, r *http.Request, o idemhttp.Outcome) {
