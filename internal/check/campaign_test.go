@@ -25,12 +25,16 @@ type config struct {
 	promise string
 	setup   func(t *testing.T) *Env
 	work    Workload
+	// short is the number of runs of a short campaign (0: one): the
+	// product's profiles (productProfiles) need one run each.
+	short int
 }
 
 // campaign says what to run, from the environment:
 //
-//	IDEM_CHECK=short|long   short: one run of each configuration (an expected
-//	                        unsafe one runs until a violation, up to 5 runs);
+//	IDEM_CHECK=short|long   short: one run of each configuration (the
+//	                        product: one per profile; an expected unsafe one
+//	                        runs until a violation, up to 5 runs);
 //	                        long: 50 runs of each
 //	IDEM_CHECK_CONFIGS=a,b  only these configurations
 //	IDEM_CHECK_RUNS=N       N runs of each instead
@@ -93,6 +97,9 @@ func TestCampaign(t *testing.T) {
 func (c campaign) runConfig(t *testing.T, cfg config) {
 	env := cfg.setup(t)
 	runs := c.runs
+	if c.mode == "short" && os.Getenv("IDEM_CHECK_RUNS") == "" {
+		runs = max(runs, cfg.short)
+	}
 	safe := cfg.promise == "safe"
 	hunting := c.expect || cfg.promise == "unsafe" // stop at the first violation
 	if hunting && c.mode == "short" && os.Getenv("IDEM_CHECK_RUNS") == "" {

@@ -46,7 +46,7 @@ func configs() []config {
 		{name: "cluster-acks", promise: "narrowed", setup: clusterEnv(1), work: topoWork},
 		{name: "postgres", promise: "safe", setup: pgEnv, work: work},
 		{name: "gateways", promise: "safe", setup: gatewayEnv, work: work},
-		{name: "product", promise: "safe", setup: productEnvSetup, work: productWork},
+		{name: "product", promise: "safe", setup: productEnvSetup, work: productWork, short: productProfiles},
 		{name: "layered", promise: "safe", setup: layeredEnv, work: work},
 		{name: "redis-nopersist", promise: "unsafe", setup: redisNoPersistEnv, work: work},
 		{name: "sentinel-noacks", promise: "unsafe", setup: sentinelEnv(0), work: topoWork},

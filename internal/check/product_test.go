@@ -149,6 +149,49 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 	return c
 }
 
+// productProfiles is the number of the product check's profiles; a
+// seed's residue picks its run's (seed % productProfiles). Profiles 0 and
+// 1 force, over the draw, settings that between them give each product
+// mutation the knob it needs to show (docs/product-check.md): the Stripe
+// format and problem+json, takeover run from the file and unknown from
+// IDEM_TAKEOVER, the flag over the variable and the variable with no
+// flag, a reload refused for a restart-only change and for a route's
+// lease, a host in payments' pattern, statuses overrides, the key in the
+// body, both reconcile lookups, a key retention, an admin token. Profile 2
+// keeps the free draw. A short campaign runs productProfiles consecutive
+// seeds, one of each, so that no knob is left to a seed's luck.
+const productProfiles = 3
+
+// force sets the knobs of seed's profile over c's draw (and over a
+// reload's, drawn from c: what a reload cannot change is c's already).
+func (c *productConfig) force(seed uint64) {
+	switch seed % productProfiles {
+	case 0:
+		c.errorFormat, c.tenantFrom, c.takeover, c.envTakeover = "stripe", "both", "run", false
+		c.envRequireKey = strconv.FormatBool(!c.requireKey)
+		c.flagRequireKey = strconv.FormatBool(c.requireKey) // the variable's opposite: the flag wins over it
+		c.routes[0].store, c.routes[0].release, c.routes[0].unknown = []string{"409"}, []string{"5xx"}, nil
+		c.routes[1].store = []string{"500"}
+		c.routes[1].host, c.routes[1].pattern = "api.example.com", "POST api.example.com/v1/payments/{id}"
+	case 1:
+		c.errorFormat, c.tenantFrom, c.takeover, c.envTakeover = "problem", "header", "unknown", true
+		c.envRequireKey, c.flagRequireKey = strconv.FormatBool(!c.requireKey), "" // the variable over the file, no flag
+		c.routes[0].store, c.routes[0].release, c.routes[0].unknown = nil, []string{"409"}, []string{"500"}
+	default:
+		return
+	}
+	if c.keyRetention == 0 {
+		c.keyRetention = c.retention + 4*time.Second
+	}
+	if c.adminToken == "" {
+		c.adminToken = fmt.Sprintf("admin-%d", seed)
+	}
+	c.routes[0].keyFrom = "json:/request_id"
+	for i := range 2 {
+		c.routes[i].reconcileURL = fmt.Sprintf("%s/lookup/%s/{tenant}/{key}?fence={fence}", c.upstream, c.routes[i].name)
+	}
+}
+
 // drawReload draws the configuration the run reloads to (SIGHUP): a
 // second draw from the seed, with what a reload cannot change kept
 // (cmd/idem's restartOnly: the store, the tenant's sources, the admin
@@ -158,16 +201,21 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 // shows the reload.
 func (c *productConfig) drawReload(seed uint64) *productConfig {
 	n := drawProductConfig(seed^0x9e3779b97f4a7c15, c.storeURL, c.upstream)
-	n.tenantFrom, n.adminToken, n.envRequireKey, n.flagRequireKey = c.tenantFrom, c.adminToken, c.envRequireKey, c.flagRequireKey
-	n.takeover, n.envTakeover, n.errorFormat = c.takeover, c.envTakeover, c.errorFormat
 	n.retention = 3*time.Second - c.retention
 	if n.keyRetention != 0 {
 		n.keyRetention = n.retention + 4*time.Second
 	}
+	n.keep(c)
+	return n
+}
+
+// keep sets in n, a reload of c, what a reload cannot change: c's.
+func (n *productConfig) keep(c *productConfig) {
+	n.tenantFrom, n.adminToken, n.envRequireKey, n.flagRequireKey = c.tenantFrom, c.adminToken, c.envRequireKey, c.flagRequireKey
+	n.takeover, n.envTakeover, n.errorFormat = c.takeover, c.envTakeover, c.errorFormat
 	for i := range n.routes {
 		n.routes[i].reconcileURL = c.routes[i].reconcileURL
 	}
-	return n
 }
 
 // invalidReloads are the files a reload must refuse, keeping the running
@@ -517,6 +565,7 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	pe.next, pe.invalid, pe.reloadErr = nil, "", nil
 	pe.epoch.Store(0)
 	pe.reloading.Store(false)
+	pe.cfg.force(seed)
 	rng := rand.New(rand.NewPCG(seed, 79))
 	if rng.IntN(5) > 0 {
 		pe.next = pe.cfg.drawReload(seed)
@@ -528,6 +577,16 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 			pe.invalid = kinds[rng.IntN(len(kinds))]
 		}
 	}
+	if p := seed % productProfiles; p < 2 { // a reload, after a file refused for a restart-only change or a route's lease
+		if pe.next == nil {
+			pe.next = pe.cfg.drawReload(seed)
+		}
+		pe.invalid = []string{"store", "lease"}[p]
+	}
+	if pe.next != nil {
+		pe.next.force(seed)
+		pe.next.keep(pe.cfg)
+	}
 	pe.tenants = nil
 	pe.segs = map[string]string{}
 	for i := range 3 {
@@ -536,7 +595,7 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 		pe.segs[pe.tenantSegment(t)] = t
 	}
 	pe.keys = map[string][]string{}
-	for _, ns := range []string{"o", "q", "p", "z"} {
+	for _, ns := range []string{"o", "q", "p", "z", "y", "py"} {
 		for i := range 8 {
 			k := fmt.Sprintf("r%s-%s%d", strconv.FormatUint(seed, 36), ns, i)
 			if ns == "o" && i%2 == 1 {
@@ -580,15 +639,20 @@ func routeOfKey(key string) string {
 	return "orders"
 }
 
+// finalOnly says whether the keys of namespace ns are used only once the
+// run ends on its last configuration (finish): z, and the probes y
+// (orders) and py (payments).
+func finalOnly(ns string) bool { return ns == "z" || ns == "y" || ns == "py" }
+
 // lives is the life of each key: the shortest its route has in the
-// configurations the run ran (a reload may shorten it; the z keys are
-// used only once the run ends on the last).
+// configurations the run ran (a reload may shorten it; the keys of
+// finalOnly namespaces are used only once the run ends on the last).
 func (pe *productEnv) lives() map[string]int64 {
 	out := map[string]int64{}
 	for _, tenant := range pe.tenants {
 		for ns, keys := range pe.keys {
 			cfgs := pe.configs(0, 2)
-			if ns == "z" {
+			if finalOnly(ns) {
 				cfgs = []*productConfig{pe.final()}
 			}
 			for _, k := range keys {
@@ -1388,6 +1452,7 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		return nil, pe.reloadErr
 	}
 	fc := pe.final()
+	pe.probeStatuses(ctx, tenant)
 	orders := fc.route("orders")
 	send := func(i int, g *gatewayProc, slow bool) {
 		pe.send(ctx, request{tenant: tenant, key: zs[i], route: "orders", path: "/v1/orders", method: http.MethodPost, hdrKey: zs[i],
@@ -1446,6 +1511,7 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		return nil, err
 	}
 	seen = append(seen, v...)
+	pe.probeAdmin(ctx, tenant, zs[0]) // listed UNKNOWN, or settled by the takeover or a lookup
 	// Past the response's retention: still UNKNOWN (the invariants
 	// bound its record's life from the first request only).
 	sleep(ctx, time.Until(marked.Add(ret+300*time.Millisecond)))
@@ -1453,6 +1519,67 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 		send(i, pe.gs[1], false)
 	}
 	return seen, nil
+}
+
+// probeStatuses sends, on each protected route, a request the upstream
+// refuses with each status a policy decides on, then the corrected
+// request under the same key, as a client does: where the policy stores
+// the status it is replayed, where it releases the key the request runs,
+// and send holds the replay to the policy. Every run does it, so that a
+// status policy's slip does not wait for the workload to draw the status.
+func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
+	for i, status := range []int{400, 401, 409, 500} {
+		for _, ns := range []string{"y", "py"} {
+			key := pe.keys[ns][i]
+			q := request{tenant: tenant, key: key, route: "orders", path: "/v1/orders", method: http.MethodPost, hdrKey: key,
+				status: status, amount: 1, note: ns, g: pe.gs[i%len(pe.gs)]}
+			if ns == "py" {
+				q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(key)
+				if pe.final().route("payments").host != "" {
+					q.host, q.hosted = "api.example.com", true
+				}
+			}
+			pe.send(ctx, q)
+			q.status = 0
+			pe.send(ctx, q)
+		}
+	}
+}
+
+// probeAdmin tries to change key, which exists, through the admin API
+// from a foreign origin (delete, force-delete, resolve) and, where the
+// configuration has an admin token, without it: each must be refused.
+// Every run does it, so that a missing check does not wait for the
+// workload to draw an unauthorised call on a key that exists.
+func (pe *productEnv) probeAdmin(ctx context.Context, tenant, key string) {
+	g := pe.gs[1]
+	path := "/v1/keys/" + pe.tenantSegment(tenant) + "/" + url.PathEscape(key)
+	status, b, err := pe.admin(ctx, g, http.MethodGet, path, nil, true, "")
+	var view struct{ Fence int64 }
+	if err != nil || status != http.StatusOK || json.Unmarshal(b, &view) != nil {
+		pe.did(fmt.Sprintf("admin probe skipped: GET %d", status))
+		return
+	}
+	type call struct {
+		method, path string
+		body         any
+		auth         bool
+		origin       string
+	}
+	resolve := map[string]any{"fence": view.Fence, "outcome": "not_executed"}
+	calls := []call{{http.MethodDelete, path, nil, true, "http://evil.example"},
+		{http.MethodDelete, path + "?force=true", nil, true, "http://evil.example"},
+		{http.MethodPost, path + "/resolve", resolve, true, "http://evil.example"}}
+	if pe.cfg.adminToken != "" {
+		calls = append(calls, call{http.MethodDelete, path + "?force=true", nil, false, ""}, call{http.MethodPost, path + "/resolve", resolve, false, ""})
+	}
+	for _, c := range calls {
+		status, _, err := pe.admin(ctx, g, c.method, c.path, c.body, c.auth, c.origin)
+		pe.did(fmt.Sprintf("admin probe %d", status))
+		if err == nil && status < 300 {
+			pe.rec.saw(Violation{"admin", id(tenant, key), fmt.Sprintf("%s %s (origin %q, token %t) got %d: it changed the key", c.method, c.path, c.origin, c.auth, status)})
+		}
+	}
 }
 
 // waitReady waits until g's /readyz answers 200 (its store answers).
