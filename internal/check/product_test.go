@@ -1407,6 +1407,21 @@ func (pe *productEnv) operate(ctx context.Context, rng *rand.Rand) {
 	if err != nil || status != http.StatusOK || json.Unmarshal(b, &view) != nil || view.State != "UNKNOWN" && rng.IntN(3) > 0 {
 		return
 	}
+	if view.State == "UNKNOWN" && rng.IntN(3) == 0 {
+		// The operator asks the route's lookup (POST .../reconcile): the
+		// key settles by the ledger's word, which the invariants hold
+		// like a request's reconciliation; without a lookup, 409.
+		if !authorised {
+			status, _, err = pe.admin(ctx, g, http.MethodPost, path+"/reconcile", nil, auth, origin)
+			refused("POST reconcile", status, err)
+			return
+		}
+		status, b, _ = pe.admin(ctx, g, http.MethodPost, path+"/reconcile", nil, true, "")
+		var out struct{ Verdict string }
+		_ = json.Unmarshal(b, &out)
+		pe.did(fmt.Sprintf("admin reconcile %d %s", status, out.Verdict))
+		return
+	}
 	res := map[string]any{"fence": view.Fence, "outcome": "not_executed"}
 	v, done := pe.ledger.Lookup(hid, view.Fence)
 	if done {
@@ -1512,10 +1527,17 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 	}
 	seen = append(seen, v...)
 	pe.probeAdmin(ctx, tenant, zs[0]) // listed UNKNOWN, or settled by the takeover or a lookup
+	// The operator reconciles zs[2], abandoned and not retried (POST
+	// .../reconcile): where its route has a lookup, it settles by the
+	// ledger's word, and the retry below is held to it.
+	status, b, _ := pe.admin(ctx, pe.gs[0], http.MethodPost, "/v1/keys/"+pe.tenantSegment(tenant)+"/"+url.PathEscape(zs[2])+"/reconcile", nil, true, "")
+	var out struct{ Verdict string }
+	_ = json.Unmarshal(b, &out)
+	pe.did(fmt.Sprintf("admin reconcile %d %s", status, out.Verdict))
 	// Past the response's retention: still UNKNOWN (the invariants
 	// bound its record's life from the first request only).
 	sleep(ctx, time.Until(marked.Add(ret+300*time.Millisecond)))
-	for i := range 2 {
+	for i := range 3 {
 		send(i, pe.gs[1], false)
 	}
 	return seen, nil
@@ -1547,7 +1569,7 @@ func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 }
 
 // probeAdmin tries to change key, which exists, through the admin API
-// from a foreign origin (delete, force-delete, resolve) and, where the
+// from a foreign origin (delete, force-delete, resolve, reconcile) and, where the
 // configuration has an admin token, without it: each must be refused.
 // Every run does it, so that a missing check does not wait for the
 // workload to draw an unauthorised call on a key that exists.
@@ -1569,9 +1591,11 @@ func (pe *productEnv) probeAdmin(ctx context.Context, tenant, key string) {
 	resolve := map[string]any{"fence": view.Fence, "outcome": "not_executed"}
 	calls := []call{{http.MethodDelete, path, nil, true, "http://evil.example"},
 		{http.MethodDelete, path + "?force=true", nil, true, "http://evil.example"},
-		{http.MethodPost, path + "/resolve", resolve, true, "http://evil.example"}}
+		{http.MethodPost, path + "/resolve", resolve, true, "http://evil.example"},
+		{http.MethodPost, path + "/reconcile", nil, true, "http://evil.example"}}
 	if pe.cfg.adminToken != "" {
-		calls = append(calls, call{http.MethodDelete, path + "?force=true", nil, false, ""}, call{http.MethodPost, path + "/resolve", resolve, false, ""})
+		calls = append(calls, call{http.MethodDelete, path + "?force=true", nil, false, ""}, call{http.MethodPost, path + "/resolve", resolve, false, ""},
+			call{http.MethodPost, path + "/reconcile", nil, false, ""})
 	}
 	for _, c := range calls {
 		status, _, err := pe.admin(ctx, g, c.method, c.path, c.body, c.auth, c.origin)
