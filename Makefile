@@ -50,7 +50,7 @@ image: ## the OCI image of idem in idem-oci/ (an OCI layout), built without a co
 
 screenshots: ## the console's screenshots in docs/console, taken by its browser test in headless Chromium
 	cd internal/console/browsertest && IDEM_SCREENSHOTS=1 go test -count=1 ./...
-check-short: ## the check campaign, short: one run of every store configuration under its nemeses (about 2 min; non-zero on a violation)
+check-short: ## the check campaign, short: one run of every store configuration under its nemeses, and of each of the product check's three profiles (about 3 min; non-zero on a violation)
 	scripts/check.sh short
 
 check: ## the check campaign, long: 50 runs of every store configuration (about an hour); figures in check-out/summary.txt
