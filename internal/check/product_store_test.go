@@ -43,8 +43,9 @@ import (
 const productRedisPassword = "chk-s3cret-7f3a9e"
 
 // storeKinds are the forms a run draws from: Redis alone in six runs of
-// eight, since several product mutations are in its scripts. Half the
-// runs on redis:// (alone or layered) name the Redis with a password.
+// eight, since several product mutations are in its scripts. Two in three
+// runs on a single Redis (redis://, unix://, layered) name the one with a
+// password.
 var storeKinds = []string{"redis", "redis", "redis", "unix", "sentinel", "cluster", "postgres", "layered"}
 
 // storeForm is the store of one run.
@@ -63,7 +64,8 @@ type productStores struct {
 	redis    *redisproc.Server // on TCP behind rp, and on the Unix socket sock
 	rp       *faultproxy.Proxy
 	sock     string
-	auth     *redisproc.Server // with --requirepass productRedisPassword, behind ap
+	auth     *redisproc.Server // with --requirepass productRedisPassword, behind ap, and on the Unix socket authSock
+	authSock string
 	ap       *faultproxy.Proxy
 	pg       *pgx.ConnConfig   // the harness's PostgreSQL
 	pgp      *faultproxy.Proxy // in front of it
@@ -82,11 +84,12 @@ func newProductStores(t *testing.T) *productStores {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	ps := &productStores{t: t, sock: filepath.Join(dir, "redis.sock"), tag: strings.ToLower(rand.Text()[:6])}
+	ps := &productStores{t: t, sock: filepath.Join(dir, "redis.sock"), authSock: filepath.Join(dir, "auth.sock"), tag: strings.ToLower(rand.Text()[:6])}
 	ps.redis, ps.rp = privateRedis(t, "redis", "--appendonly", "yes", "--appendfsync", "always",
 		"--unixsocket", ps.sock, "--unixsocketperm", "700")
 	auth, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis-auth"), Password: productRedisPassword,
-		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--requirepass", productRedisPassword}})
+		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--requirepass", productRedisPassword,
+			"--unixsocket", ps.authSock, "--unixsocketperm", "700"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +135,9 @@ func (ps *productStores) draw(seed uint64) *storeForm {
 	rng := randv2.New(randv2.NewPCG(seed, 81))
 	f := &storeForm{kind: storeKinds[rng.IntN(len(storeKinds))]}
 	db := strconv.Itoa(rng.IntN(16))
-	redisTCP, redis, proxy := "redis://"+ps.rp.Addr(), ps.redis, ps.rp
-	if (f.kind == "redis" || f.kind == "layered") && rng.IntN(2) == 0 {
-		redisTCP, redis, proxy = "redis://:"+productRedisPassword+"@"+ps.ap.Addr(), ps.auth, ps.ap
+	redisTCP, unix, redis, proxy := "redis://"+ps.rp.Addr(), "unix://"+ps.sock, ps.redis, ps.rp
+	if (f.kind == "redis" || f.kind == "unix" || f.kind == "layered") && rng.IntN(3) > 0 {
+		redisTCP, unix, redis, proxy = "redis://:"+productRedisPassword+"@"+ps.ap.Addr(), "unix://:"+productRedisPassword+"@"+ps.authSock, ps.auth, ps.ap
 		f.kind, f.password = f.kind+"+password", productRedisPassword
 	}
 	var opts []string // a Redis form's options
@@ -165,7 +168,7 @@ func (ps *productStores) draw(seed uint64) *storeForm {
 	case "redis":
 		f.url, f.redis, f.proxies = redisTCP+"/"+db+query(strings.Join(opts, "&")), []*redisproc.Server{redis}, []*faultproxy.Proxy{proxy}
 	case "unix": // no proxy: only SIGSTOP
-		f.url, f.redis = "unix://"+ps.sock+"?"+strings.Join(append([]string{"db=" + db}, opts...), "&"), []*redisproc.Server{ps.redis}
+		f.url, f.redis = unix+"?"+strings.Join(append([]string{"db=" + db}, opts...), "&"), []*redisproc.Server{redis}
 	case "sentinel": // a primary without replicas under one Sentinel: a pause fails nothing over
 		if ps.sentinel == nil {
 			ps.sentinel = redistopo.StartSentinel(ps.t, 0, 1)
