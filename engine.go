@@ -298,10 +298,18 @@ func (e *Engine) beginAs(ctx context.Context, p store.AcquireParams, keyRetentio
 	start := time.Now()    // the local deadline counts from before the store saw the request
 	cctx := e.callCtx(ctx) // one store timeout for both tries
 	res, err := e.acquire(cctx, p)
-	if err != nil && cctx.Err() == nil {
+	if lost := err; err != nil && cctx.Err() == nil {
 		// The acquire may have taken the key before its reply was lost:
 		// ask once more as the same owner, who then finds its own record.
 		res, err = e.acquire(cctx, p)
+		if err == nil && p.TakeOver && !res.Acquired && res.Record.State == StateProcessing && res.Record.Owner == p.Owner {
+			// The first try took the key, and may have taken over an
+			// ended attempt whose fence only its lost reply carried:
+			// run without it, the work could run a second time. Settle
+			// it as an orphaned takeover (UNKNOWN), as when no try is
+			// answered.
+			err = fmt.Errorf("the reply of an acquire that may have taken over an ended attempt was lost: %w", lost)
+		}
 	}
 	timedOut := cctx.timedOut()
 	cctx.end()

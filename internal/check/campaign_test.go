@@ -137,6 +137,11 @@ func (c campaign) runConfig(t *testing.T, cfg config) {
 		if err := v.Write(dir, cfg.name, seed, h); err != nil {
 			t.Errorf("writing %s: %v", dir, err)
 		}
+		if env.Keep != nil {
+			if err := env.Keep(dir); err != nil {
+				t.Errorf("writing %s: %v", dir, err)
+			}
+		}
 		if h.Config != "" {
 			t.Logf("  the run's configuration (also in %s/config.txt):\n%s", dir, h.Config)
 		}

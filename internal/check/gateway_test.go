@@ -27,7 +27,8 @@ import (
 type gatewayProc struct {
 	bin, listen, admin string
 	args               []string
-	env                []string // IDEM_ variables of its own
+	env                []string  // IDEM_ variables of its own
+	log                io.Writer // when set, gets the process's stderr too (its log), across restarts
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -52,6 +53,9 @@ func (g *gatewayProc) start(ctx context.Context) error {
 	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "IDEM_") }), g.env...)
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	if g.log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, g.log)
+	}
 	if err := cmd.Start(); err != nil {
 		return err
 	}

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idem/internal/faultproxy"
 	"github.com/idemkit/idem/internal/httpwire"
 )
 
@@ -244,7 +243,7 @@ func (c *productConfig) invalidFile(kind string) string {
 // file is the config file of c.
 func (c *productConfig) file() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "store: %s\nupstream: %s\nlog-level: error\nstore-timeout: 1s\n", c.storeURL, c.upstream)
+	fmt.Fprintf(&b, "store: %s\nupstream: %s\nlog-level: debug\nstore-timeout: 1s\n", c.storeURL, c.upstream)
 	fmt.Fprintf(&b, "lease: %v\nupstream-timeout: %v\nmethods: %s\nrequire-key: %t\n", c.lease, c.lease, c.methods, c.requireKey)
 	fmt.Fprintf(&b, "retention: %v\nkey-retention: %v\nerror-format: %s\n", c.retention, c.keyRetention, c.errorFormat)
 	switch {
@@ -438,7 +437,7 @@ type productEnv struct {
 	t       *testing.T
 	gs      []*gatewayProc
 	file    string
-	redis   string
+	store   *productStores // the run's store, drawn from its seed
 	up      *productUpstream
 	cfg     *productConfig // the configuration the run starts on: what a reload cannot change is read here
 	next    *productConfig // the one it reloads to (nil: no reload this run)
@@ -494,8 +493,7 @@ func (pe *productEnv) final() *productConfig {
 
 func productEnvSetup(t *testing.T) *Env {
 	bin := buildIdem(t)
-	s, p := privateRedis(t, "redis", "--appendonly", "yes", "--appendfsync", "always")
-	pe := &productEnv{t: t, file: filepath.Join(t.TempDir(), "idem.yaml"), redis: "redis://" + p.Addr(),
+	pe := &productEnv{t: t, file: filepath.Join(t.TempDir(), "idem.yaml"), store: newProductStores(t),
 		up: &productUpstream{}, hc: &http.Client{Timeout: 5 * time.Second}}
 	pe.up.env = pe
 	srv := &http.Server{Addr: freeAddr(t), Handler: pe.up, ReadHeaderTimeout: 5 * time.Second}
@@ -509,6 +507,7 @@ func productEnvSetup(t *testing.T) *Env {
 	for range 2 {
 		g := &gatewayProc{bin: bin, listen: freeAddr(t), admin: freeAddr(t), args: []string{"--config", pe.file}}
 		t.Cleanup(g.Kill)
+		pe.store.watch(g)
 		pe.gs = append(pe.gs, g)
 	}
 	return &Env{
@@ -516,10 +515,10 @@ func productEnvSetup(t *testing.T) *Env {
 		Clients: func(ctx context.Context, w Workload, seed uint64, rec *Recorder, l *Ledger, _ string, _ []string) {
 			pe.run(ctx, w, rec, l)
 		},
-		Finish: pe.finish,
-		Life:   pe.lives,
-		Nemeses: []Nemesis{productKill{pe, pe.gs[0]}, productKill{pe, pe.gs[1]}, Pause{What: "redis", P: s},
-			Net{What: "redis", Proxy: p, Mode: faultproxy.DropEverySecond}},
+		Finish:  pe.finishStore,
+		Keep:    pe.store.keep,
+		Life:    pe.lives,
+		Nemeses: []Nemesis{productKill{pe, pe.gs[0]}, productKill{pe, pe.gs[1]}, storePause{pe}, storeDrop{pe}},
 	}
 }
 
@@ -561,7 +560,7 @@ func buildIdem(t *testing.T) string {
 func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) {
 	pe.seed = seed
 	pe.count = map[string]int{}
-	pe.cfg = drawProductConfig(seed, pe.redis, "http://"+pe.up.addr)
+	pe.cfg = drawProductConfig(seed, pe.store.draw(seed).url, "http://"+pe.up.addr)
 	pe.next, pe.invalid, pe.reloadErr = nil, "", nil
 	pe.epoch.Store(0)
 	pe.reloading.Store(false)
@@ -962,6 +961,7 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if err != nil {
 		return 0, true
 	}
+	pe.sawSecret(fmt.Sprintf("the %d answer to %s %s", resp.StatusCode, q.method, q.path), got)
 	cfgs := pe.configs(began, pe.epoch.Load())
 	replayed := resp.Header.Get("Idempotent-Replayed") == "true"
 	var code string
@@ -1348,6 +1348,7 @@ func (pe *productEnv) admin(ctx context.Context, g *gatewayProc, method, path st
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
+	pe.sawSecret(method+" "+path+" (admin)", b)
 	return resp.StatusCode, b, err
 }
 

@@ -58,6 +58,9 @@ type Env struct {
 	// Settle, when set, runs after each run's faults are healed, until
 	// the store serves again (a failover done, a replica in sync).
 	Settle func(ctx context.Context) error
+	// Keep, when set, writes into dir what a run that failed leaves
+	// beside its history (the product check's gateway logs).
+	Keep func(dir string) error
 }
 
 // RunStats counts what one run did.

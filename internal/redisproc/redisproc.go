@@ -44,6 +44,10 @@ type Config struct {
 	// SentinelConf, when not empty, runs the server as a Sentinel with
 	// this configuration, written to Dir/sentinel.conf. Empty: a data node.
 	SentinelConf string
+	// Password is the default user's password, for a server whose Args
+	// set one (--requirepass): the wait for its answer authenticates
+	// with it. Empty: none.
+	Password string
 }
 
 // Server is one redis-server process started by Start. Its methods only
@@ -56,9 +60,10 @@ type Server struct {
 	// Dir holds the server's log and config files.
 	Dir string
 
-	program string
-	args    []string
-	env     []string
+	program  string
+	args     []string
+	env      []string
+	password string
 
 	proc childproc.Proc // the latest process
 }
@@ -96,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		s := &Server{
 			Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: cfg.Dir,
-			program: program, args: append(args, cfg.Args...), env: cfg.Env,
+			program: program, args: append(args, cfg.Args...), env: cfg.Env, password: cfg.Password,
 		}
 		if lastErr = s.launch(ctx); lastErr == nil {
 			return s, nil
@@ -170,7 +175,7 @@ func (s *Server) launch(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("redisproc: start %s on %s: %w", s.program, s.Addr, err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, Password: s.password, MaxRetries: -1, DialTimeout: 200 * time.Millisecond,
 		ReadTimeout: time.Second, WriteTimeout: time.Second})
 	defer c.Close()
 	err = childproc.Await(ctx, done, time.Now().Add(startTimeout), 20*time.Millisecond,
