@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -44,9 +45,13 @@ type Store struct {
 	maxBytes    int64
 	tenantBytes int64 // MaxBytes × TenantShare
 
-	mu      sync.Mutex
-	entries map[store.ID]*entry
-	byEnd   expiryHeap // every record, by the end of its life
+	mu sync.Mutex
+	// entries holds the records that calls still change, PROCESSING and
+	// UNKNOWN; frozen the COMPLETED and EXPIRED ones (frozen.go).
+	entries    map[store.ID]*entry
+	byEnd      expiryHeap // the entries, by the end of their life
+	frozen     map[string]frozen
+	frozenEnds endHeap
 	// unsettled indexes the records whose outcome is or may become
 	// unknown, by tenant and key: the UNKNOWN ones and the PROCESSING
 	// ones, so that ListUnknown lists a lease that ended with nobody left
@@ -83,7 +88,7 @@ func New(opts *Options) (*Store, error) {
 		o.Clock = time.Now
 	}
 	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
-		entries: make(map[store.ID]*entry), unsettled: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
+		entries: make(map[store.ID]*entry), frozen: make(map[string]frozen), unsettled: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
 }
 
 // Close does nothing: the store holds nothing but memory. Every store of
@@ -97,25 +102,24 @@ func (s *Store) lock() time.Time {
 	s.mu.Lock()
 	now := s.now()
 	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
-		e := s.byEnd[0]
-		s.remove(e)
-		if e.rec.State == store.StateCompleted && now.Before(e.keyUntil) {
-			s.addTombstone(e)
-		}
+		s.remove(s.byEnd[0])
 	}
+	s.expireFrozen(now.UnixNano())
 	return now
 }
 
-// addTombstone puts in place of e, a COMPLETED record whose retention
-// ended, its tombstone: the fingerprint, fence, completion time and
-// status, without the header and body, until its key retention ends. It
-// is a new entry: callers may still hold e's result (store.Record.Result).
-func (s *Store) addTombstone(e *entry) {
-	t := &entry{rec: e.rec, expires: e.keyUntil}
-	t.rec.State, t.rec.Owner, t.rec.Label = store.StateExpired, "", ""
-	t.result = store.Result{Status: e.result.Status}
-	t.rec.Result = &t.result
-	s.add(t, tombstoneOverhead+int64(len(e.rec.Tenant)+len(e.rec.Key)+len(e.rec.Fingerprint)))
+// find returns the record of id: its entry, or a copy of its frozen
+// record, which the caller only reads or removes.
+func (s *Store) find(id store.ID) (*entry, bool) {
+	if e, ok := s.entries[id]; ok {
+		return e, true
+	}
+	var buf [128]byte
+	f, ok := s.frozen[string(appendFrozenKey(buf[:0], id))]
+	if !ok {
+		return nil, false
+	}
+	return f.thaw(id), true
 }
 
 // Acquire implements store.Store.
@@ -126,7 +130,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	now := s.lock()
 	defer s.mu.Unlock()
 	var takeover *store.Takeover
-	old, ok := s.entries[p.ID]
+	old, ok := s.find(p.ID)
 	if ok {
 		if !old.abandoned(now) {
 			return store.AcquireResult{Record: old.view(now)}, nil
@@ -194,10 +198,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
 	// the owner's (nobody took it over), and the owner knows the outcome.
-	s.toCompleted(e, now, p.Result, p.Retention)
-	if p.KeyRetention > p.Retention {
-		e.keyUntil = now.Add(p.KeyRetention)
-	}
+	s.toCompleted(e, now, p.Result, p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -257,7 +258,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	if !ok {
 		return store.ClaimResult{}, store.ErrNotFound
 	}
@@ -279,7 +280,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	switch {
 	case !ok:
 		return store.ErrNotFound
@@ -296,10 +297,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 		s.remove(e)
 		return nil
 	}
-	s.toCompleted(e, now, *p.Result, p.Retention)
-	if p.KeyRetention > p.Retention {
-		e.keyUntil = now.Add(p.KeyRetention)
-	}
+	s.toCompleted(e, now, *p.Result, p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -364,7 +362,7 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[id]
+	e, ok := s.find(id)
 	if !ok {
 		return store.Record{}, store.ErrNotFound
 	}
@@ -378,7 +376,7 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 	}
 	s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	if !ok || (p.Fence != 0 && e.rec.Fence != p.Fence) {
 		return false, nil
 	}
@@ -388,7 +386,7 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 
 // owned returns the record of ref's key if ref's owner and fence made it.
 func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
-	e, ok := s.entries[ref.ID]
+	e, ok := s.find(ref.ID)
 	if !ok || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {
 		return nil, false
 	}
@@ -415,17 +413,20 @@ func (s *Store) index(e *entry) {
 	keys[e.rec.Key] = e
 }
 
-// toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r:
-// the caller may reuse its header and body once the call returns.
-func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention time.Duration) {
+// toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r,
+// frozen: the caller may reuse its header and body once the call returns.
+func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, keyRetention time.Duration) {
 	s.unindex(e)
+	heap.Remove(&s.byEnd, e.heapIndex)
+	delete(s.entries, e.rec.ID)
 	e.rec.State = store.StateCompleted
 	e.rec.CompletedAt = now
-	e.claimOwner = ""
-	e.result = store.Result{Status: r.Status, Header: r.Header.Clone(), Body: clone(r.Body)}
-	e.rec.Result = &e.result
 	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
-	s.setExpires(e, now.Add(retention))
+	e.expires = now.Add(retention)
+	if keyRetention > retention {
+		e.keyUntil = now.Add(keyRetention)
+	}
+	s.freeze(e, &r)
 }
 
 // unindex takes e out of the index of unsettled records, if it is there.
