@@ -47,17 +47,15 @@ type Store struct {
 
 	mu sync.Mutex
 	// entries holds the records that calls still change, PROCESSING and
-	// UNKNOWN; frozen the COMPLETED and EXPIRED ones (frozen.go).
+	// UNKNOWN; frozen the COMPLETED and EXPIRED ones (frozen.go). So
+	// entries is also the index ListUnknown reads: the records whose
+	// outcome is or may become unknown, so that it lists a lease that
+	// ended with nobody left to finish it (a crashed owner) as soon as it
+	// ends, and reads no COMPLETED record.
 	entries    map[store.ID]*entry
 	byEnd      expiryHeap // the entries, by the end of their life
 	frozen     map[string]frozen
 	frozenEnds endHeap
-	// unsettled indexes the records whose outcome is or may become
-	// unknown, by tenant and key: the UNKNOWN ones and the PROCESSING
-	// ones, so that ListUnknown lists a lease that ended with nobody left
-	// to finish it (a crashed owner) as soon as it ends, and reads no
-	// COMPLETED record.
-	unsettled map[string]map[string]*entry
 	// byTenant holds the bytes of each tenant's records; a tenant without
 	// records has no entry. counted is what the bound counts: the sum of
 	// each tenant's bytes up to tenantBytes.
@@ -88,7 +86,7 @@ func New(opts *Options) (*Store, error) {
 		o.Clock = time.Now
 	}
 	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
-		entries: make(map[store.ID]*entry), frozen: make(map[string]frozen), unsettled: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
+		entries: make(map[store.ID]*entry), frozen: make(map[string]frozen), byTenant: make(map[string]int64)}, nil
 }
 
 // Close does nothing: the store holds nothing but memory. Every store of
@@ -168,7 +166,6 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}
 	s.add(e, size)
-	s.index(e)
 	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
 }
 
@@ -301,8 +298,8 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	return nil
 }
 
-// ListUnknown implements store.Store. It reads the index of unsettled
-// records only: the UNKNOWN records and the PROCESSING ones whose lease
+// ListUnknown implements store.Store. It reads the entries only (not
+// the frozen records): the UNKNOWN records and the PROCESSING ones whose lease
 // ended (reported UNKNOWN, abandoned, as Get reports them) of the tenant
 // (or of all tenants), sorted by tenant and key, after the cursor. Its
 // cost grows with the UNKNOWN records and the leases held, not with the
@@ -327,23 +324,18 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	now := s.lock()
 	defer s.mu.Unlock()
 	var ids []store.ID
-	for tenant, keys := range s.unsettled {
-		if (!p.AllTenants && tenant != p.Tenant) || (p.After != "" && tenant < after.Tenant) {
-			continue
-		}
-		for key, e := range keys {
-			if e.rec.State == store.StateProcessing && !e.abandoned(now) {
-				continue // its owner may still finish it
-			}
-			if id := (store.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
-				ids = append(ids, id)
-			}
+	for id, e := range s.entries {
+		switch {
+		case !p.AllTenants && id.Tenant != p.Tenant:
+		case e.rec.State == store.StateProcessing && !e.abandoned(now): // its owner may still finish it
+		case p.After == "" || compareIDs(id, after) > 0:
+			ids = append(ids, id)
 		}
 	}
 	slices.SortFunc(ids, compareIDs)
 	var page store.ListPage
 	for _, id := range ids[:min(limit, len(ids))] {
-		page.Records = append(page.Records, s.unsettled[id.Tenant][id.Key].view(now))
+		page.Records = append(page.Records, s.entries[id].view(now))
 	}
 	if len(ids) > limit {
 		page.Next = listcursor.Next(ids[limit-1])
@@ -393,8 +385,7 @@ func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
 	return e, true
 }
 
-// toUnknown turns e UNKNOWN for reason, to live until expires. It stays
-// in the index of unsettled records.
+// toUnknown turns e UNKNOWN for reason, to live until expires.
 func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
 	e.rec.State = store.StateUnknown
 	e.rec.Reason = reason
@@ -403,20 +394,9 @@ func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.T
 	s.setExpires(e, expires)
 }
 
-// index puts e, a new PROCESSING record, in the index of unsettled records.
-func (s *Store) index(e *entry) {
-	keys := s.unsettled[e.rec.Tenant]
-	if keys == nil {
-		keys = make(map[string]*entry)
-		s.unsettled[e.rec.Tenant] = keys
-	}
-	keys[e.rec.Key] = e
-}
-
 // toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r,
 // frozen: the caller may reuse its header and body once the call returns.
 func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, keyRetention time.Duration) {
-	s.unindex(e)
 	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	e.rec.State = store.StateCompleted
@@ -427,18 +407,6 @@ func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, 
 		e.keyUntil = now.Add(keyRetention)
 	}
 	s.freeze(e, &r)
-}
-
-// unindex takes e out of the index of unsettled records, if it is there.
-func (s *Store) unindex(e *entry) {
-	keys := s.unsettled[e.rec.Tenant]
-	if keys[e.rec.Key] != e {
-		return
-	}
-	delete(keys, e.rec.Key)
-	if len(keys) == 0 {
-		delete(s.unsettled, e.rec.Tenant)
-	}
 }
 
 var _ store.Store = (*Store)(nil)

@@ -72,7 +72,6 @@ func (s *Store) remove(e *entry) {
 		s.dropFrozen(key, s.frozen[key])
 		return
 	}
-	s.unindex(e)
 	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	s.charge(e.rec.Tenant, -e.size)
