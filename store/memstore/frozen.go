@@ -48,6 +48,13 @@ func appendFrozenKey(b []byte, id store.ID) []byte {
 	return append(append(b, id.Tenant...), id.Key...)
 }
 
+// frozenKey returns the map key of id: one allocation, the string, for
+// an ID that fits the buffer.
+func frozenKey(id store.ID) string {
+	var buf [128]byte
+	return string(appendFrozenKey(buf[:0], id))
+}
+
 // idOf is the inverse of appendFrozenKey.
 func idOf(key string) store.ID {
 	n, k := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
@@ -97,7 +104,7 @@ func (s *Store) freeze(e *entry, r *store.Result) {
 	if !e.keyUntil.IsZero() {
 		f.keyUntil = e.keyUntil.UnixNano()
 	}
-	s.putFrozen(string(appendFrozenKey(nil, e.rec.ID)), f)
+	s.putFrozen(frozenKey(e.rec.ID), f)
 }
 
 func (s *Store) putFrozen(key string, f frozen) {

@@ -68,7 +68,7 @@ func (s *Store) setExpires(e *entry, t time.Time) {
 
 func (s *Store) remove(e *entry) {
 	if e.frozen {
-		key := string(appendFrozenKey(nil, e.rec.ID))
+		key := frozenKey(e.rec.ID)
 		s.dropFrozen(key, s.frozen[key])
 		return
 	}
