@@ -25,11 +25,15 @@ type frozen struct {
 	fence       int64
 	acquiredAt  time.Time
 	completedAt time.Time
-	expires     int64 // Unix nanoseconds: when the record ends
-	keyUntil    int64 // COMPLETED: when its tombstone ends, in Unix nanoseconds; 0: none
-	size        int64
-	status      int
-	state       store.State
+	// expires is when the record ends, in Unix nanoseconds: by the wall
+	// clock, where an entry's end also has the monotonic reading; a
+	// time.Time here would make the value too large for the map to hold
+	// in line (128 bytes), one more object per record.
+	expires  int64
+	keyUntil int64 // COMPLETED: when its tombstone ends, in Unix nanoseconds; 0: none
+	size     int64
+	status   int
+	state    store.State
 }
 
 // frozenEnd is the end of a frozen record's life, for the heap that
