@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,7 +78,14 @@ func benchClients(b *testing.B, base string, n int) {
 	}
 	send() // the connections and the scripts are ready before the clock starts
 	b.ReportAllocs()
+	gcBefore := gcCPU()
 	b.ResetTimer()
+	defer func() {
+		// The collector's CPU, the whole process's, per request: what a
+		// heap the collector scans costs, less noisy than ns/op on a
+		// shared machine.
+		b.ReportMetric((gcCPU()-gcBefore)*1e6/float64(b.N), "gc-µs/op")
+	}()
 	if n == 1 {
 		for range b.N {
 			send()
@@ -90,4 +98,12 @@ func benchClients(b *testing.B, base string, n int) {
 			send()
 		}
 	})
+}
+
+// gcCPU returns the CPU seconds the collector has taken in this process
+// (an estimate of the runtime's, updated at each cycle).
+func gcCPU() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64()
 }

@@ -53,8 +53,18 @@ type exchange struct {
 
 type exchangeKey struct{}
 
+// exchangesMade is set once the process made an exchange (traces or the
+// access log on). Until then no context carries one, and exchangeOf does
+// not look: a lookup walks the request's whole context chain, and each
+// context.WithoutCancel on the way costs an allocation (Go boxes it to
+// walk on), five lookups a request.
+var exchangesMade atomic.Bool
+
 // exchangeOf returns the exchange ctx carries, or nil.
 func exchangeOf(ctx context.Context) *exchange {
+	if !exchangesMade.Load() {
+		return nil
+	}
 	x, _ := ctx.Value(exchangeKey{}).(*exchange)
 	return x
 }
@@ -68,6 +78,9 @@ func (g *Gateway) observed(next http.Handler) http.Handler {
 		if g.cfg.Tracer == nil && !accessLog {
 			next.ServeHTTP(w, r) // no exchange: it would cost a context and a request copy for nothing
 			return
+		}
+		if !exchangesMade.Load() { // a store each request would bounce the cache line between cores
+			exchangesMade.Store(true)
 		}
 		x := &exchange{start: time.Now(), accessLog: accessLog}
 		ctx := r.Context()

@@ -9,7 +9,8 @@ import (
 // entry is a record as the store holds it.
 type entry struct {
 	rec        store.Record // TTL unused: derived from leaseUntil and expires
-	result     store.Result // COMPLETED: rec.Result points here; never changed once set
+	frozen     bool         // a copy of a frozen record (frozen.go), COMPLETED or EXPIRED
+	result     store.Result // frozen: rec.Result points here
 	leaseUntil time.Time    // PROCESSING: when the lease ends
 	expires    time.Time    // when the record ends: PROCESSING, the lease plus the retention
 	claimOwner string       // UNKNOWN: the reconciliation claim's holder, until claimUntil
@@ -38,8 +39,8 @@ func (e *entry) abandoned(now time.Time) bool {
 }
 
 // view returns a copy of the record that the caller may keep. Its Result
-// is the stored one, shared and read-only as store.Record documents: the
-// store never changes a result once it is stored, so a replay costs no copy.
+// is read-only, as store.Record documents: its body is the frozen record's
+// bytes, which the store never changes.
 // A PROCESSING record whose lease ended is reported UNKNOWN, as the next
 // Acquire would make it, unknown since its lease ended.
 func (e *entry) view(now time.Time) store.Record {

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"cmp"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -44,15 +45,17 @@ type Store struct {
 	maxBytes    int64
 	tenantBytes int64 // MaxBytes × TenantShare
 
-	mu      sync.Mutex
-	entries map[store.ID]*entry
-	byEnd   expiryHeap // every record, by the end of its life
-	// unsettled indexes the records whose outcome is or may become
-	// unknown, by tenant and key: the UNKNOWN ones and the PROCESSING
-	// ones, so that ListUnknown lists a lease that ended with nobody left
-	// to finish it (a crashed owner) as soon as it ends, and reads no
-	// COMPLETED record.
-	unsettled map[string]map[string]*entry
+	mu sync.Mutex
+	// entries holds the records that calls still change, PROCESSING and
+	// UNKNOWN; frozen the COMPLETED and EXPIRED ones (frozen.go). So
+	// entries is also the index ListUnknown reads: the records whose
+	// outcome is or may become unknown, so that it lists a lease that
+	// ended with nobody left to finish it (a crashed owner) as soon as it
+	// ends, and reads no COMPLETED record.
+	entries    map[store.ID]*entry
+	byEnd      expiryHeap // the entries, by the end of their life
+	frozen     map[string]frozen
+	frozenEnds endHeap
 	// byTenant holds the bytes of each tenant's records; a tenant without
 	// records has no entry. counted is what the bound counts: the sum of
 	// each tenant's bytes up to tenantBytes.
@@ -83,7 +86,7 @@ func New(opts *Options) (*Store, error) {
 		o.Clock = time.Now
 	}
 	return &Store{now: o.Clock, maxBytes: o.MaxBytes, tenantBytes: int64(float64(o.MaxBytes) * o.TenantShare),
-		entries: make(map[store.ID]*entry), unsettled: make(map[string]map[string]*entry), byTenant: make(map[string]int64)}, nil
+		entries: make(map[store.ID]*entry), frozen: make(map[string]frozen), byTenant: make(map[string]int64)}, nil
 }
 
 // Close does nothing: the store holds nothing but memory. Every store of
@@ -97,25 +100,24 @@ func (s *Store) lock() time.Time {
 	s.mu.Lock()
 	now := s.now()
 	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
-		e := s.byEnd[0]
-		s.remove(e)
-		if e.rec.State == store.StateCompleted && now.Before(e.keyUntil) {
-			s.addTombstone(e)
-		}
+		s.remove(s.byEnd[0])
 	}
+	s.expireFrozen(now.UnixNano())
 	return now
 }
 
-// addTombstone puts in place of e, a COMPLETED record whose retention
-// ended, its tombstone: the fingerprint, fence, completion time and
-// status, without the header and body, until its key retention ends. It
-// is a new entry: callers may still hold e's result (store.Record.Result).
-func (s *Store) addTombstone(e *entry) {
-	t := &entry{rec: e.rec, expires: e.keyUntil}
-	t.rec.State, t.rec.Owner, t.rec.Label = store.StateExpired, "", ""
-	t.result = store.Result{Status: e.result.Status}
-	t.rec.Result = &t.result
-	s.add(t, tombstoneOverhead+int64(len(e.rec.Tenant)+len(e.rec.Key)+len(e.rec.Fingerprint)))
+// find returns the record of id: its entry, or a copy of its frozen
+// record, which the caller only reads or removes.
+func (s *Store) find(id store.ID) (*entry, bool) {
+	if e, ok := s.entries[id]; ok {
+		return e, true
+	}
+	var buf [128]byte
+	f, ok := s.frozen[string(appendFrozenKey(buf[:0], id))]
+	if !ok {
+		return nil, false
+	}
+	return f.thaw(id), true
 }
 
 // Acquire implements store.Store.
@@ -126,7 +128,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	now := s.lock()
 	defer s.mu.Unlock()
 	var takeover *store.Takeover
-	old, ok := s.entries[p.ID]
+	old, ok := s.find(p.ID)
 	if ok {
 		if !old.abandoned(now) {
 			return store.AcquireResult{Record: old.view(now)}, nil
@@ -164,7 +166,6 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}
 	s.add(e, size)
-	s.index(e)
 	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
 }
 
@@ -194,10 +195,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 	}
 	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
 	// the owner's (nobody took it over), and the owner knows the outcome.
-	s.toCompleted(e, now, p.Result, p.Retention)
-	if p.KeyRetention > p.Retention {
-		e.keyUntil = now.Add(p.KeyRetention)
-	}
+	s.toCompleted(e, now, p.Result, p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -257,7 +255,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	if !ok {
 		return store.ClaimResult{}, store.ErrNotFound
 	}
@@ -279,7 +277,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	switch {
 	case !ok:
 		return store.ErrNotFound
@@ -296,15 +294,12 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 		s.remove(e)
 		return nil
 	}
-	s.toCompleted(e, now, *p.Result, p.Retention)
-	if p.KeyRetention > p.Retention {
-		e.keyUntil = now.Add(p.KeyRetention)
-	}
+	s.toCompleted(e, now, *p.Result, p.Retention, p.KeyRetention)
 	return nil
 }
 
-// ListUnknown implements store.Store. It reads the index of unsettled
-// records only: the UNKNOWN records and the PROCESSING ones whose lease
+// ListUnknown implements store.Store. It reads the entries only (not
+// the frozen records): the UNKNOWN records and the PROCESSING ones whose lease
 // ended (reported UNKNOWN, abandoned, as Get reports them) of the tenant
 // (or of all tenants), sorted by tenant and key, after the cursor. Its
 // cost grows with the UNKNOWN records and the leases held, not with the
@@ -329,23 +324,18 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 	now := s.lock()
 	defer s.mu.Unlock()
 	var ids []store.ID
-	for tenant, keys := range s.unsettled {
-		if (!p.AllTenants && tenant != p.Tenant) || (p.After != "" && tenant < after.Tenant) {
-			continue
-		}
-		for key, e := range keys {
-			if e.rec.State == store.StateProcessing && !e.abandoned(now) {
-				continue // its owner may still finish it
-			}
-			if id := (store.ID{Tenant: tenant, Key: key}); p.After == "" || compareIDs(id, after) > 0 {
-				ids = append(ids, id)
-			}
+	for id, e := range s.entries {
+		switch {
+		case !p.AllTenants && id.Tenant != p.Tenant:
+		case e.rec.State == store.StateProcessing && !e.abandoned(now): // its owner may still finish it
+		case p.After == "" || compareIDs(id, after) > 0:
+			ids = append(ids, id)
 		}
 	}
 	slices.SortFunc(ids, compareIDs)
 	var page store.ListPage
 	for _, id := range ids[:min(limit, len(ids))] {
-		page.Records = append(page.Records, s.unsettled[id.Tenant][id.Key].view(now))
+		page.Records = append(page.Records, s.entries[id].view(now))
 	}
 	if len(ids) > limit {
 		page.Next = listcursor.Next(ids[limit-1])
@@ -364,7 +354,7 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 	}
 	now := s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[id]
+	e, ok := s.find(id)
 	if !ok {
 		return store.Record{}, store.ErrNotFound
 	}
@@ -378,7 +368,7 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 	}
 	s.lock()
 	defer s.mu.Unlock()
-	e, ok := s.entries[p.ID]
+	e, ok := s.find(p.ID)
 	if !ok || (p.Fence != 0 && e.rec.Fence != p.Fence) {
 		return false, nil
 	}
@@ -388,15 +378,14 @@ func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) 
 
 // owned returns the record of ref's key if ref's owner and fence made it.
 func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
-	e, ok := s.entries[ref.ID]
+	e, ok := s.find(ref.ID)
 	if !ok || e.rec.Owner != ref.Owner || e.rec.Fence != ref.Fence {
 		return nil, false
 	}
 	return e, true
 }
 
-// toUnknown turns e UNKNOWN for reason, to live until expires. It stays
-// in the index of unsettled records.
+// toUnknown turns e UNKNOWN for reason, to live until expires.
 func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
 	e.rec.State = store.StateUnknown
 	e.rec.Reason = reason
@@ -405,39 +394,19 @@ func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.T
 	s.setExpires(e, expires)
 }
 
-// index puts e, a new PROCESSING record, in the index of unsettled records.
-func (s *Store) index(e *entry) {
-	keys := s.unsettled[e.rec.Tenant]
-	if keys == nil {
-		keys = make(map[string]*entry)
-		s.unsettled[e.rec.Tenant] = keys
-	}
-	keys[e.rec.Key] = e
-}
-
-// toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r:
-// the caller may reuse its header and body once the call returns.
-func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention time.Duration) {
-	s.unindex(e)
+// toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r,
+// frozen: the caller may reuse its header and body once the call returns.
+func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, keyRetention time.Duration) {
+	heap.Remove(&s.byEnd, e.heapIndex)
+	delete(s.entries, e.rec.ID)
 	e.rec.State = store.StateCompleted
 	e.rec.CompletedAt = now
-	e.claimOwner = ""
-	e.result = store.Result{Status: r.Status, Header: r.Header.Clone(), Body: clone(r.Body)}
-	e.rec.Result = &e.result
 	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
-	s.setExpires(e, now.Add(retention))
-}
-
-// unindex takes e out of the index of unsettled records, if it is there.
-func (s *Store) unindex(e *entry) {
-	keys := s.unsettled[e.rec.Tenant]
-	if keys[e.rec.Key] != e {
-		return
+	e.expires = now.Add(retention)
+	if keyRetention > retention {
+		e.keyUntil = now.Add(keyRetention)
 	}
-	delete(keys, e.rec.Key)
-	if len(keys) == 0 {
-		delete(s.unsettled, e.rec.Tenant)
-	}
+	s.freeze(e, &r)
 }
 
 var _ store.Store = (*Store)(nil)

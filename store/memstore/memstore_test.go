@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -323,4 +326,68 @@ func TestTenantShare(t *testing.T) {
 	}
 	clock.Advance(2 * time.Hour)
 	run("mallory", "after-retention", 1<<10)
+}
+
+// TestFrozenRecordLivesItsOwnLife: a COMPLETED record deleted and made
+// again leaves the end of the first behind in the store's order of
+// expiry; that end must not drop the second record, which lives its own
+// retention, and the second's end drops it.
+func TestFrozenRecordLivesItsOwnLife(t *testing.T) {
+	ctx := context.Background()
+	s, clock := newStore(t, 0)
+	id := store.ID{Tenant: "t", Key: "k"}
+	cycle := func(retention time.Duration) {
+		t.Helper()
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: retention})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire = %+v, %v", res, err)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
+			Result: store.Result{Status: 201}, Retention: retention}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle(time.Hour)
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: id}); !ok || err != nil {
+		t.Fatalf("Delete = %v, %v", ok, err)
+	}
+	cycle(2 * time.Hour)
+	clock.Advance(time.Hour + time.Minute) // past the first record's end
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateCompleted {
+		t.Fatalf("Get after the first record's end = %+v, %v; want the second, COMPLETED", rec, err)
+	}
+	clock.Advance(time.Hour)
+	if _, err := s.Get(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("Get after the second record's end: %v; want ErrNotFound", err)
+	}
+	if used, _ := s.Usage(); used != 0 {
+		t.Errorf("Usage = %d with no record; want 0", used)
+	}
+}
+
+// TestFrozenResultAsStored: a stored result is read back as it was
+// given: several values of a header, a nil body and header apart from
+// empty ones.
+func TestFrozenResultAsStored(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, 0)
+	for i, want := range []store.Result{
+		{Status: 201, Header: http.Header{"Set-Cookie": {"a=1", "b=2"}, "Content-Type": {"application/json"}}, Body: []byte(`{}`)},
+		{Status: 204},
+		{Status: 200, Header: http.Header{}, Body: []byte{}},
+	} {
+		id := store.ID{Tenant: "t", Key: strconv.Itoa(i)}
+		res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence},
+			Result: want, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Get(ctx, id)
+		if err != nil || rec.Result == nil || !reflect.DeepEqual(*rec.Result, want) || rec.Owner != "o" || rec.Fingerprint != "fp" {
+			t.Errorf("result %d: Get = %+v (result %+v), %v; want %+v", i, rec, rec.Result, err, want)
+		}
+	}
 }

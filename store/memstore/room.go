@@ -67,17 +67,14 @@ func (s *Store) setExpires(e *entry, t time.Time) {
 }
 
 func (s *Store) remove(e *entry) {
-	s.unindex(e)
+	if e.frozen {
+		key := frozenKey(e.rec.ID)
+		s.dropFrozen(key, s.frozen[key])
+		return
+	}
 	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	s.charge(e.rec.Tenant, -e.size)
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append(make([]byte, 0, len(b)), b...)
 }
 
 func headerSize(h http.Header) int64 {
