@@ -1,0 +1,193 @@
+package check
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idem/internal/faultproxy"
+	"github.com/idemkit/idem/internal/lab"
+	"github.com/idemkit/idem/internal/redisproc"
+)
+
+// The product check's clock faults: its Redis server runs under the
+// LD_PRELOAD clock shim of internal/lab (docs/failure-model.md, clock-jump),
+// and a nemesis moves that server's wall clock, which Redis reads for every
+// lease, record life, key TTL and fence (acquire.lua: max(last fence + 1,
+// the clock in µs)). Within the guarantee only: a forward move is smaller
+// than the shortest lease in play, so leases and records end early by that
+// much (lives subtracts it); a backward move (up to 1 s) lengthens them,
+// which no invariant bounds. What still holds: no double effect within the
+// shortened life, and the fences of a key increase (fenceOrder).
+
+// clockForwardMax bounds a forward move: below the shortest lease a run
+// can have (orders' 300 ms), so that a lease ends early but not at once.
+const clockForwardMax = 150 * time.Millisecond
+
+// clockBackMax bounds a backward move.
+const clockBackMax = time.Second
+
+// redisClock is the offset of the product's Redis server's wall clock.
+type redisClock struct {
+	file string
+
+	mu      sync.Mutex
+	offset  time.Duration // now
+	forward time.Duration // the forward moves of this run, summed
+}
+
+// clockedRedis is privateRedis for a server under the clock shim, whose
+// clock the returned redisClock moves. It fails the test without a C
+// compiler: the shim is compiled at run time.
+func clockedRedis(t *testing.T, args ...string) (*redisproc.Server, *faultproxy.Proxy, *redisClock) {
+	t.Helper()
+	shim, err := lab.ClockShim(t.Context())
+	if err != nil {
+		t.Fatalf("the product check moves its Redis server's clock with an LD_PRELOAD shim compiled by cc; install a C compiler "+
+			"(Debian: apt-get install gcc, which scripts/services.sh does): %v", err)
+	}
+	c := &redisClock{file: filepath.Join(t.TempDir(), "clock-offset")}
+	if err := lab.MoveClock(c.file, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis"), Args: args,
+		Env: []string{"LD_PRELOAD=" + shim, "LAB_CLOCK_OFFSET_FILE=" + c.file}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	return s, proxyTo(t, s.Addr), c
+}
+
+// move moves the clock by d.
+func (c *redisClock) move(d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+	if d > 0 {
+		c.forward += d
+	}
+	return lab.MoveClock(c.file, c.offset)
+}
+
+// reset sets the clock right before a run: what it moves is the earlier
+// runs' keys, which are checked already; the run's sum starts at 0.
+func (c *redisClock) reset() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset, c.forward = 0, 0
+	return lab.MoveClock(c.file, 0)
+}
+
+// shortened is how much earlier than its life a record of this run may
+// end: every forward move so far (an over-estimate for a key that was not
+// live across them).
+func (c *redisClock) shortened() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.forward
+}
+
+// clockStep is one move of the Redis server's clock. A step is not
+// undone (a VM restored, an operator's date, a leap second stepped): the
+// server runs on at the new offset. A clock found ahead is stepped back by
+// NTP when the fault heals (corrected). A clock behind is not corrected
+// within a run: NTP's step forward would be a forward move as large as the
+// backward one, past the guarantee (and a slew at 500 ppm moves it by
+// nothing in a run).
+type clockStep struct {
+	pe        *productEnv
+	c         *redisClock
+	back      bool // else forward
+	corrected bool // stepped back to where it was when the fault heals (forward only)
+}
+
+// Name implements Nemesis.
+func (n clockStep) Name() string {
+	switch {
+	case n.back:
+		return "redis clock stepped back"
+	case n.corrected:
+		return "redis clock ahead, corrected by NTP"
+	}
+	return "redis clock stepped forward"
+}
+
+// Inject implements Nemesis.
+func (n clockStep) Inject(_ context.Context, rng *rand.Rand) (func() error, error) {
+	by := 20*time.Millisecond + time.Duration(rng.Int64N(int64(clockForwardMax-20*time.Millisecond)))
+	what := "clock forward"
+	if n.back {
+		by = -(100*time.Millisecond + time.Duration(rng.Int64N(int64(clockBackMax-100*time.Millisecond))))
+		what = "clock back"
+	}
+	if err := n.c.move(by); err != nil {
+		return nil, err
+	}
+	n.pe.did(what)
+	if !n.corrected {
+		return func() error { return nil }, nil
+	}
+	return func() error {
+		n.pe.did("clock corrected")
+		return n.c.move(-by)
+	}, nil
+}
+
+// clockNemeses are the moves of the Redis server's clock: three of the
+// product's seven faults, so that most runs move it.
+func (c *redisClock) nemeses(pe *productEnv) []Nemesis {
+	return []Nemesis{clockStep{pe: pe, c: c}, clockStep{pe: pe, c: c, corrected: true}, clockStep{pe: pe, c: c, back: true}}
+}
+
+// fenceOrder holds the upstream's view of the fences: a request sent after
+// the upstream got fence f for its key acquired the key after f was
+// minted, so its fence is higher (acquire.lua takes max(last fence + 1,
+// the clock); a record's key keeps its last fence for an hour past its
+// life, through a delete or a release). A lower one, after the clock went
+// back, would let a stale owner's write through a provider that fences by
+// the highest fence it saw; the ledger would refuse the new one, which the
+// other invariants do not see.
+type fenceOrder struct {
+	mu   sync.Mutex
+	seen map[string][]fenceSeen // the key's id → the fences the upstream got
+}
+
+type fenceSeen struct {
+	fence int64
+	at    int64 // the recorder's clock
+}
+
+// reset forgets the earlier runs.
+func (o *fenceOrder) reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = map[string][]fenceSeen{}
+}
+
+// saw records that the upstream got fence for the key of r (a request of
+// the run's clients, X-Check-Began its send) and checks it against those
+// it got before that request was sent.
+func (o *fenceOrder) saw(rec *Recorder, key string, fence int64, r *http.Request) {
+	began, err := strconv.ParseInt(r.Header.Get("X-Check-Began"), 10, 64)
+	if err != nil {
+		return
+	}
+	now := rec.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.seen[key] {
+		if s.at < began && s.fence >= fence {
+			rec.saw(Violation{"fence", key, fmt.Sprintf("the upstream got fence %d at %v for a request sent at %v, after it got fence %d at %v: a later acquisition's fence is not higher",
+				fence, ms(now), ms(began), s.fence, ms(s.at))})
+			break
+		}
+	}
+	o.seen[key] = append(o.seen[key], fenceSeen{fence, now})
+}
