@@ -705,7 +705,7 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fence, _ := strconv.ParseInt(fenceHdr, 10, 64)
-	pe.fences.saw(rec, key, fence, r)
+	pe.sawFence(key, fence, r)
 	if s := r.Header.Get("X-Check-Status"); s != "" {
 		code, _ := strconv.Atoi(s)
 		w.WriteHeader(code) // refused: nothing ran
