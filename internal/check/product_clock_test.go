@@ -157,7 +157,7 @@ func (n clockStep) Inject(_ context.Context, rng *rand.Rand) (func() error, erro
 		return func() error {
 			fired, err := n.c.fire()
 			if fired {
-				n.pe.did("clock back")
+				n.pe.did("clock back at the heal")
 			}
 			return err
 		}, nil
