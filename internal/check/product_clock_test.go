@@ -130,8 +130,8 @@ func (c *redisClock) shortened() time.Duration {
 // between one in a few runs of ten (measured: such gaps sum to about 0.8 s
 // in a 5 s run, seeds 10 to 13). So the step back is made at the
 // moment the upstream gets a request it refuses with 400 or 401, which
-// the gateway releases and the client sends again at once; when none
-// comes before the fault heals, at the heal.
+// the route's policy mostly releases and the client sends again at once;
+// when none comes before the fault heals, at the heal.
 type clockStep struct {
 	pe        *productEnv
 	c         *redisClock
