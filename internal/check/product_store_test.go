@@ -56,6 +56,7 @@ type storeForm struct {
 	password  string              // the Redis password in url ("": none)
 	redis     []*redisproc.Server // the Redis data nodes url names: storePause stops one
 	proxies   []*faultproxy.Proxy // the proxies between the gateways and its servers: storeDrop drops the replies of one
+	clocked   bool                // its Redis is one of the private servers, whose clock the clock faults move
 }
 
 // productStores are the product check's store servers.
@@ -77,7 +78,7 @@ type productStores struct {
 	logs     []*logBuffer // the gateways' stderr, per run
 }
 
-func newProductStores(t *testing.T) *productStores {
+func newProductStores(t *testing.T, clockEnv []string) *productStores {
 	// A Unix socket's path has at most 107 bytes: not under t.TempDir().
 	dir, err := os.MkdirTemp("", "idem-sock-")
 	if err != nil {
@@ -85,9 +86,14 @@ func newProductStores(t *testing.T) *productStores {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ps := &productStores{t: t, sock: filepath.Join(dir, "redis.sock"), authSock: filepath.Join(dir, "auth.sock"), tag: strings.ToLower(rand.Text()[:6])}
-	ps.redis, ps.rp = privateRedis(t, "redis", "--appendonly", "yes", "--appendfsync", "always",
-		"--unixsocket", ps.sock, "--unixsocketperm", "700")
-	auth, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis-auth"), Password: productRedisPassword,
+	s, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis"), Env: clockEnv,
+		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--unixsocket", ps.sock, "--unixsocketperm", "700"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Kill)
+	ps.redis, ps.rp = s, proxyTo(t, s.Addr)
+	auth, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis-auth"), Password: productRedisPassword, Env: clockEnv,
 		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--requirepass", productRedisPassword,
 			"--unixsocket", ps.authSock, "--unixsocketperm", "700"}})
 	if err != nil {
@@ -193,6 +199,7 @@ func (ps *productStores) draw(seed uint64) *storeForm {
 		f.redis, f.proxies = []*redisproc.Server{redis}, []*faultproxy.Proxy{proxy, ps.pgp}
 		f.nearCache = false
 	}
+	f.clocked = len(f.redis) == 1 && (f.redis[0] == ps.redis || f.redis[0] == ps.auth)
 	if f.proxies != nil && f.proxies[len(f.proxies)-1] == ps.pgp {
 		ps.schemas = append(ps.schemas, schema)
 	}

@@ -448,6 +448,8 @@ type productEnv struct {
 	keys    map[string][]string // namespace → keys
 	rec     *Recorder
 	ledger  *Ledger
+	clock   *redisClock // the Redis server's, moved by the nemesis (product_clock_test.go)
+	fences  fenceOrder  // the fences the upstream got, per key
 	hc      *http.Client
 
 	// epoch is where the reload is: 0 before it (cfg runs), 1 while
@@ -493,8 +495,9 @@ func (pe *productEnv) final() *productConfig {
 
 func productEnvSetup(t *testing.T) *Env {
 	bin := buildIdem(t)
-	pe := &productEnv{t: t, file: filepath.Join(t.TempDir(), "idem.yaml"), store: newProductStores(t),
-		up: &productUpstream{}, hc: &http.Client{Timeout: 5 * time.Second}}
+	clock := newRedisClock(t)
+	pe := &productEnv{t: t, file: filepath.Join(t.TempDir(), "idem.yaml"), store: newProductStores(t, clock.env()),
+		up: &productUpstream{}, hc: &http.Client{Timeout: 5 * time.Second}, clock: clock}
 	pe.up.env = pe
 	srv := &http.Server{Addr: freeAddr(t), Handler: pe.up, ReadHeaderTimeout: 5 * time.Second}
 	ln, err := net.Listen("tcp", srv.Addr)
@@ -510,16 +513,19 @@ func productEnvSetup(t *testing.T) *Env {
 		pe.store.watch(g)
 		pe.gs = append(pe.gs, g)
 	}
-	return &Env{
+	env := &Env{
 		Prepare: pe.prepare,
 		Clients: func(ctx context.Context, w Workload, seed uint64, rec *Recorder, l *Ledger, _ string, _ []string) {
 			pe.run(ctx, w, rec, l)
 		},
-		Finish:  pe.finishStore,
-		Keep:    pe.store.keep,
-		Life:    pe.lives,
-		Nemeses: []Nemesis{productKill{pe, pe.gs[0]}, productKill{pe, pe.gs[1]}, storePause{pe}, storeDrop{pe}},
+		Finish:   pe.finishStore,
+		Keep:     pe.store.keep,
+		Life:     pe.lives,
+		Nemeses:  []Nemesis{productKill{pe, pe.gs[0]}, productKill{pe, pe.gs[1]}, storePause{pe}, storeDrop{pe}},
+		StartRun: func() error { pe.fences.reset(); return clock.reset() },
 	}
+	env.Nemeses = append(env.Nemeses, clock.nemeses(pe)...)
+	return env
 }
 
 // productKill is GatewayKill that waits while the config file is broken
@@ -659,6 +665,9 @@ func (pe *productEnv) lives() map[string]int64 {
 				for _, c := range cfgs {
 					life = min(life, c.life(c.route(routeOfKey(k))))
 				}
+				if ns != "z" { // moved forward, the Redis clock ends records early; not in the final phase
+					life -= pe.clock.shortened()
+				}
 				out[id(tenant, k)] = int64(life)
 			}
 		}
@@ -760,6 +769,7 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	fence, _ := strconv.ParseInt(fenceHdr, 10, 64)
+	pe.sawFence(key, fence, r)
 	if s := r.Header.Get("X-Check-Status"); s != "" {
 		code, _ := strconv.Atoi(s)
 		w.WriteHeader(code) // refused: nothing ran

@@ -128,9 +128,16 @@ func buildClockShim(ctx context.Context) (string, error) {
 	return so, nil
 }
 
-// jumpClock sets the wall-clock offset of the shimmed server.
+// jumpClock sets the wall-clock offset of the shimmed server. It writes a
+// new file and renames it over the old one: the shim reads the file at
+// every clock call, and would read a file truncated in place as empty, an
+// offset of 0 (a jump back to the true time for that call).
 func jumpClock(file string, by time.Duration) error {
-	return os.WriteFile(file, []byte(strconv.FormatInt(int64(by), 10)), 0o600)
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(int64(by), 10)), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
 }
 
 // endpoint is the Redis address the workers dial; a failover moves it.
