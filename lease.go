@@ -237,12 +237,21 @@ func (l *Lease) Complete(ctx context.Context, res Result) error {
 // not take is held and retried as Complete's result is: else the key
 // would stay PROCESSING until its lease ends, and then turn UNKNOWN,
 // although the work provably did not run. A lease that took over an
-// attempt (PreviousFence is set) carries that attempt's unknown outcome: after
-// a failure of its own work, mark it unknown rather than release it, as
-// Do does.
+// attempt (PreviousFence is set) carries that attempt's unknown outcome:
+// that its own work did not run proves nothing of the attempt it took
+// over, so Release marks such a key UNKNOWN instead, as MarkUnknown does
+// (a release would let the next request run again what that attempt may
+// have done).
 func (l *Lease) Release(ctx context.Context) error {
+	if l.previous != 0 {
+		return l.MarkUnknown(ctx, releasedTakeover)
+	}
 	return l.finalize(ctx, &finalization{op: opRelease, ref: l.ref, fingerprint: l.fp})
 }
+
+// releasedTakeover is the reason of a takeover's key that Release marks
+// UNKNOWN.
+const releasedTakeover = "a request that took over an ended attempt did not run; the attempt it took over may have"
 
 // MarkUnknown records that the work's outcome is unknown: it may have had
 // its effect (a request was sent and no answer came back, a timeout, a

@@ -212,6 +212,44 @@ func TestDoNeverReleasesATakeover(t *testing.T) {
 	})
 }
 
+// TestReleaseNeverReleasesATakeover: a lease that took over an ended
+// attempt and whose own work did not run (the gateway's upstream
+// answered 401, a status its policy releases) is released by idemhttp
+// and the gateway with Lease.Release: the key must stay UNKNOWN, since
+// the attempt taken over may have charged. Found by the product check
+// (takeover: run, a retry refused with 401, then the corrected request
+// ran again: two effects).
+func TestReleaseNeverReleasesATakeover(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		e := newEngine(t, s, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1, Takeover: idem.TakeoverRun})
+		req := idem.Request{Key: "taken-over-then-refused", LeaseDuration: 50 * time.Millisecond, NoFingerprint: true}
+		stalled := begin(t, e, req) // charges, then stalls past its lease
+		<-stalled.Lease.Context().Done()
+		retryReq := req
+		retryReq.LeaseDuration = time.Minute
+		var a idem.Attempt
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			a = begin(t, e, retryReq)
+			if a.Outcome == idem.Acquired || time.Now().After(deadline) { // Redis's clock may trail ours by a tick
+				break
+			}
+		}
+		if a.Outcome != idem.Acquired || a.Lease.PreviousFence() == 0 {
+			t.Fatalf("retry after the lease ended = %v (previous fence %v); want a takeover", a.Outcome, a.Lease)
+		}
+		if err := a.Lease.Release(context.Background()); err != nil {
+			t.Fatalf("Release of the takeover: %v", err)
+		}
+		rec, err := e.Get(context.Background(), req.ID())
+		if err != nil || rec.State != idem.StateUnknown {
+			t.Fatalf("after the takeover's release: %+v, %v; want UNKNOWN (the attempt taken over may have charged)", rec, err)
+		}
+		if next := begin(t, e, req); next.Outcome != idem.Unknown {
+			t.Fatalf("next request = %v; want Unknown: it must not run again", next.Outcome)
+		}
+	})
+}
+
 // markUnknown leaves req's key UNKNOWN and returns its record.
 func markUnknown(t *testing.T, e *idem.Engine, req idem.Request) idem.Record {
 	t.Helper()

@@ -112,7 +112,11 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 	case d == DispositionUnknown:
 		m.finalizeErr(r, l.MarkUnknown(ctx, reason), OutcomeMarkedUnknown)
 	case d == DispositionRelease:
-		m.finalizeErr(r, l.Release(ctx), OutcomeReleased)
+		outcome := OutcomeReleased
+		if l.PreviousFence() != 0 { // Release keeps a takeover's key UNKNOWN: the attempt it took over may have run
+			outcome = OutcomeMarkedUnknown
+		}
+		m.finalizeErr(r, l.Release(ctx), outcome)
 	case c.hijacked:
 		m.finalizeErr(r, l.Complete(ctx, notReplayable(0, "the connection was hijacked")), OutcomeExecuted)
 	case c.overflow:
