@@ -126,9 +126,10 @@ func (c *redisClock) shortened() time.Duration {
 // milliseconds long, and few in a run: a step at a random moment falls
 // between one in a few runs of ten (measured: such gaps sum to about 0.8 s
 // in a 5 s run, seeds 10 to 13). So the step back is made at the
-// moment the upstream gets a request it refuses with 400 or 401, which
-// the route's policy mostly releases and the client sends again at once;
-// when none comes before the fault heals, at the heal.
+// moment the upstream gets a request it refuses with 400 or 401 and the
+// client sends again at once, corrected (X-Check-Retried), which the
+// route's policy mostly releases; when none comes before the fault heals,
+// at the heal.
 type clockStep struct {
 	pe        *productEnv
 	c         *redisClock
@@ -216,7 +217,7 @@ func (pe *productEnv) sawFence(key string, fence int64, r *http.Request) {
 	if err != nil {
 		return
 	}
-	if s := r.Header.Get("X-Check-Status"); s == "400" || s == "401" {
+	if r.Header.Get("X-Check-Retried") == "1" { // refused, and sent again at once when answered
 		if fired, err := pe.clock.fire(); fired {
 			pe.did("clock back at a release")
 			if err != nil {

@@ -857,6 +857,7 @@ type request struct {
 	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
 	slow, twice                      bool
 	slowBefore                       bool // slow before the effect, not after
+	retried                          bool // refused by the upstream (status 400 or 401), then sent again at once, corrected
 	status                           int  // the upstream's answer asked for: 0 for 200 with an effect
 	note                             string
 	amount                           int
@@ -960,6 +961,9 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	}
 	if q.slowBefore {
 		req.Header.Set("X-Check-Slow", "before")
+	}
+	if q.retried {
+		req.Header.Set("X-Check-Retried", "1") // where a step back of the clock waits (fenceOrder)
 	}
 	if q.bad != "" {
 		req.Header.Set("X-Check-Bad", q.bad)
@@ -1192,13 +1196,14 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			return false
 		}
 		q := pe.draw(rng)
+		q.retried = q.status == 400 || q.status == 401
 		_, back := pe.send(ctx, q)
-		if q.status == 400 || q.status == 401 {
+		if q.retried {
 			// The client corrects the request and sends it again under
 			// the same key, as a client does after a refusal: where the
 			// policy releases the status it runs, where it stores it the
 			// status is replayed.
-			q.status = 0
+			q.status, q.retried = 0, false
 			_, back = pe.send(ctx, q)
 		}
 		return back
