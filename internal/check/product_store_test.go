@@ -42,11 +42,11 @@ import (
 // may show it (violation `secret`).
 const productRedisPassword = "chk-s3cret-7f3a9e"
 
-// storeKinds are the forms a run draws from: Redis alone in six runs of
-// eight, since several product mutations are in its scripts. Two in three
-// runs on a single Redis (redis://, unix://, layered) name the one with a
-// password.
-var storeKinds = []string{"redis", "redis", "redis", "unix", "sentinel", "cluster", "postgres", "layered"}
+// storeKinds are the forms a run draws from: Redis alone in seven runs of
+// nine, since several product mutations are in its scripts. Two in three
+// runs on a single Redis over TCP without TLS, a Unix socket or layered
+// name the one with a password.
+var storeKinds = []string{"redis", "redis", "redis", "rediss", "unix", "sentinel", "cluster", "postgres", "layered"}
 
 // storeForm is the store of one run.
 type storeForm struct {
@@ -64,6 +64,8 @@ type productStores struct {
 	t        *testing.T
 	redis    *redisproc.Server // on TCP behind rp, and on the Unix socket sock
 	rp       *faultproxy.Proxy
+	tp       *faultproxy.Proxy // in front of redis's TLS port
+	tls      productTLS        // its certificate's files; the gateways trust its CA (SSL_CERT_FILE)
 	sock     string
 	auth     *redisproc.Server // with --requirepass productRedisPassword, behind ap, and on the Unix socket authSock
 	authSock string
@@ -86,13 +88,17 @@ func newProductStores(t *testing.T, clockEnv []string) *productStores {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	ps := &productStores{t: t, sock: filepath.Join(dir, "redis.sock"), authSock: filepath.Join(dir, "auth.sock"), tag: strings.ToLower(rand.Text()[:6])}
+	ps.tls = newProductTLS(t, dir)
+	tlsAddr := freeAddr(t)
+	_, tlsPort, _ := net.SplitHostPort(tlsAddr)
 	s, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis"), Env: clockEnv,
-		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--unixsocket", ps.sock, "--unixsocketperm", "700"}})
+		Args: append([]string{"--appendonly", "yes", "--appendfsync", "always", "--unixsocket", ps.sock, "--unixsocketperm", "700"},
+			ps.tls.args(tlsPort)...)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Kill)
-	ps.redis, ps.rp = s, proxyTo(t, s.Addr)
+	ps.redis, ps.rp, ps.tp = s, proxyTo(t, s.Addr), proxyTo(t, tlsAddr)
 	auth, err := redisproc.Start(t.Context(), redisproc.Config{Dir: filepath.Join(t.TempDir(), "redis-auth"), Password: productRedisPassword, Env: clockEnv,
 		Args: []string{"--appendonly", "yes", "--appendfsync", "always", "--requirepass", productRedisPassword,
 			"--unixsocket", ps.authSock, "--unixsocketperm", "700"}})
@@ -177,6 +183,8 @@ func (ps *productStores) draw(seed uint64) *storeForm {
 	switch strings.TrimSuffix(f.kind, "+password") {
 	case "redis":
 		f.url, f.redis, f.proxies = redisTCP+"/"+db+query(strings.Join(opts, "&")), []*redisproc.Server{redis}, []*faultproxy.Proxy{proxy}
+	case "rediss": // TLS to the first Redis's TLS port, behind its proxy
+		f.url, f.redis, f.proxies = "rediss://"+ps.tp.Addr()+"/"+db+query(strings.Join(opts, "&")), []*redisproc.Server{ps.redis}, []*faultproxy.Proxy{ps.tp}
 	case "unix": // no proxy: only SIGSTOP
 		f.url, f.redis = unix+"?"+strings.Join(append([]string{"db=" + db}, opts...), "&"), []*redisproc.Server{redis}
 	case "sentinel": // a primary without replicas under one Sentinel: a pause fails nothing over

@@ -631,7 +631,7 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	}
 	for _, g := range pe.gs {
 		g.Kill()
-		g.env = pe.cfg.env()
+		g.env = append(pe.cfg.env(), "SSL_CERT_FILE="+pe.store.tls.ca) // the CA of the rediss:// form's Redis, as a deployment trusts a private one
 		g.args = append([]string{"--config", pe.file}, pe.cfg.flags()...)
 		if err := g.start(ctx); err != nil {
 			return text, fmt.Errorf("%w\nthe configuration:\n%s", err, text)
