@@ -148,6 +148,7 @@ func Run(ctx context.Context, env *Env, w Workload, seed uint64) (History, RunSt
 			return History{}, st, fmt.Errorf("settle after the faults: %w", err)
 		}
 	}
+	takeoverProbe(ctx, procs, tenant, seed)
 	if err := finalReads(ctx, procs[0], keys); err != nil {
 		return History{}, st, err
 	}

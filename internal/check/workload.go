@@ -3,6 +3,7 @@ package check
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -202,6 +203,38 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 	res := store.Result{Body: []byte(v)}
 	if l.Complete(fctx, res) == nil {
 		p.rec.give(Given{Key: id, Body: v, Full: EncodeResult(0, nil, res.Body), Call: call, Return: p.rec.Now()})
+	}
+}
+
+// takeoverProbe ends every run, its faults healed, with a takeover: the
+// process that neither renews nor takes over (2) takes a key of its own
+// and lets its lease end, as a stalled worker does, and the TakeoverRun
+// process (0) takes the key over, whose fence must be above the ended
+// attempt's. A takeover otherwise waits for a drawn stall to meet that
+// process on the same key, which some runs never draw (a short campaign
+// once took seven runs to show takeover-keeps-fence).
+func takeoverProbe(ctx context.Context, procs []*process, tenant string, seed uint64) {
+	if len(procs) < 3 {
+		return
+	}
+	req := idem.Request{Tenant: tenant, Key: fmt.Sprintf("probe-takeover-%d", seed), Fingerprint: "fp"}
+	att, err := procs[2].eng.Begin(ctx, req)
+	if err != nil || att.Outcome != idem.Acquired {
+		return
+	}
+	defer att.Lease.Close() // lost by then: it changes nothing
+	<-att.Lease.Context().Done()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; sleep(ctx, 10*time.Millisecond) {
+		a, err := procs[0].eng.Begin(ctx, req)
+		if err == nil && a.Outcome == idem.Acquired {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.FinalizeTimeout)
+			_ = a.Lease.MarkUnknown(fctx, "the takeover probe: nothing ran")
+			cancel()
+			return
+		}
+		if err == nil && a.Outcome != idem.InFlight { // the store's clock may trail the lease's by a tick; else done
+			return
+		}
 	}
 }
 
