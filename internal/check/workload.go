@@ -210,7 +210,8 @@ func (p *process) work(ctx context.Context, l *idem.Lease, id string, f fault, s
 // process that neither renews nor takes over (2) takes a key of its own
 // and lets its lease end, as a stalled worker does, and the TakeoverRun
 // process (0) takes the key over, whose fence must be above the ended
-// attempt's. A takeover otherwise waits for a drawn stall to meet that
+// attempt's, and then the ended attempt's late Complete must be refused.
+// A takeover otherwise waits for a drawn stall to meet that
 // process on the same key, which some runs never draw (a short campaign
 // once took seven runs to show takeover-keeps-fence).
 func takeoverProbe(ctx context.Context, procs []*process, tenant string, seed uint64) {
@@ -228,8 +229,12 @@ func takeoverProbe(ctx context.Context, procs []*process, tenant string, seed ui
 		a, err := procs[0].eng.Begin(ctx, req)
 		if err == nil && a.Outcome == idem.Acquired {
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), idem.FinalizeTimeout)
+			defer cancel()
+			// The ended attempt's late Complete must find the key is not
+			// its own any more (ErrLeaseLost): one that answers success
+			// is a stale owner's write over the takeover's.
+			_ = att.Lease.Complete(fctx, store.Result{Body: []byte("the stalled attempt's late result")})
 			_ = a.Lease.MarkUnknown(fctx, "the takeover probe: nothing ran")
-			cancel()
 			return
 		}
 		if err == nil && a.Outcome != idem.InFlight { // the store's clock may trail the lease's by a tick; else done
