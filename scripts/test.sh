@@ -19,7 +19,7 @@ phase "go test -race -count=1 ./... ($packages packages, printed in package orde
 go test -race -count=1 -timeout 15m ./... "$@"
 phase "scripts/model.sh (make model): spin checks the protocol's model (model/idem.pml) exhaustively for a double effect, a fence that does not increase or a replay that differs (about 20 s; apt-get installs spin where missing)"
 scripts/model.sh
-phase "scripts/check.sh short (make check-short): every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants (about 2 min; check-out/ gets the history of a violation)"
+phase "scripts/check.sh short (make check-short): every store configuration under real faults, each history checked for linearizability and the effect, fence and replay invariants, and three runs of the product check (about 3 min; check-out/ gets the history of a violation)"
 scripts/check.sh short
 phase "examples/natsconsumer, its own module: go vet, then its fault test on NATS JetStream (about 20 s)"
 (cd examples/natsconsumer && go vet ./... && go test -race -count=1 -timeout 5m ./...)
