@@ -153,7 +153,8 @@ func (e *Engine) reconciled(id ID, v Verdict, err error) {
 
 // Resolve ends an UNKNOWN key by an operator's word: with res, the work
 // took effect and res is recorded and replayed (for the engine's
-// retention); with a nil res, the work did not take effect and the key is
+// retention), and the key is remembered at least as long as its UNKNOWN
+// record would have lived; with a nil res, the work did not take effect and the key is
 // released, so the next attempt runs it. fence must be the UNKNOWN
 // record's (Record.Fence), so that a resolution meant for one attempt
 // never lands on another. It returns ErrNotFound, ErrNotUnknown or
@@ -166,7 +167,23 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 	if res != nil && len(res.Body) > e.maxResult {
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrResultTooLarge, len(res.Body), e.maxResult)
 	}
-	err := e.resolve(ctx, store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention, KeyRetention: e.keyRetention})
+	p := store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention, KeyRetention: e.keyRetention}
+	if res != nil {
+		// As a reconciliation does (reconcileOnce): the key is remembered
+		// at least as long as its UNKNOWN record would have lived. That
+		// life was set under its request's configuration (a route's own
+		// retention, or one a reload raised), which the engine's, set at
+		// start, may not be; with the engine's alone a retry after it
+		// would run the work again.
+		rec, err := e.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if rec.State == StateUnknown && rec.Fence == fence {
+			p.KeyRetention = max(p.KeyRetention, rec.TTL)
+		}
+	}
+	err := e.resolve(ctx, p)
 	if err == nil {
 		v := VerdictNotExecuted
 		if res != nil {

@@ -102,3 +102,29 @@ func TestReconciliationKeepsTheKeyForItsRequestsKeyRetention(t *testing.T) {
 		}
 	})
 }
+
+// An operator's resolution keeps the key as a reconciliation does: a key
+// marked UNKNOWN under its request's longer key retention (a route's, or a
+// reload's) is remembered for it, not for the engine's, which would let a
+// retry after the response's retention run the work again.
+func TestResolveKeepsTheKeyForItsRequestsKeyRetention(t *testing.T) {
+	eachStore(t, func(t *testing.T, s store.Store) {
+		e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond})
+		req := idem.Request{Key: "resolved", Fingerprint: "fp", KeyRetention: time.Hour}
+		a := begin(t, e, req)
+		if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := e.Get(context.Background(), a.Lease.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Resolve(context.Background(), rec.ID, rec.Fence, &idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // past the response's retention (in the bubble, its clock)
+		if r := begin(t, e, req); r.Outcome != idem.Expired {
+			t.Fatalf("after the response's retention = %v %+v; want Expired: the key's retention is an hour", r.Outcome, r.Record)
+		}
+	})
+}
