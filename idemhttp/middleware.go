@@ -1,7 +1,6 @@
 package idemhttp
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -245,7 +244,7 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	if m.label != nil {
 		req.Label = m.label(r)
 	}
-	r.Body = newBodyReader(body)
+	r.Body = httpwire.NewBody(body) // the gateway sends it on in one write (httpwire.Body)
 
 	// The work is detached from the client's cancellation: once it has
 	// started it runs to completion and is recorded, so that the client's
@@ -323,19 +322,6 @@ func (m *middleware) readBody(w http.ResponseWriter, r *http.Request) ([]byte, b
 	}
 	return body, true
 }
-
-// bodyReader hands the body that was read to fingerprint it on to the
-// handler: io.NopCloser(bytes.NewReader(body)) in one allocation.
-type bodyReader struct{ bytes.Reader }
-
-func newBodyReader(body []byte) *bodyReader {
-	b := new(bodyReader)
-	b.Reset(body)
-	return b
-}
-
-// Close does nothing: the server closes the request's own body.
-func (*bodyReader) Close() error { return nil }
 
 func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *http.Request, err error) {
 	switch {

@@ -1,13 +1,15 @@
 // Package httpwire holds what idemhttp and the gateway must agree on byte
 // for byte: the RFC 9110 token rule for method, header and cookie names,
-// and the credential tenant, the hex SHA-256 of the Authorization values
-// (docs/reconcile.md documents it for upstreams). A gateway with
+// the credential tenant, the hex SHA-256 of the Authorization values
+// (docs/reconcile.md documents it for upstreams), and the request body
+// idemhttp read and the gateway sends on. A gateway with
 // --tenant-from authorization must give every request the tenant that
 // idemhttp's default gives it, or the keys an older gateway stored would
 // no longer replay; with one function there is nothing to keep in step.
 package httpwire
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -58,3 +60,21 @@ func CredentialTenant(vs []string) string {
 	}
 	return SumTenant(b)
 }
+
+// Body is a request body read into memory: idemhttp reads a protected
+// request's body to fingerprint it and hands it on to the handler as a
+// *Body, and the gateway, finding one, sends it upstream with its length
+// known, in one write with the request's header (net/http writes the
+// header of a body it cannot see into on its own first).
+type Body struct{ bytes.Reader }
+
+// NewBody returns b as a request body: in one allocation, where
+// io.NopCloser(bytes.NewReader(b)) takes two.
+func NewBody(b []byte) *Body {
+	body := new(Body)
+	body.Reset(b)
+	return body
+}
+
+// Close does nothing: the server closes the request's own body.
+func (*Body) Close() error { return nil }
