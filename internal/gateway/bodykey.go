@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 	"github.com/idemkit/idem/internal/jsonptr"
 )
 
@@ -71,7 +71,7 @@ func (b *bodyKey) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = httpwire.NewBody(body) // sent upstream in one write (sendInOneWrite), whether the middleware keys it or not
 	key, found, err := b.field(r, body)
 	_, hasHeader := r.Header[idemhttp.HeaderKey]
 	switch {

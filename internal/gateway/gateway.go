@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 )
@@ -227,6 +229,7 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration, route string) h
 			pr.SetURL(upstream)
 			pr.SetXForwarded()
 			rewriteIdempotencyHeaders(pr.In, pr.Out)
+			sendInOneWrite(pr.In, pr.Out)
 		},
 		Transport: roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			var span trace.Span
@@ -267,6 +270,22 @@ func (g *Gateway) reverseProxy(p *policy, timeout time.Duration, route string) h
 }
 
 var errUpstreamTimeout = errors.New("gateway: upstream timed out")
+
+// sendInOneWrite hands the transport a body that was read into memory
+// (httpwire.Body: to fingerprint it, or to find its key) as a reader
+// net/http knows, with its length. The proxy wraps every body in a
+// reader of its own, and net/http writes the header of a body it cannot
+// see into before the body, to let a streamed one come: two writes, and
+// two segments for the upstream to read, where one does (docs/benchmarks.md).
+// A body the client sent chunked goes on with a Content-Length.
+func sendInOneWrite(in, out *http.Request) {
+	b, ok := in.Body.(*httpwire.Body)
+	if !ok || out.Body == nil {
+		return
+	}
+	out.Body = io.NopCloser(&b.Reader)
+	out.ContentLength, out.TransferEncoding = int64(b.Len()), nil
+}
 
 // CopyBuffers lends a reverse proxy the buffers it copies response
 // bodies with. Without a pool it allocates 32 KiB per response: at 15,000
