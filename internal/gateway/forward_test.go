@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/idemkit/idem/idemhttp"
@@ -86,3 +91,40 @@ func TestForwardedRequest(t *testing.T) {
 		}
 	}
 }
+
+// The upstream's informational answers (103 Early Hints) reach the client
+// before the final one, and the final answer keeps the header the
+// middleware set before forwarding (Idempotency-Expiry): a 1xx carries
+// the upstream's own header only.
+func TestForwardPassesInformationalAnswers(t *testing.T) {
+	_, srv := forwardGateway(t, "", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.WriteHeader(http.StatusCreated)
+	})
+	var mu sync.Mutex
+	var hints []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		mu.Lock()
+		defer mu.Unlock()
+		hints = append(hints, fmt.Sprintf("%d %s", code, h.Get("Link")))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, srv.URL+"/charges", strings.NewReader("{}"))
+	req.Header.Set(idemhttp.HeaderKey, "hints-1")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if resp.StatusCode != http.StatusCreated || len(hints) != 1 || hints[0] != "103 </style.css>; rel=preload" {
+		t.Fatalf("%d after 1xx %q; want 201 after 103 with the Link", resp.StatusCode, hints)
+	}
+	if resp.Header.Get(idemhttp.HeaderExpiry) == "" || resp.Header.Get("Link") != "" {
+		t.Errorf("the final answer's header %v; want the middleware's %s and not the 103's Link", resp.Header, idemhttp.HeaderExpiry)
+	}
+}
+
