@@ -244,40 +244,47 @@ func (c *coalescer) send(batch []*pending) {
 	}
 }
 
-// batchContext returns the context of a batch's script call: it ends when
-// the last of its callers' contexts does (nobody waits for the reply any
-// more), and has the latest of their deadlines when they all have one, so
-// that a stalled server holds the batch no longer than its callers.
+// batchContext returns the context of a batch's script call. When every
+// caller has a deadline it is the latest of them, so that a stalled server
+// holds the batch no longer than its callers; one timer for the batch,
+// nothing per caller (go-redis reads a reply until the deadline whether or
+// not a caller is cancelled, so following each caller's cancellation would
+// end no wait sooner but a pool or dial wait). Otherwise it ends when the
+// last of its callers' contexts does (nobody waits for the reply any more).
 func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
 	var latest time.Time
-	allDeadlines := true
+	for _, p := range batch {
+		d, ok := p.ctx.Deadline()
+		if !ok {
+			return lastCallerContext(batch)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+// lastCallerContext returns a context that ends when the last of the
+// batch's callers' contexts does.
+func lastCallerContext(batch []*pending) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
 	left := new(atomic.Int64)
 	left.Store(int64(len(batch)))
 	stops := make([]func() bool, len(batch))
 	for i, p := range batch {
-		if d, ok := p.ctx.Deadline(); !ok {
-			allDeadlines = false
-		} else if d.After(latest) {
-			latest = d
-		}
 		stops[i] = context.AfterFunc(p.ctx, func() {
 			if left.Add(-1) == 0 {
 				cancel()
 			}
 		})
 	}
-	end := func() {
+	return ctx, func() {
 		for _, stop := range stops {
 			stop()
 		}
 		cancel()
 	}
-	if !allDeadlines {
-		return ctx, end
-	}
-	ctx, cancelDeadline := context.WithDeadline(ctx, latest)
-	return ctx, func() { cancelDeadline(); end() }
 }
 
 // argBytes is about how many bytes args take in a script call.
