@@ -38,6 +38,7 @@ var batchScript = newScript("batch", func() string {
 	b.WriteString(batchClock)
 	for i, s := range batchOps {
 		s.op = strconv.Itoa(i + 1)
+		s.opArg = s.op
 		fmt.Fprintf(&b, "local function op_%s(KEYS, ARGV)\n%s\nend\n", s.name, s.body)
 	}
 	b.WriteString("local OPS = {")
@@ -217,7 +218,7 @@ func (c *coalescer) send(batch []*pending) {
 	keys, args := make([]string, 0, nkeys), make([]any, 0, nargs)
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		args = append(args, p.sc.op, smallInt(len(p.keys)), smallInt(len(p.args)))
+		args = append(args, p.sc.opArg, smallInt(len(p.keys)), smallInt(len(p.args)))
 		args = append(args, p.args...)
 	}
 	ctx, cancel := batchContext(batch)
@@ -303,7 +304,9 @@ func argBytes(args []any) int {
 	return n
 }
 
-var smallInts = func() (s [16]string) {
+// smallInts are the counts a batch passes most, as script arguments: a
+// string in an interface, made once (boxing one allocates).
+var smallInts = func() (s [16]any) {
 	for i := range s {
 		s[i] = strconv.Itoa(i)
 	}
@@ -311,7 +314,7 @@ var smallInts = func() (s [16]string) {
 }()
 
 // smallInt formats a count of keys or arguments (at most maxScriptArgs).
-func smallInt(n int) string {
+func smallInt(n int) any {
 	if n < len(smallInts) {
 		return smallInts[n]
 	}

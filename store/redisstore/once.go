@@ -32,16 +32,18 @@ type onceCmd struct{ *redis.Cmd }
 func (onceCmd) NoRetry() bool { return true }
 
 // evalCmd builds EVALSHA (or EVAL, with sha false) of s, as go-redis's
-// Script does, with the keys' position set for cluster routing.
+// Script does, with the keys' position set for cluster routing. The keys
+// go in as pointers into keys, which go-redis writes and routes by as
+// strings: boxing a string allocates, boxing a pointer does not.
 func evalCmd(ctx context.Context, s *script, sha bool, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	if sha {
-		cmdArgs = append(cmdArgs, "evalsha", s.goredis.Hash(), len(keys))
+		cmdArgs = append(cmdArgs, "evalsha", s.sha, len(keys))
 	} else {
 		cmdArgs = append(cmdArgs, "eval", s.src, len(keys))
 	}
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+	for i := range keys {
+		cmdArgs = append(cmdArgs, &keys[i])
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
@@ -56,7 +58,7 @@ func evalCmd(ctx context.Context, s *script, sha bool, keys []string, args []any
 func runScriptOnce(ctx context.Context, p processor, s *script, keys []string, args []any) *redis.Cmd {
 	cmd := evalCmd(ctx, s, true, keys, args)
 	_ = p.Process(ctx, onceCmd{cmd})
-	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // HasErrorPrefix allocates, even for nil
 		cmd = evalCmd(ctx, s, false, keys, args)
 		_ = p.Process(ctx, onceCmd{cmd})
 	}

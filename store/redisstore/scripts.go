@@ -45,12 +45,15 @@ type script struct {
 	body    string // the script without record.lua
 	src     string // the script as EVALSHA runs it
 	goredis *redis.Script
+	sha     any    // goredis.Hash() as a command argument, boxed once
 	op      string // its number in a batch (batch.lua's OPS); "" when a batch cannot carry it
+	opArg   any    // op as a script argument, boxed once
 }
 
 func newScript(name, body string) *script {
 	src := withRecord(body)
-	return &script{name: name, body: body, src: src, goredis: redis.NewScript(src)}
+	gs := redis.NewScript(src)
+	return &script{name: name, body: body, src: src, goredis: gs, sha: gs.Hash()}
 }
 
 var (
