@@ -31,8 +31,12 @@ func Prefix(p, def string) (string, error) {
 // {len(tenant):tenant:key} keeps every key of one record in one Cluster
 // slot, and the tenant's length makes the name injective: tenant "a:b" with
 // key "c" never meets tenant "a" with key "b:c".
-func Key(prefix string, id store.ID) string {
-	return prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}"
+func Key(prefix string, id store.ID) string { return SuffixedKey(prefix, id, "") }
+
+// SuffixedKey is Key(prefix, id) + suffix, made by one concatenation (one
+// allocation): a key of the record's slot, such as its tombstone's.
+func SuffixedKey(prefix string, id store.ID, suffix string) string {
+	return prefix + "{" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + ":" + id.Key + "}" + suffix
 }
 
 // Record builds the record of id from the twelve fields a script returns:

@@ -167,8 +167,15 @@ const tombstoneSuffix = "~e"
 // tombstonedKeys returns the keys of the scripts that read or write a
 // record's tombstone: indexedKeys and the tombstone's.
 func (s *Store) tombstonedKeys(id store.ID) []string {
-	k := s.recordKey(id)
-	return []string{k, s.index.keyOf(k), k + tombstoneSuffix}
+	k, tomb := s.keyAndTombstone(id)
+	return []string{k, s.index.keyOf(k), tomb}
+}
+
+// keyAndTombstone returns the keys of id's record and tombstone, the one a
+// prefix of the other: one allocation, not two.
+func (s *Store) keyAndTombstone(id store.ID) (record, tombstone string) {
+	tombstone = redisrecord.SuffixedKey(s.prefix, id, tombstoneSuffix)
+	return tombstone[:len(tombstone)-len(tombstoneSuffix)], tombstone
 }
 
 // indexedKeys returns the keys of the scripts that may change the index:
@@ -348,13 +355,13 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 		}
 		mark = s.near.mark()
 	}
-	k := s.recordKey(id)
+	k, tomb := s.keyAndTombstone(id)
 	// With ReplicaAcks a read is followed by WAIT too: a node that is no
 	// longer the primary answers a read from a stale or empty copy (a
 	// demoted primary, one restarted empty before Sentinel made it a
 	// replica) where it refuses a write, and WAIT fails there (a replica
 	// refuses it; a lone master has no replica to count).
-	r, notReplicated, err := s.acked(ctx, getScript, []string{k, k + tombstoneSuffix}, nil)
+	r, notReplicated, err := s.acked(ctx, getScript, []string{k, tomb}, nil)
 	if err == nil {
 		err = notReplicated
 	}

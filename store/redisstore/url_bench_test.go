@@ -19,7 +19,8 @@ import (
 // client's share alone, less noisy than ns/op on a shared machine) of the
 // engine's acquire+complete cycle, of the bare store's, and of the naive
 // SET NX + SET pattern on a go-redis client from the same URL, at 1 and 32
-// goroutines. allocs/op is per cycle.
+// goroutines. allocs/op is per cycle, scripts/op the script calls per
+// cycle (two without coalescing).
 func BenchmarkURLCycle(b *testing.B) {
 	prefix := testenv.Prefix(b)
 	s, err := redisstore.OpenURL(testenv.RedisURL()+"?coalesce=on", &redisstore.Options{Prefix: prefix})
@@ -55,6 +56,7 @@ func BenchmarkURLCycle(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportAllocs()
+				st0, _ := s.CoalesceStats()
 				cpu0 := processCPU(b)
 				b.ResetTimer()
 				if err := storekit.Run(workers, b.N, &next, run.call); err != nil {
@@ -62,6 +64,10 @@ func BenchmarkURLCycle(b *testing.B) {
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "go-cpu-ns/op")
+				if st, _ := s.CoalesceStats(); run.name != "naive" {
+					calls := st.Single - st0.Single + st.Batches - st0.Batches
+					b.ReportMetric(float64(calls)/float64(b.N), "scripts/op")
+				}
 			})
 		}
 	}
