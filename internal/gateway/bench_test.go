@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/idemkit/idem/store/memstore"
@@ -78,13 +79,17 @@ func benchClients(b *testing.B, base string, n int) {
 	}
 	send() // the connections and the scripts are ready before the clock starts
 	b.ReportAllocs()
-	gcBefore := gcCPU()
+	gcBefore, cpuBefore := gcCPU(), processCPU()
 	b.ResetTimer()
 	defer func() {
 		// The collector's CPU, the whole process's, per request: what a
 		// heap the collector scans costs, less noisy than ns/op on a
 		// shared machine.
 		b.ReportMetric((gcCPU()-gcBefore)*1e6/float64(b.N), "gc-µs/op")
+		// The process's CPU per request (client, gateway and upstream; the
+		// store server is another process): the cost a change to the
+		// gateway or its store client moves, when ns/op is the machine's load.
+		b.ReportMetric((processCPU()-cpuBefore)*1e6/float64(b.N), "cpu-µs/op")
 	}()
 	if n == 1 {
 		for range b.N {
@@ -98,6 +103,16 @@ func benchClients(b *testing.B, base string, n int) {
 			send()
 		}
 	})
+}
+
+// processCPU returns the CPU seconds this process has used (user and
+// system, getrusage).
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // gcCPU returns the CPU seconds the collector has taken in this process
