@@ -32,9 +32,7 @@ type onceCmd struct{ *redis.Cmd }
 func (onceCmd) NoRetry() bool { return true }
 
 // evalCmd builds EVALSHA (or EVAL, with sha false) of s, as go-redis's
-// Script does, with the keys' position set for cluster routing. The keys
-// go in as pointers into keys, which go-redis writes and routes by as
-// strings: boxing a string allocates, boxing a pointer does not.
+// Script does, with the keys' position set for cluster routing.
 func evalCmd(ctx context.Context, s *script, sha bool, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	if sha {
@@ -42,8 +40,8 @@ func evalCmd(ctx context.Context, s *script, sha bool, keys []string, args []any
 	} else {
 		cmdArgs = append(cmdArgs, "eval", s.src, len(keys))
 	}
-	for i := range keys {
-		cmdArgs = append(cmdArgs, &keys[i])
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
