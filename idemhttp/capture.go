@@ -74,6 +74,9 @@ func (c *capture) result(status int) store.Result {
 // moment the response header goes out.
 func (c *capture) commit(status int) {
 	c.status = status
+	if c.replayBuffer == nil { // written to after the handler returned
+		return
+	}
 	src := c.ResponseWriter.Header()
 	if _, ok := src[HeaderExpiry]; !ok {
 		// Set before the handler ran; a handler that sent a 1xx may have
@@ -81,9 +84,6 @@ func (c *capture) commit(status int) {
 		// upstream's 103 Early Hints), and every answer to a keyed
 		// request publishes the expiry policy.
 		src[HeaderExpiry] = c.m.expiry
-	}
-	if c.replayBuffer == nil { // written to after the handler returned
-		return
 	}
 	for _, name := range c.m.replayHeaders {
 		if vs, ok := src[name]; ok {
