@@ -127,4 +127,3 @@ func TestForwardPassesInformationalAnswers(t *testing.T) {
 		t.Errorf("the final answer's header %v; want the middleware's %s and not the 103's Link", resp.Header, idemhttp.HeaderExpiry)
 	}
 }
-
