@@ -38,7 +38,6 @@ var batchScript = newScript("batch", func() string {
 	b.WriteString(batchClock)
 	for i, s := range batchOps {
 		s.op = strconv.Itoa(i + 1)
-		s.opArg = s.op
 		fmt.Fprintf(&b, "local function op_%s(KEYS, ARGV)\n%s\nend\n", s.name, s.body)
 	}
 	b.WriteString("local OPS = {")
@@ -133,7 +132,7 @@ type pending struct {
 func newCoalescer(r batchRunner) *coalescer { return &coalescer{batchRunner: r} }
 
 func (c *coalescer) run(ctx context.Context, sc *script, keys []string, args []any) (reply, error) {
-	if sc.op == "" {
+	if sc.op == nil {
 		return c.batchRunner.run(ctx, sc, keys, args)
 	}
 	c.mu.Lock()
@@ -218,7 +217,7 @@ func (c *coalescer) send(batch []*pending) {
 	keys, args := make([]string, 0, nkeys), make([]any, 0, nargs)
 	for _, p := range batch {
 		keys = append(keys, p.keys...)
-		args = append(args, p.sc.opArg, smallInt(len(p.keys)), smallInt(len(p.args)))
+		args = append(args, p.sc.op, smallInt(len(p.keys)), smallInt(len(p.args)))
 		args = append(args, p.args...)
 	}
 	ctx, cancel := batchContext(batch)

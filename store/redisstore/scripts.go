@@ -45,9 +45,8 @@ type script struct {
 	body    string // the script without record.lua
 	src     string // the script as EVALSHA runs it
 	goredis *redis.Script
-	sha     any    // goredis.Hash() as a command argument, boxed once
-	op      string // its number in a batch (batch.lua's OPS); "" when a batch cannot carry it
-	opArg   any    // op as a script argument, boxed once
+	sha     any // goredis.Hash() as a command argument, boxed once
+	op      any // its number in a batch (batch.lua's OPS), a string boxed once; nil when a batch cannot carry it
 }
 
 func newScript(name, body string) *script {
