@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -79,7 +79,7 @@ func benchClients(b *testing.B, base string, n int) {
 	}
 	send() // the connections and the scripts are ready before the clock starts
 	b.ReportAllocs()
-	gcBefore, cpuBefore := gcCPU(), processCPU()
+	gcBefore, cpuBefore := gcCPU(), testenv.ProcessCPU(b)
 	b.ResetTimer()
 	defer func() {
 		// The collector's CPU, the whole process's, per request: what a
@@ -89,7 +89,7 @@ func benchClients(b *testing.B, base string, n int) {
 		// The process's CPU per request (client, gateway and upstream; the
 		// store server is another process): the cost a change to the
 		// gateway or its store client moves, when ns/op is the machine's load.
-		b.ReportMetric((processCPU()-cpuBefore)*1e6/float64(b.N), "cpu-µs/op")
+		b.ReportMetric(float64(testenv.ProcessCPU(b)-cpuBefore)/1e3/float64(b.N), "cpu-µs/op")
 	}()
 	if n == 1 {
 		for range b.N {
@@ -103,16 +103,6 @@ func benchClients(b *testing.B, base string, n int) {
 			send()
 		}
 	})
-}
-
-// processCPU returns the CPU seconds this process has used (user and
-// system, getrusage).
-func processCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // gcCPU returns the CPU seconds the collector has taken in this process

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,15 +32,6 @@ func redisCPU(b *testing.B) float64 {
 	return sum
 }
 
-// processCPU returns the CPU time this process has used, in nanoseconds.
-func processCPU(b *testing.B) int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
-
 // BenchmarkCycleCPU explains BenchmarkCycle: it runs the naive pattern and
 // the bare store cycle alone (not interleaved) and reports the CPU each
 // costs per cycle in the Redis server (redis-cpu-ns/op, from INFO cpu) and
@@ -60,14 +50,14 @@ func BenchmarkCycleCPU(b *testing.B) {
 			b.Run(c.name+"/"+run.Name, func(b *testing.B) {
 				var next atomic.Int64
 				next.Store(time.Now().UnixNano()) // keys unique across the repeated calls of this function
-				redis0, self0 := redisCPU(b), processCPU(b)
+				redis0, self0 := redisCPU(b), testenv.ProcessCPU(b)
 				b.ResetTimer()
 				if err := storekit.Run(benchWorkers, b.N, &next, run.Call); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
 				b.ReportMetric((redisCPU(b)-redis0)*1e9/float64(b.N), "redis-cpu-ns/op")
-				b.ReportMetric(float64(processCPU(b)-self0)/float64(b.N), "go-cpu-ns/op")
+				b.ReportMetric(float64(testenv.ProcessCPU(b)-self0)/float64(b.N), "go-cpu-ns/op")
 			})
 		}
 		cleanup(b, prefix)

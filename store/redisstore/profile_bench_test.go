@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/storekit"
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/redisstore"
 )
 
@@ -90,15 +91,15 @@ func machineIdle() float64 {
 }
 
 func (m *meter) run(b *testing.B, admin *redis.Client, n int, next *atomic.Int64) {
-	s0, g0, i0, t0 := readServerStats(b, admin), processCPU(b), machineIdle(), time.Now()
+	s0, g0, i0, t0 := readServerStats(b, admin), testenv.ProcessCPU(b), machineIdle(), time.Now()
 	if err := storekit.Run(benchWorkers, n, next, m.cycle); err != nil {
 		b.Fatal(err)
 	}
-	wall, i1, g1, s1 := time.Since(t0), machineIdle(), processCPU(b), readServerStats(b, admin)
+	wall, i1, g1, s1 := time.Since(t0), machineIdle(), testenv.ProcessCPU(b), readServerStats(b, admin)
 	m.idle += i1 - i0
 	m.cycles += int64(n)
 	m.wall += wall
-	m.goCPU += g1 - g0
+	m.goCPU += int64(g1 - g0)
 	m.redisCPU += s1.cpu - s0.cpu
 	m.scripts += s1.calls["evalsha"] - s0.calls["evalsha"]
 	m.scriptUsec += s1.usec["evalsha"] - s0.usec["evalsha"]

@@ -57,13 +57,13 @@ func BenchmarkURLCycle(b *testing.B) {
 				}
 				b.ReportAllocs()
 				st0, _ := s.CoalesceStats()
-				cpu0 := processCPU(b)
+				cpu0 := testenv.ProcessCPU(b)
 				b.ResetTimer()
 				if err := storekit.Run(workers, b.N, &next, run.call); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "go-cpu-ns/op")
+				b.ReportMetric(float64(testenv.ProcessCPU(b)-cpu0)/float64(b.N), "go-cpu-ns/op")
 				if st, _ := s.CoalesceStats(); run.name != "naive" {
 					calls := st.Single - st0.Single + st.Batches - st0.Batches
 					b.ReportMetric(float64(calls)/float64(b.N), "scripts/op")

@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,4 +56,15 @@ func Unavailable(t testing.TB, what string, err error) {
 func Prefix(t testing.TB) string {
 	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
 	return "idemtest:" + name + ":" + rand.Text()[:8] + ":"
+}
+
+// ProcessCPU returns the CPU time this process has used, user and system
+// (getrusage): a benchmark's cost per operation when its servers are
+// other processes, steadier than ns/op on a shared machine.
+func ProcessCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
