@@ -105,8 +105,8 @@ func BenchmarkBatchLua(b *testing.B) {
 			var keys []string
 			var args []any
 			for i := first; i < next; i++ {
-				keys = append(keys, key(i), idx)
-				args = append(args, "1", "2", "6", "owner", "fp", lease, retention, grace, "0")
+				keys = append(keys, key(i), idx, key(i)+tombstoneSuffix)
+				args = append(args, "1", "3", "7", "owner", "fp", lease, retention, grace, "0", "")
 			}
 			v, err := sc.Run(ctx, c, keys, args...).Slice()
 			if err != nil {
@@ -115,7 +115,7 @@ func BenchmarkBatchLua(b *testing.B) {
 			args = args[:0]
 			for _, r := range v {
 				fence, _, _ := strings.Cut(r.(string), ":")
-				args = append(args, "2", "2", "7", "owner", fence, retention, "201", header, body, grace)
+				args = append(args, "2", "3", "8", "owner", fence, retention, "201", header, body, grace, "0")
 			}
 			v, err = sc.Run(ctx, c, keys, args...).Slice()
 			if err != nil {
@@ -131,14 +131,14 @@ func BenchmarkBatchLua(b *testing.B) {
 	singles := func(b *testing.B, n int) {
 		acq, com := acquireScript.goredis, completeScript.goredis
 		for done := 0; done < n; done += 2 {
-			k := []string{key(next), idx}
+			k := []string{key(next), idx, key(next) + tombstoneSuffix}
 			next++
-			r, err := acq.Run(ctx, c, k, "owner", "fp", lease, retention, grace, "0").Text()
+			r, err := acq.Run(ctx, c, k, "owner", "fp", lease, retention, grace, "0", "").Text()
 			if err != nil {
 				b.Fatal(err)
 			}
 			fence, _, _ := strings.Cut(r, ":")
-			if n, err := com.Run(ctx, c, k, "owner", fence, retention, "201", header, body, grace).Int(); err != nil || n != 1 {
+			if n, err := com.Run(ctx, c, k, "owner", fence, retention, "201", header, body, grace, "0").Int(); err != nil || n != 1 {
 				b.Fatal(n, err)
 			}
 		}
