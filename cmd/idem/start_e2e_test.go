@@ -50,7 +50,9 @@ func get(t *testing.T, url string) (int, string) {
 // retried, each failure logged; /healthz answers 200 and /readyz 503 on
 // the admin address meanwhile; once the store answers the gateway serves
 // and /readyz answers 200. Redis: a redis-server of this test's own,
-// killed before the gateway starts and started again. PostgreSQL: the
+// killed before the gateway starts and started again, on both clients
+// (rueidis, the default, fails to open; go-redis opens and its first
+// call fails). PostgreSQL: the
 // test database behind a proxy that refuses connections, then forwards.
 // Item 13 too: go-redis's own lines (its failed dials) are JSON lines of
 // the gateway's log, as --log-format json says.
@@ -72,15 +74,20 @@ func TestStoreDownAtStart(t *testing.T) {
 	}
 	pg.Host = pgProxy.Addr()
 	t.Cleanup(func() { pgProxy.Close() })
-	pgProxy.SetMode(faultproxy.Partition)
 	for name, c := range map[string]struct {
-		uri   string
-		start func() error
+		uri         string
+		down, start func() error
 	}{
-		"redis":    {"redis://" + srv.Addr + "/0", func() error { return srv.Restart(context.Background()) }},
-		"postgres": {pg.String(), func() error { pgProxy.SetMode(faultproxy.Forward); return nil }},
+		// rueidis, the default, dials at open; go-redis at the first call.
+		"redis":          {"redis://" + srv.Addr + "/0", func() error { srv.Kill(); return nil }, func() error { return srv.Restart(context.Background()) }},
+		"redis-go-redis": {"redis://" + srv.Addr + "/0?client=go-redis", func() error { srv.Kill(); return nil }, func() error { return srv.Restart(context.Background()) }},
+		"postgres": {pg.String(), func() error { pgProxy.SetMode(faultproxy.Partition); return nil },
+			func() error { pgProxy.SetMode(faultproxy.Forward); return nil }},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if err := c.down(); err != nil {
+				t.Fatal(err)
+			}
 			up := newUpstream(t, 0)
 			g := launchServe(t, nil, "--upstream", up.URL, "--store", c.uri, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
 			admin := "http://" + g.startingAdmin(t)
@@ -109,7 +116,7 @@ func TestStoreDownAtStart(t *testing.T) {
 				t.Errorf("exit after SIGTERM = %v; want 0", err)
 			}
 			logEvents(t, g) // every line JSON
-			if name == "redis" && !strings.Contains(g.logText(), `"msg":"idem: redis client"`) {
+			if name == "redis-go-redis" && !strings.Contains(g.logText(), `"msg":"idem: redis client"`) {
 				t.Errorf("go-redis's failed dials are not in the JSON log:\n%s", g.logText())
 			}
 		})

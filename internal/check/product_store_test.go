@@ -167,7 +167,7 @@ func (ps *productStores) draw(seed uint64) *storeForm {
 	case rng.IntN(4) == 0:
 		opts, f.nearCache = append(opts, "near_cache=on"), true
 	case rng.IntN(3) == 0:
-		opts = append(opts, "client=rueidis")
+		opts = append(opts, "client=go-redis") // the default is rueidis
 	}
 	if rng.IntN(3) == 0 {
 		opts = append(opts, "coalesce=off")

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.uber.org/goleak"
 
+	"github.com/idemkit/idem/internal/testinfra/testenv"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
 )
@@ -115,21 +116,33 @@ func TestOpenStoreEmptyIsMemory(t *testing.T) {
 	}
 }
 
+// withQuery adds query to uri's query.
+func withQuery(uri, query string) string {
+	if strings.Contains(uri, "?") {
+		return uri + "&" + query
+	}
+	return uri + "?" + query
+}
+
 // The gateway's Redis store coalesces its scripts unless the URI says
 // coalesce=off (storeurl's default is off); a cluster ignores the option.
+// The forms without a server here name client=go-redis, which dials at the
+// first call (rueidis, the default, dials at open).
 func TestOpenStoreCoalescesByDefault(t *testing.T) {
 	for _, c := range []struct {
 		uri  string
 		want bool
 	}{
-		{"redis://127.0.0.1:1/0", true},
-		{"redis://127.0.0.1:1/0?dial_timeout=1s", true},
-		{"redis://127.0.0.1:1/0?coalesce=off", false},
-		{"redis://127.0.0.1:1/0?dial_timeout=1s&coalesce=off", false},
-		{"rediss://127.0.0.1:1/0", true},
-		{"unix:///nonexistent/redis.sock", true},
-		{"redis-sentinel://127.0.0.1:1,127.0.0.1:2/mymaster", true},
-		{"redis-cluster://127.0.0.1:1", false},
+		{testenv.RedisURL(), true},
+		{withQuery(testenv.RedisURL(), "dial_timeout=1s"), true},
+		{withQuery(testenv.RedisURL(), "coalesce=off"), false},
+		{withQuery(testenv.RedisURL(), "dial_timeout=1s&coalesce=off"), false},
+		{"redis://127.0.0.1:1/0?client=go-redis", true},
+		{"redis://127.0.0.1:1/0?client=go-redis&coalesce=off", false},
+		{"rediss://127.0.0.1:1/0?client=go-redis", true},
+		{"unix:///nonexistent/redis.sock?client=go-redis", true},
+		{"redis-sentinel://127.0.0.1:1,127.0.0.1:2/mymaster?client=go-redis", true},
+		{"redis-cluster://127.0.0.1:1?client=go-redis", false},
 	} {
 		store, closeStore, err := OpenStore(context.Background(), c.uri, nil)
 		if err != nil {
@@ -140,5 +153,27 @@ func TestOpenStoreCoalescesByDefault(t *testing.T) {
 		if on != c.want {
 			t.Errorf("OpenStore(%q) coalesces: %v; want %v", c.uri, on, c.want)
 		}
+	}
+}
+
+// The gateway's Redis client is rueidis unless the URI says
+// client=go-redis: rueidis dials at open, and refuses go-redis's pool
+// options with an error that names client=go-redis, before it connects.
+func TestOpenStoreRueidisByDefault(t *testing.T) {
+	if _, _, err := OpenStore(context.Background(), "redis://127.0.0.1:1/0", nil); err == nil || !strings.Contains(err.Error(), "rueidis client: dial") {
+		t.Errorf("OpenStore of a Redis that is down = %v; want rueidis's dial error", err)
+	}
+	pooled := withQuery(testenv.RedisURL(), "pool_size=4")
+	for _, err := range []error{CheckStore(pooled, nil), func() error { _, _, err := OpenStore(context.Background(), pooled, nil); return err }()} {
+		if !errors.Is(err, ErrStoreURI) || !strings.Contains(err.Error(), "client=go-redis") {
+			t.Errorf("a URI with pool_size and no client= = %v; want ErrStoreURI naming client=go-redis", err)
+		}
+	}
+	for _, uri := range []string{withQuery(testenv.RedisURL(), "client=go-redis&pool_size=4"), "redis://127.0.0.1:1/0?client=go-redis"} {
+		_, closeStore, err := OpenStore(context.Background(), uri, nil)
+		if err != nil {
+			t.Fatalf("OpenStore(%q) = %v; want go-redis's store, which dials at the first call", uri, err)
+		}
+		closeStore()
 	}
 }

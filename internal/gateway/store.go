@@ -18,14 +18,15 @@ var ErrStoreURI = errors.New("gateway: bad store URI")
 const StoreURIHelp = `memory (the embedded default), redis://[user:pass@]host:port/db, rediss://..., ` +
 	`redis-sentinel://[user:pass@]host:port,host:port/master[/db], redis-cluster://host:port,host:port, unix:// ` +
 	`(a Redis form takes ?near_cache=on to serve replays from process memory, ` +
-	`and ?coalesce=off to send each script alone instead of the default: the scripts that come while two are in flight go out as one batch), ` +
+	`?coalesce=off to send each script alone instead of the default: the scripts that come while two are in flight go out as one batch, ` +
+	`and ?client=go-redis for go-redis and its pool options (pool_size=N, read_timeout=D, ...) instead of the default client, rueidis), ` +
 	`postgres://user@host:port/db (?schema=NAME: the schema of its tables, default idem; idem migrate takes the same URL), ` +
 	`or layered: REDIS_URI+postgres://...; a Redis form takes ?prefix=P for its keys`
 
 // StoreOptions configures OpenStore: --memory-limit (MemoryLimit, past
 // which new keys get 503 store_full), --memory-tenant-share, --no-migrate
-// (NoMigrate) and the logger. OpenStore sets Coalesce itself. A nil *StoreOptions means
-// defaults.
+// (NoMigrate) and the logger. OpenStore sets Coalesce and Rueidis itself.
+// A nil *StoreOptions means defaults.
 type StoreOptions = storeurl.Options
 
 // OpenStore opens the store a --store URI names (storeurl.Open, with the
@@ -34,7 +35,12 @@ type StoreOptions = storeurl.Options
 // measured faster with them at 2 and at 32-64 concurrent clients, for
 // first requests and replays alike, and a key's semantics are the same
 // (docs/redis-internals.md, "Coalesced scripts"); the library's default stays
-// off, a choice for a process that owns its store, as the gateway does).
+// off, a choice for a process that owns its store, as the gateway does),
+// on a rueidis client unless the URI says client=go-redis (the gateway
+// measured faster on it at 32 and 128 clients, docs/benchmarks.md; rueidis
+// dials at open, where go-redis dials at the first call, and the
+// gateway's start retries an open that fails as it retries a store that
+// does not answer).
 // The returned close function releases its connections. An error of
 // CheckStore's comes before any connection.
 func OpenStore(ctx context.Context, uri string, opts *StoreOptions) (store.Store, func() error, error) {
@@ -77,6 +83,6 @@ func storeOptions(opts *StoreOptions) StoreOptions {
 	if opts != nil {
 		o = *opts
 	}
-	o.Coalesce = true
+	o.Coalesce, o.Rueidis = true, true
 	return o
 }

@@ -21,10 +21,10 @@ import (
 // ParseURL's options it takes:
 //
 //	client=go-redis|rueidis  the Redis client: go-redis (the default, as
-//	                         ParseURL's; idem serve's too: rueidis did not
-//	                         measure faster in the gateway,
-//	                         docs/benchmarks.md) or rueidis, which
-//	                         pipelines every call on one connection per node
+//	                         ParseURL's) or rueidis, which pipelines every
+//	                         call on one connection per node (idem serve's
+//	                         default: it measured faster in the gateway at
+//	                         32 and 128 clients, docs/benchmarks.md)
 //	near_cache=on|off        on: Options.NearCache, so replays are served
 //	                         from process memory (rueidis only: it implies
 //	                         client=rueidis); off: the default

@@ -56,8 +56,18 @@ func TestSentinelFailover(t *testing.T) {
 		rounds, faults = 3, []bool{false, true}
 	}
 	for _, linkLoss := range faults {
-		for _, acks := range []int{0, 1} {
+		// rueidis (idem serve's client) has no ReplicaAcks: WAIT needs the
+		// connection that ran the script, which a pipelining client does
+		// not pin.
+		for _, c := range []struct {
+			acks    int
+			rueidis bool
+		}{{0, false}, {1, false}, {0, true}} {
+			acks := c.acks
 			name := map[bool]string{false: "Crash", true: "CrashAfterLinkLoss"}[linkLoss] + map[bool]string{false: "/ReplicaAcksOff", true: "/ReplicaAcksOn"}[acks > 0]
+			if c.rueidis {
+				name += "/rueidis"
+			}
 			t.Run(name, func(t *testing.T) {
 				var sum [2]failoverCounts // by guardrail: [0] off, [1] on
 				var errs int
@@ -65,7 +75,7 @@ func TestSentinelFailover(t *testing.T) {
 					// A subtest per failover, so each topology is stopped
 					// before the next starts.
 					t.Run("failover-"+strconv.Itoa(round+1), func(t *testing.T) {
-						counts, e := failoverRun(t, acks, linkLoss)
+						counts, e := failoverRun(t, acks, linkLoss, c.rueidis)
 						for g := range sum {
 							sum[g].add(counts[g])
 						}
@@ -208,18 +218,22 @@ func (p *payment) run(ctx context.Context, id store.ID, fence int64, guardrail b
 // failoverRun starts a topology, runs payments on it while it fails over,
 // and returns the counts by guardrail ([0] off, [1] on) and the number of
 // acquisitions that failed during the failover.
-func failoverRun(t *testing.T, acks int, linkLoss bool) (counts [2]failoverCounts, errs int) {
+func failoverRun(t *testing.T, acks int, linkLoss, rueidis bool) (counts [2]failoverCounts, errs int) {
 	topo := redistopo.StartSentinel(t, 2, 3)
 	// The client comes from the URL form the gateway's --store takes.
-	client, err := redisstore.ParseURL("redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName + "?pool_size=64")
+	uri := "redis-sentinel://" + strings.Join(topo.SentinelAddrs(), ",") + "/" + redistopo.MasterName
+	opts := &redisstore.Options{Prefix: "idemtest:failover:", ReplicaAcks: acks, ReplicaAckTimeout: 200 * time.Millisecond}
+	var s *redisstore.Store
+	var err error
+	if rueidis {
+		s, err = redisstore.OpenURL(uri+"?client=rueidis", opts)
+	} else {
+		s, err = redisstore.OpenURL(uri+"?pool_size=64", opts)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.Close() })
-	s, err := redisstore.New(client, &redisstore.Options{Prefix: "idemtest:failover:", ReplicaAcks: acks, ReplicaAckTimeout: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { s.Close() })
 	// Failed completes and acquires during the failover are expected here;
 	// the engine's log lines about them would drown the test's output.
 	engine, err := idem.New(s, &idem.Options{LeaseDuration: time.Minute, Logger: slog.New(slog.DiscardHandler)})

@@ -17,15 +17,15 @@
 // A Redis form opens store/redisstore as redisstore.OpenURL does: the
 // options are go-redis's (dial_timeout=3s, pool_size=64...; see
 // redisstore.ParseURL), plus client=rueidis (a rueidis client instead of
-// go-redis, which then refuses go-redis's pool options), near_cache=on
+// go-redis, which then refuses go-redis's pool options; the default when
+// Options.Rueidis says so, as in idem serve), near_cache=on
 // (replays served from process memory, on rueidis), near_cache_bytes=N
 // and coalesce=on (the scripts that come
 // while one is in flight go out as one batch; off unless the URL or
 // Options.Coalesce says so, on by default in idem serve), and prefix=P,
 // the prefix of every Redis key the store writes (redisstore.Options.Prefix;
 // default "idem:"). Its go-redis client connects lazily: Open does not
-// check that the server answers (with near_cache=on, rueidis dials at
-// Open).
+// check that the server answers (rueidis dials at Open).
 //
 // A PostgreSQL form opens store/pgstore: Open connects and applies the
 // migrations to the schema that schema=NAME names (pgstore.Options.Schema;

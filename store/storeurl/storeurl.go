@@ -43,6 +43,12 @@ type Options struct {
 	// nor coalesce=off. The layered store's Redis part takes no
 	// coalescing, with or without it.
 	Coalesce bool
+	// Rueidis makes a Redis store's client rueidis (client=rueidis) when
+	// its URL names no client=: a URL that then gives one of go-redis's
+	// pool options is refused, naming client=go-redis. rueidis dials at
+	// Open. The layered store's Redis part stays on go-redis, with or
+	// without it.
+	Rueidis bool
 	// NoMigrate makes Open check that the PostgreSQL schema (the URL's
 	// ?schema=) has every migration (pgstore.Pending) instead of applying
 	// them, so that a role without the CREATE privilege can open the
@@ -122,7 +128,10 @@ func parse(uri string, o *Options) (target, error) {
 		case isRedisURI(uri):
 			t.redis = uri
 			if o.Coalesce {
-				t.redis = coalesceUnlessSaid(uri)
+				t.redis = addUnlessSaid(t.redis, "coalesce", "on")
+			}
+			if o.Rueidis {
+				t.redis = addUnlessSaid(t.redis, "client", "rueidis")
 			}
 		case isPostgresURI(uri):
 			t.postgres = uri
@@ -231,18 +240,18 @@ type owned struct {
 
 func (o owned) Close() error { return o.close() }
 
-// coalesceUnlessSaid adds coalesce=on to a Redis uri whose query does not
-// name coalesce (Options.Coalesce). A query that does not parse is left to
-// redisstore.OpenURL, which says what is wrong with it.
-func coalesceUnlessSaid(uri string) string {
+// addUnlessSaid adds name=value to a Redis uri whose query does not name
+// name (Options.Coalesce, Options.Rueidis). A query that does not parse
+// is left to redisstore.OpenURL, which says what is wrong with it.
+func addUnlessSaid(uri, name, value string) string {
 	base, query, _ := strings.Cut(uri, "?")
-	if q, err := url.ParseQuery(query); err != nil || q.Has("coalesce") {
+	if q, err := url.ParseQuery(query); err != nil || q.Has(name) {
 		return uri
 	}
 	if query == "" {
-		return base + "?coalesce=on"
+		return base + "?" + name + "=" + value
 	}
-	return uri + "&coalesce=on"
+	return uri + "&" + name + "=" + value
 }
 
 // forms names the forms of the package documentation, for an error.

@@ -224,3 +224,24 @@ func TestEveryStoreCloses(t *testing.T) {
 		t.Fatalf("Get after Close = %v; want the closed client's error", err)
 	}
 }
+
+// Options.Rueidis is the client a URL's client= overrides: rueidis
+// refuses go-redis's pool options, which go-redis, the default without
+// it, takes.
+func TestOpenRueidisOption(t *testing.T) {
+	pooled := "redis://127.0.0.1:1/0?pool_size=4"
+	for _, c := range []struct {
+		uri     string
+		rueidis bool
+		wantErr bool
+	}{
+		{pooled, false, false},
+		{pooled, true, true},
+		{pooled + "&client=go-redis", true, false},
+	} {
+		err := storeurl.Check(c.uri, &storeurl.Options{Rueidis: c.rueidis})
+		if (err != nil) != c.wantErr || (err != nil && (!errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), "client=go-redis"))) {
+			t.Errorf("Check(%q) with Rueidis %v = %v; want an error naming client=go-redis: %v", c.uri, c.rueidis, err, c.wantErr)
+		}
+	}
+}
