@@ -160,20 +160,26 @@ func TestOpenStoreCoalescesByDefault(t *testing.T) {
 // client=go-redis: rueidis dials at open, and refuses go-redis's pool
 // options with an error that names client=go-redis, before it connects.
 func TestOpenStoreRueidisByDefault(t *testing.T) {
-	if _, _, err := OpenStore(context.Background(), "redis://127.0.0.1:1/0", nil); err == nil || !strings.Contains(err.Error(), "rueidis client: dial") {
+	// open is OpenStore's error; a store it opened is closed.
+	open := func(uri string) error {
+		_, closeStore, err := OpenStore(context.Background(), uri, nil)
+		if err == nil {
+			closeStore()
+		}
+		return err
+	}
+	if err := open("redis://127.0.0.1:1/0"); err == nil || !strings.Contains(err.Error(), "rueidis client: dial") {
 		t.Errorf("OpenStore of a Redis that is down = %v; want rueidis's dial error", err)
 	}
 	pooled := withQuery(testenv.RedisURL(), "pool_size=4")
-	for _, err := range []error{CheckStore(pooled, nil), func() error { _, _, err := OpenStore(context.Background(), pooled, nil); return err }()} {
+	for _, err := range []error{CheckStore(pooled, nil), open(pooled)} {
 		if !errors.Is(err, ErrStoreURI) || !strings.Contains(err.Error(), "client=go-redis") {
 			t.Errorf("a URI with pool_size and no client= = %v; want ErrStoreURI naming client=go-redis", err)
 		}
 	}
 	for _, uri := range []string{withQuery(testenv.RedisURL(), "client=go-redis&pool_size=4"), "redis://127.0.0.1:1/0?client=go-redis"} {
-		_, closeStore, err := OpenStore(context.Background(), uri, nil)
-		if err != nil {
+		if err := open(uri); err != nil {
 			t.Fatalf("OpenStore(%q) = %v; want go-redis's store, which dials at the first call", uri, err)
 		}
-		closeStore()
 	}
 }

@@ -59,13 +59,7 @@ func TestNearCacheOnMetrics(t *testing.T) {
 // option (a query parameter), in front of upstream, until the test ends.
 func redisGateway(t testing.TB, option, upstream string) (*Gateway, *httptest.Server) {
 	t.Helper()
-	uri := testenv.RedisURL()
-	if strings.Contains(uri, "?") {
-		uri += "&" + option
-	} else {
-		uri += "?" + option
-	}
-	store, closeStore, err := OpenStore(context.Background(), uri, nil)
+	store, closeStore, err := OpenStore(context.Background(), withQuery(testenv.RedisURL(), option), nil)
 	if err != nil {
 		testenv.Unavailable(t, "Redis at "+testenv.RedisURL(), err)
 	}

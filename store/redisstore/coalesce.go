@@ -247,10 +247,10 @@ func (c *coalescer) send(batch []*pending) {
 // batchContext returns the context of a batch's script call. When every
 // caller has a deadline it is the latest of them, so that a stalled server
 // holds the batch no longer than its callers; one timer for the batch,
-// nothing per caller (go-redis reads a reply until the deadline whether or
-// not a caller is cancelled, so following each caller's cancellation would
-// end no wait sooner but a pool or dial wait). Otherwise it ends when the
-// last of its callers' contexts does (nobody waits for the reply any more).
+// nothing per caller (a cancelled caller stops waiting in run on its own
+// context; following each caller's cancellation here would only end the
+// batch's own wait sooner). Otherwise it ends when the last of its
+// callers' contexts does (nobody waits for the reply any more).
 func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, p := range batch {

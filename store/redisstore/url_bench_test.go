@@ -13,8 +13,9 @@ import (
 	"github.com/idemkit/idem/store/redisstore"
 )
 
-// BenchmarkURLCycle measures the client side of the store as idem serve
-// opens it (OpenURL with coalesce=on, go-redis): the process CPU per cycle
+// BenchmarkURLCycle measures the client side of the store on go-redis as
+// a URL opens it (OpenURL with coalesce=on; idem serve opens rueidis
+// unless the URL says client=go-redis): the process CPU per cycle
 // (go-cpu-ns/op: the Redis server is another process, so this is the
 // client's share alone, less noisy than ns/op on a shared machine) of the
 // engine's acquire+complete cycle, of the bare store's, and of the naive
