@@ -495,6 +495,11 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve"}, "--upstream must be"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "mongodb://x"}, "bad store URI"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://:pw@127.0.0.1:notaport"}, "--store"},
+		// Empty, these would mean the library's defaults (go-redis, no
+		// coalescing), not idem serve's: refused instead.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?client="}, "client= is empty"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce="}, "coalesce= is empty"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce=on&coalesce=off"}, "coalesce is given 2 times"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},
@@ -506,7 +511,11 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-concurrency", "0"}, "--reconcile-concurrency"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
-		out, err := exec.Command(binary, c.args...).CombinedOutput()
+		// Bounded: a value that is not refused can start a gateway that
+		// waits for its store, and would hang the test.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, binary, c.args...).CombinedOutput()
+		cancel()
 		ee, ok := err.(*exec.ExitError)
 		if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.want) {
 			t.Errorf("idem %v: exit %v, output %q; want exit 2 mentioning %q", c.args, err, out, c.want)

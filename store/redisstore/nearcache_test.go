@@ -397,8 +397,8 @@ func TestNearCacheFlushedWhenConnectionLost(t *testing.T) {
 
 // TestClientOption: client=rueidis opens a store on rueidis without the
 // near cache, whose cycle works; a client it does not know, the near
-// cache on go-redis and a go-redis pool option on rueidis are refused,
-// each naming what is wrong.
+// cache on go-redis, a go-redis pool option on rueidis and an option
+// given empty or twice are refused, each naming what is wrong.
 func TestClientOption(t *testing.T) {
 	for uri, want := range map[string]string{
 		"redis://127.0.0.1:1/0?client=redigo":                      `client="redigo"`,
@@ -406,6 +406,14 @@ func TestClientOption(t *testing.T) {
 		"redis://127.0.0.1:1/0?client=rueidis&pool_size=3":         "pool_size is a go-redis pool option",
 		"redis://127.0.0.1:1/0?near_cache=on&read_timeout=1s":      "read_timeout is a go-redis pool option",
 		"redis-cluster://127.0.0.1:1?client=rueidis&max_retries=2": "max_retries is a go-redis pool option",
+		// Empty or repeated, an option says nothing clear: refused, not read
+		// as this package's default or as its first value.
+		"redis://127.0.0.1:1/0?client=":                         "client= is empty",
+		"redis://127.0.0.1:1/0?coalesce=&client=rueidis":        "coalesce= is empty",
+		"redis://127.0.0.1:1/0?near_cache=":                     "near_cache= is empty",
+		"redis://127.0.0.1:1/0?near_cache=on&near_cache_bytes=": "near_cache_bytes= is empty",
+		"redis://127.0.0.1:1/0?coalesce=on&coalesce=off":        "coalesce is given 2 times",
+		"redis://127.0.0.1:1/0?client=rueidis&client=go-redis":  "client is given 2 times",
 	} {
 		if err := redisstore.CheckURL(uri); err == nil || !errors.Is(err, redisstore.ErrBadURL) || !strings.Contains(err.Error(), want) {
 			t.Errorf("CheckURL(%q) = %v; want ErrBadURL saying %q", uri, err, want)

@@ -34,8 +34,9 @@ import (
 //	                         while a script call is in flight go out as one
 //	                         batch (ignored on a cluster); off: the default
 //
-// With rueidis the go-redis pool options (pool_size and the like) do not
-// apply, and a URL that gives one is an error naming client=go-redis.
+// Each is given at most once, with a value: empty or repeated, it is an
+// error. With rueidis the go-redis pool options (pool_size and the like)
+// do not apply, and a URL that gives one is an error naming client=go-redis.
 // opts may be nil; its NearCache and Coalesce are set from the URL.
 func OpenURL(uri string, opts *Options) (*Store, error) {
 	var o Options
@@ -116,11 +117,23 @@ func storeOptions(uri string) (urlOptions, error) {
 	if err != nil {
 		return urlOptions{}, badURL(uri, "query: "+err.Error())
 	}
+	// An own option given empty or twice is refused: it would otherwise
+	// mean this package's default, or the first of two values, where the
+	// caller (idem serve has defaults of its own for client and coalesce)
+	// may have meant another.
+	for _, o := range ownOptions {
+		switch vs := q[o]; {
+		case len(vs) > 1:
+			return urlOptions{}, badURL(uri, fmt.Sprintf("%s is given %d times; give it once", o, len(vs)))
+		case len(vs) == 1 && vs[0] == "":
+			return urlOptions{}, badURL(uri, fmt.Sprintf("%s= is empty; give a value or leave the option out", o))
+		}
+	}
 	onOff := func(name string) (bool, error) {
 		switch v := q.Get(name); v {
 		case "on":
 			return true, nil
-		case "", "off":
+		case "", "off": // "": not given
 			return false, nil
 		default:
 			return false, badURL(uri, fmt.Sprintf("%s=%q: want on or off", name, v))
@@ -136,7 +149,7 @@ func storeOptions(uri string) (urlOptions, error) {
 	switch v := q.Get("client"); v {
 	case "rueidis":
 		u.rueidis = true
-	case "go-redis", "":
+	case "go-redis", "": // "": not given
 		if v != "" && u.nearCache {
 			return urlOptions{}, badURL(uri, "near_cache=on with client=go-redis: the near cache is rueidis's")
 		}
