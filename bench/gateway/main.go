@@ -20,8 +20,10 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -309,17 +311,13 @@ func startPeer(role, upstream string, args ...string) (*peer, error) {
 }
 
 // startIdem starts `idem serve` on store in front of upstream, with flags,
-// as a deployment does but on a free port and logging JSON, and waits
-// until it accepts connections. Its log goes into a pipe this process
-// drains, as it would into a log collector.
+// as a deployment does but on a port the kernel picks and logging JSON,
+// and waits for its "idem: serving" line, which names the address. (A
+// port found free beforehand is not reserved: idem serve's own admin
+// listener, on another free port, could take it first.) Its log goes
+// into a pipe this process drains, as it would into a log collector.
 func startIdem(binary, store string, flags []string, upstream string) (*peer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := ln.Addr().String()
-	ln.Close() // a free port for idem serve, which nothing else on loopback takes in the meantime
-	args := append([]string{"serve", "--listen", addr, "--admin", "127.0.0.1:0", "--log-format", "json",
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json",
 		"--upstream", upstream, "--store", store}, flags...)
 	if store == "memory" {
 		// Every request is a new key kept for the retention, and one
@@ -337,27 +335,38 @@ func startIdem(binary, store string, flags []string, upstream string) (*peer, er
 	if err != nil {
 		return nil, err
 	}
-	first := make(chan []byte, 1) // the log's first 64 KiB, shown if it never serves
+	serving := make(chan string, 1)
+	var head bytes.Buffer // the log up to the serving line, shown if it never comes
 	go func() {
-		head, _ := io.ReadAll(io.LimitReader(out, 64<<10))
-		first <- head
+		lines := bufio.NewScanner(out)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var l struct{ Msg, Listen string }
+			if json.Unmarshal(lines.Bytes(), &l) == nil && l.Msg == "idem: serving" {
+				serving <- l.Listen
+				break
+			}
+			if head.Len() < 64<<10 {
+				head.Write(lines.Bytes())
+				head.WriteByte('\n')
+			}
+		}
+		close(serving)
 		io.Copy(io.Discard, out)
 	}()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		select {
-		case err := <-p.ended:
-			return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, <-first)
-		default:
-		}
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
+	select {
+	case addr, ok := <-serving:
+		if ok {
 			p.addr = addr
 			return p, nil
 		}
-		time.Sleep(10 * time.Millisecond) // polling a port: nothing to wait on
+		err := <-p.ended // the log ended: so did the process
+		return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, head.String())
+	case <-time.After(30 * time.Second):
+		p.stop()
+		<-serving // closed once stop has ended the log
+		return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, head.String())
 	}
-	p.stop()
-	return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, <-first)
 }
 
 // launch starts cmd and waits for the line of out in which addr finds the
