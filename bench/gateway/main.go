@@ -354,19 +354,25 @@ func startIdem(binary, store string, flags []string, upstream string) (*peer, er
 		close(serving)
 		io.Copy(io.Discard, out)
 	}()
+	timeout := time.After(30 * time.Second)
 	select {
 	case addr, ok := <-serving:
 		if ok {
 			p.addr = addr
 			return p, nil
 		}
-		err := <-p.ended // the log ended: so did the process
-		return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, head.String())
-	case <-time.After(30 * time.Second):
-		p.stop()
-		<-serving // closed once stop has ended the log
-		return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, head.String())
+		// The log ended (or a line of it overran the scanner): the
+		// process has ended, or is ended here.
+		select {
+		case err := <-p.ended:
+			return nil, fmt.Errorf("idem serve --store %s ended before it served: %v\n%s", store, err, head.String())
+		case <-timeout:
+		}
+	case <-timeout:
 	}
+	p.stop()
+	<-serving // closed once the log has ended, which stop makes sure of
+	return nil, fmt.Errorf("idem serve --store %s did not serve within 30s:\n%s", store, head.String())
 }
 
 // launch starts cmd and waits for the line of out in which addr finds the
