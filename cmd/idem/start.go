@@ -45,15 +45,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	gc, err := serveGOGC()
+	if err != nil {
+		return err
+	}
 	if s.checkConfig != "" {
 		return printConfig(stdout, s)
 	}
+	gc.apply()
 	level := new(slog.LevelVar)
 	level.Set(s.logLevel)
 	logger := newLogger(stderr, s.logFormat, level)
 	secrets := redact.Secrets(s.storeURI)
 	redis.SetLogger(redisLogger{logger, secrets}) // the process's only logger of go-redis: no longer plain text on stderr
-	logger.Info("idem: starting", "version", version(), "store", redact.URL(s.storeURI), "config", s.configSource())
+	logger.Info("idem: starting", "version", version(), "store", redact.URL(s.storeURI), "config", s.configSource(),
+		"gogc", gc.percent, "gogc_from", gc.from)
 	for _, w := range s.settings.warnings() {
 		logger.Warn(w)
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -210,5 +212,46 @@ func TestReadyzFailsDuringTheDrain(t *testing.T) {
 	}
 	if err := g.stop(t); err != nil {
 		t.Errorf("exit after the drain = %v; want 0", err)
+	}
+}
+
+// idem serve runs the collector at GOGC=200 unless GOGC says otherwise
+// (Go's own variable: 100 is Go's default), says which in its first log
+// line, and refuses a GOGC the runtime would read as 100 without a word,
+// with --check-config as at start.
+func TestServeGOGC(t *testing.T) {
+	for _, c := range []struct {
+		env, percent, from string
+	}{
+		{"", "200", "idem serve's default"}, // empty, as the runtime reads it: not set
+		{"150", "150", "GOGC"},
+	} {
+		g := launchServe(t, []string{"GOGC=" + c.env}, "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0",
+			"--admin", "127.0.0.1:0", "--log-format", "json")
+		g.waitServing(t)
+		_, metrics := get(t, "http://"+g.admin+"/metrics")
+		if !strings.Contains(metrics, "\ngo_gc_gogc_percent "+c.percent+"\n") {
+			t.Errorf("GOGC=%q: /metrics has no go_gc_gogc_percent %s", c.env, c.percent)
+		}
+		var first struct {
+			GOGC     int    `json:"gogc"`
+			GOGCFrom string `json:"gogc_from"`
+		}
+		line, _, _ := strings.Cut(g.logText(), "\n")
+		if err := json.Unmarshal([]byte(line), &first); err != nil || fmt.Sprint(first.GOGC) != c.percent || first.GOGCFrom != c.from {
+			t.Errorf("GOGC=%q: the first log line %s says gogc %d from %q; want %s from %q", c.env, line, first.GOGC, first.GOGCFrom, c.percent, c.from)
+		}
+	}
+	for _, bad := range []string{"lots", "-1", "200%"} {
+		for _, args := range [][]string{{"serve", "--upstream", "http://127.0.0.1:1"}, {"serve", "--upstream", "http://127.0.0.1:1", "--check-config"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd.Env = append(withoutEnv("GOGC"), "GOGC="+bad)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "GOGC="+strconv.Quote(bad)) {
+				t.Errorf("idem %v with GOGC=%s: %v\n%s\nwant exit 2 naming GOGC", args, bad, err, out)
+			}
+		}
 	}
 }
