@@ -154,6 +154,17 @@ func TestChartRendersWhatItSays(t *testing.T) {
 	if ref == nil || ref.Name != secret.Name || ref.Key != "admin-token" {
 		t.Errorf("IDEM_ADMIN_TOKEN comes from %+v; want the Secret %s's admin-token", ref, secret.Name)
 	}
+	// GOMEMLIMIT is the container's memory limit: the collector, not the
+	// kernel's OOM killer, holds the heap under it.
+	var limit *corev1.ResourceFieldSelector
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil {
+			limit = e.ValueFrom.ResourceFieldRef
+		}
+	}
+	if limit == nil || limit.Resource != "limits.memory" || !limit.Divisor.IsZero() && limit.Divisor.Value() != 1 {
+		t.Errorf("GOMEMLIMIT comes from %+v; want the container's limits.memory, in bytes", limit)
+	}
 	for name, text := range files {
 		if !strings.HasSuffix(name, "secret.yaml") && (strings.Contains(text, token) || strings.Contains(text, base64.StdEncoding.EncodeToString([]byte(token)))) {
 			t.Errorf("%s holds the admin token", name)
@@ -249,7 +260,7 @@ func TestChartRefusesAndRefers(t *testing.T) {
 	}
 	var d appsv1.Deployment
 	decode(t, files, "deployment.yaml", &d)
-	if env := d.Spec.Template.Spec.Containers[0].Env; len(env) != 1 || env[0].ValueFrom.SecretKeyRef.Name != "idem-admin" || *d.Spec.Replicas != 3 {
+	if env := d.Spec.Template.Spec.Containers[0].Env; len(env) != 2 || env[0].ValueFrom.SecretKeyRef.Name != "idem-admin" || *d.Spec.Replicas != 3 {
 		t.Errorf("with existingSecret idem-admin and 3 replicas: env %+v, %d replicas", env, *d.Spec.Replicas)
 	}
 }
