@@ -24,8 +24,9 @@ type gogc struct {
 }
 
 // serveGOGC reads GOGC as the runtime does: unset or empty, idem serve's
-// gcPercent; else a percentage or off. A value the runtime would read as
-// 100 without a word is refused.
+// gcPercent; else a percentage or off. A value that is not a number the
+// runtime reads as 100 without a word, and a negative one as off: both are
+// refused, so that off has one spelling.
 func serveGOGC() (gogc, error) {
 	switch v := os.Getenv("GOGC"); v {
 	case "":

@@ -217,8 +217,8 @@ func TestReadyzFailsDuringTheDrain(t *testing.T) {
 
 // idem serve runs the collector at GOGC=200 unless GOGC says otherwise
 // (Go's own variable: 100 is Go's default), says which in its first log
-// line, and refuses a GOGC the runtime would read as 100 without a word,
-// with --check-config as at start.
+// line, and refuses a GOGC the runtime would read as 100 without a word
+// (not a number) or as off (negative), with --check-config as at start.
 func TestServeGOGC(t *testing.T) {
 	for _, c := range []struct {
 		env, percent, from string
