@@ -496,9 +496,11 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "mongodb://x"}, "bad store URI"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://:pw@127.0.0.1:notaport"}, "--store"},
 		// Empty, these would mean the library's defaults (go-redis, no
-		// coalescing), not idem serve's: refused instead.
-		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?client="}, "client= is empty"},
-		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce="}, "coalesce= is empty"},
+		// coalescing), not idem serve's: refused instead, quoting the URL
+		// as written, without the defaults idem serve adds to its query.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?client="}, `"redis://127.0.0.1:1/0?client=": client= is empty`},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce="}, `"redis://127.0.0.1:1/0?coalesce=": coalesce= is empty`},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?near_cache="}, `"redis://127.0.0.1:1/0?near_cache=": near_cache= is empty`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce=on&coalesce=off"}, "coalesce is given 2 times"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},

@@ -127,12 +127,6 @@ func parse(uri string, o *Options) (target, error) {
 			return t, nil
 		case isRedisURI(uri):
 			t.redis = uri
-			if o.Coalesce {
-				t.redis = addUnlessSaid(t.redis, "coalesce", "on")
-			}
-			if o.Rueidis {
-				t.redis = addUnlessSaid(t.redis, "client", "rueidis")
-			}
 		case isPostgresURI(uri):
 			t.postgres = uri
 		default:
@@ -146,6 +140,19 @@ func parse(uri string, o *Options) (target, error) {
 		}
 		if _, err := redisrecord.Prefix(t.prefix, ""); err != nil {
 			return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+		}
+		if t.postgres == "" && (o.Coalesce || o.Rueidis) {
+			// The URL as written is checked before the defaults go into
+			// its query, so that an error quotes what its user wrote.
+			if err := redisstore.CheckURL(t.redis); err != nil {
+				return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+			}
+			if o.Coalesce {
+				t.redis = addUnlessSaid(t.redis, "coalesce", "on")
+			}
+			if o.Rueidis {
+				t.redis = addUnlessSaid(t.redis, "client", "rueidis")
+			}
 		}
 	}
 	if t.postgres != "" {

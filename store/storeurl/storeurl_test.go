@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,6 +88,29 @@ func TestOpenCoalesceOption(t *testing.T) {
 			t.Errorf("Open(%q) with Options.Coalesce coalesces: %v; want %v", uri, on, want)
 		}
 	}
+}
+
+// An error quotes the URL as its user wrote it: the defaults of
+// Options.Coalesce and Options.Rueidis go into its query only after it
+// is checked.
+func TestBadURLQuotedAsWritten(t *testing.T) {
+	opts := &storeurl.Options{Coalesce: true, Rueidis: true}
+	for _, uri := range []string{"redis://127.0.0.1:1/0?near_cache=", "redis://127.0.0.1:1/0?coalesce=", "redis://127.0.0.1:1/0?prefix=p&client="} {
+		written := strings.Replace(uri, "prefix=p&", "", 1) // storeurl's own parameter is taken out first
+		for name, err := range map[string]error{"Check": storeurl.Check(uri, opts), "Open": open(uri, opts)} {
+			if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), strconv.Quote(written)+": ") {
+				t.Errorf("%s(%q) = %v; want ErrBadURL quoting %q", name, uri, err, written)
+			}
+		}
+	}
+}
+
+func open(uri string, opts *storeurl.Options) error {
+	s, err := storeurl.Open(context.Background(), uri, opts)
+	if err == nil {
+		s.Close()
+	}
+	return err
 }
 
 // The memory options bound the memory store, and are refused for another
