@@ -16,6 +16,7 @@
 //
 //	go run ./bench/gateway -clients 1,32,128 -duration 1s -rounds 3 -redis redis://127.0.0.1:6379/0
 //	go run ./bench/gateway -baseline main   # idem serve built at main too: before and after in one run
+//	go run ./bench/gateway -binary /tmp/idem-variant   # and a variant built elsewhere
 package main
 
 import (
@@ -67,6 +68,8 @@ func main() {
 	var stores storeList
 	flag.Var(&stores, "store", "an `idem serve --store` URL to measure, a row each, optionally followed by more idem serve flags ('memory --log-level warn'); repeat it for more rows (default: memory and -redis)")
 	baseline := flag.String("baseline", "", "a git revision: idem serve built at it gets a row per -store too, marked @REV (before and after a change in one run)")
+	var variants storeList
+	flag.Var(&variants, "binary", "an idem binary built elsewhere (a throwaway variant, to measure a lever's ceiling) gets a row per -store too, marked @ and its file name; repeat it for more")
 	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and each idem row")
 	only := flag.String("only", "", "run only the rows whose name contains this (the bare proxy stays, as the baseline)")
 	flag.Parse()
@@ -80,6 +83,11 @@ func main() {
 	clients, err := counts.Parse(*clientsFlag, 1)
 	if err != nil {
 		log.Fatalf("-clients: %v", err)
+	}
+	for _, path := range variants {
+		if _, err := os.Stat(path); err != nil {
+			log.Fatalf("-binary: %v", err)
+		}
 	}
 	if len(stores) == 0 {
 		stores = storeList{"memory"}
@@ -102,6 +110,9 @@ func main() {
 			log.Fatal(err)
 		}
 		binaries = append(binaries, b)
+	}
+	for _, path := range variants {
+		binaries = append(binaries, build{" @" + filepath.Base(path), path})
 	}
 
 	var peers []*peer
