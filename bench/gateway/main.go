@@ -52,11 +52,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// storeList is -store, which may be given more than once.
-type storeList []string
+// stringList is a flag that may be given more than once (-store, -binary).
+type stringList []string
 
-func (s *storeList) String() string     { return strings.Join(*s, " ") }
-func (s *storeList) Set(v string) error { *s = append(*s, v); return nil }
+func (s *stringList) String() string     { return strings.Join(*s, " ") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func main() {
 	role := flag.String("role", "", "run as a peer instead of the benchmark: upstream, bare or naive (the benchmark starts them)")
@@ -65,10 +65,10 @@ func main() {
 	clientsFlag := flag.String("clients", "1,32,128", "comma-separated client counts")
 	redisURI := flag.String("redis", "redis://127.0.0.1:6379/0", "Redis for the naive gateway and the default idem Redis row; empty skips them")
 	rounds := flag.Int("rounds", 3, "rounds: the rows take turns in each")
-	var stores storeList
+	var stores stringList
 	flag.Var(&stores, "store", "an `idem serve --store` URL to measure, a row each, optionally followed by more idem serve flags ('memory --log-level warn'); repeat it for more rows (default: memory and -redis)")
 	baseline := flag.String("baseline", "", "a git revision: idem serve built at it gets a row per -store too, marked @REV (before and after a change in one run)")
-	var variants storeList
+	var variants stringList
 	flag.Var(&variants, "binary", "an idem binary built elsewhere (a throwaway variant, to measure a lever's ceiling) gets a row per -store too, marked @ and its file name; repeat it for more")
 	replays := flag.Bool("replays", false, "add replay rows (16 keys completed beforehand) for the naive gateway and each idem row")
 	only := flag.String("only", "", "run only the rows whose name contains this (the bare proxy stays, as the baseline)")
@@ -90,7 +90,7 @@ func main() {
 		}
 	}
 	if len(stores) == 0 {
-		stores = storeList{"memory"}
+		stores = stringList{"memory"}
 		if *redisURI != "" {
 			stores = append(stores, *redisURI)
 		}

@@ -20,8 +20,14 @@ const gcPercent = 200
 // comes from.
 type gogc struct {
 	percent int    // -1: off
-	from    string // "GOGC", or "idem serve's default"
+	from    string // fromEnv or fromDefault, as the first log line says it
 }
+
+// Where a gogc comes from: the runtime has read GOGC itself when it is set.
+const (
+	fromEnv     = "GOGC"
+	fromDefault = "idem serve's default"
+)
 
 // serveGOGC reads GOGC as the runtime does: unset or empty, idem serve's
 // gcPercent; else a percentage or off. A value that is not a number the
@@ -30,22 +36,21 @@ type gogc struct {
 func serveGOGC() (gogc, error) {
 	switch v := os.Getenv("GOGC"); v {
 	case "":
-		return gogc{gcPercent, "idem serve's default"}, nil
+		return gogc{gcPercent, fromDefault}, nil
 	case "off":
-		return gogc{-1, "GOGC"}, nil
+		return gogc{-1, fromEnv}, nil
 	default:
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			return gogc{}, fmt.Errorf("%w: GOGC=%q: want a percentage (0 or more) or off", errUsage, v)
 		}
-		return gogc{n, "GOGC"}, nil
+		return gogc{n, fromEnv}, nil
 	}
 }
 
-// apply sets the collector's percentage when GOGC does not: the runtime
-// has read GOGC itself when it is set.
+// apply sets the collector's percentage when GOGC does not.
 func (g gogc) apply() {
-	if g.from != "GOGC" {
+	if g.from == fromDefault {
 		debug.SetGCPercent(g.percent)
 	}
 }
