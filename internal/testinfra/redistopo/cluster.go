@@ -68,12 +68,9 @@ func (c *Cluster) create(t testing.TB, replicas int) {
 // primary has its replicas in sync.
 func (c *Cluster) settle(t testing.TB, replicas int) {
 	t.Helper()
+	c.WaitOK(t)
 	for _, n := range c.Nodes {
 		nc := Client(t, n)
-		waitFor(t, "cluster_state:ok on "+n.Addr, func(ctx context.Context) (bool, error) {
-			info, err := nc.ClusterInfo(ctx).Result()
-			return strings.Contains(info, "cluster_state:ok"), err
-		})
 		waitFor(t, "replication in sync on "+n.Addr, func(ctx context.Context) (bool, error) {
 			role, err := redisproc.InfoField(ctx, nc, "replication", "role")
 			if err != nil {
@@ -85,6 +82,24 @@ func (c *Cluster) settle(t testing.TB, replicas int) {
 			}
 			got, err := redisproc.InfoField(ctx, nc, "replication", "connected_slaves")
 			return got == strconv.Itoa(replicas), err
+		})
+	}
+}
+
+// WaitOK waits until every live node reports cluster_state:ok. After a
+// failover each node learns the promotion in its own time, and one that
+// has not yet answers CLUSTERDOWN; a node that saw itself in a minority
+// waits up to the node timeout before it serves again.
+func (c *Cluster) WaitOK(t testing.TB) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		nc := Client(t, n)
+		waitFor(t, "cluster_state:ok on "+n.Addr, func(ctx context.Context) (bool, error) {
+			info, err := nc.ClusterInfo(ctx).Result()
+			return strings.Contains(info, "cluster_state:ok"), err
 		})
 	}
 }
