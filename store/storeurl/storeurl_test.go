@@ -95,8 +95,9 @@ func TestOpenCoalesceOption(t *testing.T) {
 // is checked.
 func TestBadURLQuotedAsWritten(t *testing.T) {
 	opts := &storeurl.Options{Coalesce: true, Rueidis: true}
-	for _, uri := range []string{"redis://127.0.0.1:1/0?near_cache=", "redis://127.0.0.1:1/0?coalesce=", "redis://127.0.0.1:1/0?prefix=p&client="} {
-		written := strings.Replace(uri, "prefix=p&", "", 1) // storeurl's own parameter is taken out first
+	for _, uri := range []string{"redis://127.0.0.1:1/0?near_cache=", "redis://127.0.0.1:1/0?coalesce=", "redis://127.0.0.1:1/0?prefix=p&client=",
+		"redis://127.0.0.1:1/0?prefix=p&near_cache=&client=rueidis"} {
+		written := strings.Replace(uri, "prefix=p&", "", 1) // storeurl's own parameter is taken out first, the rest kept in order
 		for name, err := range map[string]error{"Check": storeurl.Check(uri, opts), "Open": open(uri, opts)} {
 			if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), strconv.Quote(written)+": ") {
 				t.Errorf("%s(%q) = %v; want ErrBadURL quoting %q", name, uri, err, written)
