@@ -501,6 +501,8 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?client="}, `"redis://127.0.0.1:1/0?client=": client= is empty`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce="}, `"redis://127.0.0.1:1/0?coalesce=": coalesce= is empty`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?near_cache="}, `"redis://127.0.0.1:1/0?near_cache=": near_cache= is empty`},
+		// On the gateway's default client, rueidis: quoted as written, not re-encoded in sorted order.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?read_timeout=1s&pool_size=3"}, `"redis://127.0.0.1:1/0?read_timeout=1s&pool_size=3": pool_size is a go-redis pool option`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce=on&coalesce=off"}, "coalesce is given 2 times"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+
+	"github.com/idemkit/idem/internal/urlquery"
 )
 
 // OpenURL opens a store on a Redis store URL (the forms of ParseURL) with
@@ -166,12 +168,9 @@ func storeOptions(uri string) (urlOptions, error) {
 			return urlOptions{}, badURL(uri, "near_cache_bytes without near_cache=on")
 		}
 	}
-	for _, o := range ownOptions {
-		q.Del(o)
-	}
 	u.rest = base
-	if len(q) > 0 {
-		u.rest += "?" + q.Encode()
+	if rest := urlquery.Without(rawQuery, ownOptions...); rest != "" {
+		u.rest += "?" + rest
 	}
 	return u, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idem/internal/redisrecord"
+	"github.com/idemkit/idem/internal/urlquery"
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/pgstore"
@@ -231,19 +232,10 @@ func takeParam(uri, name string) (rest, value string, err error) {
 	case len(vs) != 1 || vs[0] == "":
 		return "", "", fmt.Errorf("%w: %s: give %s=... once, not empty", ErrBadURL, scheme(uri), name)
 	}
-	// The other parameters stay as written, in their order: an error
-	// about one of them quotes the URL its user wrote, less this one.
-	var kept []string
-	for _, pair := range strings.Split(query, "&") {
-		k, _, _ := strings.Cut(pair, "=")
-		if k, err := url.QueryUnescape(k); err != nil || k != name {
-			kept = append(kept, pair)
-		}
+	if rest := urlquery.Without(query, name); rest != "" {
+		return base + "?" + rest, vs[0], nil
 	}
-	if len(kept) == 0 {
-		return base, vs[0], nil
-	}
-	return base + "?" + strings.Join(kept, "&"), vs[0], nil
+	return base, vs[0], nil
 }
 
 // owned is a store with the connections Open made for it, which its
