@@ -504,6 +504,8 @@ func TestBadInvocations(t *testing.T) {
 		// On the gateway's default client, rueidis: quoted as written, not re-encoded in sorted order.
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?read_timeout=1s&pool_size=3"}, `"redis://127.0.0.1:1/0?read_timeout=1s&pool_size=3": pool_size is a go-redis pool option`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?coalesce=on&coalesce=off"}, "coalesce is given 2 times"},
+		// A pair go-redis cannot parse would be dropped, and the gateway's defaults with it.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--store", "redis://127.0.0.1:1/0?pool_size=3;x=1"}, `"redis://127.0.0.1:1/0?pool_size=3;x=1": query: invalid semicolon separator in query`},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--max-body", "lots"}, "max-body"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--error-format", "xml"}, "--error-format"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--mismatch-status", "200"}, "--mismatch-status"},

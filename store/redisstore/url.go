@@ -49,6 +49,14 @@ func ParseURL(uri string) (redis.UniversalClient, error) {
 	}
 	switch scheme {
 	case "redis", "rediss", "unix":
+		// go-redis reads the query with url.URL.Query, which drops a pair
+		// it cannot parse (a bad escape, a ';') without a word: its option
+		// would be ignored. The other forms' parser refuses it; so does this.
+		if _, rawQuery, ok := strings.Cut(rest, "?"); ok {
+			if _, err := url.ParseQuery(rawQuery); err != nil {
+				return nil, badURL(uri, redactErr(fmt.Errorf("query: %w", err), uri))
+			}
+		}
 		o, err := redis.ParseURL(uri)
 		if err != nil {
 			return nil, badURL(uri, redactErr(err, uri))

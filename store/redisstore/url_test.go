@@ -84,6 +84,9 @@ func TestParseURLErrors(t *testing.T) {
 		"redis://u:topsecret@h1:6379/notadb":      "invalid",
 		"redis-sentinel://h1/m?pool_size=many":    "pool_size",
 		"redis-sentinel://u:topsecret@h1/m?q=%zz": "query",
+		"redis://u:topsecret@h1:6379/0?q=%zz":     "query", // go-redis alone would drop the pair and its option
+		"redis://h1:6379/0?pool_size=3;x=1":       "query",
+		"unix:///run/redis.sock?db=1&%zz=1":       "query",
 		"redis-cluster://u:top%zzsecret@h1:7000":  "user or password",
 	} {
 		c, err := redisstore.ParseURL(uri)

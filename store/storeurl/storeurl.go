@@ -248,11 +248,11 @@ type owned struct {
 func (o owned) Close() error { return o.close() }
 
 // addUnlessSaid adds name=value to a Redis uri whose query does not name
-// name (Options.Coalesce, Options.Rueidis). A query that does not parse
-// is left to redisstore.OpenURL, which says what is wrong with it.
+// name (Options.Coalesce, Options.Rueidis). redisstore.CheckURL has
+// refused a query that does not parse.
 func addUnlessSaid(uri, name, value string) string {
 	base, query, _ := strings.Cut(uri, "?")
-	if q, err := url.ParseQuery(query); err != nil || q.Has(name) {
+	if q, _ := url.ParseQuery(query); q.Has(name) {
 		return uri
 	}
 	if query == "" {
