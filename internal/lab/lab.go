@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idem/store/redisstore"
 )
 
 // Config says which scenarios Main runs and against which servers. The
@@ -148,7 +150,13 @@ On Debian, as root, scripts/services.sh installs and starts both.`
 // redis-server installed but not running still runs the lab.
 func (lb *lab) openRedis(ctx context.Context, url string) error {
 	given := url != ""
-	ropts, err := redis.ParseURL(cmp.Or(url, defaultRedisURL))
+	// redisstore's check first: go-redis alone drops a query pair it
+	// cannot parse, and its option with it.
+	uri := cmp.Or(url, defaultRedisURL)
+	if err := redisstore.CheckURL(uri); err != nil {
+		return fmt.Errorf("lab: Redis URL: %w", err)
+	}
+	ropts, err := redis.ParseURL(uri)
 	if err != nil {
 		return fmt.Errorf("lab: Redis URL: %w", err)
 	}

@@ -61,6 +61,12 @@ func TestLabSaysWhatItNeeds(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), addr+" (--redis)") {
 		t.Errorf("an unanswering --redis: got %v, want an error naming %s and --redis", err, addr)
 	}
+	// A query go-redis would read in part (it drops the pair it cannot
+	// parse, and the option with it) is refused.
+	_, err = newLab(ctx, Config{RedisURL: "redis://" + addr + "/0?pool_size=3;x=1", PostgresURL: cfg.PostgresURL})
+	if err == nil || !strings.Contains(err.Error(), "query") {
+		t.Errorf("a --redis whose query does not parse: got %v, want an error about its query", err)
+	}
 	_, err = newLab(ctx, Config{RedisURL: cfg.RedisURL, PostgresURL: "postgres://postgres@" + addr + "/test?connect_timeout=2"})
 	if err == nil || !strings.Contains(err.Error(), "scripts/services.sh") || !strings.Contains(err.Error(), "--postgres") {
 		t.Errorf("an unanswering PostgreSQL: got %v, want an error that says what the lab needs", err)
