@@ -9,6 +9,11 @@ grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r file; do
   dir=$(dirname "$file")
   for name in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$file" | cut -d' ' -f2); do
     echo "fuzz: $dir $name ($fuzztime)"
-    go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" >/dev/null
+    # Quiet while it passes; on a failure, the fuzzer's report (the input,
+    # and the file under testdata/fuzz it was saved to) is what CI shows.
+    if ! out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir" 2>&1); then
+      printf '%s\n' "$out" | tail -40
+      exit 1
+    fi
   done
 done

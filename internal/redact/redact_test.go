@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -55,10 +56,31 @@ func TestSecrets(t *testing.T) {
 func FuzzURL(f *testing.F) {
 	f.Add("redis://u:p@h/0?password=p")
 	f.Add("http://user:hunter2@[::1")
+	// Two that an earlier form of this check got wrong, not URL: the
+	// unescaped password "A" is also the scheme, and the password "x@"
+	// reappears where the mask meets the "@" after it.
+	f.Add("A://u:%41@h")
+	f.Add("a://u:x@@h")
 	f.Fuzz(func(t *testing.T, s string) {
+		if strings.Contains(s, "\x00") {
+			return
+		}
 		out := URL(s)
-		for _, secret := range Secrets(s) {
-			if strings.Count(s, secret) == 1 && !strings.Contains(Mask, secret) && strings.Contains(out, secret) {
+		// With each mask made one byte that s does not hold, no text
+		// can form across a mask's edge, so what is left of out is
+		// text of s outside the secrets.
+		masked := strings.ReplaceAll(out, Mask, "\x00")
+		secrets := Secrets(s)
+		unescaped := map[string]bool{}
+		for _, v := range secrets {
+			if u, err := url.PathUnescape(v); err == nil && u != v {
+				unescaped[u] = true
+			}
+		}
+		for _, secret := range secrets {
+			// A secret as written, once in s, is the secret itself; an
+			// unescaped form may stand elsewhere in s as other text.
+			if !unescaped[secret] && strings.Count(s, secret) == 1 && strings.Contains(masked, secret) {
 				t.Fatalf("URL(%q) = %q shows %q", s, out, secret)
 			}
 		}
