@@ -244,13 +244,19 @@ func rueidisOption(uri string) (rueidis.ClientOption, error) {
 // invalidations, and a store on it that owns it.
 func openRueidis(opt rueidis.ClientOption, o *Options) (*Store, error) {
 	var near atomic.Pointer[nearCache] // set once the store exists; the hook runs on the client's goroutines
-	userHook := opt.OnInvalidations
-	opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
-		if n := near.Load(); n != nil {
-			n.countInvalidations(keys)
-		}
-		if userHook != nil {
-			userHook(keys)
+	// The hook only when there is a cache to count for: with
+	// OnInvalidations set, rueidis starts each connection's writer and
+	// reader goroutines at once, and every call is handed to one and back
+	// from the other even where a caller alone could write and read
+	// itself (one client; rueidis starts them anyway once calls overlap).
+	if userHook := opt.OnInvalidations; o.NearCache {
+		opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
+			if n := near.Load(); n != nil {
+				n.countInvalidations(keys)
+			}
+			if userHook != nil {
+				userHook(keys)
+			}
 		}
 	}
 	client, err := rueidis.NewClient(opt)

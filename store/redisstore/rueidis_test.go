@@ -2,6 +2,9 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +93,52 @@ func TestScriptsReloadAfterFlush(t *testing.T) {
 				t.Fatalf("Acquire after SCRIPT FLUSH = %+v, %v; want acquired", res, err)
 			}
 		})
+	}
+}
+
+// pipelineGoroutines counts rueidis's connection writer goroutines.
+func pipelineGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "rueidis.(*pipe)._backgroundWrite")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// Without the near cache, a store opened by URL leaves rueidis to write
+// and read a connection in the caller's goroutine while calls do not
+// overlap: it used to set OnInvalidations always (to count the cache's
+// invalidations), which makes rueidis hand every call to a writer
+// goroutine and back from a reader, even for one caller.
+func TestRueidisPipelineGoroutinesOnlyWithNearCache(t *testing.T) {
+	for _, c := range []struct {
+		query string
+		want  bool
+	}{{"?client=rueidis", false}, {"?near_cache=on", true}} {
+		before := pipelineGoroutines()
+		s, err := redisstore.OpenURL(testenv.RedisURL()+c.query, &redisstore.Options{Prefix: testenv.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One caller, one call at a time, each with a deadline as the
+		// engine gives it (rueidis queues a call that has none, for
+		// its context to end it).
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for i := range 3 {
+			if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "k" + strconv.Itoa(i)}); err != nil && !errors.Is(err, store.ErrNotFound) {
+				t.Fatal(err)
+			}
+		}
+		// No other test runs meanwhile (none is parallel here); a client
+		// an earlier test closed may still be ending its goroutines, so
+		// fewer than before counts as none started.
+		if started := pipelineGoroutines() > before; started != c.want {
+			t.Errorf("OpenURL(%s): writer goroutines started = %v, want %v", c.query, started, c.want)
+		}
+		s.Close()
 	}
 }
