@@ -249,13 +249,10 @@ func openRueidis(opt rueidis.ClientOption, o *Options) (*Store, error) {
 	// reader goroutines at once, and every call is handed to one and back
 	// from the other even where a caller alone could write and read
 	// itself (one client; rueidis starts them anyway once calls overlap).
-	if userHook := opt.OnInvalidations; o.NearCache {
+	if o.NearCache {
 		opt.OnInvalidations = func(keys []rueidis.RedisMessage) {
 			if n := near.Load(); n != nil {
 				n.countInvalidations(keys)
-			}
-			if userHook != nil {
-				userHook(keys)
 			}
 		}
 	}
