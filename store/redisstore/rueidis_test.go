@@ -108,6 +108,18 @@ func pipelineGoroutines() int {
 	}
 }
 
+// awaitNoPipelineGoroutines waits, up to 10 s, for the writer goroutines
+// of the clients earlier tests closed to end (rueidis ends them after
+// Close returns), so that a count taken next is this test's alone.
+func awaitNoPipelineGoroutines(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); pipelineGoroutines() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rueidis writer goroutines of closed clients still run after 10 s", pipelineGoroutines())
+		}
+	}
+}
+
 // Without the near cache, a store opened by URL leaves rueidis to write
 // and read a connection in the caller's goroutine while calls do not
 // overlap: it used to set OnInvalidations always (to count the cache's
@@ -118,7 +130,7 @@ func TestRueidisPipelineGoroutinesOnlyWithNearCache(t *testing.T) {
 		query string
 		want  bool
 	}{{"?client=rueidis", false}, {"?near_cache=on", true}} {
-		before := pipelineGoroutines()
+		awaitNoPipelineGoroutines(t) // no other test runs meanwhile: none here is parallel
 		s, err := redisstore.OpenURL(testenv.RedisURL()+c.query, &redisstore.Options{Prefix: testenv.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)
@@ -127,16 +139,13 @@ func TestRueidisPipelineGoroutinesOnlyWithNearCache(t *testing.T) {
 		// engine gives it (rueidis queues a call that has none, for
 		// its context to end it).
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
 		for i := range 3 {
 			if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "k" + strconv.Itoa(i)}); err != nil && !errors.Is(err, store.ErrNotFound) {
 				t.Fatal(err)
 			}
 		}
-		// No other test runs meanwhile (none is parallel here); a client
-		// an earlier test closed may still be ending its goroutines, so
-		// fewer than before counts as none started.
-		if started := pipelineGoroutines() > before; started != c.want {
+		cancel()
+		if started := pipelineGoroutines() > 0; started != c.want {
 			t.Errorf("OpenURL(%s): writer goroutines started = %v, want %v", c.query, started, c.want)
 		}
 		s.Close()
