@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	procs, err := serveGOMAXPROCS()
+	if err != nil {
+		return err
+	}
 	if s.checkConfig != "" {
 		return printConfig(stdout, s)
 	}
@@ -59,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	secrets := redact.Secrets(s.storeURI)
 	redis.SetLogger(redisLogger{logger, secrets}) // the process's only logger of go-redis: no longer plain text on stderr
 	logger.Info("idem: starting", "version", version(), "store", redact.URL(s.storeURI), "config", s.configSource(),
-		"gogc", gc.percent, "gogc_from", gc.from)
+		"gogc", gc.percent, "gogc_from", gc.from, "gomaxprocs", runtime.GOMAXPROCS(0), "gomaxprocs_from", procs.from)
 	for _, w := range s.settings.warnings() {
 		logger.Warn(w)
 	}
@@ -67,6 +72,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer watchReload(ctx, logger, func() { reloadServe(running.Load(), args, s, level, logger) })()
 	cfg := s.cfg
 	cfg.Logger = logger
+	cfg.AdaptProcs = procs.adapt
 	var starting *startingAdmin
 	if cfg.Admin != "" {
 		tlsConf, err := cfg.AdminTLS()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os/exec"
 	"strconv"
@@ -251,6 +252,106 @@ func TestServeGOGC(t *testing.T) {
 			cancel()
 			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "GOGC="+strconv.Quote(bad)) {
 				t.Errorf("idem %v with GOGC=%s: %v\n%s\nwant exit 2 naming GOGC", args, bad, err, out)
+			}
+		}
+	}
+}
+
+// idem serve runs on one P while the proxied requests do not overlap and
+// on the runtime's default while they do, unless GOMAXPROCS is set; the
+// first log line says which, and a GOMAXPROCS the runtime would ignore
+// without a word (not a number, below 1) is refused, with --check-config
+// as at start.
+func TestServeGOMAXPROCS(t *testing.T) {
+	arrived, release := make(chan struct{}, 2), make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	type firstLine struct {
+		Procs int    `json:"gomaxprocs"`
+		From  string `json:"gomaxprocs_from"`
+	}
+	first := func(g *gatewayProc) firstLine {
+		t.Helper()
+		line, _, _ := strings.Cut(g.logText(), "\n")
+		var f firstLine
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("the first log line %s: %v", line, err)
+		}
+		return f
+	}
+	procsNow := func(g *gatewayProc) string {
+		t.Helper()
+		_, metrics := get(t, "http://"+g.admin+"/metrics")
+		_, v, _ := strings.Cut(metrics, "\ngo_sched_gomaxprocs_threads ")
+		v, _, _ = strings.Cut(v, "\n")
+		return v
+	}
+	// GOMAXPROCS is another process's: there is nothing to wait on but polling.
+	waitProcs := func(g *gatewayProc, want string) {
+		t.Helper()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(20 * time.Second)
+		for procsNow(g) != want {
+			select {
+			case <-deadline:
+				t.Fatalf("go_sched_gomaxprocs_threads is %s after 20 s; want %s", procsNow(g), want)
+			case <-tick.C:
+			}
+		}
+	}
+	flags := []string{"--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json"}
+
+	g := launchServe(t, []string{"GOMAXPROCS="}, flags...) // empty, as the runtime reads it: not set
+	g.waitServing(t)
+	f := first(g)
+	if f.From == "Go's default" {
+		t.Skipf("the runtime's default is %d P here: nothing to switch", f.Procs)
+	}
+	if f.From != "idem serve's default: 1 while requests do not overlap" || f.Procs < 2 {
+		t.Fatalf("the first log line says gomaxprocs %d from %q; want the runtime's default from idem serve's default", f.Procs, f.From)
+	}
+	waitProcs(g, "1")
+	answers := make(chan answer, 2)
+	for i := range 2 {
+		go func() { answers <- post(t, "http://"+g.addr, fmt.Sprintf("procs-%d-%s", i, testenv.Prefix(t)), "{}") }()
+	}
+	<-arrived
+	<-arrived
+	// The second request set the default back before it was sent upstream.
+	if got := procsNow(g); got != strconv.Itoa(f.Procs) {
+		t.Errorf("go_sched_gomaxprocs_threads with two requests in flight = %s; want %d", got, f.Procs)
+	}
+	close(release)
+	for range 2 {
+		if a := <-answers; a.status != http.StatusCreated {
+			t.Errorf("a request = %d %s; want 201", a.status, a.body)
+		}
+	}
+	waitProcs(g, "1")
+
+	g = launchServe(t, []string{"GOMAXPROCS=3"}, flags...)
+	g.waitServing(t)
+	if f := first(g); f.Procs != 3 || f.From != "GOMAXPROCS" {
+		t.Errorf("GOMAXPROCS=3: the first log line says gomaxprocs %d from %q; want 3 from GOMAXPROCS", f.Procs, f.From)
+	}
+	if got := procsNow(g); got != "3" {
+		t.Errorf("GOMAXPROCS=3: go_sched_gomaxprocs_threads = %s", got)
+	}
+
+	for _, bad := range []string{"lots", "0", "-2", "1.5"} {
+		for _, args := range [][]string{{"serve", "--upstream", "http://127.0.0.1:1"}, {"serve", "--upstream", "http://127.0.0.1:1", "--check-config"}} {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd.Env = append(withoutEnv("GOMAXPROCS"), "GOMAXPROCS="+bad)
+			out, err := cmd.CombinedOutput()
+			cancel()
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "GOMAXPROCS="+strconv.Quote(bad)) {
+				t.Errorf("idem %v with GOMAXPROCS=%s: %v\n%s\nwant exit 2 naming GOMAXPROCS", args, bad, err, out)
 			}
 		}
 	}

@@ -129,8 +129,13 @@ type Config struct {
 	// /v1/config serves it as given at start or by the last Reload. Nil:
 	// /v1/config answers 404.
 	EffectiveConfig []byte
-	Logger          *slog.Logger // nil: slog.Default()
-	Tracer          trace.Tracer // nil: no traces
+	// AdaptProcs runs the process on one P (GOMAXPROCS=1) while the
+	// proxied requests do not overlap, and on the runtime's default once
+	// they do (procs.go); idem serve's default unless GOMAXPROCS is set.
+	// It changes the process's GOMAXPROCS: one gateway in a process.
+	AdaptProcs bool
+	Logger     *slog.Logger // nil: slog.Default()
+	Tracer     trace.Tracer // nil: no traces
 	// Transport sends requests upstream; nil: NewUpstreamTransport. The
 	// gateway learns whether a failed request reached the upstream from
 	// an *http.Transport's httptrace hooks; any other RoundTripper is

@@ -84,6 +84,7 @@ type Gateway struct {
 	stopping context.Context
 	stop     context.CancelCauseFunc
 	inflight sync.WaitGroup
+	procs    *procs // nil: GOMAXPROCS is left alone (Config.AdaptProcs)
 	// draining is set when the shutdown starts: /readyz answers 503 from
 	// then on, before the proxy stops accepting.
 	draining atomic.Bool
@@ -122,6 +123,9 @@ func New(cfg Config) (*Gateway, error) {
 		tenant: tenantFunc(sources, cfg.AllowAnonymous), keyed: keyedHeaders(sources), tel: tel, reloads: newReloadTelemetry(reg)}
 	if g.transport == nil {
 		g.transport = NewUpstreamTransport()
+	}
+	if cfg.AdaptProcs {
+		g.procs = newProcs()
 	}
 	opts := &idem.Options{LeaseDuration: cfg.Lease, Retention: cfg.Retention, KeyRetention: cfg.KeyRetention, Logger: cfg.Logger, Observer: obs,
 		Takeover: cfg.Takeover, ReconcileTimeout: cfg.ReconcileTimeout, MaxResultBytes: max(cfg.MaxResponse, defaultMaxResult),
@@ -363,6 +367,10 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		return fmt.Errorf("gateway: listen: %w", err)
 	}
 	ln := newConnLimiter(tcp, g.cfg.MaxConns)
+	if g.procs != nil {
+		g.procs.run()
+		defer g.procs.stop()
+	}
 	servers := []*http.Server{g.publicServer(ln)}
 	listeners := []net.Listener{g.tls.listen(ln)} // TLS over the limiter: it counts connections, handshakes included
 	var adminAddr net.Addr

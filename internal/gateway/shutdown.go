@@ -19,6 +19,10 @@ func (g *Gateway) tracked(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		g.inflight.Add(1)
 		defer g.inflight.Done()
+		if g.procs != nil {
+			g.procs.begin()
+			defer g.procs.end()
+		}
 		next.ServeHTTP(w, r)
 	})
 }
