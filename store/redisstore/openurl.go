@@ -117,7 +117,7 @@ func storeOptions(uri string) (urlOptions, error) {
 	}
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return urlOptions{}, badURL(uri, "query: "+err.Error())
+		return urlOptions{}, badURL(uri, redactErr(fmt.Errorf("query: %w", err), uri))
 	}
 	// An own option given empty or twice is refused: it would otherwise
 	// mean this package's default, or the first of two values, where the

@@ -119,3 +119,18 @@ func FuzzParseURL(f *testing.F) {
 		c.Close()
 	})
 }
+
+// A query that does not parse, where the URL has this package's own
+// options, is refused without quoting the password: the parse error
+// quotes the bad escape, which may be the password unescaped.
+func TestOwnOptionsQueryErrorHidesThePassword(t *testing.T) {
+	uri := "redis://u:%25zz@h1:6379/0?coalesce=%zz" // the password is %zz
+	err := redisstore.CheckURL(uri)
+	if err == nil || !errors.Is(err, redisstore.ErrBadURL) {
+		t.Fatalf("CheckURL(%q) = %v; want ErrBadURL", uri, err)
+	}
+	_, reason, ok := strings.Cut(err.Error(), `": query: `)
+	if !ok || strings.Contains(reason, "%zz") {
+		t.Errorf("CheckURL(%q) = %v; want a query error that does not quote the password", uri, err)
+	}
+}
