@@ -243,15 +243,22 @@ func TestServeGOGC(t *testing.T) {
 			t.Errorf("GOGC=%q: the first log line %s says gogc %d from %q; want %s from %q", c.env, line, first.GOGC, first.GOGCFrom, c.percent, c.from)
 		}
 	}
-	for _, bad := range []string{"lots", "-1", "200%"} {
+	wantEnvRefused(t, "GOGC", "lots", "-1", "200%")
+}
+
+// wantEnvRefused checks that idem serve, at start and with
+// --check-config, exits 2 naming name=bad for each of bads.
+func wantEnvRefused(t *testing.T, name string, bads ...string) {
+	t.Helper()
+	for _, bad := range bads {
 		for _, args := range [][]string{{"serve", "--upstream", "http://127.0.0.1:1"}, {"serve", "--upstream", "http://127.0.0.1:1", "--check-config"}} {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			cmd := exec.CommandContext(ctx, binary, args...)
-			cmd.Env = append(withoutEnv("GOGC"), "GOGC="+bad)
+			cmd.Env = append(withoutEnv(name), name+"="+bad)
 			out, err := cmd.CombinedOutput()
 			cancel()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "GOGC="+strconv.Quote(bad)) {
-				t.Errorf("idem %v with GOGC=%s: %v\n%s\nwant exit 2 naming GOGC", args, bad, err, out)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), name+"="+strconv.Quote(bad)) {
+				t.Errorf("idem %v with %s=%s: %v\n%s\nwant exit 2 naming %s", args, name, bad, err, out, name)
 			}
 		}
 	}
@@ -340,16 +347,5 @@ func TestServeGOMAXPROCS(t *testing.T) {
 		t.Errorf("GOMAXPROCS=3: go_sched_gomaxprocs_threads = %s", got)
 	}
 
-	for _, bad := range []string{"lots", "0", "-2", "1.5"} {
-		for _, args := range [][]string{{"serve", "--upstream", "http://127.0.0.1:1"}, {"serve", "--upstream", "http://127.0.0.1:1", "--check-config"}} {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			cmd := exec.CommandContext(ctx, binary, args...)
-			cmd.Env = append(withoutEnv("GOMAXPROCS"), "GOMAXPROCS="+bad)
-			out, err := cmd.CombinedOutput()
-			cancel()
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "GOMAXPROCS="+strconv.Quote(bad)) {
-				t.Errorf("idem %v with GOMAXPROCS=%s: %v\n%s\nwant exit 2 naming GOMAXPROCS", args, bad, err, out)
-			}
-		}
-	}
+	wantEnvRefused(t, "GOMAXPROCS", "lots", "0", "-2", "1.5")
 }
