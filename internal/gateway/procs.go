@@ -40,7 +40,7 @@ type procs struct {
 
 	inflight    atomic.Int64
 	narrowed    atomic.Bool  // set before the narrowing, so that a request that overlaps it asks for the widening
-	lastOverlap atomic.Int64 // time.Since(start) when two requests were last in flight, in ns
+	lastOverlap atomic.Int64 // time.Since(start) when an overlap last may have ended (end saw two in flight), in ns
 
 	wake chan struct{} // capacity 1: a request overlapped another while narrowed
 	done chan struct{} // closed by stop
