@@ -406,8 +406,8 @@ func TestClientOption(t *testing.T) {
 		"redis://127.0.0.1:1/0?client=rueidis&pool_size=3":         "pool_size is a go-redis pool option",
 		"redis://127.0.0.1:1/0?near_cache=on&read_timeout=1s":      "read_timeout is a go-redis pool option",
 		"redis-cluster://127.0.0.1:1?client=rueidis&max_retries=2": "max_retries is a go-redis pool option",
-		// Quoted as written, less this package's own options.
-		"redis://127.0.0.1:1/0?read_timeout=1s&client=rueidis&pool_size=3": `"redis://127.0.0.1:1/0?read_timeout=1s&pool_size=3": pool_size is a go-redis pool option`,
+		// Quoted as written, with this package's own options.
+		"redis://127.0.0.1:1/0?read_timeout=1s&client=rueidis&pool_size=3": `"redis://127.0.0.1:1/0?read_timeout=1s&client=rueidis&pool_size=3": pool_size is a go-redis pool option`,
 		// Empty or repeated, an option says nothing clear: refused, not read
 		// as this package's default or as its first value.
 		"redis://127.0.0.1:1/0?client=":                         "client= is empty",

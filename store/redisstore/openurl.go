@@ -54,7 +54,7 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	if !u.rueidis {
 		client, err := ParseURL(u.rest)
 		if err != nil {
-			return nil, err
+			return nil, asWritten(err, uri)
 		}
 		s, err := New(client, &o)
 		if err != nil {
@@ -66,7 +66,7 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	}
 	opt, err := rueidisOption(u.rest)
 	if err != nil {
-		return nil, err
+		return nil, asWritten(err, uri)
 	}
 	if u.nearCache {
 		opt.CacheSizeEachConn = u.cacheBytes
@@ -86,11 +86,11 @@ func CheckURL(uri string) error {
 	}
 	if u.rueidis {
 		_, err = rueidisOption(u.rest)
-		return err
+		return asWritten(err, uri)
 	}
 	c, err := ParseURL(u.rest)
 	if err != nil {
-		return err
+		return asWritten(err, uri)
 	}
 	return c.Close() // it connects lazily: nothing was dialled
 }

@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,5 +133,25 @@ func TestOwnOptionsQueryErrorHidesThePassword(t *testing.T) {
 	_, reason, ok := strings.Cut(err.Error(), `": query: `)
 	if !ok || strings.Contains(reason, "%zz") {
 		t.Errorf("CheckURL(%q) = %v; want a query error that does not quote the password", uri, err)
+	}
+}
+
+// A URL the client refuses is quoted as its user wrote it, with this
+// package's own options (which the client never sees), and without its
+// password.
+func TestRefusalQuotesTheURLAsWritten(t *testing.T) {
+	for _, uri := range []string{
+		"redis://u:topsecret@h1:6379/0?coalesce=on&pool_size=abc&client=go-redis", // go-redis refuses
+		"redis://u:topsecret@h1:6379/0?near_cache=on&dial_timeout=zz",             // rueidis: dial_timeout read as go-redis does
+		"redis://u:topsecret@h1:6379/0?client=rueidis&pool_size=3",                // rueidis refuses a pool option
+	} {
+		want := strconv.Quote(strings.Replace(uri, "topsecret", "xxxxx", 1))
+		check := redisstore.CheckURL(uri)
+		_, open := redisstore.OpenURL(uri, nil)
+		for name, err := range map[string]error{"CheckURL": check, "OpenURL": open} {
+			if !errors.Is(err, redisstore.ErrBadURL) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "topsecret") {
+				t.Errorf("%s(%q) = %v; want ErrBadURL quoting %s", name, uri, err, want)
+			}
+		}
 	}
 }
