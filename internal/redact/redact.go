@@ -7,6 +7,8 @@
 package redact
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -40,6 +42,29 @@ func URL(s string) string {
 	p.query = params(p.query, func(string) string { return Mask })
 	p.fragment = params(p.fragment, func(string) string { return Mask })
 	return p.String()
+}
+
+// Error is an error about a URL, which it quotes with its secrets hidden.
+type Error struct {
+	Kind error  // what is wrong, in general: a sentinel that Error wraps
+	URL  string // the URL as written: Error() hides its secrets
+	Why  string // the reason, holding no secret of URL
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%v %q: %s", e.Kind, URL(e.URL), e.Why) }
+func (e *Error) Unwrap() error { return e.Kind }
+
+// AsWritten returns err quoting uri, when err is an *Error: for a layer
+// that took its own options out of uri before another parsed the rest, so
+// that a refusal quotes the URL its user wrote, not one they never saw.
+func AsWritten(err error, uri string) error {
+	var e *Error
+	if errors.As(err, &e) && e == err {
+		c := *e
+		c.URL = uri
+		return &c
+	}
+	return err
 }
 
 // Secrets returns the secrets of s that URL hides, as written and

@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -85,4 +87,26 @@ func FuzzURL(f *testing.F) {
 			}
 		}
 	})
+}
+
+// AsWritten requotes an *Error, keeping its kind and reason and hiding
+// the new URL's secrets, and leaves any other error, wrapped ones
+// included, as it is.
+func TestAsWritten(t *testing.T) {
+	errBad := errors.New("bad URL")
+	inner := &Error{Kind: errBad, URL: "redis://u:pw@h/0?pool_size=x", Why: "pool_size: not a number"}
+	err := AsWritten(inner, "redis://u:pw@h/0?coalesce=on&pool_size=x")
+	if want := `bad URL "redis://u:xxxxx@h/0?coalesce=on&pool_size=x": pool_size: not a number`; err.Error() != want || !errors.Is(err, errBad) {
+		t.Errorf("AsWritten = %v; want %s, wrapping the kind", err, want)
+	}
+	if inner.URL != "redis://u:pw@h/0?pool_size=x" {
+		t.Errorf("AsWritten changed the error it was given: %+v", inner)
+	}
+	wrapped := fmt.Errorf("open: %w", inner)
+	if got := AsWritten(wrapped, "redis://other"); got != wrapped {
+		t.Errorf("AsWritten(wrapped) = %v; want it unchanged", got)
+	}
+	if got := AsWritten(nil, "redis://other"); got != nil {
+		t.Errorf("AsWritten(nil) = %v", got)
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/internal/urlquery"
 )
 
@@ -54,7 +55,7 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	if !u.rueidis {
 		client, err := ParseURL(u.rest)
 		if err != nil {
-			return nil, asWritten(err, uri)
+			return nil, redact.AsWritten(err, uri)
 		}
 		s, err := New(client, &o)
 		if err != nil {
@@ -66,7 +67,7 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	}
 	opt, err := rueidisOption(u.rest)
 	if err != nil {
-		return nil, asWritten(err, uri)
+		return nil, redact.AsWritten(err, uri)
 	}
 	if u.nearCache {
 		opt.CacheSizeEachConn = u.cacheBytes
@@ -86,11 +87,11 @@ func CheckURL(uri string) error {
 	}
 	if u.rueidis {
 		_, err = rueidisOption(u.rest)
-		return asWritten(err, uri)
+		return redact.AsWritten(err, uri)
 	}
 	c, err := ParseURL(u.rest)
 	if err != nil {
-		return asWritten(err, uri)
+		return redact.AsWritten(err, uri)
 	}
 	return c.Close() // it connects lazily: nothing was dialled
 }

@@ -200,27 +200,7 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 }
 
 // badURL returns an ErrBadURL error for uri, with its secrets hidden.
-func badURL(uri, why string) error { return &urlError{uri: uri, why: why} }
-
-// urlError is ErrBadURL for one URL, which it quotes with its secrets
-// hidden.
-type urlError struct{ uri, why string }
-
-func (e *urlError) Error() string {
-	return fmt.Sprintf("%v %q: %s", ErrBadURL, redact.URL(e.uri), e.why)
-}
-func (e *urlError) Unwrap() error { return ErrBadURL }
-
-// asWritten returns err quoting uri where it quotes a URL: the client
-// parses uri without OpenURL's own options (storeOptions), and an error
-// should quote the URL its user wrote, not one they never saw.
-func asWritten(err error, uri string) error {
-	var e *urlError
-	if errors.As(err, &e) {
-		return &urlError{uri: uri, why: e.why}
-	}
-	return err
-}
+func badURL(uri, why string) error { return &redact.Error{Kind: ErrBadURL, URL: uri, Why: why} }
 
 // redactErr returns err's text with the secrets of uri hidden: go-redis
 // errors can quote the URL.

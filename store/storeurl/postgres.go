@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store/layered"
 	"github.com/idemkit/idem/store/pgstore"
 	"github.com/idemkit/idem/store/redisstore"
@@ -112,7 +113,7 @@ func openPostgres(ctx context.Context, t target, o *Options) (Store, error) {
 func openLayered(ctx context.Context, t target, o *Options) (Store, error) {
 	client, err := redisstore.ParseURL(t.redis)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadURL, redact.AsWritten(err, t.redisWritten))
 	}
 	pg, err := openPostgres(ctx, t, o)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/internal/redisrecord"
 	"github.com/idemkit/idem/internal/urlquery"
 	"github.com/idemkit/idem/store"
@@ -85,12 +86,13 @@ func Check(uri string, opts *Options) error {
 	switch {
 	case err != nil || t.redis == "":
 	case t.postgres == "": // Redis alone
-		err = redisstore.CheckURL(t.redis)
+		err = redact.AsWritten(redisstore.CheckURL(t.redis), t.redisWritten)
 	default: // the layered store's Redis part, which takes go-redis's options only
 		var c interface{ Close() error }
 		if c, err = redisstore.ParseURL(t.redis); err == nil {
 			c.Close() // it connects lazily: nothing was dialled
 		}
+		err = redact.AsWritten(err, t.redisWritten)
 	}
 	if err != nil && !errors.Is(err, ErrBadURL) {
 		err = fmt.Errorf("%w: %w", ErrBadURL, err)
@@ -104,6 +106,7 @@ func Check(uri string, opts *Options) error {
 type target struct {
 	memory          bool
 	redis, postgres string
+	redisWritten    string // the Redis part as written, which a refusal quotes (redact.AsWritten)
 	prefix          string // ?prefix= of the Redis part
 	schema          string // ?schema= of the PostgreSQL part
 }
@@ -136,6 +139,7 @@ func parse(uri string, o *Options) (target, error) {
 	}
 	var err error
 	if t.redis != "" {
+		t.redisWritten = t.redis
 		if t.redis, t.prefix, err = takeParam(t.redis, "prefix"); err != nil {
 			return t, err
 		}
@@ -146,7 +150,7 @@ func parse(uri string, o *Options) (target, error) {
 			// The URL as written is checked before the defaults go into
 			// its query, so that an error quotes what its user wrote.
 			if err := redisstore.CheckURL(t.redis); err != nil {
-				return t, fmt.Errorf("%w: %w", ErrBadURL, err)
+				return t, fmt.Errorf("%w: %w", ErrBadURL, redact.AsWritten(err, t.redisWritten))
 			}
 			if o.Coalesce {
 				t.redis = addUnlessSaid(t.redis, "coalesce", "on")
@@ -203,6 +207,7 @@ func Open(ctx context.Context, uri string, opts *Options) (Store, error) {
 		return openPostgres(ctx, t, &o)
 	}
 	s, err := redisstore.OpenURL(t.redis, &redisstore.Options{Prefix: t.prefix})
+	err = redact.AsWritten(err, t.redisWritten)
 	if errors.Is(err, redisstore.ErrBadURL) {
 		return nil, fmt.Errorf("%w: %w", ErrBadURL, err)
 	}

@@ -1,6 +1,7 @@
 package storeurl_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -92,15 +93,24 @@ func TestOpenCoalesceOption(t *testing.T) {
 
 // An error quotes the URL as its user wrote it: the defaults of
 // Options.Coalesce and Options.Rueidis go into its query only after it
-// is checked.
+// is checked, and the options that storeurl and redisstore take out of it
+// (prefix=, client=, ...) stay in the quote, in their place.
 func TestBadURLQuotedAsWritten(t *testing.T) {
 	opts := &storeurl.Options{Coalesce: true, Rueidis: true}
-	for _, uri := range []string{"redis://127.0.0.1:1/0?near_cache=", "redis://127.0.0.1:1/0?coalesce=", "redis://127.0.0.1:1/0?prefix=p&client=",
-		"redis://127.0.0.1:1/0?prefix=p&near_cache=&client=rueidis"} {
-		written := strings.Replace(uri, "prefix=p&", "", 1) // storeurl's own parameter is taken out first, the rest kept in order
-		for name, err := range map[string]error{"Check": storeurl.Check(uri, opts), "Open": open(uri, opts)} {
-			if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), strconv.Quote(written)+": ") {
-				t.Errorf("%s(%q) = %v; want ErrBadURL quoting %q", name, uri, err, written)
+	for _, tc := range []struct{ uri, quoted string }{
+		{"redis://127.0.0.1:1/0?near_cache=", ""},
+		{"redis://127.0.0.1:1/0?coalesce=", ""},
+		{"redis://127.0.0.1:1/0?prefix=p&client=", ""},
+		{"redis://127.0.0.1:1/0?prefix=p&near_cache=&client=rueidis", ""},
+		{"redis://u:pw@127.0.0.1:1/0?prefix=p&coalesce=on&pool_size=abc&client=go-redis", "redis://u:xxxxx@127.0.0.1:1/0?prefix=p&coalesce=on&pool_size=abc&client=go-redis"},
+		{"redis://127.0.0.1:1/0?prefix=p&pool_size=3", ""}, // refused by the default client, rueidis
+		// The layered form quotes its Redis part.
+		{"redis://127.0.0.1:1/0?prefix=p&pool_size=x+postgres://127.0.0.1/test", "redis://127.0.0.1:1/0?prefix=p&pool_size=x"},
+	} {
+		quoted := cmp.Or(tc.quoted, tc.uri)
+		for name, err := range map[string]error{"Check": storeurl.Check(tc.uri, opts), "Open": open(tc.uri, opts)} {
+			if !errors.Is(err, storeurl.ErrBadURL) || !strings.Contains(err.Error(), strconv.Quote(quoted)+": ") {
+				t.Errorf("%s(%q) = %v; want ErrBadURL quoting %q", name, tc.uri, err, quoted)
 			}
 		}
 	}
