@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -19,13 +20,17 @@ import (
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 	"github.com/idemkit/idem/store/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // BenchmarkNearCache serves a hello-world handler over loopback HTTP, bare
 // and behind the middleware on Redis, at 2 and 64 concurrent clients, with
 // replays (one key) and with unique keys (every request runs the handler),
 // on the ways to reach Redis: go-redis and rueidis, each also with
-// coalesced scripts, and rueidis with the near cache, and on the memory store (the ceiling: no network). Batches to the bare handler (untimed) and to the
+// coalesced scripts, and rueidis with the near cache, and on the memory
+// store (the ceiling: no network); and, as the peer, behind the naive lock
+// a team writes instead (naiveMiddleware). Batches to the bare handler
+// (untimed) and to the
 // protected one (timed) alternate, and x-bare is the protected one's
 // requests per second as a fraction of the bare handler's in the same run
 // (1.0 = no cost).
@@ -90,6 +95,10 @@ func BenchmarkNearCache(b *testing.B) {
 	}
 	for _, clients := range []int{2, 64} {
 		for _, mode := range []string{"replay", "unique"} {
+			key := func(i int64) string { return "k" + strconv.FormatInt(i, 10) }
+			if mode == "replay" {
+				key = func(int64) string { return "same" }
+			}
 			for _, st := range stores {
 				b.Run(fmt.Sprintf("c%d/%s/%s", clients, mode, st.name), func(b *testing.B) {
 					e, err := idem.New(st.new(b), &idem.Options{Retention: time.Hour})
@@ -100,14 +109,53 @@ func BenchmarkNearCache(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					key := func(i int64) string { return "k" + strconv.FormatInt(i, 10) }
-					if mode == "replay" {
-						key = func(int64) string { return "same" }
-					}
 					benchHTTP(b, clients, hello, mw(hello), key)
 				})
 			}
+			// The peer: the lock a team writes instead.
+			b.Run(fmt.Sprintf("c%d/%s/naive-go-redis", clients, mode), func(b *testing.B) {
+				prefix := testenv.Prefix(b)
+				defer cleanup(b, prefix)
+				benchHTTP(b, clients, hello, naiveMiddleware(testenv.Redis(b), prefix)(hello), key)
+			})
 		}
+	}
+}
+
+// naiveMiddleware is the middleware a team writes instead of idem, the
+// article's naive lock as bench/gateway's naive gateway runs it: SET key
+// LOCKED NX PX 30000, run the handler, SET response:key to the body for
+// 24 h; on a taken key, GET response:key and replay it, or 409 while
+// there is none. go-redis, the client most teams hold. No owner, fence,
+// fingerprint, tenant, status, header or UNKNOWN state.
+func naiveMiddleware(c *redis.Client, prefix string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key, ctx := prefix+r.Header.Get(idemhttp.HeaderKey), r.Context()
+			ok, err := c.SetNX(ctx, key, "LOCKED", naiveLock).Result()
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			if !ok {
+				body, err := c.Get(ctx, "response:"+key).Bytes()
+				if err != nil {
+					http.Error(w, "in progress", http.StatusConflict)
+					return
+				}
+				w.Write(body)
+				return
+			}
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			if err := c.Set(ctx, "response:"+key, rec.Body.Bytes(), naiveRetention).Err(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+		})
 	}
 }
 
