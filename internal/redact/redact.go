@@ -7,7 +7,6 @@
 package redact
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -54,12 +53,12 @@ type Error struct {
 func (e *Error) Error() string { return fmt.Sprintf("%v %q: %s", e.Kind, URL(e.URL), e.Why) }
 func (e *Error) Unwrap() error { return e.Kind }
 
-// AsWritten returns err quoting uri, when err is an *Error: for a layer
-// that took its own options out of uri before another parsed the rest, so
-// that a refusal quotes the URL its user wrote, not one they never saw.
+// AsWritten returns err quoting uri, when err is an *Error (not one
+// wrapped in another): for a layer that took its own options out of uri
+// before another parsed the rest, so that a refusal quotes the URL its
+// user wrote, not one they never saw.
 func AsWritten(err error, uri string) error {
-	var e *Error
-	if errors.As(err, &e) && e == err {
+	if e, ok := err.(*Error); ok {
 		c := *e
 		c.URL = uri
 		return &c
