@@ -47,6 +47,10 @@ type procs struct {
 	over chan struct{} // closed when loop has returned
 }
 
+// newProcs returns the switch. Where the runtime's default is one P it
+// switches between one and one; it is made anyway, because the default
+// can grow (a container's CPU limit raised) and each widening reads it
+// again.
 func newProcs() *procs {
 	return &procs{narrow: func() { runtime.GOMAXPROCS(1) }, widen: runtime.SetDefaultGOMAXPROCS}
 }
