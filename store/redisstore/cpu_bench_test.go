@@ -63,3 +63,51 @@ func BenchmarkCycleCPU(b *testing.B) {
 		cleanup(b, prefix)
 	}
 }
+
+// BenchmarkCycleCPUCold is BenchmarkCycleCPU at the pace of one client of
+// a gateway: one cycle at a time, and between cycles this process walks
+// 8 MiB, as the gateway, the upstream and the load generator do between
+// a lone client's Redis calls, so that each call finds the server's
+// caches cold. It reports the Redis CPU per cycle of the naive pattern,
+// of the least two scripts can do (pair) and of the store's scripts, and
+// each as a ratio to naive (x_naive): what a lone request pays in Redis
+// time for running its two steps as scripts, and for the record they keep.
+func BenchmarkCycleCPUCold(b *testing.B) {
+	walk := make([]byte, 8<<20)
+	cold := func(c cycle) cycle {
+		return func(ctx context.Context, i int64) error {
+			for j := 0; j < len(walk); j += 64 {
+				walk[j]++
+			}
+			return c(ctx, i)
+		}
+	}
+	for _, c := range benchClients(b) {
+		prefix := testenv.Prefix(b)
+		s, err := c.store(prefix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var naive float64 // Redis CPU per naive cycle, in ns; the first run
+		for _, run := range []storekit.Baseline{{Name: "naive", Call: c.naive(prefix + "naive:")}, {Name: "pair", Call: c.pair(prefix + "pair:")},
+			{Name: "store", Call: storeCycle(s)}} {
+			b.Run(c.name+"/"+run.Name, func(b *testing.B) {
+				var next atomic.Int64
+				next.Store(time.Now().UnixNano())
+				redis0 := redisCPU(b)
+				b.ResetTimer()
+				if err := storekit.Run(1, b.N, &next, cold(run.Call)); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				ns := (redisCPU(b) - redis0) * 1e9 / float64(b.N)
+				if run.Name == "naive" {
+					naive = ns
+				}
+				b.ReportMetric(ns, "redis-cpu-ns/op")
+				b.ReportMetric(ns/naive, "x_naive")
+			})
+		}
+		cleanup(b, prefix)
+	}
+}
