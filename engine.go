@@ -47,6 +47,10 @@ func New(s Store, opts *Options) (*Engine, error) {
 	if o.LeaseDuration < 0 || o.Retention < 0 || o.KeyRetention < 0 || o.MaxResultBytes < 0 || o.StoreTimeout < 0 || o.MaxHeldBytes < 0 {
 		return nil, errors.New("idem: New: negative LeaseDuration, Retention, MaxResultBytes, StoreTimeout or MaxHeldBytes")
 	}
+	if o.LeaseDuration > store.MaxDuration || o.Retention > store.MaxDuration || o.KeyRetention > store.MaxDuration {
+		return nil, fmt.Errorf("idem: New: LeaseDuration %v, Retention %v and KeyRetention %v must each be at most %v (store.MaxDuration)",
+			o.LeaseDuration, o.Retention, o.KeyRetention, store.MaxDuration)
+	}
 	e := &Engine{store: s, lease: o.LeaseDuration, retention: o.Retention, keyRetention: o.KeyRetention, renew: o.RenewEvery,
 		maxResult: o.MaxResultBytes, log: o.Logger, obs: o.Observer,
 		takeover: o.Takeover, reconcile: o.Reconcile, reconcileTimeout: o.ReconcileTimeout,
@@ -227,6 +231,10 @@ func (e *Engine) beginKey(ctx context.Context, req Request) (Attempt, error) {
 	keyRetention := orDefault(req.KeyRetention, e.keyRetention)
 	if lease < time.Millisecond || retention < time.Millisecond {
 		return Attempt{}, fmt.Errorf("%w: lease %v and retention %v must be at least 1ms", ErrInvalidRequest, lease, retention)
+	}
+	if lease > store.MaxDuration || retention > store.MaxDuration || keyRetention > store.MaxDuration {
+		return Attempt{}, fmt.Errorf("%w: lease %v, retention %v and key retention %v must each be at most %v",
+			ErrInvalidRequest, lease, retention, keyRetention, store.MaxDuration)
 	}
 	if e.held.n.Load() > 0 {
 		// This process holds the key's outcome that its store does not

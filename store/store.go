@@ -149,6 +149,15 @@ type AcquireParams struct {
 // MaxLabelLength bounds AcquireParams.Label; the engine cuts longer ones.
 const MaxLabelLength = 200
 
+// MaxDuration is the longest lease, retention or key retention a store
+// must keep, and the longest the engine asks for (it refuses longer ones,
+// in its Options and per request): ten years. A store keeps a record's
+// end as a point in time, and past that the clock arithmetic of some
+// overflows (the memory store's ends are nanoseconds since 1970, which
+// run out in 2262): such a record ended at once, and a retry ran the work
+// again.
+const MaxDuration = 10 * 365 * 24 * time.Hour
+
 // AcquireResult reports whether the caller now holds the key. When Acquired
 // is true, Record is the new PROCESSING record, with the fence the store
 // minted; otherwise it is the record that already held the key.

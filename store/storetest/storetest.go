@@ -90,6 +90,7 @@ func Run(t *testing.T, h Harness) {
 		{"LargeAndBinaryBodies", testBodies},
 		{"CompleteCopiesTheCallersBuffers", testCompleteCopies},
 		{"CancelledContextLeavesNoHalfRecord", testCancelled},
+		{"MaxDurationKept", testMaxDuration},
 
 		// The fourth state, UNKNOWN (unknown.go).
 		{"AbandonedLeaseBecomesUnknown", testAbandonedBecomesUnknown},
@@ -614,4 +615,26 @@ func testCancelled(t *testing.T, s store.Store, _ func(time.Duration)) {
 	default:
 		t.Fatalf("cancelled Complete left a half record %+v", rec)
 	}
+}
+
+// testMaxDuration: a lease, a retention and a key retention of
+// store.MaxDuration are kept as any other: the key stays taken while the
+// lease runs, and its result is replayed after, never acquired again.
+func testMaxDuration(t *testing.T, s store.Store, _ func(time.Duration)) {
+	id := newID(t)
+	ref := mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp",
+		LeaseDuration: store.MaxDuration, Retention: store.MaxDuration, KeyRetention: store.MaxDuration})
+	if res := acquire(t, s, id, "fp", long); res.Acquired || res.Record.State != store.StateProcessing {
+		t.Fatalf("Acquire while a lease of MaxDuration runs = acquired %v, %v; want the PROCESSING record", res.Acquired, res.Record.State)
+	}
+	want := store.Result{Status: 201, Body: []byte("charged")}
+	if err := s.Complete(context.Background(), store.CompleteParams{LeaseRef: ref, Result: want, Retention: store.MaxDuration,
+		KeyRetention: store.MaxDuration}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	res := acquire(t, s, id, "fp", long)
+	if res.Acquired {
+		t.Fatal("Acquire of a key completed with a retention of MaxDuration acquired it")
+	}
+	checkCompleted(t, res.Record, want)
 }
