@@ -112,6 +112,8 @@ func NewServerInterceptor(e *idem.Engine, o *Options) (grpc.UnaryServerIntercept
 		return nil, errors.New("idemgrpc: NewServerInterceptor: negative UnknownRetryAfter, LeaseDuration, Retention or Wait")
 	case (opt.LeaseDuration > 0 && opt.LeaseDuration < time.Millisecond) || (opt.Retention > 0 && opt.Retention < time.Millisecond):
 		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: LeaseDuration %v or Retention %v is under the 1ms resolution of stores", opt.LeaseDuration, opt.Retention)
+	case opt.LeaseDuration > store.MaxDuration || opt.Retention > store.MaxDuration:
+		return nil, fmt.Errorf("idemgrpc: NewServerInterceptor: LeaseDuration %v or Retention %v is above %v (store.MaxDuration)", opt.LeaseDuration, opt.Retention, store.MaxDuration)
 	}
 	s := &server{e: e, require: opt.RequireKey, keyField: protoreflect.Name(opt.KeyField), tenant: opt.Tenant,
 		anonymous: opt.AllowAnonymous, policy: opt.StatusPolicy, unknownAfter: opt.UnknownRetryAfter,

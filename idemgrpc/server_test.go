@@ -689,6 +689,8 @@ func TestOptions(t *testing.T) {
 		{AllowAnonymous: true, LeaseDuration: -1},
 		{AllowAnonymous: true, LeaseDuration: time.Microsecond},
 		{AllowAnonymous: true, Retention: time.Microsecond},
+		{AllowAnonymous: true, LeaseDuration: store.MaxDuration + time.Millisecond},
+		{AllowAnonymous: true, Retention: store.MaxDuration + time.Millisecond},
 		{AllowAnonymous: true, UnknownRetryAfter: -time.Second},
 		{AllowAnonymous: true, KeyField: "request-id"},
 	} {
