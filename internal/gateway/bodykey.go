@@ -97,7 +97,8 @@ func (b *bodyKey) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // field returns the key in the body field, validated and in the one form a
 // key has, and whether the body has the field. A field that is not a
 // string, or not a valid key, or that the body names twice on its path
-// (readers disagree on which counts), is an error.
+// (readers disagree on which counts), or in another case (Request_Id for
+// request_id: readers disagree on whether it counts), is an error.
 func (b *bodyKey) field(r *http.Request, body []byte) (string, bool, error) {
 	if !isJSONBody(r, body) {
 		return "", false, nil
@@ -106,6 +107,9 @@ func (b *bodyKey) field(r *http.Request, body []byte) (string, bool, error) {
 	switch {
 	case errors.Is(err, jsonptr.ErrDuplicate):
 		return "", false, errors.New("is named more than once on its path: which one counts is ambiguous")
+	case errors.Is(err, jsonptr.ErrCase):
+		return "", false, errors.New("is named in another case on its path (" + strings.TrimPrefix(err.Error(), jsonptr.ErrCase.Error()+": ") +
+			"): readers that match names without case take it for the field, others do not")
 	case err != nil || !found:
 		return "", false, err
 	case raw[0] != '"':

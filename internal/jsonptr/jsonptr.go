@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Pointer is a parsed JSON Pointer: its reference tokens, unescaped. The
@@ -54,6 +55,14 @@ func (p Pointer) String() string {
 // member the pointer goes through more than once: readers disagree on
 // which one counts (the first, the last, an error), so none is taken.
 var ErrDuplicate = errors.New("jsonptr: the member is named more than once")
+
+// ErrCase is returned when an object on the pointer's path holds a member
+// whose name is the pointer's token in another case (Request_Id for
+// request_id): readers that match names without case (Go's encoding/json
+// into a struct, System.Text.Json under ASP.NET Core's web defaults,
+// Json.NET, Jackson with ACCEPT_CASE_INSENSITIVE_PROPERTIES) take it for
+// the member, the others do not, so none is taken.
+var ErrCase = errors.New("jsonptr: a member is named in another case")
 
 // Lookup returns the value p names in doc, as written (without the white
 // space around it), and whether there is one. doc must be a document that
@@ -129,14 +138,20 @@ func child(v []byte, token string) (span, bool, error) {
 	switch v[0] {
 	case '{':
 		var found span
-		n := 0
+		n, other := 0, ""
 		for _, m := range items(v) {
-			if memberName(v[m.from:m.start]) == token {
+			switch name := memberName(v[m.from:m.start]); {
+			case name == token:
 				found, n = m, n+1
+			case foldEqual(name, token):
+				other = name
 			}
 		}
-		if n > 1 {
+		switch {
+		case n > 1:
 			return span{}, false, fmt.Errorf("%w: %q", ErrDuplicate, token)
+		case other != "":
+			return span{}, false, fmt.Errorf("%w: %q for %q", ErrCase, other, token)
 		}
 		return found, n == 1, nil
 	case '[':
@@ -149,6 +164,18 @@ func child(v []byte, token string) (span, bool, error) {
 		}
 	}
 	return span{}, false, nil
+}
+
+// foldEqual reports whether a and b are one name to a reader that
+// matches names without case: by Unicode case folding, or as Go's
+// encoding/json folds a name (each rune lowered, then uppered, so that
+// "İ" and "ı" are "I").
+func foldEqual(a, b string) bool {
+	return strings.EqualFold(a, b) || fold(a) == fold(b)
+}
+
+func fold(s string) string {
+	return strings.Map(func(r rune) rune { return unicode.ToUpper(unicode.ToLower(r)) }, s)
 }
 
 // memberName decodes the name of a member, given the bytes from its

@@ -86,6 +86,41 @@ func TestDuplicateOnThePath(t *testing.T) {
 	}
 }
 
+// A member on the path named in another case is ambiguous: Go's
+// encoding/json, System.Text.Json (web defaults) and Json.NET take
+// Request_Id, or the last of request_id and REQUEST_ID, for request_id;
+// so does Go's folding of "İ" and "ı" to "I", and Unicode's of "ſ" to "s"
+// and the Kelvin sign to "k". One elsewhere, or a name that folds to
+// something else, is not in the way.
+func TestCaseVariantOnThePath(t *testing.T) {
+	for _, c := range []struct{ doc, ptr string }{
+		{`{"Request_Id":"a"}`, "/request_id"},
+		{`{"request_id":"a","REQUEST_ID":"b"}`, "/request_id"},
+		{`{"REQUEST_ID":"b","request_id":"a"}`, "/request_id"},
+		{`{"Meta":{"request_id":"a"}}`, "/meta/request_id"},
+		{`{"meta":{"Request_ID":"a"}}`, "/meta/request_id"},
+		{`{"request_\u0130d":"a"}`, "/request_id"},
+		{`{"request_\u0131d":"a"}`, "/request_id"},
+		{`{"\u017fku":"a"}`, "/sku"},
+		{`{"\u212aey":"a"}`, "/key"},
+		{`[{"ID":1}]`, "/0/id"},
+	} {
+		p := mustParse(t, c.ptr)
+		if _, _, err := Lookup([]byte(c.doc), p); !errors.Is(err, ErrCase) {
+			t.Errorf("Lookup(%s, %v) = %v; want ErrCase", c.doc, p, err)
+		}
+		if _, err := Remove([]byte(c.doc), p); !errors.Is(err, ErrCase) {
+			t.Errorf("Remove(%s, %v) = %v; want ErrCase", c.doc, p, err)
+		}
+	}
+	for _, doc := range []string{`{"x":{"ID":1},"id":"k"}`, `{"id":"k","idx":1,"i_d":2,"Other":3}`} {
+		got, found, err := Lookup([]byte(doc), mustParse(t, "/id"))
+		if err != nil || !found || string(got) != `"k"` {
+			t.Errorf("Lookup(%s) = %q, %v, %v; want \"k\"", doc, got, found, err)
+		}
+	}
+}
+
 func TestRemove(t *testing.T) {
 	for _, c := range []struct{ doc, ptr, want string }{
 		{`{"request_id":"r1","amount":100}`, "/request_id", `{"amount":100}`},
@@ -122,7 +157,7 @@ func FuzzLookupRemove(f *testing.F) {
 		}
 		got, found, err := Lookup(doc, p)
 		if err != nil {
-			return // a duplicate name: encoding/json takes the last one
+			return // a duplicate name (encoding/json takes the last one), or one in another case
 		}
 		var whole any
 		if json.Unmarshal(doc, &whole) != nil {
