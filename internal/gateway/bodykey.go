@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +73,7 @@ func (b *bodyKey) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = httpwire.NewBody(body) // sent upstream in one write (sendInOneWrite), whether the middleware keys it or not
-	key, found, err := b.field(r, body)
+	key, found, err := b.field(body)
 	_, hasHeader := r.Header[idemhttp.HeaderKey]
 	switch {
 	case err != nil:
@@ -99,8 +100,17 @@ func (b *bodyKey) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // string, or not a valid key, or that the body names twice on its path
 // (readers disagree on which counts), or in another case (Request_Id for
 // request_id: readers disagree on whether it counts), is an error.
-func (b *bodyKey) field(r *http.Request, body []byte) (string, bool, error) {
-	if !isJSONBody(r, body) {
+//
+// The body is read whatever its Content-Type (none, text/plain, text/json,
+// a list): many upstreams decode it as JSON regardless. A body that is
+// not valid JSON has no key, unless a lenient reader could still read it
+// as JSON, and so perhaps find a key (lenientJSON): then it is an error.
+func (b *bodyKey) field(body []byte) (string, bool, error) {
+	if !json.Valid(body) {
+		if why := lenientJSON(body); why != "" {
+			return "", false, errors.New("cannot be read: the body is not one valid JSON document, but JSON readers that allow " + why +
+				" would read it, and may find a key in it the gateway does not: send the body as valid JSON alone")
+		}
 		return "", false, nil
 	}
 	raw, found, err := jsonptr.Lookup(body, b.ptr)
@@ -122,6 +132,31 @@ func (b *bodyKey) field(r *http.Request, body []byte) (string, bool, error) {
 		return "", false, fmt.Errorf("is not a valid key: %w", err)
 	}
 	return key, true, nil
+}
+
+// lenientJSON says what a reader more lenient than the JSON grammar
+// would allow to read body, which is not valid JSON, as a document: a
+// byte order mark (Express's body-parser, System.Text.Json), data after
+// the first value (Go's json.Decoder, Jackson), or, in a body that begins
+// as an object or an array (after white space, NULs and byte order
+// marks), comments, trailing commas, NaN, single quotes, another encoding
+// (UTF-16, UTF-32)... (Json.NET, JSON5, Python's json, Jackson's
+// features); such a body that no reader takes (truncated) is refused as
+// well, the safe side. It returns "" for a body no JSON reader takes for
+// a document: a form, plain text.
+func lenientJSON(body []byte) string {
+	rest := body
+	for len(rest) > 0 && (rest[0] <= ' ' || rest[0] == 0xEF || rest[0] == 0xBB || rest[0] == 0xBF || rest[0] == 0xFE || rest[0] == 0xFF) {
+		rest = rest[1:]
+	}
+	if len(rest) > 0 && (rest[0] == '{' || rest[0] == '[' || rest[0] == '/') {
+		return "a byte order mark, data after the value, comments, trailing commas or another encoding"
+	}
+	d := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(body, []byte("\uFEFF"))))
+	if d.Decode(new(json.RawMessage)) == nil {
+		return "a byte order mark or data after the first value"
+	}
+	return ""
 }
 
 // headerForm writes key as an Idempotency-Key value that KeyFromHeader

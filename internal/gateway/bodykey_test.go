@@ -127,3 +127,79 @@ func TestFingerprintFieldInAnotherCase(t *testing.T) {
 		t.Fatalf("the retry = %d (replayed %v) %s; want the replay", got.status, got.replayed, got.body)
 	}
 }
+
+// A body that is not valid JSON, but that a lenient reader reads as an
+// object with the key: data after the value (Go's json.Decoder), a byte
+// order mark (Express, System.Text.Json), comments and the like
+// (Json.NET). The gateway saw no key and forwarded each send unprotected.
+// Now it is refused. A body no JSON reader takes for one (a form, text)
+// still has no key, as before.
+func TestBodyKeyFromALenientReading(t *testing.T) {
+	up := newLenientUpstream(t)
+	srv := bodyKeyServer(t, up, ordersByBody)
+	utf16 := func(s string) []byte {
+		b := []byte{0xFF, 0xFE}
+		for _, c := range []byte(s) {
+			b = append(b, c, 0)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+		id   string
+	}{
+		{"data after the value", []byte(`{"request_id":"x1"} trailing`), "x1"},
+		{"a second value", []byte(`{"request_id":"x2"}{"request_id":"x2b"}`), "x2"},
+		{"a first value that is not an object", []byte(`"s" {"request_id":"x3"}`), ""},
+		{"a byte order mark", []byte("\uFEFF" + `{"request_id":"x4"}`), "x4"},
+		{"a comment", []byte(`/* c */ {"request_id":"x5"}`), ""},
+		{"a trailing comma", []byte(`{"request_id":"x6",}`), ""},
+		{"NaN", []byte(`{"request_id":"x7","amount":NaN}`), ""},
+		{"UTF-16", utf16(`{"request_id":"x8"}`), ""},
+		{"a truncated object (the safe side)", []byte(`{"request_id":"x9"`), ""},
+	} {
+		for i := range 2 {
+			if got := postBody(t, srv, "/v1/orders", "", c.body, "application/json"); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyInvalid {
+				t.Errorf("%s, send %d = %d %s; want 400 key_invalid", c.name, i+1, got.status, got.body)
+			}
+		}
+		if c.id != "" && up.count(c.id) != 0 {
+			t.Errorf("%s: %s ran %d times upstream; want none", c.name, c.id, up.count(c.id))
+		}
+	}
+	for _, body := range []string{"request_id=f1&amount=1", "hello", ""} {
+		for i := range 2 {
+			if got := postBody(t, srv, "/v1/orders", "", []byte(body), "application/x-www-form-urlencoded"); got.status != http.StatusCreated || got.replayed {
+				t.Errorf("%q, send %d = %d (replayed %v) %s; want 201, forwarded without a key", body, i+1, got.status, got.replayed, got.body)
+			}
+		}
+	}
+}
+
+// The key is read from a JSON body whatever its Content-Type: with none,
+// text/plain, text/json, application/x-json or a list, it was ignored and
+// each send ran at an upstream that decodes the body regardless.
+func TestBodyKeyWhateverTheContentType(t *testing.T) {
+	up := newLenientUpstream(t)
+	srv := bodyKeyServer(t, up, ordersByBody)
+	for i, ct := range [][]string{nil, {"text/plain"}, {"text/json"}, {"application/x-json"}, {"application/json, text/plain"},
+		{"text/plain", "application/json"}, {"application/x-www-form-urlencoded"}, {"application/json;;"}} {
+		id := "ct" + string(rune('a'+i))
+		body := []byte(`{"request_id":"` + id + `","amount":1}`)
+		for n := range 2 {
+			if got := postBody(t, srv, "/v1/orders", "", body, ct...); got.status != http.StatusCreated || got.replayed != (n == 1) {
+				t.Errorf("Content-Type %q, send %d = %d (replayed %v) %s; want 201, then its replay", ct, n+1, got.status, got.replayed, got.body)
+			}
+		}
+		if got := postBody(t, srv, "/v1/orders", "", []byte(`{"Request_Id":"`+id+`x"}`), ct...); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyInvalid {
+			t.Errorf("Content-Type %q, the key in another case = %d %s; want 400 key_invalid", ct, got.status, got.body)
+		}
+		if got := postBody(t, srv, "/v1/orders", "", []byte(`{"request_id":"`+id+`y"} x`), ct...); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyInvalid {
+			t.Errorf("Content-Type %q, data after the value = %d %s; want 400 key_invalid", ct, got.status, got.body)
+		}
+		if n := up.count(id); n != 1 {
+			t.Errorf("Content-Type %q: the order ran %d times; want once", ct, n)
+		}
+	}
+}
