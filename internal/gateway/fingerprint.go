@@ -17,7 +17,8 @@ import (
 // the Ignore'd ones (a request_id or a timestamp a client changes on every
 // retry). Each entry is a JSON Pointer (RFC 6901). The method, path, query
 // and content type always count. A body that is not JSON, not valid, or
-// that names a member on a pointer's path twice is fingerprinted whole.
+// that names a member on a pointer's path twice or in another case is
+// fingerprinted whole.
 type FingerprintRule struct {
 	Only   []string `yaml:"only"`   // JSON Pointers of the only members the fingerprint covers
 	Ignore []string `yaml:"ignore"` // JSON Pointers of the members the fingerprint leaves out
