@@ -852,6 +852,8 @@ type request struct {
 	hdrTwice                         bool   // the header sent twice
 	bodyKey                          bool   // the key in the body's request_id
 	bodyOther                        string // another key in the body than the header's ("": none)
+	ctype                            string // the Content-Type: "" application/json, "-" none
+	spoil                            string // the key in a body only a lenient reader reads: "case" (Request_Id), "bom", "trailing" ("": valid JSON)
 	host                             string // the Host header ("": the gateway's address)
 	hosted                           bool   // host is a spelling of payments' host
 	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
@@ -878,6 +880,10 @@ func keyForm(rng *rand.Rand, key string) string {
 	}
 	return key
 }
+
+// bodyTypes are the Content-Types a body with its key in request_id is
+// sent with: application/json, none, and types that are not JSON's.
+var bodyTypes = []string{"", "-", "text/plain", "", "application/json, text/plain", "text/json"}
 
 // hostForms are spellings of payments' host that the gateway reads as it
 // (without case, port and trailing dot).
@@ -919,10 +925,18 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	switch {
 	case q.bodyOther != "":
 		doc["request_id"] = q.bodyOther
-	case q.bodyKey:
+	case q.spoil == "case":
+		doc["Request_Id"] = q.key
+	case q.bodyKey || q.spoil != "":
 		doc["request_id"] = q.key
 	}
 	body, _ := json.Marshal(doc)
+	switch q.spoil {
+	case "bom":
+		body = append([]byte("\uFEFF"), body...)
+	case "trailing":
+		body = append(body, " trailing"...)
+	}
 	req, err := http.NewRequestWithContext(ctx, q.method, "http://"+q.g.listen+"/", bytes.NewReader(body))
 	if err != nil {
 		return 0, false
@@ -935,7 +949,13 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if q.host != "" {
 		req.Host = q.host
 	}
-	req.Header.Set("Content-Type", "application/json")
+	switch q.ctype {
+	case "":
+		req.Header.Set("Content-Type", "application/json")
+	case "-":
+	default:
+		req.Header.Set("Content-Type", q.ctype)
+	}
 	if q.hdrKey != "" {
 		req.Header["Idempotency-Key"] = []string{q.hdrKey}
 		if q.hdrTwice {
@@ -1005,8 +1025,8 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	switch {
 	case q.bad != "":
 		if resp.StatusCode != http.StatusBadRequest || code != q.bad {
-			pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s (key header %q, twice %t, body key %q) got %d %s, not 400 %s (%.80s)",
-				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, resp.StatusCode, code, q.bad, got)})
+			pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s (key header %q, twice %t, body key %q, spoiled %q) got %d %s, not 400 %s (%.80s)",
+				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, q.spoil, resp.StatusCode, code, q.bad, got)})
 		}
 		pe.did("refused " + q.bad)
 	case code == "key_invalid" && (q.hdrKey != "" || q.bodyKey):
@@ -1090,6 +1110,9 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 		if rng.IntN(2) == 0 {
 			q.hdrKey = ""
 		}
+		// A key's body keeps one Content-Type, JSON or not: the gateway
+		// reads the key whatever it is, as many upstreams do.
+		q.ctype = bodyTypes[k/2%len(bodyTypes)]
 	}
 	if ns == "q" || rng.IntN(10) == 0 {
 		sp := spellings(q.path)
@@ -1117,8 +1140,8 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 // drawBad draws a request every configuration of the run refuses with
 // 400 before any key is taken: a method not in upper case, a key that is
 // not one (quoted with a space at an end, a bare comma, the header twice),
-// or a body key that is not the header's where every configuration reads
-// orders' key from the body.
+// or, where every configuration reads orders' key from the body, a body
+// key that is not the header's or one only a lenient reader reads.
 func (pe *productEnv) drawBad(rng *rand.Rand) request {
 	q := pe.draw(rng)
 	q.route, q.path, q.host, q.hosted, q.bodyKey, q.status, q.slow = "orders", "/v1/orders", "", false, false, 0, false
@@ -1137,7 +1160,17 @@ func (pe *productEnv) drawBad(rng *rand.Rand) request {
 			q.hdrTwice = true
 			break
 		}
-		q.bodyOther = q.key + "-other"
+		// A body key that is not the header's, or the key in a body only
+		// a lenient reader reads, the header sent or not.
+		switch rng.IntN(2) {
+		case 0:
+			q.bodyOther = q.key + "-other"
+		default:
+			q.spoil = []string{"case", "bom", "trailing"}[rng.IntN(3)]
+			if rng.IntN(2) == 0 {
+				q.hdrKey = ""
+			}
+		}
 	}
 	return q
 }
