@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,10 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if cfg.ReplayHeaders == nil {
 		p.cfg.ReplayHeaders = DefaultReplayHeaders
 	}
-	if cfg.UpstreamTimeout == 0 {
+	switch {
+	case cfg.UpstreamTimeout < 0:
+		return nil, fmt.Errorf("gateway: --upstream-timeout %v: want a positive duration", cfg.UpstreamTimeout)
+	case cfg.UpstreamTimeout == 0:
 		p.cfg.UpstreamTimeout = 30 * time.Second
 	}
 	p.cfg.Methods = upperMethods(cfg.Methods)
@@ -146,6 +150,9 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 	if o.Methods == nil {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
+	if err := rt.checkMethods(o.Methods); err != nil {
+		return nil, err
+	}
 	h := refuseHopByHopKeys(mw(proxy), o.Methods, g.keyed, cfg.ErrorFormat, func(r *http.Request) { onOutcome(r, idemhttp.OutcomeRejected) })
 	if h, err = rt.keySource(h, o); err != nil {
 		return nil, &FieldError{Path: "key-from", Err: err}
@@ -178,6 +185,47 @@ func (rt Route) checkLease(lease, timeout time.Duration) error {
 		return &FieldError{Path: "lease", Err: err}
 	}
 	return nil // both the top level's
+}
+
+// checkMethods refuses a protected route whose pattern names a method
+// that its methods (its own, or the top level's) do not protect: the
+// route takes those requests from the top level, which may protect them,
+// and forwards them unprotected (a keyed POST to "POST /x" with methods
+// [PATCH] ran twice), and its options can never apply. A pattern without
+// a method matches every method: then any methods are its own. "GET"
+// matches HEAD too, as in http.ServeMux.
+func (rt Route) checkMethods(methods []string) error {
+	method := patternMethod(rt.Pattern)
+	if method == "" {
+		return nil
+	}
+	matched := []string{method}
+	if method == http.MethodGet {
+		matched = append(matched, http.MethodHead)
+	}
+	for _, m := range matched {
+		if slices.Contains(methods, m) {
+			return nil
+		}
+	}
+	whose, field := "the top level's methods", "match"
+	if rt.Methods != nil {
+		whose, field = "its methods", "methods"
+	}
+	return &FieldError{Path: field, Err: fmt.Errorf("the route matches %s requests only (%q), which %s %v do not protect: "+
+		"it would forward them without idempotency and none of its options would apply; add %s to the route's methods, "+
+		"or say pass-through: true", method, rt.Pattern, whose, methods, method)}
+}
+
+// patternMethod is the method of a ServeMux pattern ([METHOD ][HOST]/PATH),
+// in upper case as the router compares it; "" when it names none.
+func patternMethod(pattern string) string {
+	pattern = strings.TrimSpace(pattern)
+	i := strings.IndexAny(pattern, " \t")
+	if i < 0 {
+		return ""
+	}
+	return strings.ToUpper(pattern[:i]) // canonPattern's reading
 }
 
 // protectionUnset reports whether rt sets none of the options of a
@@ -213,6 +261,10 @@ func (rt Route) override(o *idemhttp.Options) error {
 		default:
 			*d.to = *d.v
 		}
+	}
+	if rt.Retention != nil && o.KeyRetention > 0 && *rt.Retention >= o.KeyRetention {
+		return &FieldError{Path: "retention", Err: fmt.Errorf("%v is not shorter than --key-retention %v, so the route would remember no key past its response: "+
+			"make the route's retention shorter than --key-retention, or --key-retention longer", *rt.Retention, o.KeyRetention)}
 	}
 	return nil
 }

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"fmt"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -70,6 +72,13 @@ func (g *Gateway) reload(load func() (Config, error)) error {
 	next, err := load()
 	if err != nil {
 		return err
+	}
+	if g.cfg.KeyRetention > 0 && next.KeyRetention == 0 {
+		// The engine keeps the start's key retention for a request that
+		// says none (zero): a reload to 0 would be logged as applied
+		// while every new key still got the old one.
+		return fmt.Errorf("gateway: --key-retention: a reload cannot turn key retention off (started with %v, which the engine applies to every key that gives none): restart idem to turn it off",
+			g.cfg.KeyRetention)
 	}
 	p, err := g.compile(g.cfg.withReloadable(next))
 	if err != nil {

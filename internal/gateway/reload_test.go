@@ -143,6 +143,11 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		{[]Route{{Pattern: "/a", UpstreamTimeout: ptr(time.Duration(0))}}, "routes[0].upstream-timeout", "want a positive duration"},
 		{[]Route{{Pattern: "/a", UpstreamTimeout: ptr(5 * time.Minute)}}, "routes[0].upstream-timeout", "the upstream timeout 5m0s is longer than the lease 30s"},
 		{[]Route{{Pattern: "/a", Lease: ptr(10 * time.Second)}}, "routes[0].lease", "the upstream timeout 30s is longer than the lease 10s"},
+		// A route that takes requests of a method it does not protect:
+		// a keyed POST ran twice (the top level would have protected it).
+		{[]Route{{Pattern: "POST /disjoint", Methods: []string{"PATCH"}}}, "routes[0].methods", "matches POST requests only"},
+		{[]Route{{Pattern: "GET /getroute", Lease: ptr(time.Minute), RequireKey: ptr(true)}}, "routes[0].match", "the top level's methods [POST PATCH] do not protect"},
+		{[]Route{{Pattern: "post\texample.com/x", Methods: []string{"PUT"}}}, "routes[0].methods", "matches POST requests only"},
 	} {
 		_, err := New(Config{Upstream: u, Store: store, Routes: c.routes, Logger: slog.New(slog.DiscardHandler)})
 		fe, ok := errors.AsType[*FieldError](err)
@@ -202,4 +207,73 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A route's methods need not name its pattern's method when it has none,
+// when they name it in another case, when it is GET and they name HEAD
+// (ServeMux's GET matches HEAD), or when the route is passed through.
+func TestRouteMethodsCoverTheirPattern(t *testing.T) {
+	up := newRouteUpstream(t)
+	store, _ := memstore.New(nil)
+	for _, rt := range []Route{
+		{Pattern: "/any", Methods: []string{"PATCH"}},
+		{Pattern: "POST /x", Methods: []string{"post", "PATCH"}},
+		{Pattern: "GET /y", Methods: []string{"HEAD"}},
+		{Pattern: "GET /z", PassThrough: true},
+		{Pattern: "PATCH /w"},
+	} {
+		if _, err := New(Config{Upstream: mustURL(t, up.URL), Store: store, Routes: []Route{rt}, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			t.Errorf("route %+v refused: %v", rt, err)
+		}
+	}
+}
+
+// A key retention that is not longer than a route's retention would
+// remember none of the route's keys past their response: refused.
+func TestRouteRetentionUnderTheKeyRetention(t *testing.T) {
+	up := newRouteUpstream(t)
+	store, _ := memstore.New(nil)
+	cfg := Config{Upstream: mustURL(t, up.URL), Store: store, Retention: time.Hour, KeyRetention: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
+		Routes: []Route{{Pattern: "POST /a", Retention: ptr(48 * time.Hour)}}}
+	_, err := New(cfg)
+	fe, ok := errors.AsType[*FieldError](err)
+	if !ok || fe.Path != "routes[0].retention" || !strings.Contains(err.Error(), "--key-retention 24h0m0s") {
+		t.Fatalf("a route's retention 48h over --key-retention 24h: %v; want a FieldError about routes[0].retention naming --key-retention", err)
+	}
+	cfg.Routes[0].Retention = ptr(2 * time.Hour)
+	if _, err := New(cfg); err != nil {
+		t.Fatalf("a route's retention 2h under --key-retention 24h: %v", err)
+	}
+}
+
+// A negative upstream timeout would answer every request 502: refused.
+func TestNegativeUpstreamTimeout(t *testing.T) {
+	up := newRouteUpstream(t)
+	store, _ := memstore.New(nil)
+	_, err := New(Config{Upstream: mustURL(t, up.URL), Store: store, UpstreamTimeout: -time.Second, Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), "--upstream-timeout -1s") {
+		t.Fatalf("New with UpstreamTimeout -1s = %v; want an error naming --upstream-timeout", err)
+	}
+}
+
+// A reload cannot turn key retention off once the gateway started with
+// one: the engine applies the start's to every key that gives none, so a
+// reloaded 0 was logged as applied while new keys kept the old one.
+// From a start without one, a reload may set one and take it back.
+func TestReloadCannotTurnKeyRetentionOff(t *testing.T) {
+	up := newRouteUpstream(t)
+	g, _ := reloadGateway(t, up, Config{KeyRetention: 48 * time.Hour})
+	err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL)}, nil })
+	if err == nil || !strings.Contains(err.Error(), "--key-retention") || !strings.Contains(err.Error(), "restart") {
+		t.Fatalf("Reload of key retention 48h to 0 = %v; want an error naming --key-retention, saying to restart", err)
+	}
+	if err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL), KeyRetention: 72 * time.Hour}, nil }); err != nil {
+		t.Fatalf("Reload of key retention 48h to 72h: %v", err)
+	}
+	g, _ = reloadGateway(t, up, Config{})
+	for _, kr := range []time.Duration{48 * time.Hour, 0} {
+		if err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL), KeyRetention: kr}, nil }); err != nil {
+			t.Fatalf("Reload of key retention to %v on a gateway started without one: %v", kr, err)
+		}
+	}
 }

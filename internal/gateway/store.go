@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/storeurl"
@@ -68,6 +69,9 @@ func CheckStore(uri string, opts *StoreOptions) error {
 	if (o.MemoryLimit != 0 || o.MemoryTenantShare != 0) && uri != "memory" {
 		return fmt.Errorf("%w: --memory-limit and --memory-tenant-share bound the memory store only (--store memory)", ErrStoreURI)
 	}
+	if o.NoMigrate && !hasPostgres(uri) {
+		return fmt.Errorf("%w: --no-migrate applies to a PostgreSQL store only (postgres://...), which has tables to migrate; %s has none", ErrStoreURI, storeKind(uri))
+	}
 	if err := storeurl.Check(uri, &o); err != nil {
 		if errors.Is(err, storeurl.ErrBadURL) {
 			err = fmt.Errorf("%w: %w", ErrStoreURI, err)
@@ -75,6 +79,22 @@ func CheckStore(uri string, opts *StoreOptions) error {
 		return err
 	}
 	return nil
+}
+
+// hasPostgres reports whether uri names a PostgreSQL store, alone
+// (postgres://, postgresql://) or behind Redis (redis://...+postgres://).
+func hasPostgres(uri string) bool {
+	return strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://") || strings.Contains(uri, "+postgres")
+}
+
+// storeKind names the kind of store uri is, without its address (which
+// may hold a password).
+func storeKind(uri string) string {
+	if uri == "memory" {
+		return "the memory store"
+	}
+	scheme, _, _ := strings.Cut(uri, "://")
+	return "a " + scheme + ":// store"
 }
 
 // storeOptions are opts with the gateway's defaults.
