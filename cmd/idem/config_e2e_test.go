@@ -215,6 +215,9 @@ admin-tokens-file: `+tokens+`
 		{"upstream: http://x\nschema: other\n", "schema"},
 		{"upstream: http://x\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", "idem.yaml:4: routes[1].match"},
 		{"upstream: http://x\nreplay-headers: [Set-Cookie]\n", "Set-Cookie"},
+		{"upstream: http://x\nlisten: nonsense\n", "--listen \"nonsense\""},
+		{"upstream: http://x\nupstream-timeout: -1s\n", "idem.yaml:2"},
+		{"upstream: http://x\nroutes:\n  - match: POST /disjoint\n    methods: [PATCH]\n", "idem.yaml:4: routes[0].methods"},
 	} {
 		cmd := exec.Command(binary, "serve", "--check-config", "--config", writeConfig(t, bad.text))
 		var stdout, stderr bytes.Buffer

@@ -47,7 +47,8 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 		{up + "config: other.yaml\n", "cfg.yaml:2: config: unknown field"},
 		{up + "lease: 30s\nlease: 5s\n", "cfg.yaml:3: lease: set twice (first at line 2)"},
 		{up + "lease: [1, 2]\n", "cfg.yaml:2: lease: want a single value"},
-		{up + "lease: 5 min\n", `cfg.yaml:2: lease: invalid value "5 min": parse error`},
+		{up + "lease: 5 min\n", `cfg.yaml:2: lease: "5 min" is not a duration: want a number with a unit`},
+		{up + "lease: 30\n", `cfg.yaml:2: lease: "30" is not a duration: want a number with a unit`},
 		{up + "require-key: maybe\n", `cfg.yaml:2: require-key: invalid value "maybe"`},
 		{up + "methods: {a: b}\n", "cfg.yaml:2: methods: want a list"},
 		{up + "takeover: maybe\n", `--takeover "maybe": want unknown or run (set at ` + "CFG:2)"},
@@ -167,5 +168,105 @@ func TestConfigAdminHostsAndTokensFile(t *testing.T) {
 	}
 	if _, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nadmin-hosts: [https://console.example.com]\n"); err == nil || !strings.Contains(err.Error(), "--admin-hosts") {
 		t.Fatalf("admin-hosts with a scheme = %v; want an error naming --admin-hosts", err)
+	}
+}
+
+// A value idem serve cannot honour as written is refused at start, naming
+// the setting (and, from the file, its line): never replaced by a default
+// or ignored while --check-config shows it. loadServe is what both a
+// start and --check-config run, so both refuse these.
+func TestUnhonourableSettingsAreRefused(t *testing.T) {
+	const up = "upstream: http://127.0.0.1:1\n"
+	for _, c := range []struct {
+		text string
+		args []string
+		want string
+	}{
+		// A route that takes a method it does not protect.
+		{up + "routes:\n  - match: POST /disjoint\n    methods: [PATCH]\n", nil, "cfg.yaml:4: routes[0].methods: the route matches POST requests only"},
+		{up + "routes:\n  - match: GET /getroute\n    lease: 1m\n", nil, "cfg.yaml:3: routes[0].match: the route matches GET requests only"},
+		{up + "methods: [PUT]\nroutes:\n  - match: POST /r\n    require-key: true\n", nil, "routes[0].match: the route matches POST requests only"},
+		// Negative and zero durations and counts, which meant a default.
+		{up, []string{"--upstream-timeout", "-1s"}, "--upstream-timeout -1s: want a positive duration"},
+		{up + "upstream-timeout: -1s\n", nil, "--upstream-timeout -1s: want a positive duration (set at CFG:2)"},
+		{up, []string{"--lease", "0"}, "--lease 0s: want a positive duration"},
+		{up, []string{"--lease", "500us"}, "--lease 500µs is under the 1ms resolution"},
+		{up + "retention: 0s\n", nil, "--retention 0s: want a positive duration (set at CFG:2)"},
+		{up + "retention: -5s\n", nil, "--retention -5s: want a positive duration (set at CFG:2)"},
+		{up, []string{"--upstream-timeout", "0"}, "--upstream-timeout 0s: want a positive duration"},
+		{up, []string{"--read-timeout", "0"}, "--read-timeout 0s: want a positive duration"},
+		{up, []string{"--idle-timeout", "0"}, "--idle-timeout 0s: want a positive duration"},
+		{up, []string{"--reconcile-timeout", "0", "--reconcile-url", "http://127.0.0.1:1/{key}"}, "--reconcile-timeout 0s: want a positive duration"},
+		{up, []string{"--max-conns", "0"}, "--max-conns 0: want a positive number"},
+		{up + "max-conns: -1\n", nil, "--max-conns -1: want a positive number"},
+		{up, []string{"--key-retention", "-1s"}, "--key-retention -1s: want a positive duration, or 0"},
+		{up, []string{"--wait", "-1s"}, "--wait -1s: want a positive duration, or 0"},
+		{up, []string{"--reconcile-every", "-1s", "--reconcile-url", "http://127.0.0.1:1/{key}"}, "--reconcile-every -1s"},
+		// Empty lists and addresses.
+		{up, []string{"--methods", ""}, "--methods \"\": an empty list protects nothing"},
+		{up, []string{"--methods", ",,"}, "--methods \",,\": an empty list protects nothing"},
+		{up + "methods: []\n", nil, "--methods \"\": an empty list protects nothing: name the methods to protect (default POST,PATCH) (set at CFG:2)"},
+		{up, []string{"--listen", ""}, "--listen is empty"},
+		{up, []string{"--listen", "nonsense"}, "--listen \"nonsense\": want host:port"},
+		{up, []string{"--listen", "127.0.0.1:99999"}, "--listen \"127.0.0.1:99999\": want host:port with a port from 0 to 65535"},
+		{up, []string{"--admin", "127.0.0.1:99999"}, "--admin \"127.0.0.1:99999\": want host:port"},
+		{up + "admin: 127.0.0.1:99999\n", nil, "(set at CFG:2)"},
+		// A key retention that keeps nothing past the retention.
+		{up, []string{"--retention", "2s", "--key-retention", "1s"}, "--key-retention 1s is not longer than --retention 2s"},
+		{up + "retention: 1h\nkey-retention: 24h\nroutes:\n  - match: POST /a\n    retention: 48h\n", nil, "cfg.yaml:6: routes[0].retention: 48h0m0s is not shorter than --key-retention 24h0m0s"},
+		// Settings given where they have no effect.
+		{up, []string{"--reconcile-token", "t"}, "--reconcile-token needs --reconcile-url"},
+		{up + "reconcile-timeout: 2s\n", nil, "--reconcile-timeout needs --reconcile-url (or a route's reconcile-url): without one there is no lookup for it to apply to (set at CFG:2)"},
+		{up, []string{"--reconcile-rate", "5"}, "--reconcile-rate needs --reconcile-url"},
+		{up, []string{"--reconcile-concurrency", "2"}, "--reconcile-concurrency needs --reconcile-url"},
+		{up, []string{"--admin", "", "--admin-token", "t"}, "--admin-token is given with --admin '' (no admin API)"},
+		{up + "admin: ''\nadmin-hosts: [a.example]\n", nil, "--admin-hosts is given with --admin ''"},
+		{up, []string{"--admin", "", "--admin-insecure"}, "--admin-insecure is given with --admin ''"},
+		{up, []string{"--admin", "", "--admin-tokens-file", "/x"}, "--admin-tokens-file is given with --admin ''"},
+		{up, []string{"--admin", "", "--admin-tls-cert", "/x"}, "--admin-tls-cert is given with --admin ''"},
+		{up, []string{"--no-migrate"}, "--no-migrate applies to a PostgreSQL store only"},
+		{up, []string{"--no-migrate", "--store", "redis://:pw@127.0.0.1:1/0"}, "a redis:// store has none"},
+		{up, []string{"--store", ""}, "--store is empty"},
+		{up, []string{"--tenant-header", ""}, "--tenant-header is empty"},
+		// Overflow.
+		{up, []string{"--max-body", "8589934592GiB"}, "8589934592GiB is more bytes than idem can count"},
+	} {
+		_, _, err := checkConfig(t, c.text, c.args...)
+		if err == nil {
+			t.Errorf("%q %q: no error; want %q", c.text, c.args, c.want)
+			continue
+		}
+		got := err.Error()
+		if i := strings.Index(got, "cfg.yaml"); i >= 0 {
+			dir := got[:i]
+			dir = dir[strings.LastIndexAny(dir, " (")+1:]
+			got = strings.ReplaceAll(got, dir+"cfg.yaml", "cfg.yaml")
+		}
+		want := strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
+		if !strings.Contains(got, want) || !errors.Is(err, errUsage) || strings.Contains(got, ":pw@") {
+			t.Errorf("%q %q:\n got %v\nwant %q, a usage error", c.text, c.args, got, want)
+		}
+	}
+}
+
+// The values that mean "off" or "none" keep meaning it when given: a wait,
+// key retention, background sweep and drain delay of 0; an admin API
+// turned off alone; the settings of a lookup with a route's reconcile-url.
+func TestZeroThatMeansOffIsAccepted(t *testing.T) {
+	const up = "upstream: http://127.0.0.1:1\n"
+	for _, c := range []struct {
+		text string
+		args []string
+	}{
+		{up + "wait: 0s\nkey-retention: 0s\nreconcile-every: 0s\ndrain-delay: 0s\n", nil},
+		{up, []string{"--admin", ""}},
+		{up + "reconcile-token: t\nreconcile-timeout: 2s\nroutes:\n  - match: POST /a\n    name: a\n    reconcile-url: http://127.0.0.1:1/{key}\n", nil},
+		{up, []string{"--retention", "1h", "--key-retention", "2h"}},
+		{up, []string{"--listen", "127.0.0.1:0", "--admin", "localhost:http"}},
+		{up, []string{"--max-body", "8GiB"}},
+	} {
+		if _, _, err := checkConfig(t, c.text, c.args...); err != nil {
+			t.Errorf("%q %q: %v; want it accepted", c.text, c.args, err)
+		}
 	}
 }

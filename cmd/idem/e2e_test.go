@@ -515,6 +515,18 @@ func TestBadInvocations(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--replay-headers", "Request-Id,Set-Cookie"}, "Set-Cookie"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-rate", "0"}, "--reconcile-rate"},
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--reconcile-concurrency", "0"}, "--reconcile-concurrency"},
+		// Accepted by --check-config, these once made serve exit 1 (a
+		// restart loop under systemd) or serve something else than they
+		// say: both refuse them with 2.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--listen", "nonsense"}, "--listen"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"}, "--listen"},
+		{[]string{"serve", "--check-config", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:99999"}, "--listen"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--admin", "127.0.0.1:99999"}, "--admin"},
+		{[]string{"serve", "--check-config", "--upstream", "http://127.0.0.1:1", "--admin", "127.0.0.1:99999"}, "--admin"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--listen", ""}, "--listen is empty"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--upstream-timeout", "-1s"}, "--upstream-timeout"},
+		{[]string{"serve", "--check-config", "--upstream", "http://127.0.0.1:1", "--lease", "0"}, "--lease"},
+		{[]string{"serve", "--check-config", "--upstream", "http://127.0.0.1:1", "--methods", ""}, "--methods"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {
 		// Bounded: a value that is not refused can start a gateway that

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -51,16 +53,16 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	f.maxBody, f.maxResponse, f.memoryLimit = 1<<20, 1<<20, 256<<20
 	fs.StringVar(&f.config, "config", "", "a YAML file of settings (the flags' names as keys) and routes, reloaded on SIGHUP; a flag given on the command line, then its IDEM_ variable, wins over the file (docs/configuration.md)")
 	fs.Var((*checkConfigMode)(&f.checkConfig), "check-config", "print the effective configuration, each value with its source (flag, env, file:line, default), secrets hidden, and exit: 0, or 2 with the error; --check-config=json prints it as JSON")
-	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the gateway")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the gateway, host:port")
 	fs.StringVar(&f.upstream, "upstream", "", "URL of the HTTP API behind the gateway (required)")
 	fs.StringVar(&f.store, "store", "memory", "where keys live: "+gateway.StoreURIHelp)
-	fs.BoolVar(&f.noMigrate, "no-migrate", false, "do not create or update the PostgreSQL store's tables (which needs the CREATE privilege); check that the schema of --store's ?schema= is current instead, and fail naming 'idem migrate' (with the same --store) when it is not")
+	fs.BoolVar(&f.noMigrate, "no-migrate", false, "(a PostgreSQL --store only) do not create or update the PostgreSQL store's tables (which needs the CREATE privilege); check that the schema of --store's ?schema= is current instead, and fail naming 'idem migrate' (with the same --store) when it is not")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", idem.DefaultStoreTimeout, "bound of every store call, the store client's retries included: a request whose key the store does not answer for by then gets 503 store_unavailable and does not run; a result it does not store by then is held in memory and retried")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a request owns its key before a retry may take it over, renewed while it runs")
 	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished response is replayed")
-	fs.DurationVar(&f.keyRetention, "key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; 0: the key ends with its response")
+	fs.DurationVar(&f.keyRetention, "key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; above 0, longer than --retention; 0: the key ends with its response (a reload cannot turn it off once started with one: restart)")
 	fs.BoolVar(&f.repeatability, "repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
-	fs.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that idempotency applies to; others pass through")
+	fs.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that idempotency applies to (at least one); others pass through")
 	fs.BoolVar(&f.requireKey, "require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
 	fs.StringVar(&f.tenantHeader, "tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
 	fs.StringVar(&f.tenantFrom, "tenant-from", "", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing (default: authorization; with --error-format stripe: authorization,header:Stripe-Account)")
@@ -239,6 +241,9 @@ func (s *serveSetup) check(f *serveFlags) error {
 	if f.drainDelay < 0 || f.shutdownTimeout <= 0 {
 		return fmt.Errorf("%w: --drain-delay %v and --shutdown-timeout %v: want a duration of at least 0, and a positive one", errUsage, f.drainDelay, f.shutdownTimeout)
 	}
+	if err := s.checkSettings(f); err != nil {
+		return err
+	}
 	if flagSet(fs, "memory-limit") {
 		s.storeOpts.MemoryLimit = int64(f.memoryLimit)
 	}
@@ -274,6 +279,103 @@ func (s *serveSetup) check(f *serveFlags) error {
 	}
 	if s.settings.file != nil {
 		s.cfg.Routes = s.settings.file.routes
+	}
+	return nil
+}
+
+// given reports whether the setting name was given: on the command line,
+// by its IDEM_ variable or in the config file, not left at its default.
+func (s *serveSetup) given(name string) bool {
+	o, ok := s.settings.origins[name]
+	return ok && o.Kind != "default"
+}
+
+// checkSettings refuses the values that idem serve could not honour as
+// written: a zero or negative duration or count that the gateway would
+// replace by its default, an empty list or address that would mean
+// something else than it says, and a setting given where it has no effect.
+// --check-config runs it too, so it refuses exactly what a start refuses.
+func (s *serveSetup) checkSettings(f *serveFlags) error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease", f.lease}, {"retention", f.retention}, {"upstream-timeout", f.upstreamTimeout}, {"read-timeout", f.readTimeout},
+		{"idle-timeout", f.idleTimeout}, {"reconcile-timeout", f.reconcileTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: --%s %v: want a positive duration", errUsage, d.name, d.v)
+		}
+	}
+	if f.lease < time.Millisecond {
+		return fmt.Errorf("%w: --lease %v is under the 1ms resolution of stores", errUsage, f.lease)
+	}
+	if f.maxConns < 1 {
+		return fmt.Errorf("%w: --max-conns %d: want a positive number of connections", errUsage, f.maxConns)
+	}
+	for _, d := range []struct {
+		name, zero string
+		v          time.Duration
+	}{{"wait", "answer 409 at once", f.wait}, {"key-retention", "the key ends with its response", f.keyRetention},
+		{"reconcile-every", "no background sweep", f.reconcileEvery}} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: --%s %v: want a positive duration, or 0 (%s)", errUsage, d.name, d.v, d.zero)
+		}
+	}
+	if f.keyRetention > 0 && f.keyRetention <= f.retention {
+		return fmt.Errorf("%w: --key-retention %v is not longer than --retention %v, so it would remember no key past its response: "+
+			"make --key-retention longer than --retention, or 0 (the key ends with its response)", errUsage, f.keyRetention, f.retention)
+	}
+	if len(splitList(f.methods)) == 0 {
+		return fmt.Errorf("%w: --methods %q: an empty list protects nothing: name the methods to protect (default POST,PATCH)", errUsage, f.methods)
+	}
+	if err := checkAddress("listen", f.listen); err != nil {
+		return err
+	}
+	if f.admin != "" {
+		if err := checkAddress("admin", f.admin); err != nil {
+			return err
+		}
+	} else {
+		for _, name := range []string{"admin-token", "admin-tokens-file", "admin-hosts", "admin-insecure", "admin-tls-cert", "admin-tls-key", "admin-client-ca"} {
+			if s.given(name) {
+				return fmt.Errorf("%w: --%s is given with --admin '' (no admin API), where it has no effect: give --admin an address, or leave --%s out", errUsage, name, name)
+			}
+		}
+	}
+	if s.given("store") && strings.TrimSpace(f.store) == "" {
+		return fmt.Errorf("%w: --store is empty: say memory, or give a redis://, rediss:// or postgres:// URI (%s)", errUsage, gateway.StoreURIHelp)
+	}
+	if s.given("tenant-header") && strings.TrimSpace(f.tenantHeader) == "" {
+		return fmt.Errorf("%w: --tenant-header is empty: name the header that carries the tenant, or leave --tenant-header out", errUsage)
+	}
+	hasURL := f.reconcileURL != ""
+	if s.settings.file != nil {
+		for _, rt := range s.settings.file.routes {
+			hasURL = hasURL || rt.ReconcileURL != ""
+		}
+	}
+	if !hasURL {
+		for _, name := range []string{"reconcile-token", "reconcile-timeout", "reconcile-rate", "reconcile-concurrency"} {
+			if s.given(name) {
+				return fmt.Errorf("%w: --%s needs --reconcile-url (or a route's reconcile-url): without one there is no lookup for it to apply to", errUsage, name)
+			}
+		}
+	}
+	return nil
+}
+
+// checkAddress refuses an address that net.Listen would refuse at start,
+// after --check-config had passed it: host:port, the port a number from 0
+// to 65535 (or a service name); an empty host is every interface.
+func checkAddress(name, addr string) error {
+	if addr == "" {
+		return fmt.Errorf("%w: --%s is empty, which would listen on every interface on a random port: give host:port, e.g. 127.0.0.1:8080", errUsage, name)
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: --%s %q: want host:port with a port from 0 to 65535, e.g. 127.0.0.1:8080: %w", errUsage, name, addr, err)
 	}
 	return nil
 }
@@ -327,8 +429,24 @@ func (b *byteSize) Set(s string) error {
 	if err != nil || n <= 0 {
 		return errors.New("want a positive number of bytes, optionally with KiB, MiB or GiB")
 	}
+	if n > math.MaxInt64/mult {
+		return fmt.Errorf("%s is more bytes than idem can count (at most %d)", s+suffixOf(mult), int64(math.MaxInt64))
+	}
 	*b = byteSize(n * mult)
 	return nil
+}
+
+// suffixOf is the suffix of byteSize's multiplier mult.
+func suffixOf(mult int64) string {
+	switch mult {
+	case 1 << 10:
+		return "KiB"
+	case 1 << 20:
+		return "MiB"
+	case 1 << 30:
+		return "GiB"
+	}
+	return ""
 }
 
 // flagSet reports whether the flag was given, on the command line or by

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idem/internal/gateway"
 )
@@ -72,8 +73,8 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 		if !ok || slices.Contains(cmdLineOnly, name) {
 			return false, nil
 		}
-		if err := fs.Set(name, v); err != nil {
-			return false, fmt.Errorf("%w: %s=%q: %w", errUsage, envName(name), v, err)
+		if err := setFlag(fs, name, v); err != nil {
+			return false, fmt.Errorf("%w: %s=%w", errUsage, envName(name), err)
 		}
 		st.origins[name] = origin{"env", envName(name)}
 		return true, nil
@@ -116,8 +117,8 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 			return
 		}
 		if inFile {
-			if e := fs.Set(f.Name, value); e != nil {
-				err = fmt.Errorf("%w: %w", errUsage, st.file.errAt(st.file.lines[f.Name], f.Name, fmt.Sprintf("invalid value %q: %v", value, e)))
+			if e := setFlag(fs, f.Name, value); e != nil {
+				err = fmt.Errorf("%w: %w", errUsage, st.file.errAt(st.file.lines[f.Name], f.Name, e.Error()))
 				return
 			}
 			st.origins[f.Name] = fileOrigin
@@ -129,6 +130,23 @@ func resolveFlags(fs *flag.FlagSet, args []string, fileFlag string, cmdLineOnly 
 		return nil, err
 	}
 	return st, nil
+}
+
+// setFlag sets the flag name to value, as a variable or the config file
+// gives it; its error quotes the value and says what the flag wants (a
+// duration's unit, as a route's duration says), not only flag's "parse
+// error".
+func setFlag(fs *flag.FlagSet, name, value string) error {
+	err := fs.Set(name, value)
+	if err == nil {
+		return nil
+	}
+	if g, ok := fs.Lookup(name).Value.(flag.Getter); ok {
+		if _, isDuration := g.Get().(time.Duration); isDuration {
+			return fmt.Errorf("%q is not a duration: want a number with a unit, e.g. 30s, 5m or 1h30m", value)
+		}
+	}
+	return fmt.Errorf("invalid value %q: %w", value, err)
 }
 
 // harnessVariables are the prefixes of the IDEM_ variables that idem's
