@@ -83,6 +83,9 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 		return nil, errors.New("idemhttp: New: negative MaxBody, MaxResponseBuffer, Wait, LeaseDuration, Retention or UnknownRetryAfter")
 	case o.StatusPolicy != nil && o.StoreResult != nil:
 		return nil, errors.New("idemhttp: New: set StatusPolicy or StoreResult, not both")
+	case o.LeaseDuration > store.MaxDuration || o.Retention > store.MaxDuration || o.KeyRetention > store.MaxDuration:
+		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v, Retention %v and KeyRetention %v must each be at most %v (store.MaxDuration)",
+			o.LeaseDuration, o.Retention, o.KeyRetention, store.MaxDuration)
 	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
 		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
 	case o.ErrorFormat > ErrorFormatStripe:

@@ -191,6 +191,11 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		{up + "upstream-timeout: -1s\n", nil, "--upstream-timeout -1s: want a positive duration (set at CFG:2)"},
 		{up, []string{"--lease", "0"}, "--lease 0s: want a positive duration"},
 		{up, []string{"--lease", "500us"}, "--lease 500µs is under the 1ms resolution"},
+		// Longer than a store keeps (store.MaxDuration): the record ended at once.
+		{up, []string{"--lease", "2562047h"}, "--lease 2562047h0m0s is above 87600h0m0s, the longest a store keeps"},
+		{up + "retention: 87601h\n", nil, "--retention 87601h0m0s is above 87600h0m0s, the longest a store keeps (set at CFG:2)"},
+		{up, []string{"--key-retention", "100000h"}, "--key-retention 100000h0m0s is above 87600h0m0s"},
+		{up + "routes:\n  - match: POST /r\n    retention: 87601h\n", nil, "cfg.yaml:4: routes[0].retention: 87601h0m0s is above 87600h0m0s"},
 		{up + "retention: 0s\n", nil, "--retention 0s: want a positive duration (set at CFG:2)"},
 		{up + "retention: -5s\n", nil, "--retention -5s: want a positive duration (set at CFG:2)"},
 		{up, []string{"--upstream-timeout", "0"}, "--upstream-timeout 0s: want a positive duration"},

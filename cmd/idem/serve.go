@@ -18,6 +18,7 @@ import (
 	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/gateway"
 	"github.com/idemkit/idem/internal/redact"
+	"github.com/idemkit/idem/store"
 	"github.com/idemkit/idem/store/memstore"
 )
 
@@ -303,6 +304,14 @@ func (s *serveSetup) checkSettings(f *serveFlags) error {
 		{"idle-timeout", f.idleTimeout}, {"reconcile-timeout", f.reconcileTimeout}} {
 		if d.v <= 0 {
 			return fmt.Errorf("%w: --%s %v: want a positive duration", errUsage, d.name, d.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease", f.lease}, {"retention", f.retention}, {"key-retention", f.keyRetention}} {
+		if d.v > store.MaxDuration {
+			return fmt.Errorf("%w: --%s %v is above %v, the longest a store keeps", errUsage, d.name, d.v, store.MaxDuration)
 		}
 	}
 	if f.lease < time.Millisecond {

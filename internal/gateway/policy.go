@@ -258,6 +258,8 @@ func (rt Route) override(o *idemhttp.Options) error {
 			return &FieldError{Path: d.name, Err: fmt.Errorf("%v: want a positive duration", *d.v)}
 		case d.name == "lease" && *d.v < time.Millisecond:
 			return &FieldError{Path: d.name, Err: fmt.Errorf("%v is under the 1ms resolution of stores", *d.v)}
+		case d.name != "wait" && *d.v > store.MaxDuration:
+			return &FieldError{Path: d.name, Err: fmt.Errorf("%v is above %v, the longest a store keeps", *d.v, store.MaxDuration)}
 		default:
 			*d.to = *d.v
 		}

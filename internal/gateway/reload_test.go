@@ -127,6 +127,8 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		{[]Route{{Pattern: ""}}, "routes[0].match", "a pattern is required"},
 		{[]Route{{Pattern: "/a", Lease: ptr(time.Duration(0))}}, "routes[0].lease", "want a positive duration"},
 		{[]Route{{Pattern: "/a", Wait: ptr(-time.Second)}}, "routes[0].wait", "want a positive duration"},
+		{[]Route{{Pattern: "/a", Lease: ptr(87601 * time.Hour)}}, "routes[0].lease", "is above 87600h0m0s, the longest a store keeps"},
+		{[]Route{{Pattern: "/a", Retention: ptr(87601 * time.Hour)}}, "routes[0].retention", "is above 87600h0m0s, the longest a store keeps"},
 		{[]Route{{Pattern: "/a", Methods: []string{}}}, "routes[0].methods", "pass-through"},
 		{[]Route{{Pattern: "/a", PassThrough: true, Wait: ptr(time.Second)}}, "routes[0].pass-through", "no other option"},
 		{[]Route{{Pattern: "/a", KeyFrom: "body:/id"}}, "routes[0].key-from", "want header, or json:"},
