@@ -22,7 +22,10 @@ const CodeAmbiguousRequest = "ambiguous_request"
 // is written and in its canonical form (canonPath, canonHost): methods
 // and hosts without case, paths percent-decoded, case-folded, without
 // ";parameters", trailing dots and spaces of a segment, empty segments and
-// the trailing slash. Of the routes these spellings lead to, the one that
+// the trailing slash; and that form again without a format suffix on its
+// last segment (withoutFormat: /v1/charges.json is /v1/charges to Rails).
+// A method override (X-HTTP-Method-Override, _method; override.go) is
+// another reading of the method. Of the routes these spellings lead to, the one that
 // protects the request wins; a route wins over the top level; two
 // different routes that both protect it are ambiguous (400). Over-
 // protecting a distinct endpoint is the safe side; escaping protection is
@@ -136,6 +139,25 @@ func canonPath(escaped string, split bool) string {
 		}
 	})
 	return "/" + strings.Join(out, "/")
+}
+
+// withoutFormat is the canonical path c without the format suffix of its
+// last segment (".json" in /v1/charges.json: a dot and letters or digits
+// after a name), as Rails routes "/v1/charges(.:format)" and Express and
+// Spring (suffix matching) may too; "" when there is none. The result is
+// canonical too (canonPath(..., split) of the cut path).
+func withoutFormat(c string, split bool) string {
+	slash := strings.LastIndexByte(c, '/')
+	dot := strings.LastIndexByte(c, '.')
+	if dot <= slash+1 || dot == len(c)-1 {
+		return "" // no dot in the last segment, a name that begins with it (".env"), or a trailing dot
+	}
+	for i := dot + 1; i < len(c); i++ {
+		if ch := c[i]; !('a' <= ch && ch <= 'z' || '0' <= ch && ch <= '9') {
+			return ""
+		}
+	}
+	return canonPath(c[:dot], split)
 }
 
 // isCanonPath reports, without allocating, whether canonPath would

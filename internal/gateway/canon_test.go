@@ -63,6 +63,12 @@ func TestCanonicalForms(t *testing.T) {
 			t.Errorf("canonPattern(%q) = %q; want %q", pattern, got, want)
 		}
 	}
+	for c, want := range map[string]string{"/v1/charges.json": "/v1/charges", "/v1/files/report.pdf": "/v1/files/report", "/v1/a.b.xml": "/v1/a.b",
+		"/v1/a%20.json": "/v1/a", "/v1/charges": "", "/v1/.env": "", "/v1/a.j%C3%A9": "", "/v1/a.": "", "/v1.json/a": "", "/.json": ""} {
+		if got := withoutFormat(c, false); got != want {
+			t.Errorf("withoutFormat(%q) = %q; want %q", c, got, want)
+		}
+	}
 	for path, dot := range map[string]bool{"/a/./b": true, "/a/..": true, "/%2e%2e/b": true, "/a%2F..%2Fb": true, `/a\..\b`: true,
 		"/a/.. /b": true, "/a/.b": false, "/a/b..": false, "/a/...": false} {
 		if got := hasDotSegment(path); got != dot {

@@ -238,8 +238,9 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // route returns the entry of the route that protects r under some
 // reading of its path and host: as written (and cleaned, as ServeMux
-// cleans it: "/v1//charges" is "/v1/charges"), in canonical form, and in
-// canonical form with its encoded slashes taken for separators. Of the
+// cleans it: "/v1//charges" is "/v1/charges"), in canonical form, in
+// canonical form with its encoded slashes taken for separators, and each
+// of these without a format suffix (withoutFormat). Of the
 // entries these lead to, one that protects r's method wins over one that
 // does not, and a route over the top level; two different routes that
 // both protect it are an error: which policy would hold? A request of a
@@ -258,13 +259,18 @@ func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
 	if hasSeparatorInSegment(escaped) {
 		readings = append(readings, canonPath(escaped, true))
 	}
+	for i, n := 0, len(readings); i < n; i++ {
+		if f := withoutFormat(readings[i], i == 1); f != "" {
+			readings = append(readings, f)
+		}
+	}
 	for _, path := range readings {
 		switch e := t.matchCanon(r, chosen, host, path); {
 		case e == chosen, !e.protects(r.Method):
 		case !chosen.protects(r.Method), chosen == t.fallback:
 			chosen = e
 		case e != t.fallback:
-			return nil, fmt.Errorf("the path %s leads to two routes, depending on how a server reads its case, trailing slash or dots, ';' parameters or encoded slashes: send it as the API spells it", escaped)
+			return nil, fmt.Errorf("the path %s leads to two routes, depending on how a server reads its case, trailing slash or dots, ';' parameters, encoded slashes or a format suffix (.json): send it as the API spells it", escaped)
 		}
 	}
 	return chosen, nil

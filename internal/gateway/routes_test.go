@@ -551,3 +551,53 @@ func TestSpellingsOfTheConfiguration(t *testing.T) {
 		t.Fatalf("the upstream got %d requests; want the first PUT's only", n)
 	}
 }
+
+// An audit: Rails routes post "v1/charges" as /v1/charges(.:format), so
+// /v1/charges.json reaches the charges endpoint, but the gateway matched
+// it as another path: a keyless charge passed a require-key route, and
+// under top-level methods [PATCH] a keyed payment or batch sent to
+// /v1/payments.json or /v1/batches.json ran twice. The path without its
+// format suffix is another reading of it: the protecting one wins, two
+// protecting routes are ambiguous, and a dot a wildcard takes in stays
+// the route's when no other reading differs.
+func TestFormatSuffixMeetsItsRoute(t *testing.T) {
+	for storeName, newStore := range testenv.Stores() {
+		t.Run(storeName, func(t *testing.T) {
+			up := newRouteUpstream(t)
+			g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), Store: newStore(t), AllowAnonymous: true, Methods: []string{"PATCH"}, Routes: []Route{
+				{Pattern: "POST /v1/charges", Methods: []string{"POST"}, RequireKey: ptr(true)},
+				{Pattern: "POST /v1/payments", Methods: []string{"POST"}, RequireKey: ptr(true)},
+				{Pattern: "POST /v1/batches/", Methods: []string{"POST"}},
+				{Pattern: "POST /v1/files/{id}", Methods: []string{"POST"}},
+				{Pattern: "POST /v1/exports/{id}", Methods: []string{"POST"}},
+				{Pattern: "POST /v1/exports/latest", Methods: []string{"POST"}, KeyFrom: "json:/request_id"},
+			}})
+			srv := httptest.NewServer(g.Handler())
+			defer srv.Close()
+			c := &routeClient{t: t, up: up, g: g, srv: srv, key: testenv.Prefix(t)}
+			for _, path := range []string{"/v1/charges.json", "/v1/charges.XML", "/v1/Charges.json/", "/v1/charges.json;v=1", "/v1/charges.html."} {
+				if got := c.send("POST", path, "", "{}"); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyRequired {
+					t.Errorf("a keyless charge to %s = %d %s; want 400 %s", path, got.status, got.body, idemhttp.CodeKeyRequired)
+				}
+			}
+			for _, p := range []struct{ path, key string }{{"/v1/payments.json", "p"}, {"/v1/batches.json", "b"}, {"/v1/files/report.pdf", "f"}} {
+				for i := range 2 {
+					c.want("POST "+p.path, c.send("POST", p.path, p.key, "{}"), http.StatusCreated, i == 1)
+				}
+				if n := c.runs(p.key); n != 1 {
+					t.Errorf("POST %s ran %d times; want once", p.path, n)
+				}
+			}
+			// /v1/exports/latest.csv is {id} as written and latest without
+			// its suffix: two protecting routes, which policy?
+			if got := c.send("POST", "/v1/exports/latest.csv", "e", "{}"); got.status != http.StatusBadRequest || got.code != CodeAmbiguousRequest {
+				t.Errorf("/v1/exports/latest.csv = %d %s; want 400 %s", got.status, got.body, CodeAmbiguousRequest)
+			}
+			c.want("/v1/exports/e1.csv, one route under both readings", c.send("POST", "/v1/exports/e1.csv", "e1", "{}"), http.StatusCreated, false)
+			c.want("a POST no route takes, with a suffix (the top level protects PATCH only)", c.send("POST", "/v1/other.json", "", "{}"), http.StatusCreated, false)
+			if n := c.runs("e"); n != 0 {
+				t.Errorf("the ambiguous export ran %d times; want never", n)
+			}
+		})
+	}
+}
