@@ -68,25 +68,25 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.handler = fallback
-	if len(cfg.Routes) > 0 {
-		entries := make([]*routeEntry, len(cfg.Routes))
-		for i, rt := range cfg.Routes {
-			timeout := p.cfg.UpstreamTimeout
-			if rt.UpstreamTimeout != nil {
-				if *rt.UpstreamTimeout <= 0 {
-					return nil, &FieldError{Path: fmt.Sprintf("routes[%d].upstream-timeout", i), Err: fmt.Errorf("%v: want a positive duration", *rt.UpstreamTimeout)}
-				}
-				timeout = *rt.UpstreamTimeout
+	entries := make([]*routeEntry, len(cfg.Routes))
+	for i, rt := range cfg.Routes {
+		timeout := p.cfg.UpstreamTimeout
+		if rt.UpstreamTimeout != nil {
+			if *rt.UpstreamTimeout <= 0 {
+				return nil, &FieldError{Path: fmt.Sprintf("routes[%d].upstream-timeout", i), Err: fmt.Errorf("%v: want a positive duration", *rt.UpstreamTimeout)}
 			}
-			if entries[i], err = g.routeHandler(p, rt, g.reverseProxy(p, timeout, rt.label())); err != nil {
-				return nil, inField(fmt.Sprintf("routes[%d]", i), err)
-			}
+			timeout = *rt.UpstreamTimeout
 		}
-		if p.handler, err = newRouteTable(cfg.Routes, entries, fallback, cfg.ErrorFormat, g.rejected); err != nil {
-			return nil, err
+		if entries[i], err = g.routeHandler(p, rt, g.reverseProxy(p, timeout, rt.label())); err != nil {
+			return nil, inField(fmt.Sprintf("routes[%d]", i), err)
 		}
 	}
+	t, err := newRouteTable(cfg.Routes, entries, fallback, cfg.ErrorFormat, g.rejected)
+	if err != nil {
+		return nil, err
+	}
+	t.maxBody = cmp.Or(cfg.MaxBody, t.maxBody)
+	p.handler = t
 	if len(p.reconcilers) > 0 && !g.reconciles {
 		return nil, errors.New("gateway: a reconcile URL needs a gateway started with one (--reconcile-url or a route's): the engine reconciles or not from its start; restart to add the first")
 	}

@@ -104,7 +104,9 @@ var routeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 
 // routeTable sends each request to the route whose pattern matches it,
-// under every spelling of its path and host (canon.go), or to fallback.
+// under every spelling of its path and host (canon.go), or to fallback,
+// unless a method override reads it otherwise (override.go). A gateway
+// without routes has one too, for the override.
 type routeTable struct {
 	exact    *http.ServeMux // the patterns as written
 	canon    *http.ServeMux // the patterns in canonical form; exact itself when they are already
@@ -113,6 +115,8 @@ type routeTable struct {
 	// protected are the methods some route (or the top level) protects:
 	// a request of another method is protected under no reading of it.
 	protected map[string]bool
+	none      bool  // no routes: every request is fallback's
+	maxBody   int64 // the body limit, for a form body read for its _method (override.go)
 	format    idemhttp.ErrorFormat
 	reject    func(*http.Request)
 }
@@ -139,7 +143,7 @@ type routed struct{ *routeEntry }
 // match.
 func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, format idemhttp.ErrorFormat, reject func(*http.Request)) (*routeTable, error) {
 	t := &routeTable{exact: http.NewServeMux(), canon: http.NewServeMux(), fallback: fallback, protected: map[string]bool{},
-		format: format, reject: reject}
+		format: format, reject: reject, none: len(routes) == 0, maxBody: 1 << 20}
 	names := map[string]int{}
 	same := true // every pattern is already canonical
 	for _, e := range append(entries, fallback) {
@@ -233,6 +237,9 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.reject(r)
 		return
 	}
+	if !t.checkOverride(w, r, e) {
+		return
+	}
 	e.ServeHTTP(w, r)
 }
 
@@ -246,6 +253,9 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // both protect it are an error: which policy would hold? A request of a
 // method no route protects goes where it is written to.
 func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
+	if t.none {
+		return t.fallback, nil
+	}
 	chosen := t.matchExact(r)
 	if !t.protected[r.Method] {
 		return chosen, nil
