@@ -408,7 +408,7 @@ func spellings(path string) []string {
 		}
 		return "/" + strings.Join(out, "/")
 	}
-	out := []string{strings.ToUpper(path), path + "/", path + ";v=1", path + ".", "/" + path, path + "%2F"}
+	out := []string{strings.ToUpper(path), path + "/", path + ";v=1", path + ".", "/" + path, path + "%2F", path + ".json"}
 	for i := range segs {
 		at := func(f func(string) string) string {
 			return join(func(j int, seg string) string {
@@ -857,6 +857,7 @@ type request struct {
 	host                             string // the Host header ("": the gateway's address)
 	hosted                           bool   // host is a spelling of payments' host
 	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
+	override, overrideTo             string // a method override: the header (or _method, the query parameter) and the method it names
 	slow, twice                      bool
 	slowBefore                       bool // slow before the effect, not after
 	retried                          bool // refused by the upstream (status 400 or 401), then sent again at once, corrected
@@ -884,6 +885,21 @@ func keyForm(rng *rand.Rand, key string) string {
 // bodyTypes are the Content-Types a body with its key in request_id is
 // sent with: application/json, none, and types that are not JSON's.
 var bodyTypes = []string{"", "-", "text/plain", "", "application/json, text/plain", "text/json"}
+
+// overrideForms are where Rails, Spring, ASP.NET and Express read a
+// method override from ("_method": the query parameter).
+var overrideForms = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "_method"}
+
+// overrideMethod is a method the top level protects in every
+// configuration of the run, "" when there is none.
+func (pe *productEnv) overrideMethod() string {
+	for _, m := range []string{"PATCH", "PUT"} {
+		if !slices.ContainsFunc(pe.configs(0, 2), func(c *productConfig) bool { return !strings.Contains(c.methods, m) }) {
+			return m
+		}
+	}
+	return ""
+}
 
 // hostForms are spellings of payments' host that the gateway reads as it
 // (without case, port and trailing dot).
@@ -988,6 +1004,13 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if q.bad != "" {
 		req.Header.Set("X-Check-Bad", q.bad)
 	}
+	switch q.override {
+	case "":
+	case "_method":
+		req.URL.RawQuery = "_method=" + q.overrideTo
+	default:
+		req.Header.Set(q.override, q.overrideTo)
+	}
 	if q.status != 0 {
 		req.Header.Set("X-Check-Status", strconv.Itoa(q.status))
 	}
@@ -1025,10 +1048,13 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	switch {
 	case q.bad != "":
 		if resp.StatusCode != http.StatusBadRequest || code != q.bad {
-			pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s (key header %q, twice %t, body key %q, spoiled %q) got %d %s, not 400 %s (%.80s)",
-				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, q.spoil, resp.StatusCode, code, q.bad, got)})
+			pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s (key header %q, twice %t, body key %q, spoiled %q, override %s %s) got %d %s, not 400 %s (%.80s)",
+				q.method, q.path, q.hdrKey, q.hdrTwice, q.bodyOther, q.spoil, q.override, q.overrideTo, resp.StatusCode, code, q.bad, got)})
 		}
 		pe.did("refused " + q.bad)
+		if q.override != "" {
+			pe.did("refused override")
+		}
 	case code == "key_invalid" && (q.hdrKey != "" || q.bodyKey):
 		pe.rec.saw(Violation{"refusal", hid, fmt.Sprintf("%s %s with a valid key (header %q, in the body %t) got 400 key_invalid (%.120s)", q.method, q.path, q.hdrKey, q.bodyKey, got)})
 	case q.twice && all(cfgs, &q, protects) && resp.StatusCode != http.StatusBadRequest: // the tenant is read for a protected request
@@ -1118,6 +1144,11 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 		sp := spellings(q.path)
 		q.path = sp[rng.IntN(len(sp))]
 	}
+	if rng.IntN(20) == 0 {
+		// An override to GET, which no configuration protects: the
+		// request is still the POST its route protects.
+		q.override, q.overrideTo = overrideForms[rng.IntN(len(overrideForms))], []string{"GET", "get"}[rng.IntN(2)]
+	}
 	switch r := rng.IntN(100); {
 	case r < 5:
 		q.status = 401
@@ -1146,9 +1177,18 @@ func (pe *productEnv) drawBad(rng *rand.Rand) request {
 	q := pe.draw(rng)
 	q.route, q.path, q.host, q.hosted, q.bodyKey, q.status, q.slow = "orders", "/v1/orders", "", false, false, 0, false
 	q.hdrKey, q.bad = q.key, "key_invalid"
-	switch rng.IntN(5) {
+	switch rng.IntN(6) {
 	case 0:
 		q.method, q.bad = []string{"post", "Post"}[rng.IntN(2)], "ambiguous_request"
+	case 5:
+		// A POST overridden to a method the top level protects: read as
+		// that method it is the top level's, read as written the
+		// orders route's.
+		if m := pe.overrideMethod(); m != "" {
+			q.override, q.overrideTo, q.bad = overrideForms[rng.IntN(len(overrideForms))], m, "ambiguous_request"
+			break
+		}
+		q.method, q.bad = "post", "ambiguous_request"
 	case 1:
 		q.hdrKey = `" ` + q.key + `"`
 	case 2:
