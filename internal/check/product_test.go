@@ -194,14 +194,15 @@ func (c *productConfig) force(seed uint64) {
 // drawReload draws the configuration the run reloads to (SIGHUP): a
 // second draw from the seed, with what a reload cannot change kept
 // (cmd/idem's restartOnly: the store, the tenant's sources, the admin
-// token, takeover, the error format; the environment, which a process
-// reads once; a route's reconcile URL, whose first one needs a restart)
+// token, takeover, the error format, a key retention turned off; the
+// environment, which a process reads once; a route's reconcile URL, whose
+// first one needs a restart)
 // and the top-level retention always changed, so that GET /v1/config
 // shows the reload.
 func (c *productConfig) drawReload(seed uint64) *productConfig {
 	n := drawProductConfig(seed^0x9e3779b97f4a7c15, c.storeURL, c.upstream)
 	n.retention = 3*time.Second - c.retention
-	if n.keyRetention != 0 {
+	if n.keyRetention != 0 || c.keyRetention != 0 { // once on, a reload cannot turn it off (a restart can)
 		n.keyRetention = n.retention + 4*time.Second
 	}
 	n.keep(c)
