@@ -84,14 +84,18 @@ func runGateway(t *testing.T, g *Gateway) string {
 	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx, func(proxy, _ net.Addr) { addr <- proxy.String() }) }()
-	t.Cleanup(func() { stop(); <-done })
+	ended := make(chan struct{}) // closed when Run has returned runErr: the cleanup waits for it even after the select saw it
+	var runErr error
+	go func() {
+		defer close(ended)
+		runErr = g.Run(ctx, func(proxy, _ net.Addr) { addr <- proxy.String() })
+	}()
+	t.Cleanup(func() { stop(); <-ended })
 	select {
 	case a := <-addr:
 		return a
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
+	case <-ended:
+		t.Fatalf("Run: %v", runErr)
 		return ""
 	}
 }
