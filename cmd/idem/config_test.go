@@ -71,13 +71,7 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 			t.Errorf("%s: no error; want %q", c.text, c.want)
 			continue
 		}
-		got := err.Error()
-		if i := strings.Index(got, "cfg.yaml"); i >= 0 {
-			dir := got[:i]
-			dir = dir[strings.LastIndexAny(dir, " (")+1:]
-			got = strings.ReplaceAll(got, dir+"cfg.yaml", "cfg.yaml")
-		}
-		want := strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
+		got, want := withoutDir(err), strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
 		if !strings.Contains(got, want) || !errors.Is(err, errUsage) {
 			t.Errorf("%s:\n got %v\nwant %q, a usage error", c.text, got, want)
 		}
@@ -241,13 +235,7 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 			t.Errorf("%q %q: no error; want %q", c.text, c.args, c.want)
 			continue
 		}
-		got := err.Error()
-		if i := strings.Index(got, "cfg.yaml"); i >= 0 {
-			dir := got[:i]
-			dir = dir[strings.LastIndexAny(dir, " (")+1:]
-			got = strings.ReplaceAll(got, dir+"cfg.yaml", "cfg.yaml")
-		}
-		want := strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
+		got, want := withoutDir(err), strings.ReplaceAll(c.want, "CFG", "cfg.yaml")
 		if !strings.Contains(got, want) || !errors.Is(err, errUsage) || strings.Contains(got, ":pw@") {
 			t.Errorf("%q %q:\n got %v\nwant %q, a usage error", c.text, c.args, got, want)
 		}
@@ -274,4 +262,16 @@ func TestZeroThatMeansOffIsAccepted(t *testing.T) {
 			t.Errorf("%q %q: %v; want it accepted", c.text, c.args, err)
 		}
 	}
+}
+
+// withoutDir is err's text with the test's directory taken out of the
+// config file's path, which is then cfg.yaml.
+func withoutDir(err error) string {
+	got := err.Error()
+	if i := strings.Index(got, "cfg.yaml"); i >= 0 {
+		dir := got[:i]
+		dir = dir[strings.LastIndexAny(dir, " (")+1:]
+		got = strings.ReplaceAll(got, dir+"cfg.yaml", "cfg.yaml")
+	}
+	return got
 }
