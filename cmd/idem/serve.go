@@ -284,13 +284,6 @@ func (s *serveSetup) check(f *serveFlags) error {
 	return nil
 }
 
-// given reports whether the setting name was given: on the command line,
-// by its IDEM_ variable or in the config file, not left at its default.
-func (s *serveSetup) given(name string) bool {
-	o, ok := s.settings.origins[name]
-	return ok && o.Kind != "default"
-}
-
 // checkSettings refuses the values that idem serve could not honour as
 // written: a zero or negative duration or count that the gateway would
 // replace by its default, an empty list or address that would mean
@@ -345,15 +338,15 @@ func (s *serveSetup) checkSettings(f *serveFlags) error {
 		}
 	} else {
 		for _, name := range []string{"admin-token", "admin-tokens-file", "admin-hosts", "admin-insecure", "admin-tls-cert", "admin-tls-key", "admin-client-ca"} {
-			if s.given(name) {
+			if flagSet(s.flags, name) {
 				return fmt.Errorf("%w: --%s is given with --admin '' (no admin API), where it has no effect: give --admin an address, or leave --%s out", errUsage, name, name)
 			}
 		}
 	}
-	if s.given("store") && strings.TrimSpace(f.store) == "" {
+	if flagSet(s.flags, "store") && strings.TrimSpace(f.store) == "" {
 		return fmt.Errorf("%w: --store is empty: say memory, or give a redis://, rediss:// or postgres:// URI (%s)", errUsage, gateway.StoreURIHelp)
 	}
-	if s.given("tenant-header") && strings.TrimSpace(f.tenantHeader) == "" {
+	if flagSet(s.flags, "tenant-header") && strings.TrimSpace(f.tenantHeader) == "" {
 		return fmt.Errorf("%w: --tenant-header is empty: name the header that carries the tenant, or leave --tenant-header out", errUsage)
 	}
 	hasURL := f.reconcileURL != ""
@@ -364,7 +357,7 @@ func (s *serveSetup) checkSettings(f *serveFlags) error {
 	}
 	if !hasURL {
 		for _, name := range []string{"reconcile-token", "reconcile-timeout", "reconcile-rate", "reconcile-concurrency"} {
-			if s.given(name) {
+			if flagSet(s.flags, name) {
 				return fmt.Errorf("%w: --%s needs --reconcile-url (or a route's reconcile-url): without one there is no lookup for it to apply to", errUsage, name)
 			}
 		}
@@ -458,8 +451,9 @@ func suffixOf(mult int64) string {
 	return ""
 }
 
-// flagSet reports whether the flag was given, on the command line or by
-// its environment variable.
+// flagSet reports whether the flag was given: on the command line, by
+// its IDEM_ variable or in the config file (resolveFlags sets those with
+// fs.Set), not left at its default.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })

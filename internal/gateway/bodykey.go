@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,10 +34,7 @@ func (rt Route) keySource(next http.Handler, o idemhttp.Options) (http.Handler, 
 	if err != nil {
 		return nil, err
 	}
-	maxBody := o.MaxBody
-	if maxBody == 0 {
-		maxBody = 1 << 20 // idemhttp's default
-	}
+	maxBody := cmp.Or(o.MaxBody, defaultMaxBody)
 	return &bodyKey{next: next, ptr: ptr, methods: o.Methods, required: o.RequireKey, maxBody: maxBody, format: o.ErrorFormat, onReject: o.OnOutcome}, nil
 }
 
@@ -175,29 +173,39 @@ var quoteEscapes = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 // for KeyFromHeader to judge.
 func quote(s string) string { return `"` + quoteEscapes.Replace(s) + `"` }
 
+// defaultMaxBody is the body limit where idemhttp.Options.MaxBody is
+// zero: idemhttp's default.
+const defaultMaxBody = 1 << 20
+
 // readBody reads the whole body, up to maxBody, answering the request
 // itself (413, 400) when it cannot, as the middleware would.
 func (b *bodyKey) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.Body == nil || r.Body == http.NoBody {
-		return nil, true
-	}
-	tooLarge := func() ([]byte, bool) {
-		b.reject(w, r, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge,
-			"the request body is over the limit of "+strconv.FormatInt(b.maxBody, 10)+" bytes")
-		return nil, false
-	}
-	if r.ContentLength > b.maxBody {
-		return tooLarge()
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, b.maxBody))
-	if _, over := errors.AsType[*http.MaxBytesError](err); over {
-		return tooLarge()
-	}
-	if err != nil {
-		b.reject(w, r, http.StatusBadRequest, idemhttp.CodeBodyUnreadable, "reading the request body: "+err.Error())
+	body, status, code, detail := readLimited(w, r, b.maxBody)
+	if status != 0 {
+		b.reject(w, r, status, code, detail)
 		return nil, false
 	}
 	return body, true
+}
+
+// readLimited reads r's whole body, up to maxBody; when it cannot, the
+// status (413, 400), problem code and detail to answer with.
+func readLimited(w http.ResponseWriter, r *http.Request, maxBody int64) (body []byte, status int, code, detail string) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, 0, "", ""
+	}
+	tooLarge := "the request body is over the limit of " + strconv.FormatInt(maxBody, 10) + " bytes"
+	if r.ContentLength > maxBody {
+		return nil, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		return nil, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge, tooLarge
+	}
+	if err != nil {
+		return nil, http.StatusBadRequest, idemhttp.CodeBodyUnreadable, "reading the request body: " + err.Error()
+	}
+	return body, 0, "", ""
 }
 
 func (b *bodyKey) reject(w http.ResponseWriter, r *http.Request, status int, code, detail string) {

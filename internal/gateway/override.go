@@ -2,17 +2,14 @@ package gateway
 
 import (
 	"bytes"
-	"errors"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 
-	"github.com/idemkit/idem/idemhttp"
 	"github.com/idemkit/idem/internal/httpwire"
 )
 
@@ -104,8 +101,11 @@ func (t *routeTable) checkOverride(w http.ResponseWriter, r *http.Request, own *
 	if !isFormPost(r) || !t.anyEscapes(r, own) {
 		return true
 	}
-	body, status, code, why := t.readBody(w, r)
+	body, status, code, why := readLimited(w, r, t.maxBody)
 	if status != 0 {
+		if status == http.StatusRequestEntityTooLarge {
+			why += " (a form body is read for a _method field)"
+		}
 		t.format.WriteError(w, status, code, why)
 		t.reject(r)
 		return false
@@ -172,21 +172,4 @@ func formOverrides(r *http.Request, body []byte) []string {
 			out = append(out, string(v))
 		}
 	}
-}
-
-// readBody reads r's whole body, up to the body limit; a status, code
-// and reason when it cannot.
-func (t *routeTable) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string, string) {
-	tooLarge := "the request body is over the limit of " + strconv.FormatInt(t.maxBody, 10) + " bytes (a form body is read for a _method field)"
-	if r.ContentLength > t.maxBody {
-		return nil, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge, tooLarge
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, t.maxBody))
-	if _, over := errors.AsType[*http.MaxBytesError](err); over {
-		return nil, http.StatusRequestEntityTooLarge, idemhttp.CodeBodyTooLarge, tooLarge
-	}
-	if err != nil {
-		return nil, http.StatusBadRequest, idemhttp.CodeBodyUnreadable, "reading the request body: " + err.Error()
-	}
-	return body, 0, "", ""
 }

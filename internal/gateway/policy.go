@@ -85,7 +85,7 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.maxBody = cmp.Or(cfg.MaxBody, t.maxBody)
+	t.maxBody = cmp.Or(cfg.MaxBody, defaultMaxBody)
 	p.handler = t
 	if len(p.reconcilers) > 0 && !g.reconciles {
 		return nil, errors.New("gateway: a reconcile URL needs a gateway started with one (--reconcile-url or a route's): the engine reconciles or not from its start; restart to add the first")

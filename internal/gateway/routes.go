@@ -143,7 +143,7 @@ type routed struct{ *routeEntry }
 // match.
 func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, format idemhttp.ErrorFormat, reject func(*http.Request)) (*routeTable, error) {
 	t := &routeTable{exact: http.NewServeMux(), canon: http.NewServeMux(), fallback: fallback, protected: map[string]bool{},
-		format: format, reject: reject, none: len(routes) == 0, maxBody: 1 << 20}
+		format: format, reject: reject, none: len(routes) == 0, maxBody: defaultMaxBody}
 	names := map[string]int{}
 	same := true // every pattern is already canonical
 	for _, e := range append(entries, fallback) {
