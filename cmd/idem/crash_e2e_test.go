@@ -51,6 +51,7 @@ func waitState(t *testing.T, g *gatewayProc, tenant, key, state string) {
 // Idempotency-Previous-Fence, the killed attempt's fence; by default the
 // key is UNKNOWN and nothing runs again.
 func TestGatewaySIGKILLMidRequest(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	testenv.Redis(t)
 	n := 10
 	if longE2E {

@@ -317,6 +317,7 @@ func TestBurstExecutesOnce(t *testing.T) {
 }
 
 func TestReplayAcrossRestartAndGateways(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	for name, uri := range storeURIs(t) {
 		if name != "memory" {
 			t.Run(name, func(t *testing.T) { testSharedStore(t, uri) })

@@ -84,6 +84,7 @@ func TestKeyRetentionOnRedisServerClock(t *testing.T) {
 // the retention and is still not run again, on every store (issue 31,
 // item 4: the retry at 3.5 s of --retention 2s ran it again).
 func TestUnknownOutlivesTheRetention(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	for name, uri := range storeURIs(t) {
 		t.Run(name, func(t *testing.T) {
 			l := newLedger(t, "")

@@ -170,6 +170,7 @@ func cuttingUpstream(t *testing.T, p *faultproxy.Proxy, n int, outage time.Durat
 // a retry during the outage is replayed from memory, and once the store is
 // back the results are stored and every gateway replays them.
 func TestResultsHeldThroughAStoreOutage(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	proxied, p := proxiedDatabaseURL(t)
 	testenv.Redis(t)
 	stores := map[string][2]string{ // the gateway's store through the proxy, and directly
@@ -217,6 +218,7 @@ func TestResultsHeldThroughAStoreOutage(t *testing.T) {
 // A result still held when the gateway is told to stop is stored by its
 // shutdown, once the store is back within the shutdown timeout.
 func TestShutdownStoresHeldResults(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	proxied, p := proxiedDatabaseURL(t)
 	up := cuttingUpstream(t, p, 1, 3*time.Second)
 	g := startGateway(t, "--upstream", up.URL, "--store", proxied)

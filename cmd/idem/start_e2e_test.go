@@ -60,6 +60,7 @@ func get(t *testing.T, url string) (int, string) {
 // Item 13 too: go-redis's own lines (its failed dials) are JSON lines of
 // the gateway's log, as --log-format json says.
 func TestStoreDownAtStart(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	testenv.Postgres(t)
 	srv, err := redisproc.Start(context.Background(), redisproc.Config{Dir: t.TempDir()})
 	if err != nil {
@@ -157,6 +158,7 @@ func TestStartExitStatus(t *testing.T) {
 // --drain-delay, then stops accepting; the exit status is 0. The delay is
 // long so that a loaded machine still sees the order.
 func TestReadyzFailsBeforeTheListenerCloses(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	up := newUpstream(t, 0)
 	g := startGateway(t, "--upstream", up.URL, "--drain-delay", "10s")
 	if code, _ := get(t, "http://"+g.admin+"/readyz"); code != http.StatusOK {

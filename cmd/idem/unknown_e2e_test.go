@@ -296,6 +296,7 @@ func TestDropsAfterTheEffect(t *testing.T) {
 // twice; with a reconcile URL, a retry after the upstream finished gets
 // its real response replayed; without one, the key is UNKNOWN.
 func TestUpstreamTimeouts(t *testing.T) {
+	t.Parallel() // mostly waiting; its gateway, upstream and keys are its own
 	for _, reconcile := range []bool{false, true} {
 		t.Run(fmt.Sprintf("reconcile=%v", reconcile), func(t *testing.T) {
 			l := newLedger(t, "tok")

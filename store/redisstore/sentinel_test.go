@@ -69,6 +69,10 @@ func TestSentinelFailover(t *testing.T) {
 				name += "/rueidis"
 			}
 			t.Run(name, func(t *testing.T) {
+				// Each configuration has its own topology and schema, and
+				// most of its time is waiting: Sentinels meeting, an
+				// election, an orphaned acquire's landing window.
+				t.Parallel()
 				var sum [2]failoverCounts // by guardrail: [0] off, [1] on
 				var errs int
 				for round := range rounds {
