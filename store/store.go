@@ -128,7 +128,9 @@ type AcquireParams struct {
 	// Retention is how long a record outlives its lease: a PROCESSING
 	// record stays in the store LeaseDuration+Retention, so that an ended
 	// lease is still seen, and an abandoned record turned UNKNOWN keeps
-	// Retention.
+	// Retention, or its own life when that ends later (the Acquire that
+	// finds it may have a shorter Retention than the one it was acquired
+	// with).
 	Retention time.Duration
 	// KeyRetention is how long the key is remembered (as in
 	// CompleteParams). A record whose outcome may be unknown has no result

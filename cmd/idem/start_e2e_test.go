@@ -351,3 +351,29 @@ func TestServeGOMAXPROCS(t *testing.T) {
 
 	wantEnvRefused(t, "GOMAXPROCS", "lots", "0", "-2", "1.5")
 }
+
+// A Redis store whose server may evict keys is refused at start (exit 2,
+// naming maxmemory-policy): out of memory, such a server dropped an
+// UNKNOWN key, and its retry ran the request a second time. The layered
+// store's Redis, a mirror PostgreSQL backs, is not refused.
+func TestStartRefusesEvictingRedis(t *testing.T) {
+	testenv.Redis(t)
+	srv, err := redisproc.Start(t.Context(), redisproc.Config{Dir: t.TempDir(), Args: []string{"--maxmemory-policy", "volatile-lru"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Kill)
+	for _, client := range []string{"go-redis", "rueidis"} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, binary, "serve", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+			"--store", "redis://"+srv.Addr+"/0?client="+client).CombinedOutput()
+		cancel()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "maxmemory-policy is volatile-lru") {
+			t.Errorf("idem serve on a volatile-lru Redis (client %s): %v\n%s\nwant exit 2 naming maxmemory-policy", client, err, out)
+		}
+	}
+	g := startGateway(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+srv.Addr+"/0+"+testenv.DatabaseURL())
+	if err := g.stop(t); err != nil {
+		t.Errorf("layered store on a volatile-lru Redis: exit %v; want 0", err)
+	}
+}

@@ -136,7 +136,14 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		// Only the same request takes over its ended attempt; for any
 		// other the attempt's outcome is unknown, and stays so once seen.
 		if !p.TakeOver || old.rec.Fingerprint != p.Fingerprint {
-			s.toUnknown(old, now, store.ReasonAbandoned, now.Add(max(p.Retention, p.KeyRetention)))
+			// It keeps at least the life its own acquisition gave it: p's
+			// retention may be shorter (another route's), and a key
+			// forgotten before then runs again.
+			expires := now.Add(max(p.Retention, p.KeyRetention))
+			if old.expires.After(expires) {
+				expires = old.expires
+			}
+			s.toUnknown(old, now, store.ReasonAbandoned, expires)
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}

@@ -6,7 +6,8 @@
 -- Returns the string 'fence:acquired_ms' when acquired (one short bulk reply, the
 -- common case), 'fence:acquired_ms:previous_fence:previous_acquired_ms' when it took
 -- over an abandoned record, else the live record as get.lua does (an array): an
--- abandoned record is turned UNKNOWN first, kept for the retention.
+-- abandoned record is turned UNKNOWN first, kept for the retention, or longer when its
+-- own life ends later.
 -- record.lua runs in front of this file.
 local now_ms, t = clock()
 -- The fence is the larger of the last fence plus one and the server's clock
@@ -45,8 +46,11 @@ local took = ''
 if abandoned(r, now_ms) then
   -- Only the same request takes over its ended attempt; for any other the
   -- attempt's outcome is unknown, and stays so once seen.
+  -- It keeps at least the life its own acquisition gave it: this Acquire's
+  -- retention may be shorter (another route's, or a gateway started with a
+  -- shorter one), and a key forgotten before then runs again.
   if ARGV[6] ~= '1' or r.fp ~= ARGV[2] then
-    to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', now_ms + retention, grace)
+    to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', math.max(r.life, now_ms + retention), grace)
     return reply(r, now_ms)
   end
   took = ':' .. r.fence .. ':' .. ms(r.acquired)

@@ -39,8 +39,12 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 		mode = indexSharded
 	}
 	s, err := newStore(r, mode, opts)
-	if err != nil || s.replicas == 0 {
-		return s, err
+	if err != nil {
+		return nil, err
+	}
+	s.info = goredisInfo(client)
+	if s.replicas == 0 {
+		return s, nil
 	}
 	if s.acks, err = newAcker(client, s.ackTimeout); err != nil {
 		return nil, err

@@ -93,6 +93,8 @@ type Store struct {
 	leaseMs, retentionMs, keepMs msArg
 
 	closeClient func() // the client OpenURL opened for the store; nil when the caller gave it
+
+	info infoSection // reads the server's INFO, for EvictionPolicy; nil when the client cannot
 }
 
 // Close closes the client the store opened itself (OpenURL); a client

@@ -185,8 +185,12 @@ func NewRueidis(client rueidis.Client, opts *Options) (*Store, error) {
 		r.fn = libraryFunctions
 	}
 	s, err := newStore(r, mode, opts)
-	if err == nil && opts != nil && opts.NearCache {
+	if err != nil {
+		return nil, err
+	}
+	s.info = rueidisInfo(client)
+	if opts != nil && opts.NearCache {
 		s.near = newNearCache(client)
 	}
-	return s, err
+	return s, nil
 }

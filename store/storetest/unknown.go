@@ -85,7 +85,12 @@ func near(a, b time.Time) bool {
 
 // testAbandonedBecomesUnknown: a PROCESSING record whose lease ended is
 // reported UNKNOWN by Get (no write), and an Acquire without TakeOver
-// turns it UNKNOWN for the Acquire's retention, whatever its fingerprint.
+// turns it UNKNOWN, whatever its fingerprint, keeping the record's own
+// life when the Acquire's retention is shorter: that Acquire may be
+// another route's, or a gateway's started with a shorter retention, and a
+// key forgotten early runs again (found by SIGKILLing idem serve with
+// --key-retention 30s and retrying on one started without it: the second
+// retry ran the request again).
 func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
 	id := newID(t)
@@ -97,7 +102,6 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 		t.Fatalf("ListUnknown(%s) = %+v; want the abandoned key", id.Tenant, page)
 	}
 
-	converted := time.Now() // the record lives hold from here: on a real server, by its clock
 	res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp-two", LeaseDuration: long, Retention: hold})
 	r := res.Record
 	if res.Acquired || res.Takeover != nil {
@@ -109,19 +113,11 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 	if !near(r.AcquiredAt, first.Record.AcquiredAt) || r.CompletedAt.Before(r.AcquiredAt) {
 		t.Fatalf("times = acquired %v, completed %v; want acquired %v kept, completed after it", r.AcquiredAt, r.CompletedAt, first.Record.AcquiredAt)
 	}
-	if r.TTL <= 0 || r.TTL > hold {
-		t.Fatalf("TTL = %v; want in (0, %v], the Acquire's retention", r.TTL, hold)
+	if r.TTL <= hold || r.TTL > long {
+		t.Fatalf("TTL = %v; want in (%v, %v]: the record's own life, not the Acquire's shorter retention", r.TTL, hold, long)
 	}
 	if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
-		if took := time.Since(converted); took >= hold {
-			// A loaded machine took longer than the record lives: what
-			// follows can no longer be told from an expiry.
-			t.Skipf("the calls after the conversion took %v, past its retention %v: not checked", took, hold)
-		}
 		t.Fatalf("ListUnknown(%s) = %+v; want the key turned UNKNOWN", id.Tenant, got)
-	}
-	if took := time.Since(converted); took >= hold/2 {
-		t.Skipf("the calls after the conversion took %v, half its retention %v: the rest is not checked", took, hold)
 	}
 
 	// UNKNOWN stays UNKNOWN: a retry with or without TakeOver never runs it.
@@ -136,11 +132,10 @@ func testAbandonedBecomesUnknown(t *testing.T, s store.Store, advance func(time.
 	wantLost(t, "Extend of an UNKNOWN record", s.Extend(ctx, store.ExtendParams{LeaseRef: ref, LeaseDuration: long, Retention: long}))
 	wantUnknown(t, s, ref, store.ReasonAbandoned)
 
-	// It lives for the Acquire's retention, not the first record's.
+	// It outlives the Acquire's retention: it lives as long as the first
+	// record would have.
 	advance(hold + short)
-	if rec, ok := get(t, s, id); ok {
-		t.Fatalf("abandoned record after the retention it was turned UNKNOWN with = %+v; want absent", rec)
-	}
+	wantUnknown(t, s, ref, store.ReasonAbandoned)
 }
 
 // testTakeOver: an Acquire with TakeOver of an ended lease, by the same
