@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -133,6 +135,47 @@ func TestExampleConfigLoads(t *testing.T) {
 	want := []string{"POST /v1/charges", "POST /v1/exports", "POST /v1/search", "POST /v1/orders", "POST /v1/charges/{id}/refunds"}
 	if !slices.Equal(patterns, want) || !s.cfg.Routes[2].PassThrough || *s.cfg.Routes[1].Wait != 5*time.Minute {
 		t.Fatalf("routes %q; want %q, search passed through, exports waiting 5m", patterns, want)
+	}
+}
+
+// The config files a user copies (deploy/idem.yaml, and every whole file
+// the docs show) load, and refuse a POST without a key rather than forward
+// it unprotected: a refund or an order sent without a key and retried would
+// run twice, and a route added later would start out unprotected.
+func TestExampleConfigsRequireKeys(t *testing.T) {
+	files := map[string]string{}
+	text, err := os.ReadFile("../../deploy/idem.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files["deploy/idem.yaml"] = string(text)
+	whole := regexp.MustCompile("(?ms)^```yaml\n(upstream: .*?)^```")
+	for _, page := range []string{"docs/configuration.md", "docs/gateway.md"} {
+		src, err := os.ReadFile("../../" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range whole.FindAllStringSubmatch(string(src), -1) {
+			files[fmt.Sprintf("%s, file %d", page, i+1)] = m[1]
+		}
+	}
+	if len(files) < 3 {
+		t.Fatalf("found %d config files; want deploy/idem.yaml and one in each page", len(files))
+	}
+	for name, text := range files {
+		s, _, err := checkConfig(t, text)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !s.cfg.RequireKey {
+			t.Errorf("%s: a POST without a key is forwarded unprotected: set require-key: true at the top level", name)
+		}
+		for _, rt := range s.cfg.Routes {
+			if !rt.PassThrough && rt.RequireKey != nil && !*rt.RequireKey {
+				t.Errorf("%s: route %q forwards a POST without a key unprotected", name, rt.Pattern)
+			}
+		}
 	}
 }
 

@@ -304,6 +304,11 @@ func explainKeyError(err error, tenant, key string) error {
 	case gateway.CodeKeyUnknown:
 		return fmt.Errorf("%w\nthe key is UNKNOWN: deleting it would let a retry run it again; settle it with idem keys resolve, or pass --force", err)
 	case gateway.CodeKeyNotFound:
+		if strings.ContainsRune(tenant, ' ') {
+			// "Bearer sk_..." is what a newcomer tries first; a 404 alone
+			// reads as "the key is gone" while it may be stored.
+			return fmt.Errorf("no record for tenant %q key %q (%w)\nthe tenant is not the credentials: by default it is the SHA-256 of the Authorization header, which the upstream gets as Idempotency-Tenant", tenant, key, err)
+		}
 		return fmt.Errorf("no record for tenant %s key %q (%w)", tenant, key, err)
 	case gateway.CodeAdminUnauthorized:
 		return fmt.Errorf("%w\ngive the gateway's token: --admin-token, or IDEM_ADMIN_TOKEN", err)

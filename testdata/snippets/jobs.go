@@ -5,6 +5,7 @@ import (
 	"context"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 	"github.com/idemkit/idem/store/memstore"
 )
 

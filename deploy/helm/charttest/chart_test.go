@@ -135,8 +135,8 @@ func TestChartRendersWhatItSays(t *testing.T) {
 		t.Fatal(err)
 	}
 	if config["listen"] != "0.0.0.0:8080" || config["admin"] != "0.0.0.0:9090" || config["upstream"] != "http://payments-api:3000" ||
-		config["store"] != "redis://redis:6379/0" || config["admin-token"] != nil {
-		t.Errorf("idem.yaml = %v; want the values' config on the chart's ports, and no admin token", config)
+		config["store"] != "redis://redis:6379/0" || config["admin-token"] != nil || config["require-key"] != true {
+		t.Errorf("idem.yaml = %v; want the values' config on the chart's ports, require-key (a POST without a key is not forwarded unprotected), and no admin token", config)
 	}
 
 	// The token: in the Secret, referenced by the Deployment, never inlined.
