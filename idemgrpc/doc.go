@@ -41,8 +41,9 @@
 //     Lease.Check before one. Its answer, the
 //     response message or the final status with its details, is stored,
 //     or the key released, or marked UNKNOWN, as Options.StatusPolicy says
-//     (DefaultStatusPolicy: UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED
-//     release; DEADLINE_EXCEEDED and CANCELLED are unknown; the rest, OK,
+//     (DefaultStatusPolicy: ABORTED releases; UNAVAILABLE,
+//     RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and CANCELLED, which grpc-go
+//     makes for a downstream call that may have run, are unknown; the rest, OK,
 //     INTERNAL and UNKNOWN included, is stored), unless the handler
 //     declared otherwise with SetDisposition or returned an error wrapping
 //     idem.ErrOutcomeUnknown;
