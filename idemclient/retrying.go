@@ -126,10 +126,10 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	out := req.Clone(ctx) // a RoundTripper must not modify the caller's request
-	if out.Header.Get(HeaderKey) == "" && needsKey(req.Method) {
+	if keyOf(out.Header) == "" && needsKey(req.Method) {
 		out.Header.Set(HeaderKey, rand.Text())
 	}
-	if out.Header.Get(HeaderKey) == "" && !idempotentMethod(req.Method) {
+	if keyOf(out.Header) == "" && !idempotentMethod(req.Method) {
 		return r.base.RoundTrip(out)
 	}
 	var waited time.Duration
@@ -314,6 +314,6 @@ func last(out *http.Request, resp *http.Response, err error, attempts int) (*htt
 		return resp, err
 	}
 	discard(resp)
-	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: out.Header.Get(HeaderKey),
+	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: keyOf(out.Header),
 		Status: resp.StatusCode, Code: code, Attempts: attempts}
 }
