@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -292,9 +293,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 }
 
+// protects reports whether requests of method are protected, read
+// without case: methods are case-sensitive on the wire, but Django,
+// ASP.NET and handlers that compare with strings.EqualFold take "post"
+// for POST, and a keyed request that passed unprotected would run again
+// under its key. Protecting a distinct lower-case method is the safe side.
 func (m *middleware) protects(method string) bool {
 	for _, p := range m.methods {
-		if p == method {
+		if strings.EqualFold(p, method) {
 			return true
 		}
 	}
