@@ -357,9 +357,13 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 }
 
 // retryAfterSeconds rounds up, so a client never comes back before the
-// lease ends, and is at least 1.
+// lease ends, and is at least 1; it does not overflow.
 func retryAfterSeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
+	secs := d / time.Second // divided first: adding a second to a huge d would overflow it to 1
+	if d%time.Second != 0 {
+		secs++
+	}
+	return max(1, int(secs))
 }
 
 // wakeWaiters tells this process's waiters for id (Options.Wait) that
