@@ -87,8 +87,8 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	case o.LeaseDuration > store.MaxDuration || o.Retention > store.MaxDuration || o.KeyRetention > store.MaxDuration:
 		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v, Retention %v and KeyRetention %v must each be at most %v (store.MaxDuration)",
 			o.LeaseDuration, o.Retention, o.KeyRetention, store.MaxDuration)
-	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
-		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
+	case (o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond) || (o.Retention > 0 && o.Retention < time.Millisecond):
+		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v or Retention %v is under the 1ms resolution of stores", o.LeaseDuration, o.Retention)
 	case o.ErrorFormat > ErrorFormatStripe:
 		return nil, fmt.Errorf("idemhttp: New: unknown %v", o.ErrorFormat)
 	case o.MismatchStatus != 0 && (o.MismatchStatus < 400 || o.MismatchStatus > 499):
