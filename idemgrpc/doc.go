@@ -119,4 +119,10 @@
 // stream's messages are not one request and one answer that could be
 // fingerprinted and replayed. Give a streaming method's effects keys of
 // their own (idem.Engine.Do per message).
+//
+// A unary method whose request is not a protobuf message (another codec,
+// or message types generated for golang/protobuf v1 or gogo) cannot be
+// fingerprinted nor its answer stored: a call to it with a key (or under
+// RequireKey) is refused with INVALID_ARGUMENT, never run unprotected; a
+// call without a key passes through.
 package idemgrpc

@@ -163,7 +163,15 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req)
 	}
 	msg, ok := req.(proto.Message)
-	if !ok { // another codec than protobuf: nothing to fingerprint
+	if !ok {
+		// Another codec than protobuf (or golang/protobuf v1, gogo types):
+		// nothing to fingerprint, no answer to store. A call that asks for
+		// a key's protection is refused, never run unprotected; one
+		// without a key passes, as it would with a protobuf message.
+		if len(metadata.ValueFromIncomingContext(ctx, MetadataKey)) > 0 || s.require {
+			return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid,
+				"idem: this method's request is not a protobuf message, so its idempotency key cannot be honoured; the call was not run")
+		}
 		return handler(ctx, req)
 	}
 	key, err := s.key(ctx, msg)
