@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -243,6 +244,11 @@ func (s *server) key(ctx context.Context, msg proto.Message) (string, error) {
 		key = vs[0]
 		if key == "" {
 			return "", fmt.Errorf("%w: empty %s", idem.ErrInvalidKey, MetadataKey)
+		}
+		// Not a valid HTTP/2 field value (RFC 9113 section 8.2.1): a proxy
+		// trims or refuses it, and the same call would come as two keys.
+		if strings.Trim(key, " \t") != key {
+			return "", fmt.Errorf("%w: %s begins or ends with a space or a tab", idem.ErrInvalidKey, MetadataKey)
 		}
 	}
 	if s.keyField == "" {
