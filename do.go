@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/idemkit/idem/internal/outcome"
@@ -50,6 +51,11 @@ const FinalizeTimeout = 10 * time.Second
 //     ErrLeaseLost), not marked NotRun: UNKNOWN too, since a call cut in
 //     flight may have had its effect. Lease.Check's error, returned as it
 //     is, is such an error: return NotRun(err) for it when nothing ran;
+//   - an error that wraps a network error (a net.Error: the *url.Error
+//     of net/http, a *net.OpError), not marked NotRun: UNKNOWN too, since
+//     a call whose connection failed may have been sent and acted on.
+//     idemclient.Transport marks NotRun the errors of requests that
+//     provably never left, so their key is released;
 //   - any other error: the work did not take effect, and the key is
 //     released, as with NotRun. Return such an error only when that holds.
 //
@@ -137,7 +143,7 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	e.works.add(time.Since(began))
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrOutcomeUnknown) || (cutShort(err) && !outcome.IsNotRun(err)):
+	case errors.Is(err, ErrOutcomeUnknown) || ((cutShort(err) || networkFailure(err)) && !outcome.IsNotRun(err)):
 		return nil, false, e.markUnknown(finalCtx, l, req, unknownReason(err), err)
 	case l.PreviousFence() != 0:
 		// The work failed before its effect, but this lease took the key
@@ -170,6 +176,15 @@ func cutShort(err error) bool {
 		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
 }
 
+// networkFailure reports whether err wraps a network error: a call the
+// work made failed on its connection, which may have been after the
+// request was sent and acted on (a reset or an EOF while the answer was
+// awaited), so the failure proves nothing about the effect.
+func networkFailure(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
+}
+
 // unknownReason is the reason kept with a key whose work ended with err,
 // an unknown outcome: the application's (OutcomeUnknown), or the class of
 // err. Never err's text: it may hold a secret (an API key in a URL) or an
@@ -188,6 +203,8 @@ func unknownReason(err error) string {
 		return "the work's deadline passed while it ran"
 	case errors.Is(err, context.Canceled):
 		return "the work's context was cancelled while it ran"
+	case networkFailure(err):
+		return "a network call of the work failed, perhaps after it was sent"
 	}
 	return "the work reported an unknown outcome"
 }

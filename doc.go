@@ -38,8 +38,9 @@
 // side effect) has its key released, so a later call runs it again; one
 // whose error is wrapped with OutcomeUnknown (the effect may have
 // happened) turns its key UNKNOWN, and so do a panic and an unmarked
-// error that wraps a context error or the end of the lease (a call cut in
-// flight). Any other error releases the key, as NotRun does. The reason
+// error that wraps a context error, the end of the lease (a call cut in
+// flight) or a network error (a net.Error: a call that may have been
+// sent). Any other error releases the key, as NotRun does. The reason
 // kept with an UNKNOWN key is the application's or a fixed phrase, never
 // an error's text: it is shown to every caller that retries the key.
 //

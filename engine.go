@@ -76,6 +76,9 @@ func New(s Store, opts *Options) (*Engine, error) {
 	if e.retention == 0 {
 		e.retention = 24 * time.Hour
 	}
+	if e.retention < time.Millisecond { // Begin refuses it on every request
+		return nil, fmt.Errorf("idem: New: Retention %v is under the 1ms resolution of stores", e.retention)
+	}
 	if e.renew >= e.lease {
 		return nil, fmt.Errorf("idem: New: RenewEvery %v must be shorter than LeaseDuration %v", e.renew, e.lease)
 	}

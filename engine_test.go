@@ -120,6 +120,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{LeaseDuration: -time.Second},
 		{LeaseDuration: time.Microsecond},
 		{LeaseDuration: time.Second, RenewEvery: 2 * time.Second},
+		{Retention: 500 * time.Microsecond}, // every Begin would refuse it (ErrInvalidRequest)
 		{MaxResultBytes: -1},
 		{StoreTimeout: -time.Second},
 		{MaxHeldBytes: -1},

@@ -103,7 +103,7 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	if req.Header.Get(HeaderKey) != "" {
+	if keyOf(req.Header) != "" {
 		return base.RoundTrip(req)
 	}
 	ctx := req.Context()
@@ -137,6 +137,24 @@ func derive(ctx context.Context, step string) (string, error) {
 		return "", ErrNoStep
 	}
 	return StepKey(tenant, key, step), nil
+}
+
+// keyOf returns the Idempotency-Key h carries, under any case of the
+// name: a header map built by hand or copied from HTTP/2 or gRPC metadata
+// holds it under "idempotency-key", which Header.Get does not look up,
+// and Transport sends it so. Adding a key of our own next to it would
+// send two keys, and a server that reads another one than the caller's
+// would run the request again under a key the caller never learns.
+func keyOf(h http.Header) string {
+	if v := h.Get(HeaderKey); v != "" {
+		return v
+	}
+	for name, vs := range h {
+		if len(vs) > 0 && vs[0] != "" && strings.EqualFold(name, HeaderKey) {
+			return vs[0]
+		}
+	}
+	return ""
 }
 
 // needsKey reports whether method is one the IETF draft gives a key by

@@ -67,13 +67,19 @@ type RetryOptions struct {
 // retries 422 or any other 4xx. Requests with neither a key nor an idempotent
 // method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) are sent once.
 //
+// A key it makes itself lives only within one RoundTrip: when RoundTrip
+// ends on a network error, the caller does not learn it, and sending the
+// request again then sends it under a new key, which may run it twice. A
+// caller that may send a request again after an error sets its key.
+//
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
 // at once. When the attempts or the wait budget run out, the last response
 // is returned as it is, or the last error; every response it discards is
 // drained and closed. When the last response says that the request's
 // outcome is unknown (a problem response with code outcome_unknown,
-// upstream_no_response or upstream_timeout: it may have taken effect, and
+// upstream_no_response or upstream_timeout, or a Stripe-shaped error with
+// that idem_code: it may have taken effect, and
 // the server will not run it again), RoundTrip returns an
 // *OutcomeUnknownError instead: the request did not fail, and its result
 // may still come, to a later retry with the same key. Such an answer is
@@ -126,10 +132,10 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	out := req.Clone(ctx) // a RoundTripper must not modify the caller's request
-	if out.Header.Get(HeaderKey) == "" && needsKey(req.Method) {
+	if keyOf(out.Header) == "" && needsKey(req.Method) {
 		out.Header.Set(HeaderKey, rand.Text())
 	}
-	if out.Header.Get(HeaderKey) == "" && !idempotentMethod(req.Method) {
+	if keyOf(out.Header) == "" && !idempotentMethod(req.Method) {
 		return r.base.RoundTrip(out)
 	}
 	var waited time.Duration
@@ -281,11 +287,14 @@ func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcom
 // problemLimit bounds how much of a problem response is read for its code.
 const problemLimit = 16 << 10
 
-// unknownCode returns the problem code of a response that says the
-// request's outcome is unknown, or "". The body stays readable.
+// unknownCode returns the code of a response that says the request's
+// outcome is unknown (a problem's code, or the idem_code of a Stripe-shaped
+// error), or "". The body stays readable.
 func unknownCode(resp *http.Response) string {
-	if resp == nil || resp.StatusCode < 500 || resp.Body == nil ||
-		!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/problem+json") {
+	if resp == nil || resp.StatusCode < 500 || resp.Body == nil {
+		return ""
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/problem+json") && !strings.HasPrefix(ct, "application/json") {
 		return ""
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, problemLimit))
@@ -293,15 +302,22 @@ func unknownCode(resp *http.Response) string {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	// A problem's code, or the idem_code of Stripe's error object, which
+	// idem's servers write under --error-format stripe.
 	var p struct {
-		Code string `json:"code"`
+		Code  string `json:"code"`
+		Error struct {
+			IdemCode string `json:"idem_code"`
+		} `json:"error"`
 	}
 	if json.Unmarshal(b, &p) != nil {
 		return ""
 	}
-	switch p.Code {
-	case "outcome_unknown", "upstream_no_response", "upstream_timeout":
-		return p.Code
+	for _, code := range []string{p.Code, p.Error.IdemCode} {
+		switch code {
+		case "outcome_unknown", "upstream_no_response", "upstream_timeout":
+			return code
+		}
 	}
 	return ""
 }
@@ -314,6 +330,6 @@ func last(out *http.Request, resp *http.Response, err error, attempts int) (*htt
 		return resp, err
 	}
 	discard(resp)
-	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: out.Header.Get(HeaderKey),
+	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: keyOf(out.Header),
 		Status: resp.StatusCode, Code: code, Attempts: attempts}
 }

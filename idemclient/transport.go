@@ -13,10 +13,10 @@ import (
 
 // Transport sends requests that may have side effects, and tells, of one
 // that failed without a response, whether any byte of it may have reached
-// the server: Sent. A request that provably never left did not run, so
-// the work that made it can say so (idem.NotRun) and its key is
-// released; one that may have left has an unknown outcome
-// (idem.OutcomeUnknown). The idem gateway forwards every request through
+// the server: Sent. A request that provably never left did not run: its
+// error is marked idem.NotRun, so that idem.Engine.Do releases the key of
+// work that returns it; one that may have left has an unknown outcome,
+// and Do keeps its key UNKNOWN (a network error that is not marked NotRun). The idem gateway forwards every request through
 // one.
 //
 // It also refuses to send a request whose context carries an idem lease
@@ -40,7 +40,7 @@ type Transport struct {
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
-			return nil, &sendError{err: fmt.Errorf("idemclient: not sent, the lease ended first: %w", err)}
+			return nil, &sendError{err: notRun(fmt.Errorf("idemclient: not sent, the lease ended first: %w", err))}
 		}
 	}
 	base := t.Base
@@ -62,7 +62,11 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(r)
 	if err != nil {
-		return nil, &sendError{sent: !traced || w.mayHaveReached(r), err: err}
+		sent := !traced || w.mayHaveReached(r)
+		if !sent {
+			err = notRun(err)
+		}
+		return nil, &sendError{sent: sent, err: err}
 	}
 	return resp, nil
 }
@@ -78,6 +82,12 @@ func Sent(err error) bool {
 	}
 	return true
 }
+
+// notRun marks the error of a request that provably never left as
+// idem.NotRun does, so that idem.Engine.Do releases its key when the work
+// returns it as it is (Do keeps a key UNKNOWN after a network error it
+// cannot tell was before the send).
+func notRun(err error) error { return idem.NotRun(err) }
 
 // sendError is the error of a request Transport got no response to.
 type sendError struct {

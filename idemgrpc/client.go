@@ -203,12 +203,19 @@ func (c *client) retryable(ctx context.Context, err error, attempt int) (time.Du
 			return 0, false
 		}
 	}
+	// A server's delay is its word: bounded to [0, MaxDelay] before it is
+	// doubled, so that no value overflows into a negative wait.
+	delay = min(max(delay, 0), c.opt.MaxDelay)
 	if hasInfo && ErrorInfo(st) == ReasonKeyInFlight && delay > 0 {
 		// The server's delay for a call in flight is the method's average
 		// duration: a call that outlasts it is found in flight again, so
 		// each later wait doubles, and MaxAttempts covers a call several
 		// times slower than the average (Options.Wait covers any).
-		delay <<= min(attempt-1, 16)
+		if shift := min(attempt-1, 16); delay > c.opt.MaxDelay>>shift {
+			delay = c.opt.MaxDelay
+		} else {
+			delay <<= shift
+		}
 	}
 	if !hasInfo {
 		// Jitter over [d/2, d]: the retries of many callers spread out.

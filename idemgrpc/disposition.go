@@ -32,11 +32,19 @@ const (
 // the call was not processed, and never replay as final an answer that
 // says nothing about the work.
 //
-//   - UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED: the service declares
-//     it did not do the work and invites a retry (the gRPC status code
-//     guide: retry UNAVAILABLE, retry ABORTED at a higher level,
-//     RESOURCE_EXHAUSTED is a quota or overload refusal); they are the
-//     HTTP 503 and 429 of gRPC: release, the retry runs.
+//   - ABORTED: the service declares it did not do the work and invites
+//     a retry at a higher level (the gRPC status code guide); grpc-go
+//     never makes it on its own: release, the retry runs.
+//   - UNAVAILABLE and RESOURCE_EXHAUSTED: a handler that passes on the
+//     error of a downstream call (`return nil, err`) passes on these as
+//     grpc-go made them, and grpc-go makes them after the downstream call
+//     may have run: UNAVAILABLE when the connection breaks under a call
+//     that was sent, RESOURCE_EXHAUSTED when the answer is over the
+//     receive limit. The status code guide warns that retrying
+//     UNAVAILABLE is not safe for an operation that is not idempotent:
+//     UNKNOWN. A handler that refuses before any work (load shedding, a
+//     quota) says so: return idem.NotRun(err), or
+//     SetDisposition(ctx, DispositionRelease, ...), and the key is released.
 //   - DEADLINE_EXCEEDED and CANCELLED: the handler's work was cut off,
 //     typically a downstream call that was sent and not answered; the
 //     status code guide says an operation that changes state "may have
@@ -52,9 +60,9 @@ const (
 //     new key.
 func DefaultStatusPolicy(code codes.Code) Disposition {
 	switch code {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+	case codes.Aborted:
 		return DispositionRelease
-	case codes.DeadlineExceeded, codes.Canceled:
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Canceled:
 		return DispositionUnknown
 	}
 	return DispositionStore

@@ -41,8 +41,9 @@
 //     Lease.Check before one. Its answer, the
 //     response message or the final status with its details, is stored,
 //     or the key released, or marked UNKNOWN, as Options.StatusPolicy says
-//     (DefaultStatusPolicy: UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED
-//     release; DEADLINE_EXCEEDED and CANCELLED are unknown; the rest, OK,
+//     (DefaultStatusPolicy: ABORTED releases; UNAVAILABLE,
+//     RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and CANCELLED, which grpc-go
+//     makes for a downstream call that may have run, are unknown; the rest, OK,
 //     INTERNAL and UNKNOWN included, is stored), unless the handler
 //     declared otherwise with SetDisposition or returned an error wrapping
 //     idem.ErrOutcomeUnknown;
@@ -118,4 +119,10 @@
 // stream's messages are not one request and one answer that could be
 // fingerprinted and replayed. Give a streaming method's effects keys of
 // their own (idem.Engine.Do per message).
+//
+// A unary method whose request is not a protobuf message (another codec,
+// or message types generated for golang/protobuf v1 or gogo) cannot be
+// fingerprinted nor its answer stored: a call to it with a key (or under
+// RequireKey) is refused with INVALID_ARGUMENT, never run unprotected; a
+// call without a key passes through.
 package idemgrpc

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -163,7 +164,15 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return handler(ctx, req)
 	}
 	msg, ok := req.(proto.Message)
-	if !ok { // another codec than protobuf: nothing to fingerprint
+	if !ok {
+		// Another codec than protobuf (or golang/protobuf v1, gogo types):
+		// nothing to fingerprint, no answer to store. A call that asks for
+		// a key's protection is refused, never run unprotected; one
+		// without a key passes, as it would with a protobuf message.
+		if len(metadata.ValueFromIncomingContext(ctx, MetadataKey)) > 0 || s.require {
+			return nil, errStatus(codes.InvalidArgument, ReasonKeyInvalid,
+				"idem: this method's request is not a protobuf message, so its idempotency key cannot be honoured; the call was not run")
+		}
 		return handler(ctx, req)
 	}
 	key, err := s.key(ctx, msg)
@@ -235,6 +244,11 @@ func (s *server) key(ctx context.Context, msg proto.Message) (string, error) {
 		key = vs[0]
 		if key == "" {
 			return "", fmt.Errorf("%w: empty %s", idem.ErrInvalidKey, MetadataKey)
+		}
+		// Not a valid HTTP/2 field value (RFC 9113 section 8.2.1): a proxy
+		// trims or refuses it, and the same call would come as two keys.
+		if strings.Trim(key, " \t") != key {
+			return "", fmt.Errorf("%w: %s begins or ends with a space or a tab", idem.ErrInvalidKey, MetadataKey)
 		}
 	}
 	if s.keyField == "" {

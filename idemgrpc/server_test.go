@@ -101,9 +101,11 @@ func testStoredError(t *testing.T, st store.Store) {
 	}
 }
 
-// TestStatusPolicy: UNAVAILABLE, RESOURCE_EXHAUSTED and ABORTED release
-// the key (the retry runs), DEADLINE_EXCEEDED makes it UNKNOWN, and a
-// handler's SetDisposition overrides the policy.
+// TestStatusPolicy: ABORTED releases the key (the retry runs);
+// UNAVAILABLE, RESOURCE_EXHAUSTED and DEADLINE_EXCEEDED make it UNKNOWN
+// (grpc-go makes them for downstream calls that may have run), unless the
+// handler marks its error idem.NotRun; and a handler's SetDisposition
+// overrides the policy.
 func TestStatusPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		code      codes.Code
@@ -113,8 +115,10 @@ func TestStatusPolicy(t *testing.T) {
 		wantCode  codes.Code
 		reason    string
 	}{
-		{code: codes.Unavailable, wantCalls: 2, wantCode: codes.OK},
-		{code: codes.ResourceExhausted, wantCalls: 2, wantCode: codes.OK},
+		{code: codes.Unavailable, wantCalls: 1, wantCode: codes.Unknown, reason: idemgrpc.ReasonOutcomeUnknown},
+		{code: codes.ResourceExhausted, wantCalls: 1, wantCode: codes.Unknown, reason: idemgrpc.ReasonOutcomeUnknown},
+		{code: codes.Unavailable, plain: idem.NotRun(status.Error(codes.Unavailable, "shedding load")), wantCalls: 2, wantCode: codes.OK},
+		{code: codes.ResourceExhausted, plain: idem.NotRun(status.Error(codes.ResourceExhausted, "over quota")), wantCalls: 2, wantCode: codes.OK},
 		{code: codes.Aborted, wantCalls: 2, wantCode: codes.OK},
 		{code: codes.Internal, wantCalls: 1, wantCode: codes.Internal},
 		{code: codes.Unknown, wantCalls: 1, wantCode: codes.Unknown},

@@ -37,6 +37,11 @@ const (
 //     Service Unavailable: the server declares it did not process the
 //     request (RFC 9110 §15.5.9, RFC 8470, RFC 6585, RFC 9110 §15.6.4):
 //     release, the retry runs.
+//     A 503 released so must not come after the work started: wrap
+//     http.TimeoutHandler around the middleware, not inside it (inside, it
+//     answers 503 while the handler goes on running, and the retry runs
+//     it again), and answer a downstream failure with 502 or 504, or
+//     SetDisposition(ctx, DispositionUnknown, ...).
 //   - 401 Unauthorized, 403 Forbidden and 407 Proxy Authentication
 //     Required: the request was not applied, it was refused before any
 //     work (RFC 9110 §15.5.2, §15.5.4, §15.5.8); and 411 Length Required,

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idem"
@@ -86,8 +87,8 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	case o.LeaseDuration > store.MaxDuration || o.Retention > store.MaxDuration || o.KeyRetention > store.MaxDuration:
 		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v, Retention %v and KeyRetention %v must each be at most %v (store.MaxDuration)",
 			o.LeaseDuration, o.Retention, o.KeyRetention, store.MaxDuration)
-	case o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond:
-		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v is under the 1ms resolution of stores", o.LeaseDuration)
+	case (o.LeaseDuration > 0 && o.LeaseDuration < time.Millisecond) || (o.Retention > 0 && o.Retention < time.Millisecond):
+		return nil, fmt.Errorf("idemhttp: New: LeaseDuration %v or Retention %v is under the 1ms resolution of stores", o.LeaseDuration, o.Retention)
 	case o.ErrorFormat > ErrorFormatStripe:
 		return nil, fmt.Errorf("idemhttp: New: unknown %v", o.ErrorFormat)
 	case o.MismatchStatus != 0 && (o.MismatchStatus < 400 || o.MismatchStatus > 499):
@@ -292,9 +293,14 @@ func (m *middleware) serve(next http.Handler, w http.ResponseWriter, r *http.Req
 	}
 }
 
+// protects reports whether requests of method are protected, read
+// without case: methods are case-sensitive on the wire, but Django,
+// ASP.NET and handlers that compare with strings.EqualFold take "post"
+// for POST, and a keyed request that passed unprotected would run again
+// under its key. Protecting a distinct lower-case method is the safe side.
 func (m *middleware) protects(method string) bool {
 	for _, p := range m.methods {
-		if p == method {
+		if strings.EqualFold(p, method) {
 			return true
 		}
 	}
@@ -351,9 +357,13 @@ func (m *middleware) beginFailed(next http.Handler, w http.ResponseWriter, r *ht
 }
 
 // retryAfterSeconds rounds up, so a client never comes back before the
-// lease ends, and is at least 1.
+// lease ends, and is at least 1; it does not overflow.
 func retryAfterSeconds(d time.Duration) int {
-	return max(1, int((d+time.Second-1)/time.Second))
+	secs := d / time.Second // divided first: adding a second to a huge d would overflow it to 1
+	if d%time.Second != 0 {
+		secs++
+	}
+	return max(1, int(secs))
 }
 
 // wakeWaiters tells this process's waiters for id (Options.Wait) that

@@ -8,7 +8,9 @@ import (
 
 // Options configures the middleware. A nil *Options means all defaults.
 type Options struct {
-	// Methods are the methods the middleware protects; other requests pass
+	// Methods are the methods the middleware protects, read without case
+	// (a request's "post" is protected as POST is: handlers and frameworks
+	// that read methods without case would run it); other requests pass
 	// through untouched. Nil means POST and PATCH.
 	Methods []string
 	// RequireKey answers a protected request without an Idempotency-Key

@@ -33,3 +33,20 @@ func TestRouteTimes(t *testing.T) {
 		t.Errorf("%d routes kept, bound %d", n, maxRoutes)
 	}
 }
+
+// TestRetryAfterSecondsSaturates: a Retry-After is rounded up to whole
+// seconds and is at least 1; a duration near the largest one (an
+// Options.UnknownRetryAfter meaning "not soon") stays the largest, not 1.
+func TestRetryAfterSecondsSaturates(t *testing.T) {
+	for d, want := range map[time.Duration]int{
+		0:                                  1,
+		time.Millisecond:                   1,
+		1500 * time.Millisecond:            2,
+		time.Duration(1<<63 - 1):           9223372037, // 9223372036.854775807s, rounded up
+		time.Duration(1<<63-1) - time.Hour: 9223368437,
+	} {
+		if got := retryAfterSeconds(d); got != want {
+			t.Errorf("retryAfterSeconds(%v) = %d, want %d", d, got, want)
+		}
+	}
+}

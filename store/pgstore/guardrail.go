@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idem/internal/outcome"
 	"github.com/idemkit/idem/store"
 )
 
@@ -63,7 +64,10 @@ type DB interface {
 // in the transaction, records what work returned as the key's outcome
 // (Settle) and commits; an error from work rolls the transaction back
 // (the reservation goes with it, so a retry reserves the key anew) and is
-// returned as it is, and so does a panic, which goes on. The flow of
+// returned as it is, and so does a panic, which goes on. An error before
+// the work ran (the database unreachable, Reserve failing) is marked
+// idem.NotRun, so that Do releases the key rather than read the driver's
+// network error as an unknown outcome. The flow of
 // pgx.BeginFunc, with the reservation around it:
 //
 //	out, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
@@ -84,7 +88,7 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 	id, fence := l.ID(), l.Fence()
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: guard: begin: %w", err)
+		return nil, notRun(fmt.Errorf("pgstore: guard: begin: %w", err))
 	}
 	committed := false
 	defer func() {
@@ -94,13 +98,13 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 	}()
 	if err := s.Reserve(ctx, tx, id.Tenant, id.Key, fence); err != nil {
 		if !errors.Is(err, ErrDuplicate) {
-			return nil, err
+			return nil, notRun(err)
 		}
 		tx.Rollback(context.WithoutCancel(ctx)) // the transaction is aborted: read outside it
 		r, rerr := s.Reservation(ctx, db, id.Tenant, id.Key)
 		switch {
 		case rerr != nil:
-			return nil, fmt.Errorf("pgstore: guard: reading the reservation another transaction made: %w", rerr)
+			return nil, notRun(fmt.Errorf("pgstore: guard: reading the reservation another transaction made: %w", rerr))
 		case r.SettledAt.IsZero():
 			// Reserved and committed without an outcome: Guard never
 			// commits so, a hand-written flow did; whether its work ran
@@ -124,6 +128,12 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 	committed = true
 	return out, nil
 }
+
+// notRun marks an error of Guard before its work ran as idem.NotRun does:
+// it may wrap the driver's network error, which idem.Engine.Do otherwise
+// reads as a call that may have taken effect, and the key would stay
+// UNKNOWN for work that never started. The transaction is rolled back.
+func notRun(err error) error { return &outcome.NotRun{Err: err} }
 
 // Reservation is a committed reservation, as Store.Reservation reads it.
 type Reservation struct {

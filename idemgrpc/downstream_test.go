@@ -1,0 +1,97 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// TestDownstreamFailureAfterEffect: a handler that passes on the error of
+// a downstream gRPC call, as `return nil, err` does, must not get its key
+// released when grpc-go made that error after the downstream call ran:
+// UNAVAILABLE when the connection broke under a call that was sent,
+// RESOURCE_EXHAUSTED when the answer was over the caller's receive limit.
+// The retry must not run the handler (and the downstream effect) again.
+func TestDownstreamFailureAfterEffect(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want codes.Code // what grpc-go gives the handler's downstream call
+	}{
+		{"connection broken after send", codes.Unavailable},
+		{"answer over the receive limit", codes.ResourceExhausted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			var effects atomic.Int64
+			ran := make(chan struct{}, 1)
+			down := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				effects.Add(1) // the downstream's side effect
+				if tc.want == codes.Unavailable {
+					ran <- struct{}{}
+					<-ctx.Done() // the server is stopped under the call
+					return nil, ctx.Err()
+				}
+				return wrapperspb.String(strings.Repeat("x", 64)), nil
+			}}
+			srv, downConn := downstream(t, down)
+			if tc.want == codes.Unavailable {
+				go func() {
+					<-ran
+					srv.Stop()
+				}()
+			}
+			svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+				out := new(wrapperspb.StringValue)
+				err := downConn.Invoke(ctx, chargeMethod, in, out, grpc.MaxCallRecvMsgSize(16))
+				if err != nil {
+					if c := status.Code(err); c != tc.want {
+						t.Errorf("downstream call: %v, want code %v", err, tc.want)
+					}
+					return nil, err // passed on as it is
+				}
+				return out, nil
+			}}
+			conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+			charge(ctx, conn, "k", "1")
+			charge(ctx, conn, "k", "1")
+			if n := svc.calls.Load(); n != 1 {
+				t.Fatalf("the handler ran %d times after its downstream call may have taken effect, want 1 (downstream effects: %d)", n, effects.Load())
+			}
+		})
+	}
+}
+
+// downstream serves s without the interceptor and returns the server,
+// which the caller may stop, and a connection to it; both end with t.
+func downstream(t *testing.T, s *service) (*grpc.Server, *grpc.ClientConn) {
+	t.Helper()
+	srv := grpc.NewServer()
+	srv.RegisterService(&paymentsDesc, s)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(lis)
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		srv.Stop()
+		<-done
+	})
+	return srv, conn
+}
