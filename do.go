@@ -46,18 +46,15 @@ const FinalizeTimeout = 10 * time.Second
 //   - an error wrapped with OutcomeUnknown: the effect may have happened
 //     (a request sent and not answered, a timeout): the key turns UNKNOWN,
 //     and no later call runs fn until the outcome is reconciled;
-//   - an error that wraps a context error (context.Canceled,
-//     context.DeadlineExceeded) or the end of the lease (ErrLeaseExpired,
-//     ErrLeaseLost), not marked NotRun: UNKNOWN too, since a call cut in
-//     flight may have had its effect. Lease.Check's error, returned as it
-//     is, is such an error: return NotRun(err) for it when nothing ran;
-//   - an error that wraps a network error (a net.Error: the *url.Error
-//     of net/http, a *net.OpError), not marked NotRun: UNKNOWN too, since
-//     a call whose connection failed may have been sent and acted on.
-//     idemclient.Transport marks NotRun the errors of requests that
-//     provably never left, so their key is released;
-//   - any other error: the work did not take effect, and the key is
-//     released, as with NotRun. Return such an error only when that holds.
+//   - any other error, not wrapped with NotRun: UNKNOWN too. A failure
+//     proves nothing about the effect unless the work says so: a call cut
+//     in flight (a context error, the end of the lease), a reset or a 5xx
+//     while the answer was awaited may all have come after it. Lease.Check's
+//     error, returned as it is, is such an error: return NotRun(err) for
+//     it when nothing ran, and for every error the work raises before its
+//     side effect (invalid input, a dependency refused before anything
+//     was sent). idemclient.Transport marks NotRun the errors of requests
+//     that provably never left.
 //
 // A lease that took over an attempt whose lease ended (TakeoverRun) is
 // never released but marked UNKNOWN: that attempt may have had its
@@ -81,15 +78,15 @@ const FinalizeTimeout = 10 * time.Second
 //	*InFlightError (ErrInFlight)       runs elsewhere  PROCESSING      retry after its RetryAfter   true
 //	ErrStore, out nil                  did not run     unchanged       retry later                  true
 //	ErrShutdown                        did not run     unchanged       retry on another engine      true
-//	fn's own error, or NotRun's        had no effect   released        retry                        true
+//	NotRun's error                     had no effect   released        retry                        true
 //	ErrMismatch                        did not run     another's       drop: the key was reused     false
 //	ErrKeyExpired                      ran before      result dropped  acknowledge: it never runs   false
 //	                                                                   again, its result is gone
 //	ErrInvalidKey, ErrInvalidTenant,   did not run     unchanged       drop: the caller's bug       false
 //	  ErrInvalidFingerprint,
 //	  ErrInvalidRequest
-//	*OutcomeUnknownError               may have run    UNKNOWN         alert; Options.Reconcile or  false
-//	  (ErrOutcomeUnknown)                                              Engine.Resolve settles it
+//	*OutcomeUnknownError (fn's own     may have run    UNKNOWN         alert; Options.Reconcile or  false
+//	  error, ErrOutcomeUnknown)                                        Engine.Resolve settles it
 //	out, ErrLeaseLost                  ran             another's       acknowledge: its output is   false
 //	                                                                   not stored
 //	out, *OutcomeUnknownError          ran             UNKNOWN         acknowledge, alert           false
@@ -143,7 +140,10 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	e.works.add(time.Since(began))
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrOutcomeUnknown) || ((cutShort(err) || networkFailure(err)) && !outcome.IsNotRun(err)):
+	case errors.Is(err, ErrOutcomeUnknown) || !outcome.IsNotRun(err):
+		// Only NotRun says the work stopped before its effect. Any other
+		// error may have come after it: a provider's 502, a reset while
+		// the answer was awaited, a commit whose reply was lost.
 		return nil, false, e.markUnknown(finalCtx, l, req, unknownReason(err), err)
 	case l.PreviousFence() != 0:
 		// The work failed before its effect, but this lease took the key
@@ -205,8 +205,10 @@ func unknownReason(err error) string {
 		return "the work's context was cancelled while it ran"
 	case networkFailure(err):
 		return "a network call of the work failed, perhaps after it was sent"
+	case errors.Is(err, ErrOutcomeUnknown):
+		return "the work reported an unknown outcome"
 	}
-	return "the work reported an unknown outcome"
+	return "the work failed, perhaps after its effect"
 }
 
 // markUnknown turns the key UNKNOWN with reason and returns the error
@@ -294,8 +296,8 @@ func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 // Retryable reports whether calling Do again with the same key, later,
 // may get further than the call that returned err: true for a key in
 // flight (wait its InFlightError.RetryAfter), a store that failed before
-// the work, an engine that was shut down, and an error of the function's
-// own (its key was released, so the next call runs it). It is false for
+// the work, an engine that was shut down, and a function's error marked
+// NotRun (its key was released, so the next call runs it). It is false for
 // nil, for what a retry meets again (ErrMismatch, ErrKeyExpired, an
 // invalid key or request, an unknown outcome), for the errors Do returns
 // after the work ran (ErrLeaseLost, ErrResultTooLarge, ErrStore from
@@ -322,8 +324,8 @@ type ranError struct{ err error }
 func (r ranError) Error() string { return r.err.Error() }
 func (r ranError) Unwrap() error { return r.err }
 
-// releasedError is the work's own error, returned by Do after it released
-// the key: Retryable is true for it, whatever it wraps.
+// releasedError is the work's NotRun error, returned by Do after it
+// released the key: Retryable is true for it, whatever it wraps.
 type releasedError struct{ err error }
 
 func (r releasedError) Error() string { return r.err.Error() }

@@ -129,8 +129,8 @@ func TestDoErrorTable(t *testing.T) {
 			"*InFlightError (ErrInFlight)": {inFlight},
 			"ErrStore, out nil":            {do(down, k("x"), ok)},
 			"ErrShutdown":                  {do(shut, k("x"), ok)},
-			"fn's own error, or NotRun's": {
-				do(e, k("declined"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, errors.New("declined") }),
+			"NotRun's error": {
+				do(e, k("declined"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, idem.NotRun(errors.New("declined")) }),
 				do(e, k("stopped"), func(_ context.Context, l *idem.Lease) ([]byte, error) {
 					return nil, idem.NotRun(fmt.Errorf("checked: %w", idem.ErrLeaseExpired))
 				}),
@@ -143,8 +143,9 @@ func TestDoErrorTable(t *testing.T) {
 				do(e, idem.Request{Key: "k", Fingerprint: "fp\x00"}, ok),
 				do(e, idem.Request{Key: "k"}, ok),
 			},
-			"*OutcomeUnknownError (ErrOutcomeUnknown)": {
+			"*OutcomeUnknownError (fn's own error, ErrOutcomeUnknown)": {
 				unknownFirst,
+				do(e, k("failed"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, errors.New("provider: 502") }), // unmarked: it may have come after the effect
 				do(e, k("cut"), ok), // a later call finds the key UNKNOWN
 				do(e, k("cancelled"), func(context.Context, *idem.Lease) ([]byte, error) { return nil, context.Canceled }),
 				do(e, k("checked"), func(_ context.Context, l *idem.Lease) ([]byte, error) {

@@ -283,13 +283,35 @@ func TestDoRunsOnceUnderContention(t *testing.T) {
 	})
 }
 
-func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
+// TestDoReleasesOnlyNotRun: a plain error may have come after the effect
+// (a provider's 502, a reset while the answer was awaited): the key turns
+// UNKNOWN and no later call runs the work; NotRun's error releases it; a
+// panic turns it UNKNOWN and goes on.
+func TestDoReleasesOnlyNotRun(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
-	req := idem.Request{Key: "flaky", NoFingerprint: true}
-	boom := errors.New("card declined before any charge")
-	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
-		t.Fatalf("Do = %v; want the work's error", err)
+	ran := 0
+	work := func(context.Context, *idem.Lease) ([]byte, error) { ran++; return nil, nil }
+	plain := errors.New("provider: 502 bad gateway")
+	req := idem.Request{Key: "plain", NoFingerprint: true}
+	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, plain })
+	var ue *idem.OutcomeUnknownError
+	if !errors.As(err, &ue) || !errors.Is(err, plain) || ue.Record.Reason != "the work failed, perhaps after its effect" || idem.Retryable(err) {
+		t.Fatalf("Do with a plain error = %v; want an *OutcomeUnknownError wrapping it, with a fixed reason, not retryable", err)
 	}
+	if _, _, err := e.Do(context.Background(), req, work); !errors.Is(err, idem.ErrOutcomeUnknown) || ran != 0 {
+		t.Fatalf("Do after a plain error = %v (ran %d); want ErrOutcomeUnknown, not run", err, ran)
+	}
+
+	declined := errors.New("card declined before any charge")
+	req = idem.Request{Key: "declined", NoFingerprint: true}
+	if _, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { return nil, idem.NotRun(declined) }); !errors.Is(err, declined) || !idem.Retryable(err) {
+		t.Fatalf("Do with NotRun = %v; want the work's error, retryable", err)
+	}
+	if _, _, err := e.Do(context.Background(), req, work); err != nil || ran != 1 {
+		t.Fatalf("Do after NotRun = %v (ran %d); want the work run", err, ran)
+	}
+
+	req = idem.Request{Key: "panics", NoFingerprint: true}
 	func() {
 		defer func() {
 			if p := recover(); p != "kaboom" {
@@ -299,11 +321,9 @@ func TestDoReleasesOnErrorAndMarksUnknownOnPanic(t *testing.T) {
 		e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { panic("kaboom") })
 		t.Fatal("Do swallowed the panic")
 	}()
-	ran := false
-	_, _, err := e.Do(context.Background(), req, func(context.Context, *idem.Lease) ([]byte, error) { ran = true; return nil, nil })
-	var ue *idem.OutcomeUnknownError
-	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran || ue.Record.State != idem.StateUnknown {
-		t.Fatalf("Do after a panic in the work = %v (ran %v); want an *OutcomeUnknownError, not run: the panic may have come after the effect", err, ran)
+	_, _, err = e.Do(context.Background(), req, work)
+	if !errors.As(err, &ue) || !errors.Is(err, idem.ErrOutcomeUnknown) || ran != 1 || ue.Record.State != idem.StateUnknown {
+		t.Fatalf("Do after a panic in the work = %v (ran %d); want an *OutcomeUnknownError, not run: the panic may have come after the effect", err, ran)
 	}
 }
 

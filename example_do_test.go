@@ -32,7 +32,8 @@ func ExampleEngine_Do() {
 			return nil, idem.NotRun(err) // nothing was charged: release the key
 		}
 		if !reachable {
-			return nil, errors.New("card network unreachable, nothing charged")
+			// Nothing was sent: say so, or the key turns UNKNOWN.
+			return nil, idem.NotRun(errors.New("card network unreachable, nothing charged"))
 		}
 		charges++
 		return fmt.Appendf(nil, "ch_%d", charges), nil

@@ -45,7 +45,7 @@ func ExampleRetryable() {
 	}
 
 	ok := func() error { return nil }
-	fmt.Println(handle("m1", "42 EUR", func() error { return errors.New("card network down, nothing sent") }))
+	fmt.Println(handle("m1", "42 EUR", func() error { return idem.NotRun(errors.New("card network down, nothing sent")) }))
 	fmt.Println(handle("m1", "42 EUR", ok))
 	fmt.Println(handle("m1", "42 EUR", ok)) // a redelivery: replayed, not charged again
 	fmt.Println(handle("m1", "99 EUR", ok)) // the same ID with another payload

@@ -66,6 +66,14 @@ func OpenLedger(ctx context.Context, pool *pgxpool.Pool, schema string) (*Ledger
 // nothing. ctx should be the lease's context (Engine.Do passes it), so a
 // lease lost before the commit rolls the charge back.
 func (l *Ledger) Charge(ctx context.Context, tenant, key string, fence int64, o Order) (charge string, found bool, err error) {
+	defer func() {
+		// Before the COMMIT nothing is charged (the transaction rolls
+		// back): the key is released. Only the COMMIT's own failure is an
+		// unknown outcome.
+		if err != nil && !errors.Is(err, idem.ErrOutcomeUnknown) {
+			err = idem.NotRun(err)
+		}
+	}()
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return "", false, fmt.Errorf("natsconsumer: ledger: %w", err)

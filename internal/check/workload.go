@@ -132,14 +132,14 @@ func (p *process) request(ctx context.Context, rng *rand.Rand, key string, lease
 				sleep(ctx, lease*3/2)
 			}
 			if ctx.Err() != nil {
-				return nil, errNotStarted
+				return nil, idem.NotRun(errNotStarted)
 			}
 			v, err := p.ledger.Apply(id, l.Fence(), p.dedup, f, call)
 			switch {
 			case errors.Is(err, errLedgerReplyLost):
 				return nil, idem.OutcomeUnknown(err, "the ledger's reply was lost")
-			case err != nil:
-				return nil, err
+			case err != nil: // stale or refused: not applied
+				return nil, idem.NotRun(err)
 			}
 			if stallAfter {
 				sleep(context.WithoutCancel(ctx), lease*3/2)

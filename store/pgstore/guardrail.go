@@ -66,8 +66,9 @@ type DB interface {
 // (the reservation goes with it, so a retry reserves the key anew) and is
 // returned as it is, and so does a panic, which goes on. An error before
 // the work ran (the database unreachable, Reserve failing) is marked
-// idem.NotRun, so that Do releases the key rather than read the driver's
-// network error as an unknown outcome. The flow of
+// idem.NotRun, so that Do releases the key (Do reads any unmarked error
+// as an unknown outcome). The work's own error is returned as it is: it
+// may follow a call outside the transaction (the provider's). The flow of
 // pgx.BeginFunc, with the reservation around it:
 //
 //	out, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
@@ -130,9 +131,9 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 }
 
 // notRun marks an error of Guard before its work ran as idem.NotRun does:
-// it may wrap the driver's network error, which idem.Engine.Do otherwise
-// reads as a call that may have taken effect, and the key would stay
-// UNKNOWN for work that never started. The transaction is rolled back.
+// idem.Engine.Do reads any other error as a call that may have taken
+// effect, and the key would stay UNKNOWN for work that never started. The
+// transaction is rolled back.
 func notRun(err error) error { return &outcome.NotRun{Err: err} }
 
 // Reservation is a committed reservation, as Store.Reservation reads it.
