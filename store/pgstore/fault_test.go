@@ -158,7 +158,7 @@ func TestLostReplyAfterComplete(t *testing.T) {
 
 // TestLostReplyAfterCommit: the application's transaction committed the
 // reservation and outcome, but the COMMIT reply was lost. The worker sees
-// an error and releases the key; the client's retry meets the committed
+// an error and (wrongly) releases the key; the client's retry meets the committed
 // reservation (ErrDuplicate) and replays its outcome: one provider call.
 func TestLostReplyAfterCommit(t *testing.T) {
 	s, proxy := viaProxy(t, newStore(t))
@@ -171,7 +171,14 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	req := idem.Request{Tenant: "acme", Key: "order-7", Fingerprint: "fp"}
 	pay := func() ([]byte, error) {
 		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
-			return chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, lease.Fence())
+			out, err := chargeOnce(ctx, s.Pool(), s, prov, req.Tenant, req.Key, lease.Fence())
+			if err != nil {
+				// A worker that wrongly says nothing ran, so that Do
+				// releases the key and the retry runs the flow again:
+				// the guardrail is the last line, and is what is tested.
+				return nil, idem.NotRun(err)
+			}
+			return out, nil
 		})
 		return out, err
 	}
@@ -212,7 +219,15 @@ func TestBackendTerminatedMidTransaction(t *testing.T) {
 	req := idem.Request{Tenant: "acme", Key: "order-9", Fingerprint: "fp"}
 	terminate := true
 	pay := func() ([]byte, error) {
-		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) ([]byte, error) {
+		// A worker that releases the key on any failure (NotRun, wrongly
+		// after the provider call): the guardrail and the key forwarded to
+		// the provider are what keep it to one charge, and are tested.
+		out, _, err := engine.Do(ctx, req, func(ctx context.Context, lease *idem.Lease) (out []byte, err error) {
+			defer func() {
+				if err != nil {
+					err = idem.NotRun(err)
+				}
+			}()
 			tx, err := s.Pool().Begin(ctx)
 			if err != nil {
 				return nil, err

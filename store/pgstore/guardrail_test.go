@@ -309,7 +309,7 @@ func TestGuardReservesRunsSettlesCommits(t *testing.T) {
 		}
 	}
 	declined := errors.New("card declined, nothing charged")
-	if _, _, err := e.Do(ctx, key, charge(declined)); !errors.Is(err, declined) || !idem.Retryable(err) {
+	if _, _, err := e.Do(ctx, key, charge(idem.NotRun(declined))); !errors.Is(err, declined) || !idem.Retryable(err) {
 		t.Fatalf("Do with a declined charge = %v; want the error, the key released", err)
 	}
 	if _, err := s.Reservation(ctx, pool, "acme", "charge-1"); !errors.Is(err, store.ErrNotFound) {
