@@ -35,14 +35,12 @@
 // later call with the key. Retryable, and the table in Do's
 // documentation, say what to do about each of its errors.
 // A function whose error is wrapped with NotRun (it stopped before its
-// side effect) has its key released, so a later call runs it again; one
-// whose error is wrapped with OutcomeUnknown (the effect may have
-// happened) turns its key UNKNOWN, and so do a panic and an unmarked
-// error that wraps a context error, the end of the lease (a call cut in
-// flight) or a network error (a net.Error: a call that may have been
-// sent). Any other error releases the key, as NotRun does. The reason
-// kept with an UNKNOWN key is the application's or a fixed phrase, never
-// an error's text: it is shown to every caller that retries the key.
+// side effect) has its key released, so a later call runs it again. Any
+// other error turns its key UNKNOWN, and so does a panic: a failure proves
+// nothing about the effect unless the work says so (a 5xx, a reset, a
+// timeout may all come after it). The reason kept with an UNKNOWN key is
+// the application's (OutcomeUnknown's) or a fixed phrase, never an
+// error's text: it is shown to every caller that retries the key.
 //
 // Engine.Begin is the step-by-step form. It answers with exactly one
 // Decision: Acquired (with a Lease), Replayed (with the stored Result),
