@@ -67,10 +67,10 @@ type RetryOptions struct {
 // retries 422 or any other 4xx. Requests with neither a key nor an idempotent
 // method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) are sent once.
 //
-// A key it makes itself lives only within one RoundTrip: when RoundTrip
-// ends on a network error, the caller does not learn it, and sending the
-// request again then sends it under a new key, which may run it twice. A
-// caller that may send a request again after an error sets its key.
+// When the attempts end on a network error after a request may have left,
+// RoundTrip returns an *OutcomeUnknownError whose Key is the key it was
+// sent with (the one it made, too) and whose Err is the last error: send
+// the request again under that key, never a new one, or it may run twice.
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
@@ -262,24 +262,33 @@ func discard(resp *http.Response) {
 var ErrOutcomeUnknown = idem.ErrOutcomeUnknown
 
 // OutcomeUnknownError is returned by Retrying when its retries ended on an
-// answer saying that the request's outcome is unknown: it may have taken
-// effect, no result is known yet, and the server will not run it again.
-// It did not fail: retry later with the same Key to get its result once
-// the server has reconciled it, or ask its operator; do not send it again
-// under a new key unless running it twice is acceptable.
+// answer saying that the request's outcome is unknown (it may have taken
+// effect, no result is known yet, and the server will not run it again),
+// or on a network error after the request may have left (Err). It did not
+// fail: retry later with the same Key to get its result (once the server
+// has reconciled it), or ask its operator; do not send it again under a
+// new key unless running it twice is acceptable.
 type OutcomeUnknownError struct {
 	Method, URL string
 	Key         string // the Idempotency-Key the request was sent with
-	Status      int    // the last answer's status
+	Status      int    // the last answer's status; 0 after a network error
 	Code        string // the last answer's problem code
 	Attempts    int
+	Err         error // the last attempt's network error, when no answer came
 }
 
 // Error says that the outcome is unknown, never that the request failed.
 func (e *OutcomeUnknownError) Error() string {
-	return fmt.Sprintf("idemclient: %s %s: outcome unknown after %d attempts (%d %s): the request may have taken effect; retry later with Idempotency-Key %q for its result",
-		e.Method, e.URL, e.Attempts, e.Status, e.Code, e.Key)
+	last := fmt.Sprintf("%d %s", e.Status, e.Code)
+	if e.Err != nil {
+		last = e.Err.Error()
+	}
+	return fmt.Sprintf("idemclient: %s %s: outcome unknown after %d attempts (%s): the request may have taken effect; retry later with Idempotency-Key %q for its result",
+		e.Method, e.URL, e.Attempts, last, e.Key)
 }
+
+// Unwrap returns the last network error, if any.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 
 // Is reports ErrOutcomeUnknown, which is idem.ErrOutcomeUnknown.
 func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
@@ -325,6 +334,14 @@ func unknownCode(resp *http.Response) string {
 // last returns the outcome of the last attempt: as it is, or, when the
 // answer says the outcome is unknown, an *OutcomeUnknownError.
 func last(out *http.Request, resp *http.Response, err error, attempts int) (*http.Response, error) {
+	if err != nil {
+		// No answer: unless the only attempt provably never left, it may
+		// have run, and the caller needs the key to ask for its result.
+		if key := keyOf(out.Header); key != "" && (attempts > 1 || Sent(err)) {
+			return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: err}
+		}
+		return nil, err
+	}
 	code := unknownCode(resp)
 	if code == "" {
 		return resp, err

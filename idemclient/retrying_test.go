@@ -301,8 +301,15 @@ func TestRetryingRetriesNetworkErrors(t *testing.T) {
 		resp.Body.Close()
 		t.Fatal("no error after every attempt failed")
 	}
-	if n := len(srv.seen()); n != 2 {
-		t.Fatalf("server saw %d requests; want 2", n)
+	keys := srv.seen()
+	if len(keys) != 2 {
+		t.Fatalf("server saw %d requests; want 2", len(keys))
+	}
+	// The key it made is the caller's to send again with: a new one may
+	// run the request twice.
+	unknown, ok := errors.AsType[*idemclient.OutcomeUnknownError](err)
+	if !ok || unknown.Key != keys[0] || unknown.Err == nil || unknown.Attempts != 2 || !errors.Is(err, idemclient.ErrOutcomeUnknown) {
+		t.Fatalf("error after every attempt failed = %v; want an *OutcomeUnknownError with the key %q sent, the last error and 2 attempts", err, keys[0])
 	}
 }
 
