@@ -169,13 +169,6 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 	return out, false, nil
 }
 
-// cutShort reports whether err says the work's context ended under it:
-// the work was stopped wherever it was, perhaps after its side effect.
-func cutShort(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseLost)
-}
-
 // networkFailure reports whether err wraps a network error: a call the
 // work made failed on its connection, which may have been after the
 // request was sent and acted on (a reset or an EOF while the answer was
