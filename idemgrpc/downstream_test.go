@@ -2,14 +2,12 @@ package idemgrpc_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -41,7 +39,7 @@ func TestDownstreamFailureAfterEffect(t *testing.T) {
 				}
 				return wrapperspb.String(strings.Repeat("x", 64)), nil
 			}}
-			srv, downConn := downstream(t, down)
+			srv, downConn := listen(t, down, nil) // without the interceptor
 			if tc.want == codes.Unavailable {
 				go func() {
 					<-ran
@@ -67,31 +65,4 @@ func TestDownstreamFailureAfterEffect(t *testing.T) {
 			}
 		})
 	}
-}
-
-// downstream serves s without the interceptor and returns the server,
-// which the caller may stop, and a connection to it; both end with t.
-func downstream(t *testing.T, s *service) (*grpc.Server, *grpc.ClientConn) {
-	t.Helper()
-	srv := grpc.NewServer()
-	srv.RegisterService(&paymentsDesc, s)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(lis)
-	}()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Stop()
-		<-done
-	})
-	return srv, conn
 }

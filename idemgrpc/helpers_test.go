@@ -146,6 +146,15 @@ func serve(t testing.TB, e *idem.Engine, o *idemgrpc.Options, s *service, dial .
 		}
 		opts = append(opts, grpc.UnaryInterceptor(in))
 	}
+	_, conn := listen(t, s, opts, dial...)
+	return conn
+}
+
+// listen serves s (pay when it has no handler) with opts on loopback TCP
+// and returns the server, which the caller may stop, and a connection to
+// it; both end with t.
+func listen(t testing.TB, s *service, opts []grpc.ServerOption, dial ...grpc.DialOption) (*grpc.Server, *grpc.ClientConn) {
+	t.Helper()
 	if s.handle == nil {
 		s.handle = pay
 	}
@@ -169,7 +178,7 @@ func serve(t testing.TB, e *idem.Engine, o *idemgrpc.Options, s *service, dial .
 		srv.Stop()
 		<-done
 	})
-	return conn
+	return srv, conn
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
