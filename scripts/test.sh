@@ -10,12 +10,12 @@ cd "$(dirname "$0")/.."
 start=$SECONDS
 phase() { echo "test.sh: [$((SECONDS - start))s] $*"; }
 
-phase "servers, go vet, then go test -race on every package; the whole run takes about 10 min on 2 quiet cores (2 of them the check campaign), about 16 with both cores busy; the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
+phase "servers, go vet, then go test -race on every package; the whole run takes about 10 min with both of 2 cores busy (2 of them the check campaign); the first also compiles every package with -race (about 5 min more), and a fresh machine adds about a minute of apt-get installs"
 scripts/services.sh
 phase "go vet ./..."
 go vet ./...
 packages=$(go list ./... | wc -l)
-phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest: store/redisstore about 3 min, cmd/idem and internal/lab about a minute each)"
+phase "go test -race -count=1 ./... ($packages packages, printed in package order as they finish: 'ok  <package>  <time>'; the slowest: store/redisstore about 2 min, cmd/idem and internal/lab just over a minute each)"
 # -parallel 8: most of the suite's time is tests waiting on real time (a
 # TTL to end, a Sentinel election, a drain delay), each on its own servers
 # and keys; go test's default, one per core, queued them behind each other.
