@@ -16,8 +16,8 @@ import (
 // the server: Sent. A request that provably never left did not run: its
 // error is marked idem.NotRun, so that idem.Engine.Do releases the key of
 // work that returns it; one that may have left has an unknown outcome,
-// and Do keeps its key UNKNOWN (a network error that is not marked NotRun). The idem gateway forwards every request through
-// one.
+// and Do keeps its key UNKNOWN, as it does for any error not marked
+// NotRun. The idem gateway forwards every request through one.
 //
 // It also refuses to send a request whose context carries an idem lease
 // that has ended (the context of a handler under idemhttp or idemgrpc, of
@@ -85,8 +85,8 @@ func Sent(err error) bool {
 
 // notRun marks the error of a request that provably never left as
 // idem.NotRun does, so that idem.Engine.Do releases its key when the work
-// returns it as it is (Do keeps a key UNKNOWN after a network error it
-// cannot tell was before the send).
+// returns it as it is (Do keeps a key UNKNOWN after any error not so
+// marked).
 func notRun(err error) error { return idem.NotRun(err) }
 
 // sendError is the error of a request Transport got no response to.
