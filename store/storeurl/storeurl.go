@@ -55,7 +55,8 @@ type Options struct {
 	// ?schema=) has every migration (pgstore.Pending) instead of applying
 	// them, so that a role without the CREATE privilege can open the
 	// store: a schema that lacks one is an error wrapping ErrNotMigrated.
-	// The other stores have nothing to migrate. It is an option, not a
+	// The other stores have nothing to migrate: it is refused for them,
+	// not ignored. It is an option, not a
 	// URL parameter: it says what this process may do to the database,
 	// not where the keys live, and the URL that a migration step (Migrate,
 	// idem migrate) and the processes that then use the store share must
@@ -128,7 +129,6 @@ func parse(uri string, o *Options) (target, error) {
 		switch {
 		case uri == "memory":
 			t.memory = true
-			return t, nil
 		case isRedisURI(uri):
 			t.redis = uri
 		case isPostgresURI(uri):
@@ -136,6 +136,12 @@ func parse(uri string, o *Options) (target, error) {
 		default:
 			return t, fmt.Errorf("%w: unknown scheme %s; want %s", ErrBadURL, scheme(uri), forms)
 		}
+	}
+	if o.NoMigrate && t.postgres == "" {
+		return t, fmt.Errorf("storeurl: Options.NoMigrate applies to a PostgreSQL store only (postgres://, or Redis in front of one), which has tables to migrate; not %s", storeName(uri))
+	}
+	if t.memory {
+		return t, nil
 	}
 	var err error
 	if t.redis != "" {

@@ -144,6 +144,21 @@ func TestOpenMemoryOptions(t *testing.T) {
 	}
 }
 
+// NoMigrate is refused for a store without PostgreSQL tables rather than
+// ignored: Check answers without connecting.
+func TestNoMigrateNeedsPostgres(t *testing.T) {
+	for _, uri := range []string{"memory", "redis://127.0.0.1:1/0"} {
+		if err := storeurl.Check(uri, &storeurl.Options{NoMigrate: true}); err == nil || !strings.Contains(err.Error(), "NoMigrate applies to a PostgreSQL store only") {
+			t.Errorf("Check(%s) with NoMigrate = %v; want it refused", uri, err)
+		}
+	}
+	for _, uri := range []string{"postgres://127.0.0.1:1/db", "redis://127.0.0.1:1/0+postgres://127.0.0.1:1/db"} {
+		if err := storeurl.Check(uri, &storeurl.Options{NoMigrate: true}); err != nil {
+			t.Errorf("Check(%s) with NoMigrate = %v; want it accepted", uri, err)
+		}
+	}
+}
+
 // The PostgreSQL and layered forms connect, migrate and answer.
 func TestOpenPostgresAndLayered(t *testing.T) {
 	ctx := context.Background()
