@@ -40,7 +40,7 @@ type Transport struct {
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
-			return nil, &sendError{err: notRun(fmt.Errorf("idemclient: not sent, the lease ended first: %w", err))}
+			return nil, &sendError{err: idem.NotRun(fmt.Errorf("idemclient: not sent, the lease ended first: %w", err))}
 		}
 	}
 	base := t.Base
@@ -63,8 +63,8 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := base.RoundTrip(r)
 	if err != nil {
 		sent := !traced || w.mayHaveReached(r)
-		if !sent {
-			err = notRun(err)
+		if !sent { // Do releases the key of work that returns it as it is
+			err = idem.NotRun(err)
 		}
 		return nil, &sendError{sent: sent, err: err}
 	}
@@ -82,12 +82,6 @@ func Sent(err error) bool {
 	}
 	return true
 }
-
-// notRun marks the error of a request that provably never left as
-// idem.NotRun does, so that idem.Engine.Do releases its key when the work
-// returns it as it is (Do keeps a key UNKNOWN after any error not so
-// marked).
-func notRun(err error) error { return idem.NotRun(err) }
 
 // sendError is the error of a request Transport got no response to.
 type sendError struct {
