@@ -103,9 +103,13 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention, keyRetenti
 		e.reconciled(id, VerdictUnknown, err)
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
-	// The key is remembered at least as long as its UNKNOWN record would
-	// have lived: that life was set under the configuration its request
-	// ran with, which a sweep's (the engine's) may no longer be.
+	// The result is replayed, and the key remembered, at least as long as
+	// its UNKNOWN record would have lived: that life was set under the
+	// configuration its request ran with (a route's retention, a reload's),
+	// which a sweep's or an operator's (the engine's) may not be. With the
+	// engine's retention alone a retry got 410 key_expired early; with its
+	// key retention alone, the work ran again.
+	retention = max(retention, r.rec.TTL)
 	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: max(keyRetention, r.rec.TTL)}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
@@ -152,9 +156,9 @@ func (e *Engine) reconciled(id ID, v Verdict, err error) {
 }
 
 // Resolve ends an UNKNOWN key by an operator's word: with res, the work
-// took effect and res is recorded and replayed (for the engine's
-// retention), and the key is remembered at least as long as its UNKNOWN
-// record would have lived; with a nil res, the work did not take effect and the key is
+// took effect and res is recorded and replayed for the engine's retention
+// or, when longer, as long as the UNKNOWN record would still have lived,
+// and the key is remembered as long; with a nil res, the work did not take effect and the key is
 // released, so the next attempt runs it. fence must be the UNKNOWN
 // record's (Record.Fence), so that a resolution meant for one attempt
 // never lands on another. It returns ErrNotFound, ErrNotUnknown or
@@ -169,18 +173,13 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 	}
 	p := store.ResolveParams{ID: id, Fence: fence, Result: res, Retention: e.retention, KeyRetention: e.keyRetention}
 	if res != nil {
-		// As a reconciliation does (reconcileOnce): the key is remembered
-		// at least as long as its UNKNOWN record would have lived. That
-		// life was set under its request's configuration (a route's own
-		// retention, or one a reload raised), which the engine's, set at
-		// start, may not be; with the engine's alone a retry after it
-		// would run the work again.
+		// As a reconciliation does (reconcileOnce), for the same reason.
 		rec, err := e.Get(ctx, id)
 		if err != nil {
 			return err
 		}
 		if rec.State == StateUnknown && rec.Fence == fence {
-			p.KeyRetention = max(p.KeyRetention, rec.TTL)
+			p.Retention, p.KeyRetention = max(p.Retention, rec.TTL), max(p.KeyRetention, rec.TTL)
 		}
 	}
 	err := e.resolve(ctx, p)

@@ -77,54 +77,66 @@ func TestReconcileNowWithoutLookup(t *testing.T) {
 	})
 }
 
-// A key that a request marked UNKNOWN under its own, longer key
-// retention, and that the engine's sweep then reconciles as completed, is
-// remembered for that key retention, not the engine's: else it would run
-// again once the response's retention ended (a gateway's reload raises a
-// route's key retention; its engine keeps the one it started with).
-func TestReconciliationKeepsTheKeyForItsRequestsKeyRetention(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
-		e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond,
-			Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
-				return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("charged")}}, nil
-			}})
-		req := idem.Request{Key: "reloaded", Fingerprint: "fp", KeyRetention: time.Hour}
-		a := begin(t, e, req)
-		if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
-			t.Fatal(err)
-		}
-		if stats, err := e.ReconcileAll(context.Background()); err != nil || stats.Completed != 1 {
-			t.Fatalf("ReconcileAll = %+v, %v; want one key completed", stats, err)
-		}
-		time.Sleep(300 * time.Millisecond) // past the response's retention (in the bubble, its clock)
-		if r := begin(t, e, req); r.Outcome != idem.Expired {
-			t.Fatalf("after the response's retention = %v %+v; want Expired: the key's retention is an hour", r.Outcome, r.Record)
-		}
-	})
+// A key that a request marked UNKNOWN under its own, longer retention or
+// key retention (a route's, or one a reload raised), and that the
+// engine's sweep then reconciles as completed, is replayed as long as its
+// UNKNOWN record would have lived, not for the engine's retention: with
+// it a retry got 410 key_expired early, or, without a key retention, ran
+// the work again.
+func TestReconciliationKeepsTheReplayForItsRequestsRetention(t *testing.T) {
+	for _, req := range []idem.Request{
+		{Key: "route-retention", Fingerprint: "fp", Retention: time.Hour},
+		{Key: "route-key-retention", Fingerprint: "fp", KeyRetention: time.Hour},
+	} {
+		t.Run(req.Key, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, s store.Store) {
+				e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond,
+					Reconcile: func(ctx context.Context, rec idem.Record) (idem.Resolution, error) {
+						return idem.Resolution{Verdict: idem.VerdictCompleted, Result: idem.Result{Body: []byte("charged")}}, nil
+					}})
+				a := begin(t, e, req)
+				if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
+					t.Fatal(err)
+				}
+				if stats, err := e.ReconcileAll(context.Background()); err != nil || stats.Completed != 1 {
+					t.Fatalf("ReconcileAll = %+v, %v; want one key completed", stats, err)
+				}
+				time.Sleep(300 * time.Millisecond) // past the engine's retention (in the bubble, its clock)
+				if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
+					t.Fatalf("after the engine's retention = %v %+v; want the reconciled result replayed: the key's UNKNOWN record had an hour to live", r.Outcome, r.Record)
+				}
+			})
+		})
+	}
 }
 
-// An operator's resolution keeps the key as a reconciliation does: a key
-// marked UNKNOWN under its request's longer key retention (a route's, or a
-// reload's) is remembered for it, not for the engine's, which would let a
-// retry after the response's retention run the work again.
-func TestResolveKeepsTheKeyForItsRequestsKeyRetention(t *testing.T) {
-	eachStore(t, func(t *testing.T, s store.Store) {
-		e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond})
-		req := idem.Request{Key: "resolved", Fingerprint: "fp", KeyRetention: time.Hour}
-		a := begin(t, e, req)
-		if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := e.Get(context.Background(), a.Lease.ID())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Resolve(context.Background(), rec.ID, rec.Fence, &idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(300 * time.Millisecond) // past the response's retention (in the bubble, its clock)
-		if r := begin(t, e, req); r.Outcome != idem.Expired {
-			t.Fatalf("after the response's retention = %v %+v; want Expired: the key's retention is an hour", r.Outcome, r.Record)
-		}
-	})
+// An operator's resolution keeps the replay as a reconciliation does: as
+// long as the UNKNOWN record would have lived under its request's longer
+// retention or key retention, not for the engine's.
+func TestResolveKeepsTheReplayForItsRequestsRetention(t *testing.T) {
+	for _, req := range []idem.Request{
+		{Key: "route-retention", Fingerprint: "fp", Retention: time.Hour},
+		{Key: "route-key-retention", Fingerprint: "fp", KeyRetention: time.Hour},
+	} {
+		t.Run(req.Key, func(t *testing.T) {
+			eachStore(t, func(t *testing.T, s store.Store) {
+				e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond})
+				a := begin(t, e, req)
+				if err := a.Lease.MarkUnknown(context.Background(), "the provider timed out"); err != nil {
+					t.Fatal(err)
+				}
+				rec, err := e.Get(context.Background(), a.Lease.ID())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Resolve(context.Background(), rec.ID, rec.Fence, &idem.Result{Status: 201, Body: []byte("charged")}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(300 * time.Millisecond) // past the engine's retention (in the bubble, its clock)
+				if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "charged" {
+					t.Fatalf("after the engine's retention = %v %+v; want the resolved result replayed: the key's UNKNOWN record had an hour to live", r.Outcome, r.Record)
+				}
+			})
+		})
+	}
 }
