@@ -77,6 +77,13 @@ func TestReconcileNowWithoutLookup(t *testing.T) {
 	})
 }
 
+// longerRetentions are requests whose route (or a reload) keeps them
+// longer than the engine's retention: by a retention, or a key retention.
+var longerRetentions = []idem.Request{
+	{Key: "route-retention", Fingerprint: "fp", Retention: time.Hour},
+	{Key: "route-key-retention", Fingerprint: "fp", KeyRetention: time.Hour},
+}
+
 // A key that a request marked UNKNOWN under its own, longer retention or
 // key retention (a route's, or one a reload raised), and that the
 // engine's sweep then reconciles as completed, is replayed as long as its
@@ -84,10 +91,7 @@ func TestReconcileNowWithoutLookup(t *testing.T) {
 // it a retry got 410 key_expired early, or, without a key retention, ran
 // the work again.
 func TestReconciliationKeepsTheReplayForItsRequestsRetention(t *testing.T) {
-	for _, req := range []idem.Request{
-		{Key: "route-retention", Fingerprint: "fp", Retention: time.Hour},
-		{Key: "route-key-retention", Fingerprint: "fp", KeyRetention: time.Hour},
-	} {
+	for _, req := range longerRetentions {
 		t.Run(req.Key, func(t *testing.T) {
 			eachStore(t, func(t *testing.T, s store.Store) {
 				e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond,
@@ -114,10 +118,7 @@ func TestReconciliationKeepsTheReplayForItsRequestsRetention(t *testing.T) {
 // long as the UNKNOWN record would have lived under its request's longer
 // retention or key retention, not for the engine's.
 func TestResolveKeepsTheReplayForItsRequestsRetention(t *testing.T) {
-	for _, req := range []idem.Request{
-		{Key: "route-retention", Fingerprint: "fp", Retention: time.Hour},
-		{Key: "route-key-retention", Fingerprint: "fp", KeyRetention: time.Hour},
-	} {
+	for _, req := range longerRetentions {
 		t.Run(req.Key, func(t *testing.T) {
 			eachStore(t, func(t *testing.T, s store.Store) {
 				e := newEngine(t, s, &idem.Options{Retention: 100 * time.Millisecond})
