@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -91,7 +92,8 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 	case err != nil:
 		return store.AcquireResult{}, false, err
 	case ok:
-		return store.AcquireResult{Acquired: true, Record: r.rec, Takeover: r.takeover}, true, nil
+		// Ours, even when its lease ended before RETURNING read the row.
+		return r.acquired(), true, nil
 	}
 	r, ok, err = s.queryRow(ctx, s.q.get, p.Tenant, p.Key)
 	switch {
@@ -131,10 +133,17 @@ func (r row) owned(owner string) bool {
 	return r.rec.Owner == owner && (r.rec.State == store.StateProcessing || r.abandoned)
 }
 
-// acquired is the answer to the acquisition of r by its owner.
+// acquired is the answer to the acquisition of r by its owner: PROCESSING,
+// as every store answers an acquisition, even when the lease ended before
+// the row was read (a stall after the INSERT's clock, or a lost reply
+// tried again); what is left of such a lease is nothing, not the row's
+// life. The engine counts its own deadline from before the call.
 func (r row) acquired() store.AcquireResult {
 	rec := r.rec
 	rec.State, rec.Reason = store.StateProcessing, ""
+	if r.abandoned {
+		rec.CompletedAt, rec.TTL = time.Time{}, 0
+	}
 	return store.AcquireResult{Acquired: true, Record: rec, Takeover: r.takeover}
 }
 
