@@ -88,8 +88,7 @@ var longerRetentions = []idem.Request{
 // key retention (a route's, or one a reload raised), and that the
 // engine's sweep then reconciles as completed, is replayed as long as its
 // UNKNOWN record would have lived, not for the engine's retention: with
-// it a retry got 410 key_expired early, or, without a key retention, ran
-// the work again.
+// it a retry got 410 key_expired early.
 func TestReconciliationKeepsTheReplayForItsRequestsRetention(t *testing.T) {
 	for _, req := range longerRetentions {
 		t.Run(req.Key, func(t *testing.T) {
