@@ -239,6 +239,7 @@ func TestReloadUsesTheSameChain(t *testing.T) {
 	g := launchServe(t, []string{"IDEM_REQUIRE_KEY=true"}, "--config", path, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
 	g.waitServing(t)
 	g.waitForLog(t, "IDEM_REQUIRE_KEY in the environment overrides require-key at "+path+":2", 1)
+	g.waitForLog(t, `"keyless_requests":"refused (400 key_required)"`, 1) // the serving line says what runs, not what the file says
 	if a := post(t, "http://"+g.addr, "", "{}"); a.status != http.StatusBadRequest {
 		t.Fatalf("no key, IDEM_REQUIRE_KEY=true over the file's false: %d; want 400", a.status)
 	}

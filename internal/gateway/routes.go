@@ -351,3 +351,28 @@ func cleanPath(p string) string {
 	}
 	return np
 }
+
+// keylessRequests says, for the line idem logs when it starts serving,
+// what becomes of a protected request that comes without a key: refused
+// with 400 key_required, or forwarded unprotected (no key, nothing to
+// deduplicate), by the top-level require-key or by the routes named.
+// The operator learns it from the log, not only from the config.
+func keylessRequests(c Config) string {
+	if !c.RequireKey {
+		return "forwarded unprotected (require-key is off; a route may turn it on)"
+	}
+	var open []string
+	for _, rt := range c.Routes {
+		if !rt.PassThrough && rt.RequireKey != nil && !*rt.RequireKey {
+			name := rt.Name
+			if name == "" {
+				name = rt.Pattern
+			}
+			open = append(open, name)
+		}
+	}
+	if len(open) > 0 {
+		return "refused (400 key_required), except forwarded unprotected on the routes " + strings.Join(open, ", ")
+	}
+	return "refused (400 key_required)"
+}

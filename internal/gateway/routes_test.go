@@ -601,3 +601,24 @@ func TestFormatSuffixMeetsItsRoute(t *testing.T) {
 		})
 	}
 }
+
+// The serving line says what becomes of a protected request without a
+// key, with the routes that forward one unprotected.
+func TestKeylessRequests(t *testing.T) {
+	no, yes := false, true
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "forwarded unprotected (require-key is off; a route may turn it on)"},
+		{Config{RequireKey: true}, "refused (400 key_required)"},
+		{Config{RequireKey: true, Routes: []Route{{Pattern: "POST /a", RequireKey: &yes}, {Pattern: "/b", PassThrough: true, RequireKey: &no}}},
+			"refused (400 key_required)"},
+		{Config{RequireKey: true, Routes: []Route{{Name: "quotes", Pattern: "POST /q", RequireKey: &no}, {Pattern: "POST /w", RequireKey: &no}}},
+			"refused (400 key_required), except forwarded unprotected on the routes quotes, POST /w"},
+	} {
+		if got := keylessRequests(c.cfg); got != c.want {
+			t.Errorf("keylessRequests(%+v) = %q; want %q", c.cfg, got, c.want)
+		}
+	}
+}
