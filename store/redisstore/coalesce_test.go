@@ -56,9 +56,9 @@ func TestConformanceCoalesce(t *testing.T) {
 	}
 }
 
-// coalescingStores returns a store with Options.Coalesce on each client,
-// on the server at addr.
-func coalescingStores(t *testing.T, addr string) map[string]*redisstore.Store {
+// clientStores returns a store with opts on each client (go-redis and
+// rueidis), on the server at addr.
+func clientStores(t *testing.T, addr string, opts *redisstore.Options) map[string]*redisstore.Store {
 	t.Helper()
 	gr := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { gr.Close() })
@@ -67,20 +67,15 @@ func coalescingStores(t *testing.T, addr string) map[string]*redisstore.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(rd.Close)
-	stores := map[string]*redisstore.Store{}
-	for name, open := range map[string]func() (*redisstore.Store, error){
-		"go-redis": func() (*redisstore.Store, error) { return redisstore.New(gr, &redisstore.Options{Coalesce: true}) },
-		"rueidis": func() (*redisstore.Store, error) {
-			return redisstore.NewRueidis(rd, &redisstore.Options{Coalesce: true})
-		},
-	} {
-		s, err := open()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stores[name] = s
+	viaGoredis, err := redisstore.New(gr, opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return stores
+	viaRueidis, err := redisstore.NewRueidis(rd, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]*redisstore.Store{"go-redis": viaGoredis, "rueidis": viaRueidis}
 }
 
 func acquireParams(key, owner string) store.AcquireParams {
@@ -116,7 +111,7 @@ func waitQueued(t *testing.T, s *redisstore.Store, n int) {
 // the store counts it as sent alone.
 func TestCoalesceLoneOperationGoesAtOnce(t *testing.T) {
 	srv, admin := privateRedis(t)
-	for name, s := range coalescingStores(t, srv.Addr) {
+	for name, s := range clientStores(t, srv.Addr, &redisstore.Options{Coalesce: true}) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			completeKey(t, s, store.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
@@ -154,7 +149,7 @@ func TestCoalesceLoneOperationGoesAtOnce(t *testing.T) {
 func TestCoalesceBatchesUnderLoad(t *testing.T) {
 	srv, admin := privateRedis(t)
 	ctx := context.Background()
-	for name, s := range coalescingStores(t, srv.Addr) {
+	for name, s := range clientStores(t, srv.Addr, &redisstore.Options{Coalesce: true}) {
 		t.Run(name, func(t *testing.T) {
 			completeKey(t, s, store.ID{Tenant: "t", Key: name + "-warm"}, nearResult) // loads the scripts
 			corrupt := store.ID{Tenant: "t", Key: name + "-corrupt"}

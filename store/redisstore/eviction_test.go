@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/rueidis"
 
 	"github.com/idemkit/idem/internal/redisproc"
 	"github.com/idemkit/idem/internal/testinfra/testenv"
@@ -22,30 +21,18 @@ func TestEvictionPolicy(t *testing.T) {
 	}
 	t.Cleanup(srv.Kill)
 
-	gr := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { gr.Close() })
-	viaGoredis, err := redisstore.New(gr, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ru.Close)
-	viaRueidis, err := redisstore.NewRueidis(ru, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, s := range map[string]*redisstore.Store{"go-redis": viaGoredis, "rueidis": viaRueidis} {
+	stores := clientStores(t, srv.Addr, nil)
+	for name, s := range stores {
 		if got, err := s.EvictionPolicy(t.Context()); err != nil || got != "volatile-lru" {
 			t.Errorf("%s: EvictionPolicy = %q, %v; want volatile-lru", name, got, err)
 		}
 	}
-	if err := gr.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { admin.Close() })
+	if err := admin.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := viaRueidis.EvictionPolicy(t.Context()); err != nil || got != redisstore.NoEviction {
+	if got, err := stores["rueidis"].EvictionPolicy(t.Context()); err != nil || got != redisstore.NoEviction {
 		t.Errorf("after CONFIG SET: EvictionPolicy = %q, %v; want %s", got, err, redisstore.NoEviction)
 	}
 }
