@@ -66,7 +66,12 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	bodyFile := fs.String("body-file", "", "resolve: read the body of the recorded response from this file")
 	force := fs.Bool("force", false, "delete: also a key in flight (PROCESSING) or UNKNOWN, which lets the next request run it again")
 	reason := fs.String("reason", "", "delete, resolve: why, recorded in the gateway's audit (at most 1 KiB)")
-	if err := parseFlags(fs, args); err != nil {
+	// What to do, to which keys and why is said on the command line of
+	// each call, never by a variable left in the shell: IDEM_FORCE=true
+	// would make every delete release keys in flight or UNKNOWN. Only how
+	// to reach the admin API comes from the environment too.
+	if err := parseFlags(fs, args, "unknown", "tenant", "fence", "not-executed", "status", "header", "body", "body-file",
+		"force", "reason"); err != nil {
 		return err
 	}
 	// Flags may also follow the verb: parse what comes after it again.

@@ -100,8 +100,8 @@ func usage(w io.Writer) {
 // parseFlags parses args into fs, then fills every flag not given on the
 // command line from its IDEM_ environment variable: resolveFlags without
 // a config file.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	_, err := resolveFlags(fs, args, "")
+func parseFlags(fs *flag.FlagSet, args []string, cmdLineOnly ...string) error {
+	_, err := resolveFlags(fs, args, "", cmdLineOnly...)
 	return err
 }
 

@@ -30,7 +30,9 @@ func runProbe(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	burst := fs.Int("burst", 8, "concurrent same-key requests in the burst check (at most 64)")
 	timeout := fs.Duration("timeout", 60*time.Second, "bound on the whole run")
 	remote := fs.Bool("i-own-this-target", false, "allow a target that is not on loopback: the probe executes the sample request several times")
-	if err := parseFlags(fs, args); err != nil {
+	// The consent to run requests against a remote target is given for
+	// one run, on its command line, not by a variable left in the shell.
+	if err := parseFlags(fs, args, "i-own-this-target"); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
