@@ -87,8 +87,15 @@ func (g *Gateway) compile(cfg Config) (*policy, error) {
 	}
 	t.maxBody = cmp.Or(cfg.MaxBody, defaultMaxBody)
 	p.handler = t
-	if len(p.reconcilers) > 0 && !g.reconciles {
+	// Whether the gateway reconciles is fixed at its start: the engine's
+	// Reconcile, the sweep (--reconcile-every) and the Retry-After that
+	// invites a retry of an UNKNOWN key to find it reconciled.
+	switch {
+	case len(p.reconcilers) > 0 && !g.reconciles:
 		return nil, errors.New("gateway: a reconcile URL needs a gateway started with one (--reconcile-url or a route's): the engine reconciles or not from its start; restart to add the first")
+	case len(p.reconcilers) == 0 && g.reconciles:
+		return nil, errors.New("gateway: this configuration has no reconcile URL (--reconcile-url or a route's) and the gateway started with one: " +
+			"its sweep and the Retry-After of its outcome_unknown answers would go on without a lookup; restart to remove the last")
 	}
 	return p, nil
 }

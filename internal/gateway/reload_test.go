@@ -196,6 +196,21 @@ func TestReloadCannotAddTheFirstReconcileURL(t *testing.T) {
 	}
 }
 
+// Nor can a gateway started with one lose the last by reload: its sweep
+// would go on without a lookup, and its UNKNOWN keys' 503s would still
+// invite a retry (Retry-After) that no lookup settles.
+func TestReloadCannotRemoveTheLastReconcileURL(t *testing.T) {
+	up := newRouteUpstream(t)
+	g, _ := reloadGateway(t, up, Config{ReconcileURL: up.URL + "/lookup/{key}", ReconcileEvery: time.Minute})
+	err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL)}, nil })
+	if err == nil || !strings.Contains(err.Error(), "restart to remove the last") {
+		t.Fatalf("Reload removing the reconcile URL = %v; want an error saying to restart", err)
+	}
+	if got := g.current.Load().reconcilers; len(got) != 1 {
+		t.Fatalf("running lookups %v; want the one it started with", got)
+	}
+}
+
 func mustURL(t *testing.T, s string) *url.URL {
 	u, err := url.Parse(s)
 	if err != nil {
