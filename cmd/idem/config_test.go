@@ -270,6 +270,8 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		{up, []string{"--no-migrate", "--store", "redis://:pw@127.0.0.1:1/0"}, "a redis:// store has none"},
 		{up, []string{"--store", ""}, "--store is empty"},
 		{up, []string{"--tenant-header", ""}, "--tenant-header is empty"},
+		{up, []string{"--admin-tokens-file", ""}, "--admin-tokens-file is empty"},
+		{up, []string{"--admin-tokens-file", " "}, "--admin-tokens-file is empty"},
 		// Overflow.
 		{up, []string{"--max-body", "8589934592GiB"}, "8589934592GiB is more bytes than idem can count"},
 	} {

@@ -218,6 +218,10 @@ func (s *serveSetup) check(f *serveFlags) error {
 		return fmt.Errorf("%w: --admin-token is empty (given as '' or by an empty IDEM_ADMIN_TOKEN), which would leave the key API open: "+
 			"give a token, or leave --admin-token unset to run the admin API on loopback without one", errUsage)
 	}
+	if flagSet(fs, "admin-tokens-file") && strings.TrimSpace(f.adminTokensFile) == "" {
+		return fmt.Errorf("%w: --admin-tokens-file is empty (given as '' or by an empty IDEM_ADMIN_TOKENS_FILE), which would leave the key API open: "+
+			"name the file, or leave --admin-tokens-file unset to run the admin API on loopback without tokens", errUsage)
+	}
 	var policy idem.TakeoverPolicy
 	switch f.takeover {
 	case "unknown":
