@@ -88,6 +88,11 @@ func effective(s *serveSetup) effectiveConfig {
 		out.Settings[f.Name] = setting{Value: shown(f.Name, f.Value.String()), origin: st.origins[f.Name],
 			Overrides: st.shadowed[f.Name].Where, Reload: !slices.Contains(restartOnly, f.Name)}
 	})
+	if t := out.Settings["tenant-from"]; t.Value == "" {
+		// The flag's default is empty; what runs depends on the error format.
+		t.Value = strings.Join(gateway.DefaultTenantFrom(s.cfg.ErrorFormat), ",")
+		out.Settings["tenant-from"] = t
+	}
 	for i, rt := range s.cfg.Routes {
 		out.Routes = append(out.Routes, s.routePolicy(rt, fmt.Sprintf("routes[%d]", i)))
 	}

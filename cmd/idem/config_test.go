@@ -320,3 +320,28 @@ func withoutDir(err error) string {
 	}
 	return got
 }
+
+// --check-config and GET /v1/config show the tenant's sources that run when
+// --tenant-from is not given, not the flag's empty default: the stripe
+// format adds Stripe-Account, which decides what a key covers.
+func TestEffectiveConfigShowsTheDefaultTenantSources(t *testing.T) {
+	for _, c := range []struct{ format, want string }{
+		{"problem", "authorization"},
+		{"stripe", "authorization,header:Stripe-Account"},
+	} {
+		s, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nerror-format: "+c.format+"\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := effective(s).Settings["tenant-from"]; got.Value != c.want || got.Kind != "default" {
+			t.Errorf("--error-format %s: tenant-from %+v; want %q, the default", c.format, got, c.want)
+		}
+	}
+	s, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nerror-format: stripe\ntenant-from: [header:X-Tenant]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := effective(s).Settings["tenant-from"]; got.Value != "header:X-Tenant" || got.Kind != "file" {
+		t.Errorf("tenant-from from the file: %+v; want header:X-Tenant, from the file", got)
+	}
+}

@@ -311,7 +311,7 @@ func (c *Config) hardenDefaults() ([]tenantSource, error) {
 	case c.TenantHeader != "":
 		specs = []string{"header:" + c.TenantHeader}
 	case specs == nil:
-		specs = defaultTenantFrom(c.ErrorFormat)
+		specs = DefaultTenantFrom(c.ErrorFormat)
 	}
 	return parseTenantSources(specs)
 }

@@ -9,13 +9,13 @@ import (
 // The defaults --error-format stripe brings besides the error shape, so
 // that the gateway keeps Stripe's own rules for what a key covers.
 
-// defaultTenantFrom is --tenant-from when it is not given: the
+// DefaultTenantFrom is --tenant-from when it is not given: the
 // Authorization header and, under the stripe format, Stripe-Account too. A
 // Stripe Connect platform calls with its own key for every connected
 // account and names the account in Stripe-Account; Stripe scopes keys per
 // account, so a key reused for two accounts is two requests, never one
 // account's charge replayed to the other.
-func defaultTenantFrom(format idemhttp.ErrorFormat) []string {
+func DefaultTenantFrom(format idemhttp.ErrorFormat) []string {
 	if format == idemhttp.ErrorFormatStripe {
 		return []string{"authorization", "header:Stripe-Account"}
 	}
