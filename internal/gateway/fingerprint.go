@@ -108,5 +108,9 @@ func withoutFields(doc []byte, ptrs []jsonptr.Pointer) ([]byte, error) {
 // a +json type) and body is valid JSON.
 func isJSONBody(r *http.Request, body []byte) bool {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Valid(body)
+	return err == nil && isJSONType(mt) && json.Valid(body)
 }
+
+// isJSONType reports whether the media type mt is JSON: application/json
+// or a +json type.
+func isJSONType(mt string) bool { return mt == "application/json" || strings.HasSuffix(mt, "+json") }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -9,17 +10,21 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idemkit/idem/internal/httpwire"
+	"github.com/idemkit/idem/internal/jsonptr"
 )
 
 // A method override is another reading of a request's method: Rails
 // (Rack::MethodOverride), Spring (HiddenHttpMethodFilter), ASP.NET
 // (UseHttpMethodOverride) and Express (method-override) turn a POST into
 // the method that an X-HTTP-Method-Override header (or X-HTTP-Method,
-// X-Method-Override) or a _method query parameter or form field names, so
-// "POST /v1/orders/7" with "X-HTTP-Method-Override: PATCH" reaches the
-// PATCH endpoint. The gateway forwards the request as written and cannot
+// X-Method-Override) or a _method query parameter or form field names
+// (Laravel, a top-level _method of a JSON object body too, which it takes
+// for its input), so "POST /v1/orders/7" with "X-HTTP-Method-Override:
+// PATCH" reaches the PATCH endpoint. The gateway forwards the request as written and cannot
 // protect it as a PATCH (the route's middleware holds it to its own
 // method), so a request whose override reading is protected other than
 // its own reading is refused: 400 ambiguous_request. One whose override
@@ -86,10 +91,10 @@ func (t *routeTable) escapes(r *http.Request, own *routeEntry, m string) bool {
 }
 
 // checkOverride answers r itself (400 ambiguous_request, or the 413 or
-// 400 of a form body it cannot read) and returns false when an override
+// 400 of a body it cannot read) and returns false when an override
 // reading of r is protected otherwise than r as written, which leads to
-// own. A form body is read, up to the body limit, for a _method field
-// only when some protected method would be such a reading.
+// own. A form or JSON body is read, up to the body limit, for a _method
+// field only when some protected method would be such a reading.
 func (t *routeTable) checkOverride(w http.ResponseWriter, r *http.Request, own *routeEntry) bool {
 	methods := overrides(r)
 	for _, m := range methods {
@@ -98,19 +103,31 @@ func (t *routeTable) checkOverride(w http.ResponseWriter, r *http.Request, own *
 			return false
 		}
 	}
-	if !isFormPost(r) || !t.anyEscapes(r, own) {
+	form, jsonBody := isFormPost(r), isJSONPost(r)
+	if !form && !jsonBody {
+		return true
+	}
+	escaping := t.escaping(r, own)
+	if len(escaping) == 0 {
 		return true
 	}
 	body, status, code, why := readLimited(w, r, t.maxBody)
 	if status != 0 {
 		if status == http.StatusRequestEntityTooLarge {
-			why += " (a form body is read for a _method field)"
+			why += " (a form or JSON body is read for a _method field)"
 		}
 		t.format.WriteError(w, status, code, why)
 		t.reject(r)
 		return false
 	}
 	r.Body = httpwire.NewBody(body)
+	if jsonBody {
+		if m := jsonOverride(body, escaping); m != "" {
+			t.refuseOverride(w, r, m)
+			return false
+		}
+		return true
+	}
 	for _, v := range formOverrides(r, body) {
 		for part := range strings.SplitSeq(v, ",") {
 			if m := strings.ToUpper(strings.TrimSpace(part)); m != "" && m != r.Method && t.escapes(r, own, m) {
@@ -129,15 +146,16 @@ func (t *routeTable) refuseOverride(w http.ResponseWriter, r *http.Request, m st
 	t.reject(r)
 }
 
-// anyEscapes reports whether some protected method would be an override
-// reading of r protected otherwise than r.
-func (t *routeTable) anyEscapes(r *http.Request, own *routeEntry) bool {
+// escaping are the protected methods that would be override readings of
+// r protected otherwise than r.
+func (t *routeTable) escaping(r *http.Request, own *routeEntry) []string {
+	var out []string
 	for m := range t.protected {
 		if m != r.Method && t.escapes(r, own, m) {
-			return true
+			out = append(out, m)
 		}
 	}
-	return false
+	return out
 }
 
 // isFormPost reports whether r is a POST whose body frameworks read as a
@@ -152,6 +170,66 @@ func isFormPost(r *http.Request) bool {
 	}
 	mt, _, _ := mime.ParseMediaType(ct)
 	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data" || mt == ""
+}
+
+// isJSONPost reports whether r is a POST that declares a JSON body
+// (application/json or a +json type, as isJSONBody reads it), which
+// Laravel reads as its input, _method included.
+func isJSONPost(r *http.Request) bool {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		return false
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")) // a bad parameter still names the type
+	return isJSONType(mt)
+}
+
+// jsonOverride is the first of escaping that a top-level string member
+// _method (matched without case, as the form field is) of the JSON object
+// body names, whole or as a comma-separated part, or "". A body that is
+// not a JSON object carries none. It allocates no more than the longest
+// such name or value.
+func jsonOverride(body []byte, escaping []string) string {
+	if !json.Valid(body) {
+		return ""
+	}
+	var buf []byte
+	for name, v := range jsonptr.Members(body) {
+		if v[0] != '"' || len(name) > 2+6*len(overrideParam) { // each byte of _method escaped as \uXXXX at most
+			continue
+		}
+		if buf = jsonptr.AppendString(buf[:0], name); !bytes.EqualFold(buf, overrideParamBytes) {
+			continue
+		}
+		buf = jsonptr.AppendString(buf[:0], v)
+		for part := range bytes.SplitSeq(buf, []byte{','}) {
+			for _, m := range escaping {
+				if namesMethod(bytes.TrimSpace(part), m) {
+					return m
+				}
+			}
+		}
+	}
+	return ""
+}
+
+var overrideParamBytes = []byte(overrideParam)
+
+// namesMethod reports whether part names the method m (in upper case) to
+// a server that upper-cases it (strings.ToUpper, as the form field is
+// read, or JavaScript's toUpperCase) or matches it without case.
+func namesMethod(part []byte, m string) bool {
+	if bytes.EqualFold(part, []byte(m)) {
+		return true
+	}
+	i := 0
+	for _, c := range string(part) {
+		u := unicode.ToUpper(c)
+		if u >= utf8.RuneSelf || i >= len(m) || m[i] != byte(u) {
+			return false
+		}
+		i++
+	}
+	return i == len(m)
 }
 
 // formOverrides are the values of body's _method fields.

@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Pointer is a parsed JSON Pointer: its reference tokens, unescaped. The
@@ -189,6 +192,90 @@ func memberName(b []byte) string {
 	var name string
 	json.Unmarshal(raw, &name) // valid: the document is
 	return name
+}
+
+// Members yields the name (its string literal as written, quotes
+// included) and the value (as written) of each member of doc, in order,
+// when doc is an object, and nothing otherwise. doc must be a document
+// that json.Valid accepts. It allocates nothing.
+func Members(doc []byte) iter.Seq2[[]byte, []byte] {
+	return func(yield func(name, value []byte) bool) {
+		v := trim(doc)
+		if len(v) == 0 || v[0] != '{' {
+			return
+		}
+		for i := space(v, 1); i < len(v) && v[i] == '"'; {
+			end := stringEnd(v, i)
+			start := space(v, space(v, end)+1) // past the colon
+			vend := valueEnd(v, start)
+			if !yield(v[i:end], v[start:vend]) {
+				return
+			}
+			if i = space(v, vend); i >= len(v) || v[i] != ',' {
+				return
+			}
+			i = space(v, i+1)
+		}
+	}
+}
+
+// AppendString appends to dst the string that the string literal lit
+// (quotes included, as json.Valid accepts it) stands for, its escapes
+// decoded as encoding/json decodes them (a lone surrogate is U+FFFD).
+func AppendString(dst, lit []byte) []byte {
+	lit = lit[1 : len(lit)-1]
+	for i := 0; i < len(lit); i++ {
+		if lit[i] != '\\' {
+			dst = append(dst, lit[i])
+			continue
+		}
+		i++
+		switch lit[i] {
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r := hex4(lit[i+1 : i+5])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				r2 := unicode.ReplacementChar
+				if i+6 < len(lit) && lit[i+1] == '\\' && lit[i+2] == 'u' {
+					r2 = utf16.DecodeRune(r, hex4(lit[i+3:i+7]))
+				}
+				if r = r2; r != unicode.ReplacementChar {
+					i += 6
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default: // " \ /
+			dst = append(dst, lit[i])
+		}
+	}
+	return dst
+}
+
+// hex4 is the value of four hexadecimal digits.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // items returns the members of the object, or the elements of the array, v.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -226,4 +227,51 @@ func mustParse(t *testing.T, s string) Pointer {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// Members walks the top-level members of an object as written, and
+// AppendString decodes a name or value as encoding/json does; neither
+// allocates beyond the buffer it is given (the gateway reads a JSON
+// body's _method with them).
+func TestMembersAndAppendString(t *testing.T) {
+	doc := []byte(` { "a" : 1, "\u005fmethod":"P\u0041TCH", "o":{"_method":"x"}, "s":"\ud83d\ude00 \ud800 \u00e9\/\"\\\b\f\n\r\t", "e" : [1,{"b":2}] , "z":null } `)
+	var names, values []string
+	buf := make([]byte, 0, 64)
+	for name, value := range Members(doc) {
+		var want string
+		if err := json.Unmarshal(name, &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(AppendString(buf[:0], name)); got != want {
+			t.Errorf("AppendString(%s) = %q; encoding/json reads %q", name, got, want)
+		}
+		if value[0] == '"' {
+			if err := json.Unmarshal(value, &want); err != nil {
+				t.Fatal(err)
+			}
+			if got := string(AppendString(buf[:0], value)); got != want {
+				t.Errorf("AppendString(%s) = %q; encoding/json reads %q", value, got, want)
+			}
+		}
+		names, values = append(names, string(name)), append(values, string(value))
+	}
+	wantNames := []string{`"a"`, `"\u005fmethod"`, `"o"`, `"s"`, `"e"`, `"z"`}
+	wantValues := []string{`1`, `"P\u0041TCH"`, `{"_method":"x"}`, `"\ud83d\ude00 \ud800 \u00e9\/\"\\\b\f\n\r\t"`, `[1,{"b":2}]`, `null`}
+	if !slices.Equal(names, wantNames) || !slices.Equal(values, wantValues) {
+		t.Errorf("Members = %q %q; want %q %q", names, values, wantNames, wantValues)
+	}
+	for _, d := range []string{`[{"a":1}]`, `"a"`, `1`, `{}`, ` { } `} {
+		for name := range Members([]byte(d)) {
+			t.Errorf("Members(%s) yields %s; want nothing", d, name)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() {
+		for name, value := range Members(doc) {
+			if buf = AppendString(buf[:0], name); value[0] == '"' {
+				buf = AppendString(buf[:0], value)
+			}
+		}
+	}); n != 0 {
+		t.Errorf("Members and AppendString allocate %v times; want 0", n)
+	}
 }
