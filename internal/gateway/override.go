@@ -172,15 +172,15 @@ func isFormPost(r *http.Request) bool {
 	return mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data" || mt == ""
 }
 
-// isJSONPost reports whether r is a POST that declares a JSON body
-// (application/json or a +json type, as isJSONBody reads it), which
-// Laravel reads as its input, _method included.
+// isJSONPost reports whether r is a POST whose body Laravel reads as its
+// input, _method included: a Content-Type that contains "/json" or
+// "+json" (Request::isJson), text/json too, in any case.
 func isJSONPost(r *http.Request) bool {
 	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
 		return false
 	}
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")) // a bad parameter still names the type
-	return isJSONType(mt)
+	ct := strings.ToLower(r.Header.Get("Content-Type"))
+	return strings.Contains(ct, "/json") || strings.Contains(ct, "+json")
 }
 
 // jsonOverride is the first of escaping that a top-level string member

@@ -117,6 +117,8 @@ func TestJSONMethodOverrideMeetsItsRoute(t *testing.T) {
 				{"application/merge-patch+json", `{"amount":{"_method":"GET"},"_METHOD":"PATCH, POST"}`},
 				{"application/json", `{"\u005fmethod":"\u0050ATCH"}`},
 				{"application/json", `{"_method":"GET","_method":"PATCH"}`},
+				{"text/json", `{"_method":"PATCH"}`},          // Laravel's isJson: a type containing /json
+				{"Application/JSON;x", `{"_method":"PATCH"}`}, // or +json, in any case, a parameter it cannot parse too
 			} {
 				key := fmt.Sprintf("j%d", i)
 				for range 2 {
