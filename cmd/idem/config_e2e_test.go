@@ -218,6 +218,7 @@ admin-tokens-file: `+tokens+`
 		{"upstream: http://x\nlisten: nonsense\n", "--listen \"nonsense\""},
 		{"upstream: http://x\nupstream-timeout: -1s\n", "idem.yaml:2"},
 		{"upstream: http://x\nroutes:\n  - match: POST /disjoint\n    methods: [PATCH]\n", "idem.yaml:4: routes[0].methods"},
+		{"upstream: http://x\nroutes:\n  - match: POST api.example.com/v2/orders\n", "idem.yaml:3: routes[0].match: \"POST api.example.com/v2/orders\" names the host"},
 	} {
 		cmd := exec.Command(binary, "serve", "--check-config", "--config", writeConfig(t, bad.text))
 		var stdout, stderr bytes.Buffer

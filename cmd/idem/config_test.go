@@ -63,6 +63,9 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 		{up + "routes:\n  match: POST /a\n", "cfg.yaml:3: routes: want a list"},
 		{up + "routes:\n  - match: POST /a/{x\n", "cfg.yaml:3: routes[0].match: "},
 		{up + "routes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", `cfg.yaml:4: routes[1].match: "POST /x/{b}" conflicts with routes[0] "POST /{a}/x" (CFG:3)`},
+		{up + "routes:\n  - match: POST /a\n  - match: POST api.example.com/v2/orders\n", `cfg.yaml:4: routes[1].match: "POST api.example.com/v2/orders" names the host "api.example.com", which cannot be honoured: ` +
+			`the gateway forwards every request to its one upstream with the upstream's own Host, so a request for any Host reaches the same endpoint, ` +
+			`and one sent with another Host (an alias, an IP address) would escape the route; write the pattern without the host: "POST /v2/orders"`},
 		{up + "routes:\n  - match: POST /a\n    fingerprint:\n      ignore: [request_id]\n", "cfg.yaml:5: routes[0].fingerprint.ignore[0]: jsonptr: \"request_id\" does not start with /"},
 		{up + "routes:\n  - match: POST /a\n    statuses:\n      store: [409]\n      release: [5xx, 700]\n", "cfg.yaml:6: routes[0].statuses.release[1]: \"700\": want a status"},
 		{up + "routes:\n  - match: POST /a\n    key-from: json:/id\n    pass-through: true\n", "cfg.yaml:5: routes[0].pass-through: a pass-through route"},

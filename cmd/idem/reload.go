@@ -89,6 +89,9 @@ func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *
 			return gateway.Config{}, fmt.Errorf("%s changed, which a reload cannot apply: restart idem to change it (or put the old value back)",
 				strings.Join(changed, ", "))
 		}
+		if err := s.validate(); err != nil {
+			return gateway.Config{}, err // as at start: a route's error names its file and line
+		}
 		next = s
 		return s.cfg, nil
 	})

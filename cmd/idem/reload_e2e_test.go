@@ -45,14 +45,18 @@ func TestSIGHUPReloadsTheConfigFile(t *testing.T) {
 	write("store: redis://127.0.0.1:1\nroutes:\n  - match: POST /charges\n    require-key: true\n")
 	hup()
 	g.waitForLog(t, "reload failed", 2)
+	write("store: memory\nroutes:\n  - match: POST api.example.com/charges\n    require-key: true\n")
+	hup()
+	g.waitForLog(t, "reload failed", 3)
 	logs := g.logText()
-	for _, want := range []string{"idem.yaml:4: routes[0].require-kee: unknown field", "store changed, which a reload cannot apply: restart"} {
+	for _, want := range []string{"idem.yaml:4: routes[0].require-kee: unknown field", "store changed, which a reload cannot apply: restart",
+		`idem.yaml:3: routes[0].match: \"POST api.example.com/charges\" names the host`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("the log does not say %q:\n%s", want, logs)
 		}
 	}
 	if a := post(t, base, "", "{}"); a.status != http.StatusCreated {
-		t.Fatalf("after two bad reloads, a charge without a key = %d %s; want 201 (the running configuration)", a.status, a.body)
+		t.Fatalf("after three bad reloads, a charge without a key = %d %s; want 201 (the running configuration)", a.status, a.body)
 	}
 	resp, err := http.Get("http://" + g.admin + "/metrics")
 	if err != nil {
@@ -60,7 +64,7 @@ func TestSIGHUPReloadsTheConfigFile(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`idem_config_reloads_total{result="success"} 1`, `idem_config_reloads_total{result="failure"} 2`,
+	for _, want := range []string{`idem_config_reloads_total{result="success"} 1`, `idem_config_reloads_total{result="failure"} 3`,
 		"idem_config_last_reload_successful 0"} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -35,9 +35,9 @@ import (
 // mid-request, and reloaded (SIGHUP) mid-run to a second configuration
 // drawn from the seed, after a broken file they must refuse. The config
 // draws takeover, the error format, a route's key from the body, its own
-// reconcile URL (which the upstream serves from the ledger) and a host in
-// a route's pattern; requests come with every accepted spelling of the
-// key and the host, and with what must be refused before any key is
+// reconcile URL (which the upstream serves from the ledger); requests
+// come with every accepted spelling of the key and with what must be
+// refused before any key is
 // taken (a lower-case method, malformed keys). The oracle is the
 // configuration the harness drew, with the precedence it documents (an
 // IDEM_ variable over the file), never what the binary says it runs;
@@ -58,7 +58,6 @@ type productRoute struct {
 	store, release, unknown []string
 	keyFrom                 string // "": the Idempotency-Key header; or json:/request_id
 	reconcileURL            string // its own lookup ("": none)
-	host                    string // the pattern's host ("": any host)
 }
 
 // productConfig is one run's configuration.
@@ -141,10 +140,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 			c.routes[i].reconcileURL = fmt.Sprintf("%s/lookup/%s/{tenant}/{key}?fence={fence}", upstream, c.routes[i].name)
 		}
 	}
-	if rng.IntN(2) == 0 {
-		c.routes[1].host = "api.example.com"
-		c.routes[1].pattern = "POST api.example.com/v1/payments/{id}"
-	}
+	_ = rng.IntN(2) // drew a host in payments' pattern, which idem refuses now: kept, so that a seed draws as before
 	return c
 }
 
@@ -155,7 +151,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 // format and problem+json, takeover run from the file and unknown from
 // IDEM_TAKEOVER, the flag over the variable and the variable with no
 // flag, a reload refused for a restart-only change and for a route's
-// lease, a host in payments' pattern, statuses overrides, the key in the
+// lease, statuses overrides, the key in the
 // body, both reconcile lookups, a key retention, an admin token. Profile 2
 // keeps the free draw. A short campaign runs productProfiles consecutive
 // seeds, one of each, so that no knob is left to a seed's luck.
@@ -171,7 +167,6 @@ func (c *productConfig) force(seed uint64) {
 		c.flagRequireKey = strconv.FormatBool(c.requireKey) // the variable's opposite: the flag wins over it
 		c.routes[0].store, c.routes[0].release, c.routes[0].unknown = []string{"409"}, []string{"5xx"}, nil
 		c.routes[1].store = []string{"500"}
-		c.routes[1].host, c.routes[1].pattern = "api.example.com", "POST api.example.com/v1/payments/{id}"
 	case 1:
 		c.errorFormat, c.tenantFrom, c.takeover, c.envTakeover = "problem", "header", "unknown", true
 		c.envRequireKey, c.flagRequireKey = strconv.FormatBool(!c.requireKey), "" // the variable over the file, no flag
@@ -694,7 +689,7 @@ const (
 func (c *productConfig) judge(q *request) int {
 	rt := c.route(q.route)
 	switch {
-	case rt == nil || rt.passThrough || rt.host != "" && !q.hosted:
+	case rt == nil || rt.passThrough:
 		return forwards // no route protects it, and the top-level methods leave POST out
 	case q.hdrKey != "" || q.bodyKey && rt.keyFrom != "":
 		return protects
@@ -733,7 +728,7 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("X-Check-Upstream", "1")
-	q := request{route: r.Header.Get("X-Check-Route"), hosted: r.Header.Get("X-Check-Hosted") == "1",
+	q := request{route: r.Header.Get("X-Check-Route"),
 		bodyKey: r.Header.Get("X-Check-Body-Key") == "1", hdrKey: r.Header.Get("X-Check-Header-Key")}
 	key := r.Header.Get("X-Check-Key")
 	rec, l := pe.rec, pe.ledger
@@ -855,8 +850,6 @@ type request struct {
 	bodyOther                        string // another key in the body than the header's ("": none)
 	ctype                            string // the Content-Type: "" application/json, "-" none
 	spoil                            string // the key in a body only a lenient reader reads: "case" (Request_Id), "bom", "trailing" ("": valid JSON)
-	host                             string // the Host header ("": the gateway's address)
-	hosted                           bool   // host is a spelling of payments' host
 	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
 	override, overrideTo             string // a method override: the header (or _method, the query parameter) and the method it names
 	slow, twice                      bool
@@ -901,10 +894,6 @@ func (pe *productEnv) overrideMethod() string {
 	}
 	return ""
 }
-
-// hostForms are spellings of payments' host that the gateway reads as it
-// (without case, port and trailing dot).
-var hostForms = []string{"api.example.com", "API.EXAMPLE.COM", "Api.Example.Com.", "api.example.com:443", "API.example.com.:8080"}
 
 // errorCode reads the code of a gateway's own error answer in the
 // configured format: problem+json's code, or Stripe's error object's
@@ -963,9 +952,6 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	} else {
 		req.URL.Opaque = q.path
 	}
-	if q.host != "" {
-		req.Host = q.host
-	}
 	switch q.ctype {
 	case "":
 		req.Header.Set("Content-Type", "application/json")
@@ -988,7 +974,7 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	req.Header.Set("X-Check-Key", hid)
 	req.Header.Set("X-Check-Route", q.route)
 	req.Header.Set("X-Check-Epoch", strconv.Itoa(int(began)))
-	for h, on := range map[string]bool{"X-Check-Hosted": q.hosted, "X-Check-Body-Key": q.bodyKey, "X-Check-Slow": q.slow && !q.slowBefore} {
+	for h, on := range map[string]bool{"X-Check-Body-Key": q.bodyKey, "X-Check-Slow": q.slow && !q.slowBefore} {
 		if on {
 			req.Header.Set(h, "1")
 		}
@@ -1127,9 +1113,6 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 	q.route, q.path = "orders", "/v1/orders"
 	if ns == "p" {
 		q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(q.key)
-		if pe.anyRoute("payments", func(rt *productRoute) bool { return rt.host != "" }) {
-			q.host, q.hosted = hostForms[rng.IntN(len(hostForms))], true
-		}
 	} else if k%2 == 0 && pe.anyRoute("orders", func(rt *productRoute) bool { return rt.keyFrom != "" }) {
 		// Half the keys of orders are in the body, always (the body
 		// counts in the fingerprint), the header sent with it or not.
@@ -1176,7 +1159,7 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 // key that is not the header's or one only a lenient reader reads.
 func (pe *productEnv) drawBad(rng *rand.Rand) request {
 	q := pe.draw(rng)
-	q.route, q.path, q.host, q.hosted, q.bodyKey, q.status, q.slow = "orders", "/v1/orders", "", false, false, 0, false
+	q.route, q.path, q.bodyKey, q.status, q.slow = "orders", "/v1/orders", false, 0, false
 	q.hdrKey, q.bad = q.key, "key_invalid"
 	switch rng.IntN(6) {
 	case 0:
@@ -1246,7 +1229,7 @@ func (pe *productEnv) run(ctx context.Context, w Workload, rec *Recorder, l *Led
 			return back
 		case r < 11:
 			q := pe.draw(rng)
-			q.route, q.path, q.host, q.hosted = "search", []string{"/v1/search", "/V1/Search/"}[rng.IntN(2)], "", false
+			q.route, q.path = "search", []string{"/v1/search", "/V1/Search/"}[rng.IntN(2)]
 			_, back := pe.send(ctx, q)
 			return back
 		case r < 14:
@@ -1655,9 +1638,6 @@ func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 				status: status, amount: 1, note: ns, g: pe.gs[i%len(pe.gs)]}
 			if ns == "py" {
 				q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(key)
-				if pe.final().route("payments").host != "" {
-					q.host, q.hosted = "api.example.com", true
-				}
 			}
 			pe.send(ctx, q)
 			q.status = 0

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"errors"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,8 +18,8 @@ const CodeAmbiguousRequest = "ambiguous_request"
 // Rails, Django, Go's ServeMux with its redirects) could route to the
 // route's endpoint: those frameworks differ in how they read a path, and
 // the gateway cannot know the upstream's. So a request is matched as it
-// is written and in its canonical form (canonPath, canonHost): methods
-// and hosts without case, paths percent-decoded, case-folded, without
+// is written and in its canonical form (canonPath): methods without
+// case, paths percent-decoded, case-folded, without
 // ";parameters", trailing dots and spaces of a segment, empty segments and
 // the trailing slash; and that form again without a format suffix on its
 // last segment (withoutFormat: /v1/charges.json is /v1/charges to Rails).
@@ -178,35 +177,18 @@ func isCanonPath(p string) bool {
 	return true
 }
 
-// canonHost is the host a request names, as routes compare it: without
-// its port, in lower case, without the trailing dot of a fully qualified
-// name (API.EXAMPLE.COM. is api.example.com).
-func canonHost(host string) string {
-	return strings.TrimSuffix(strings.ToLower(bareHost(host)), ".")
-}
-
-// bareHost is host without its port, as ServeMux matches it.
-func bareHost(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	return host
-}
-
 // canonPattern is a route's pattern in the canonical form of the requests
-// it is to match: the method in upper case, the host as canonHost, each
-// literal path segment as canonPath makes it (wildcards as written), and
+// it is to match: the method in upper case, each literal path segment as canonPath makes it (wildcards as written), and
 // the trailing slash of a subtree kept.
 func canonPattern(pattern string) string {
 	method, rest := "", strings.TrimSpace(pattern)
 	if i := strings.IndexAny(rest, " \t"); i >= 0 {
 		method, rest = strings.ToUpper(rest[:i])+" ", strings.TrimLeft(rest[i+1:], " \t")
 	}
-	slash := strings.IndexByte(rest, '/')
-	if slash < 0 {
-		return pattern // no path: ServeMux refuses it, with its own words
+	path := rest
+	if !strings.HasPrefix(path, "/") {
+		return pattern // no path, or a host: refused before (register, checkHost)
 	}
-	host, path := canonHost(rest[:slash]), rest[slash:]
 	var out []string
 	for seg := range strings.SplitSeq(path, "/") {
 		switch {
@@ -222,5 +204,5 @@ func canonPattern(pattern string) string {
 	if strings.HasSuffix(path, "/") && canon != "/" {
 		canon += "/"
 	}
-	return method + host + canon
+	return method + canon
 }

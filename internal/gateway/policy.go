@@ -224,7 +224,33 @@ func (rt Route) checkMethods(methods []string) error {
 		"or say pass-through: true", method, rt.Pattern, whose, methods, method)}
 }
 
-// patternMethod is the method of a ServeMux pattern ([METHOD ][HOST]/PATH),
+// checkHost refuses a pattern that names a host ([METHOD ]HOST/PATH),
+// which the gateway cannot honour: it forwards every request to its one
+// upstream with the upstream's own Host, so the client's Host selects no
+// endpoint, and a request sent with another Host than the pattern's (an
+// alias, an IP address) reached the same endpoint outside the route's
+// policy (with POST api.example.com/v2/orders keyed by json:/request_id,
+// an order sent to Host 10.0.0.7 ran again). It reads the pattern as
+// ServeMux does, once ServeMux has taken it.
+func checkHost(pattern string) error {
+	method, rest := "", pattern
+	if i := strings.IndexAny(pattern, " \t"); i >= 0 {
+		method, rest = pattern[:i], strings.TrimLeft(pattern[i+1:], " \t")
+	}
+	slash := strings.IndexByte(rest, '/')
+	if slash <= 0 {
+		return nil // no host (or no path, which ServeMux refuses)
+	}
+	without := rest[slash:]
+	if method != "" {
+		without = method + " " + without
+	}
+	return fmt.Errorf("%q names the host %q, which cannot be honoured: the gateway forwards every request to its one upstream "+
+		"with the upstream's own Host, so a request for any Host reaches the same endpoint, and one sent with another Host "+
+		"(an alias, an IP address) would escape the route; write the pattern without the host: %q", pattern, rest[:slash], without)
+}
+
+// patternMethod is the method of a ServeMux pattern ([METHOD ]/PATH),
 // in upper case as the router compares it; "" when it names none.
 func patternMethod(pattern string) string {
 	pattern = strings.TrimSpace(pattern)

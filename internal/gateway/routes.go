@@ -19,9 +19,10 @@ import (
 // empty fields take the top-level Config's. A request that no route
 // matches gets the top-level settings.
 type Route struct {
-	// Pattern is an http.ServeMux pattern, [METHOD ][HOST]/PATH, matched
-	// by a ServeMux with its precedence: the most specific pattern wins,
-	// and two patterns of which neither is more specific are an error.
+	// Pattern is an http.ServeMux pattern, [METHOD ]/PATH, matched by a
+	// ServeMux with its precedence: the most specific pattern wins, and
+	// two patterns of which neither is more specific are an error. A
+	// pattern with a host is an error (checkHost).
 	Pattern string `yaml:"match"`
 	// Name names the route in logs and errors. A route with its own
 	// ReconcileURL needs one: its keys' fingerprints carry it, so that a
@@ -104,7 +105,7 @@ var routeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 
 // routeTable sends each request to the route whose pattern matches it,
-// under every spelling of its path and host (canon.go), or to fallback,
+// under every spelling of its path (canon.go), or to fallback,
 // unless a method override reads it otherwise (override.go). A gateway
 // without routes has one too, for the override.
 type routeTable struct {
@@ -137,10 +138,10 @@ func (e *routeEntry) protects(method string) bool { return slices.Contains(e.met
 type routed struct{ *routeEntry }
 
 // newRouteTable registers each route's entry under its pattern, as written
-// and in canonical form. A bad pattern, or two routes that conflict
-// (ServeMux cannot say which is more specific, or they are one pattern
-// once compared as requests are), is a FieldError about the later one's
-// match.
+// and in canonical form. A bad pattern, one that names a host
+// (checkHost), or two routes that conflict (ServeMux cannot say which is
+// more specific, or they are one pattern once compared as requests are),
+// is a FieldError about the later one's match.
 func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, format idemhttp.ErrorFormat, reject func(*http.Request)) (*routeTable, error) {
 	t := &routeTable{exact: http.NewServeMux(), canon: http.NewServeMux(), fallback: fallback, protected: map[string]bool{},
 		format: format, reject: reject, none: len(routes) == 0, maxBody: defaultMaxBody}
@@ -169,6 +170,9 @@ func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, 
 					break
 				}
 			}
+			return nil, &FieldError{Path: field + ".match", Err: err}
+		}
+		if err := checkHost(rt.Pattern); err != nil {
 			return nil, &FieldError{Path: field + ".match", Err: err}
 		}
 		canon := canonPattern(rt.Pattern)
@@ -202,7 +206,7 @@ func at(rt Route) string {
 // error, without the Go source positions ServeMux puts in it.
 func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	if strings.TrimSpace(pattern) == "" {
-		return errors.New("a pattern is required: [METHOD ][HOST]/PATH, e.g. POST /v1/charges")
+		return errors.New("a pattern is required: [METHOD ]/PATH, e.g. POST /v1/charges")
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -244,7 +248,7 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // route returns the entry of the route that protects r under some
-// reading of its path and host: as written (and cleaned, as ServeMux
+// reading of its path: as written (and cleaned, as ServeMux
 // cleans it: "/v1//charges" is "/v1/charges"), in canonical form, in
 // canonical form with its encoded slashes taken for separators, and each
 // of these without a format suffix (withoutFormat). Of the
@@ -264,7 +268,6 @@ func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
 	if hasDotSegment(escaped) {
 		return nil, errDotSegment
 	}
-	host := canonHost(r.Host)
 	readings := []string{canonPath(escaped, false)}
 	if hasSeparatorInSegment(escaped) {
 		readings = append(readings, canonPath(escaped, true))
@@ -275,7 +278,7 @@ func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
 		}
 	}
 	for _, path := range readings {
-		switch e := t.matchCanon(r, chosen, host, path); {
+		switch e := t.matchCanon(r, chosen, path); {
 		case e == chosen, !e.protects(r.Method):
 		case !chosen.protects(r.Method), chosen == t.fallback:
 			chosen = e
@@ -293,41 +296,41 @@ func (t *routeTable) matchExact(r *http.Request) *routeEntry {
 		return e
 	}
 	if clean := cleanPath(r.URL.Path); clean != r.URL.Path {
-		if e, ok := lookup(t.exact, withTarget(r, r.Host, clean, "")); ok {
+		if e, ok := lookup(t.exact, withTarget(r, clean, "")); ok {
 			return e
 		}
 	}
 	return t.fallback
 }
 
-// matchCanon is the entry of r with the canonical host and escaped path,
-// among the canonical patterns; or of the path with a slash added (a
+// matchCanon is the entry of r with the canonical escaped path, among
+// the canonical patterns; or of the path with a slash added (a
 // subtree's root, which the canonical form writes without it). exact is
 // r's entry as written, which it is when nothing was canonicalised: then
 // no copy of r is made.
-func (t *routeTable) matchCanon(r *http.Request, exact *routeEntry, host, path string) *routeEntry {
+func (t *routeTable) matchCanon(r *http.Request, exact *routeEntry, path string) *routeEntry {
 	decoded, _ := url.PathUnescape(path) // canonPath escaped it
-	if t.canon == t.exact && path == r.URL.EscapedPath() && host == bareHost(r.Host) {
+	if t.canon == t.exact && path == r.URL.EscapedPath() {
 		if exact != t.fallback {
 			return exact
 		}
-	} else if e, ok := lookup(t.canon, withTarget(r, host, decoded, path)); ok {
+	} else if e, ok := lookup(t.canon, withTarget(r, decoded, path)); ok {
 		return e
 	}
 	if t.subtree && path != "/" {
-		if e, ok := lookup(t.canon, withTarget(r, host, decoded+"/", path+"/")); ok {
+		if e, ok := lookup(t.canon, withTarget(r, decoded+"/", path+"/")); ok {
 			return e
 		}
 	}
 	return t.fallback
 }
 
-// withTarget is a copy of r, for a lookup only, with another host and
-// path (rawPath: its escaped form, or "" when it is the default one).
-func withTarget(r *http.Request, host, path, rawPath string) *http.Request {
+// withTarget is a copy of r, for a lookup only, with another path
+// (rawPath: its escaped form, or "" when it is the default one).
+func withTarget(r *http.Request, path, rawPath string) *http.Request {
 	c, u := *r, *r.URL
 	u.Path, u.RawPath = path, rawPath
-	c.URL, c.Host = &u, host
+	c.URL = &u
 	return &c
 }
 
