@@ -126,8 +126,8 @@ func (s *serveSetup) routePolicy(rt gateway.Route, field string) effectiveRoute 
 		}
 		fv := v.Field(i)
 		switch {
-		case rt.PassThrough && name != "pass-through":
-			continue // forwarded as it comes: no other option applies
+		case rt.PassThrough && name != "pass-through" && name != "upstream-timeout":
+			continue // forwarded as it comes: no other option applies but its upstream call's bound
 		case field != "" && !fv.IsZero():
 			er.Policy[name] = routeOption{optionValue(name, fv), origin{"file", file.at(field + "." + name)}}
 		case s.flags.Lookup(name) != nil:

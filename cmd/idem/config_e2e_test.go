@@ -195,8 +195,8 @@ admin-tokens-file: `+tokens+`
 	if wait.Value != "5m0s" || wait.origin != (origin{"file", path + ":7"}) || lease.Value != "30s" || lease.Kind != "inherited" {
 		t.Errorf("exports' wait %+v and lease %+v; want the file's 5m and the inherited 30s", wait, lease)
 	}
-	if p := c.Routes[1].Policy; len(p) != 1 || p["pass-through"].Value != true {
-		t.Errorf("the pass-through route's policy %+v; want pass-through alone", p)
+	if p := c.Routes[1].Policy; len(p) != 2 || p["pass-through"].Value != true || p["upstream-timeout"].Value != "30s" || p["upstream-timeout"].Kind != "inherited" {
+		t.Errorf("the pass-through route's policy %+v; want pass-through and the upstream timeout it runs with, inherited", p)
 	}
 	if s := c.Settings["admin-token"]; s.Value != "xxxxx" || s.origin != (origin{"env", "IDEM_ADMIN_TOKEN"}) {
 		t.Errorf("admin-token = %+v; want masked, from IDEM_ADMIN_TOKEN", s)
