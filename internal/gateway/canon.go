@@ -19,13 +19,13 @@ const CodeAmbiguousRequest = "ambiguous_request"
 // route's endpoint: those frameworks differ in how they read a path, and
 // the gateway cannot know the upstream's. So a request is matched as it
 // is written and in its canonical form (canonPath): methods without
-// case, paths percent-decoded, case-folded, without
-// ";parameters", trailing dots and spaces of a segment, empty segments and
-// the trailing slash; and that form again without a format suffix on its
-// last segment (withoutFormat: /v1/charges.json is /v1/charges to Rails).
-// A method override (X-HTTP-Method-Override, _method; override.go) is
-// another reading of the method. Of the routes these spellings lead to, the one that
-// protects the request wins; a route wins over the top level; two
+// case, paths percent-decoded, case-folded, without ";parameters",
+// trailing dots and spaces of a segment, empty segments and the trailing
+// slash; and that form again without a format suffix on its last segment
+// (withoutFormat: /v1/charges.json is /v1/charges to Rails). A method
+// override (X-HTTP-Method-Override, _method; override.go) is another
+// reading of the method. Of the routes these spellings lead to, the one
+// that protects the request wins; a route wins over the top level; two
 // different routes that both protect it are ambiguous (400). Over-
 // protecting a distinct endpoint is the safe side; escaping protection is
 // a defect. What the upstream gets is the request as the client wrote it.
@@ -178,8 +178,9 @@ func isCanonPath(p string) bool {
 }
 
 // canonPattern is a route's pattern in the canonical form of the requests
-// it is to match: the method in upper case, each literal path segment as canonPath makes it (wildcards as written), and
-// the trailing slash of a subtree kept.
+// it is to match: the method in upper case, each literal path segment
+// as canonPath makes it (wildcards as written), and the trailing slash of
+// a subtree kept.
 func canonPattern(pattern string) string {
 	method, rest := "", strings.TrimSpace(pattern)
 	if i := strings.IndexAny(rest, " \t"); i >= 0 {

@@ -22,10 +22,10 @@ import (
 // (UseHttpMethodOverride) and Express (method-override) turn a POST into
 // the method that an X-HTTP-Method-Override header (or X-HTTP-Method,
 // X-Method-Override) or a _method query parameter or form field names
-// (Laravel, a top-level _method of a JSON object body too, which it takes
-// for its input), so "POST /v1/orders/7" with "X-HTTP-Method-Override:
-// PATCH" reaches the PATCH endpoint. The gateway forwards the request as written and cannot
-// protect it as a PATCH (the route's middleware holds it to its own
+// (Laravel: a top-level _method of a JSON object body too, which it
+// takes for its input), so "POST /v1/orders/7" with
+// "X-HTTP-Method-Override: PATCH" reaches the PATCH endpoint. The gateway
+// forwards the request as written and cannot protect it as a PATCH (the route's middleware holds it to its own
 // method), so a request whose override reading is protected other than
 // its own reading is refused: 400 ambiguous_request. One whose override
 // reading is protected by the same route, which protects its own method
