@@ -196,6 +196,7 @@ func readmePaymentService(t *testing.T, charges *atomic.Int32) http.Handler {
 	mux.Handle("POST /payments", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lease, ok := idem.LeaseFromContext(r.Context())
 		if !ok || lease.Check() != nil { // just before the side effect
+			idemhttp.SetDisposition(r.Context(), idemhttp.DispositionRelease, "") // nothing ran (a 503 alone: UNKNOWN)
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 			return
 		}

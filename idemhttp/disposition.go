@@ -33,15 +33,9 @@ const (
 // release a key only when the status says the request was not processed,
 // and never replay as final an answer that says nothing about the work.
 //
-//   - 408 Request Timeout, 425 Too Early, 429 Too Many Requests and 503
-//     Service Unavailable: the server declares it did not process the
-//     request (RFC 9110 §15.5.9, RFC 8470, RFC 6585, RFC 9110 §15.6.4):
-//     release, the retry runs.
-//     A 503 released so must not come after the work started: wrap
-//     http.TimeoutHandler around the middleware, not inside it (inside, it
-//     answers 503 while the handler goes on running, and the retry runs
-//     it again), and answer a downstream failure with 502 or 504, or
-//     SetDisposition(ctx, DispositionUnknown, ...).
+//   - 408 Request Timeout, 425 Too Early and 429 Too Many Requests: the
+//     server declares it did not process the request (RFC 9110 §15.5.9,
+//     RFC 8470, RFC 6585): release, the retry runs.
 //   - 401 Unauthorized, 403 Forbidden and 407 Proxy Authentication
 //     Required: the request was not applied, it was refused before any
 //     work (RFC 9110 §15.5.2, §15.5.4, §15.5.8); and 411 Length Required,
@@ -56,18 +50,28 @@ const (
 //   - 502 Bad Gateway and 504 Gateway Timeout: a proxy inside the handler's
 //     call chain lost the answer of what it called, which may have acted:
 //     UNKNOWN.
+//   - 503 Service Unavailable: UNKNOWN too, for a 503 does not prove that
+//     nothing ran. http.TimeoutHandler answers 503 while the handler goes
+//     on running (e.g. charging); Envoy and Istio answer 503 "upstream
+//     connect error or disconnect/reset before headers" after the request
+//     was delivered; Heroku's router answers 503 (H12) at its 30 s timeout
+//     while the dyno goes on running. gRPC's UNAVAILABLE is UNKNOWN for
+//     the same reason (idemgrpc). An application that sheds load with 503
+//     before any work declares it: SetDisposition(ctx, DispositionRelease,
+//     ...) or a StatusPolicy of its own (in the gateway, a route's
+//     `statuses: {release: ["503"]}`).
 //   - Everything else, 500 included, is stored and replayed: the handler
 //     ran to an answer; a 500 may come after a side effect, and running it
 //     again to see is what idempotency keys exist to avoid (Stripe stores
 //     500s too). A client wanting a fresh try uses a new key.
 func DefaultStatusPolicy(status int) Disposition {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests, http.StatusServiceUnavailable,
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
 		http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired,
 		http.StatusLengthRequired, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong,
 		http.StatusUnsupportedMediaType, http.StatusRequestHeaderFieldsTooLarge:
 		return DispositionRelease
-	case http.StatusBadGateway, http.StatusGatewayTimeout:
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return DispositionUnknown
 	}
 	return DispositionStore

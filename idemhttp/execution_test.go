@@ -492,12 +492,12 @@ func TestStreamedRetryableStatusReleases(t *testing.T) {
 		var calls atomic.Int64
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			calls.Add(1)
-			w.WriteHeader(http.StatusServiceUnavailable)
+			w.WriteHeader(http.StatusTooManyRequests)
 			w.Write([]byte(strings.Repeat("x", 2048)))
 		})
 		srv := serve(t, newMiddleware(t, newEngine(t, newStore(t), nil), &idemhttp.Options{MaxResponseBuffer: 1024})(h))
 		call{key: "k"}.send(t, srv)
-		if r := (call{key: "k"}).send(t, srv); r.status != 503 || calls.Load() != 2 {
+		if r := (call{key: "k"}).send(t, srv); r.status != 429 || calls.Load() != 2 {
 			t.Errorf("retry got %d after %d calls", r.status, calls.Load())
 		}
 	})

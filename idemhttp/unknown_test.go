@@ -144,6 +144,40 @@ func TestUnknownRetryAfterFromEngine(t *testing.T) {
 	})
 }
 
+// TestTimeoutHandlerInside503IsUnknown: http.TimeoutHandler inside the
+// middleware answers 503 while the handler goes on to charge. The key
+// turns UNKNOWN: the retry gets 503 outcome_unknown and does not charge
+// again (a released 503 ran the charge twice).
+func TestTimeoutHandlerInside503IsUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := memstore.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var calls, charges atomic.Int64
+		slow := make(chan struct{})
+		h := http.TimeoutHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			calls.Add(1)
+			<-slow
+			charges.Add(1)
+		}), time.Second, "timeout")
+		mw := newMiddleware(t, newEngine(t, s, nil), nil)(h)
+		first := httptest.NewRecorder()
+		mw.ServeHTTP(first, call{key: "k"}.request(t, "http://example.test"))
+		if first.Code != http.StatusServiceUnavailable {
+			t.Fatalf("first answer %d; want the TimeoutHandler's 503", first.Code)
+		}
+		retry := httptest.NewRecorder()
+		mw.ServeHTTP(retry, call{key: "k"}.request(t, "http://example.test"))
+		close(slow)
+		synctest.Wait()
+		checkProblem(t, recorded(retry), 503, idemhttp.CodeOutcomeUnknown)
+		if calls.Load() != 1 || charges.Load() != 1 {
+			t.Fatalf("handler ran %d times, charged %d; want 1 and 1", calls.Load(), charges.Load())
+		}
+	})
+}
+
 // slowAcquire delays the answer of every Acquire by delay, after the
 // store took the key: the reply of a store that stalled.
 type slowAcquire struct {

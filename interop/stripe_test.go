@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,7 +103,7 @@ func TestStripeGo(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			reachable(t, store)
-			base := startServe(t, "--upstream", up.URL, "--store", store, "--error-format", "stripe")
+			base := startServe(t, "--upstream", up.URL, "--store", store, "--error-format", "stripe", "--config", sheddingConfig(t))
 			key := func(scenario string) string { return "sk_test_" + run + "_" + name + "_" + scenario }
 			scenarios := map[string]func(t *testing.T, apiKey string){
 				"replays":        func(t *testing.T, k string) { replays(t, base, up, k) },
@@ -216,8 +217,21 @@ func slowFirstTry(t *testing.T, base string, up *fakeStripe, p *planner, apiKey 
 	}
 }
 
-// fiveXXThenSuccess: a 503 the upstream answers before doing anything
-// releases the key. With a plain body (a proxy's) stripe-go retries by
+// sheddingConfig writes the routes of the fake Stripe, whose 503 comes
+// before any work: its route releases the key on a 503 (by default a 503
+// turns it UNKNOWN, for it may come after the work).
+func sheddingConfig(t *testing.T) string {
+	path := filepath.Join(t.TempDir(), "idem.yaml")
+	routes := "routes:\n  - match: POST /v1/charges\n    statuses:\n      release: [\"503\"]\n"
+	if err := os.WriteFile(path, []byte(routes), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// fiveXXThenSuccess: a 503 the upstream answers before doing anything,
+// which its route declares (sheddingConfig), releases the key. With a
+// plain body (a proxy's) stripe-go retries by
 // itself; with Stripe's error object it hands the typed 503 to the
 // application, whose retry with the key succeeds. One charge each.
 func fiveXXThenSuccess(t *testing.T, base string, up *fakeStripe, p *planner, apiKey string) {

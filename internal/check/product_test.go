@@ -380,9 +380,9 @@ func (rt *productRoute) disposition(status int, format string) string {
 		}
 	}
 	switch status {
-	case 408, 425, 429, 503, 401, 403, 407, 411, 413, 414, 415, 431:
+	case 408, 425, 429, 401, 403, 407, 411, 413, 414, 415, 431:
 		return "release"
-	case 502, 504:
+	case 502, 503, 504: // a 503 does not prove that nothing ran
 		return "unknown"
 	case 400:
 		if format == "stripe" { // Stripe saves no result for a request refused before it ran
@@ -773,11 +773,14 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	fence, _ := strconv.ParseInt(fenceHdr, 10, 64)
 	pe.sawFence(key, fence, r)
+	after := false // a 503 that comes after the effect
 	if s := r.Header.Get("X-Check-Status"); s != "" {
-		code, _ := strconv.Atoi(s)
-		w.WriteHeader(code) // refused: nothing ran
-		io.WriteString(w, "status "+s)
-		return
+		if code, _ := strconv.Atoi(s); code != http.StatusServiceUnavailable {
+			w.WriteHeader(code) // refused: nothing ran
+			io.WriteString(w, "status "+s)
+			return
+		}
+		after = true
 	}
 	time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 	start, _ := strconv.ParseInt(r.Header.Get("X-Check-Began"), 10, 64)
@@ -791,6 +794,14 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, err := l.Apply(key, fence, dedup, noFault, start)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	if after {
+		// What a proxy in front of the work answers once the request was
+		// delivered (Envoy's UC reset, Heroku's H12 timeout, an
+		// http.TimeoutHandler): 503, and the effect took place.
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "status 503")
 		return
 	}
 	if r.Header.Get("X-Check-Slow") == "1" {
@@ -1628,16 +1639,24 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 // refuses with each status a policy decides on, then the corrected
 // request under the same key, as a client does: where the policy stores
 // the status it is replayed, where it releases the key the request runs,
-// and send holds the replay to the policy. Every run does it, so that a
-// status policy's slip does not wait for the workload to draw the status.
+// and send holds the replay to the policy. And a 503 that comes after the
+// effect: a policy that releases it runs the effect twice, so it is sent
+// only where no configuration's route declares its 503 released. Every
+// run does it, so that a status policy's slip does not wait for the
+// workload to draw the status.
 func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
-	for i, status := range []int{400, 401, 409, 500} {
+	for i, status := range []int{400, 401, 409, 500, 503} {
 		for _, ns := range []string{"y", "py"} {
 			key := pe.keys[ns][i]
 			q := request{tenant: tenant, key: key, route: "orders", path: "/v1/orders", method: http.MethodPost, hdrKey: key,
 				status: status, amount: 1, note: ns, g: pe.gs[i%len(pe.gs)]}
 			if ns == "py" {
 				q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(key)
+			}
+			if status == http.StatusServiceUnavailable && slices.ContainsFunc(pe.configs(0, pe.epoch.Load()), func(c *productConfig) bool {
+				return c.route(q.route).disposition(status, c.errorFormat) == "release"
+			}) {
+				continue
 			}
 			pe.send(ctx, q)
 			q.status = 0

@@ -35,23 +35,23 @@ func reloadGateway(t *testing.T, up *routeUpstream, cfg Config) (*Gateway, *rout
 }
 
 // A request in flight across a reload finishes under the policy it started
-// with: its 503, which its route stored, is stored, though the new policy
+// with: its 429, which its route stored, is stored, though the new policy
 // would release it; the request after the reload runs under the new one.
 func TestInFlightRequestKeepsItsPolicyAcrossReload(t *testing.T) {
 	up := newRouteUpstream(t)
-	storing := []Route{{Pattern: "POST /slow/{status}", Statuses: StatusOverrides{Store: []string{"503"}}}}
+	storing := []Route{{Pattern: "POST /slow/{status}", Statuses: StatusOverrides{Store: []string{"429"}}}}
 	g, c := reloadGateway(t, up, Config{Routes: storing})
 	done := make(chan reply, 1)
-	go func() { done <- c.send("POST", "/slow/503", "old", "{}") }()
+	go func() { done <- c.send("POST", "/slow/429", "old", "{}") }()
 	<-up.arrived
 	if err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL)}, nil }); err != nil {
 		t.Fatal(err)
 	}
 	close(up.release)
-	c.want("the request in flight", <-done, http.StatusServiceUnavailable, false)
-	c.want("its retry, after the reload", c.send("POST", "/slow/503", "old", "{}"), http.StatusServiceUnavailable, true)
-	c.want("a new request", c.send("POST", "/slow/503", "new", "{}"), http.StatusServiceUnavailable, false)
-	c.want("its retry, released by the new policy", c.send("POST", "/slow/503", "new", "{}"), http.StatusServiceUnavailable, false)
+	c.want("the request in flight", <-done, http.StatusTooManyRequests, false)
+	c.want("its retry, after the reload", c.send("POST", "/slow/429", "old", "{}"), http.StatusTooManyRequests, true)
+	c.want("a new request", c.send("POST", "/slow/429", "new", "{}"), http.StatusTooManyRequests, false)
+	c.want("its retry, released by the new policy", c.send("POST", "/slow/429", "new", "{}"), http.StatusTooManyRequests, false)
 	if c.runs("old") != 1 || c.runs("new") != 2 {
 		t.Fatalf("runs: old %d, new %d; want 1 (stored under the old policy) and 2", c.runs("old"), c.runs("new"))
 	}

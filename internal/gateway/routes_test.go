@@ -268,12 +268,15 @@ var routeCases = []struct {
 			if rec := c.record("u"); rec.State != store.StateUnknown {
 				c.t.Fatalf("the 409's key is %v; want UNKNOWN", rec.State)
 			}
-			c.want("a refund answered 503", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
-			c.want("its retry, run again (released by the default policy)", c.send("POST", "/v1/charges/ch_3/refunds?status=503", "s", "{}"), http.StatusServiceUnavailable, false)
+			c.want("a refund answered 429", c.send("POST", "/v1/charges/ch_3/refunds?status=429", "s", "{}"), http.StatusTooManyRequests, false)
+			c.want("its retry, run again (released by the default policy)", c.send("POST", "/v1/charges/ch_3/refunds?status=429", "s", "{}"), http.StatusTooManyRequests, false)
 			if c.runs("r") != 1 || c.runs("u") != 1 || c.runs("s") != 2 {
 				c.t.Fatalf("runs: stored %d, unknown %d, released %d; want 1, 1, 2", c.runs("r"), c.runs("u"), c.runs("s"))
 			}
 		}},
+	{name: "statuses: an upstream 503 is UNKNOWN unless a route releases it", routes: shedding, check: checkUpstream503},
+	{name: "statuses: an upstream 503 is UNKNOWN unless a route releases it (stripe)", routes: shedding, check: checkUpstream503,
+		cfg: func(cfg *Config, _ *routeUpstream) { cfg.ErrorFormat = idemhttp.ErrorFormatStripe }},
 	{name: "reconcile-url", cfg: func(cfg *Config, up *routeUpstream) { cfg.ReconcileURL = up.URL + "/lookup/top/{key}" },
 		routes: []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges", ReconcileURL: "{upstream}/lookup/charges/{key}"}},
 		check: func(c *routeClient) {
@@ -305,6 +308,29 @@ func (a acquireSpans) OnEnd(s sdktrace.ReadOnlySpan) {
 		case a.acquired <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// shedding is a route whose upstream sheds load with 503 before any work,
+// and says so.
+var shedding = []Route{{Pattern: "POST /v1/shed/{status}", Statuses: StatusOverrides{Release: []string{"503"}}}}
+
+// checkUpstream503: a 503 does not prove that nothing ran (an Envoy reset
+// after delivery, Heroku's H12, http.TimeoutHandler): the key turns
+// UNKNOWN and its retry does not reach the upstream. A route that
+// declares its 503 a refusal before any work gets it released.
+func checkUpstream503(c *routeClient) {
+	c.want("a charge answered 503", c.send("POST", "/v1/charges/503", "u", "{}"), http.StatusServiceUnavailable, false)
+	if rec := c.record("u"); rec.State != store.StateUnknown {
+		c.t.Fatalf("the 503's key is %v; want UNKNOWN", rec.State)
+	}
+	if got := c.send("POST", "/v1/charges/503", "u", "{}"); got.code != idemhttp.CodeOutcomeUnknown {
+		c.t.Fatalf("the 503's retry = %d %s; want 503 outcome_unknown", got.status, got.body)
+	}
+	c.want("a 503 from the shedding route", c.send("POST", "/v1/shed/503", "r", "{}"), http.StatusServiceUnavailable, false)
+	c.want("its retry, run again (released by the route)", c.send("POST", "/v1/shed/503", "r", "{}"), http.StatusServiceUnavailable, false)
+	if c.runs("u") != 1 || c.runs("r") != 2 {
+		c.t.Fatalf("runs: unknown %d, released %d; want 1 and 2", c.runs("u"), c.runs("r"))
 	}
 }
 
