@@ -37,6 +37,9 @@ func checkConfig(t *testing.T, text string, args ...string) (*serveSetup, *gatew
 	cfg.Store, _ = memstore.New(nil)
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	g, err := gateway.New(cfg)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", errUsage, err) // as validate: a start exits 2
+	}
 	return s, g, s.settings.explain(err)
 }
 
@@ -269,6 +272,15 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		{up, []string{"--admin", "", "--admin-insecure"}, "--admin-insecure is given with --admin ''"},
 		{up, []string{"--admin", "", "--admin-tokens-file", "/x"}, "--admin-tokens-file is given with --admin ''"},
 		{up, []string{"--admin", "", "--admin-tls-cert", "/x"}, "--admin-tls-cert is given with --admin ''"},
+		// --admin-insecure where it allows nothing: the admin API needs a
+		// token or a client certificate, or listens on loopback.
+		{up, []string{"--admin-insecure"}, "--admin-insecure has no effect: --admin listens on loopback 127.0.0.1:9090, which needs no token"},
+		{up, []string{"--admin", "localhost:9090", "--admin-insecure"}, "--admin listens on loopback localhost:9090, which needs no token"},
+		{up + "admin-insecure: true\n", nil, "--admin-insecure has no effect: --admin listens on loopback 127.0.0.1:9090, which needs no token; it only allows an --admin address beyond loopback without a token or client certificates: leave --admin-insecure out (set at CFG:2)"},
+		{up, []string{"--admin", "0.0.0.0:9090", "--admin-insecure", "--admin-token", "t"}, "--admin-insecure has no effect: --admin-token is set"},
+		{up + "admin: 0.0.0.0:9090\nadmin-insecure: true\nadmin-tokens-file: /x\n", nil, "--admin-insecure has no effect: --admin-tokens-file is set, so the admin API requires a token"},
+		{up, []string{"--admin", "0.0.0.0:9090", "--admin-insecure", "--admin-tls-cert", "/x", "--admin-tls-key", "/x", "--admin-client-ca", "/x"},
+			"--admin-insecure has no effect: --admin-client-ca is set, so the admin API requires a client certificate"},
 		{up, []string{"--no-migrate"}, "--no-migrate applies to a PostgreSQL store only"},
 		{up, []string{"--no-migrate", "--store", "redis://:pw@127.0.0.1:1/0"}, "a redis:// store has none"},
 		{up, []string{"--store", ""}, "--store is empty"},
@@ -287,6 +299,27 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		if !strings.Contains(got, want) || !errors.Is(err, errUsage) || strings.Contains(got, ":pw@") {
 			t.Errorf("%q %q:\n got %v\nwant %q, a usage error", c.text, c.args, got, want)
 		}
+	}
+}
+
+// IDEM_ADMIN_INSECURE=true is refused where the flag is, naming the
+// variable; false, the default, allows nothing and is accepted anywhere,
+// and --admin-insecure stays accepted where it allows a network address
+// without a token.
+func TestAdminInsecureIsRefusedWhereItHasNoEffect(t *testing.T) {
+	const up = "upstream: http://127.0.0.1:1\n"
+	t.Setenv("IDEM_ADMIN_INSECURE", "true")
+	_, _, err := checkConfig(t, up, "--admin-token", "t")
+	want := "--admin-insecure has no effect: --admin-token is set, so the admin API requires a token"
+	if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set by IDEM_ADMIN_INSECURE") {
+		t.Errorf("IDEM_ADMIN_INSECURE=true with --admin-token: %v; want a usage error saying %q, set by IDEM_ADMIN_INSECURE", err, want)
+	}
+	if _, _, err := checkConfig(t, up, "--admin", "0.0.0.0:9090"); err != nil {
+		t.Errorf("IDEM_ADMIN_INSECURE=true with --admin 0.0.0.0:9090 and no token: %v; want it accepted", err)
+	}
+	t.Setenv("IDEM_ADMIN_INSECURE", "false")
+	if _, _, err := checkConfig(t, up, "--admin-token", "t"); err != nil {
+		t.Errorf("IDEM_ADMIN_INSECURE=false with --admin-token: %v; want it accepted", err)
 	}
 }
 

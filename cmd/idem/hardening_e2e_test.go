@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -300,6 +301,16 @@ func TestAdminAPIRefusesTheNetworkWithoutAToken(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--admin-token") {
 		t.Fatalf("--admin 0.0.0.0:0 without a token: %v %s; want exit 2 naming --admin-token", err, out)
+	}
+	// On loopback --admin-insecure allows nothing: refused, not ignored
+	// (the bound ends a gateway that starts instead).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd = exec.CommandContext(ctx, binary, "serve", "--upstream", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--admin-insecure")
+	cmd.Env = withoutEnv("IDEM_ADMIN_TOKEN")
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--admin-insecure has no effect") {
+		t.Fatalf("--admin 127.0.0.1:0 --admin-insecure: %v %s; want exit 2 saying --admin-insecure has no effect", err, out)
 	}
 	g := startGateway(t, "--upstream", "http://127.0.0.1:1", "--admin", "0.0.0.0:0", "--admin-insecure")
 	if !strings.Contains(g.logText(), "INSECURE") {

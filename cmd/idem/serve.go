@@ -87,7 +87,7 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.IntVar(&f.reconcileConcurrency, "reconcile-concurrency", idem.DefaultReconcileConcurrency, "most lookups the background sweep has in flight at once; a key whose lookup failed is asked again after a backoff (30s, doubling to 30m)")
 	fs.StringVar(&f.admin, "admin", "127.0.0.1:9090", "address of the admin API (/healthz, /readyz, /metrics, /v1/keys, /v1/stats, the console at /ui/); empty turns it off")
 	fs.StringVar(&f.adminToken, "admin-token", "", "bearer token the admin key API requires; without one the admin API must listen on loopback")
-	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token (anyone who reaches it can read and delete keys)")
+	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "allow --admin on a non-loopback address without --admin-token, --admin-tokens-file or --admin-client-ca (anyone who reaches it can read and delete keys); refused (exit 2) where it allows nothing: with one of them, or on a loopback --admin")
 	fs.StringVar(&f.adminTokensFile, "admin-tokens-file", "", "a file of admin tokens, one 'name role token' a line (role read-only or read-write), read again on SIGHUP; with --admin-token (read-write, named admin-token)")
 	fs.StringVar(&f.adminHosts, "admin-hosts", "", "comma-separated names (name, or name:port) the admin API answers besides its --admin address and loopback on its port, e.g. the name of a proxy in front of it; any other Host or Origin is refused (in the config file, a list)")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM file of the proxy's certificate (and its chain): the proxy then speaks TLS (1.2 at least, HTTP/1.1) only; with --tls-key; both read again on SIGHUP")

@@ -260,9 +260,23 @@ func TestAdminExposure(t *testing.T) {
 		if err := checkAdmin(Config{Admin: addr, AdminToken: "t"}); err != nil {
 			t.Errorf("admin on %s with a token: %v", addr, err)
 		}
-		if err := checkAdmin(Config{Admin: addr, AdminInsecure: true}); err != nil {
+		// --admin-insecure allows a network address without a token, and
+		// is refused where it allows nothing: on loopback, which needs no
+		// token, and with a token or client certificates.
+		err = checkAdmin(Config{Admin: addr, AdminInsecure: true})
+		if (err == nil) == loopback || loopback && !strings.Contains(err.Error(), "--admin-insecure has no effect: --admin listens on loopback "+addr) {
 			t.Errorf("admin on %s with --admin-insecure: %v", addr, err)
 		}
+		for flag, cfg := range map[string]Config{"--admin-token": {AdminToken: "t"}, "--admin-tokens-file": {AdminTokensFile: "/x"},
+			"--admin-client-ca": {AdminClientCA: "/x"}} {
+			cfg.Admin, cfg.AdminInsecure = addr, true
+			if err := checkAdmin(cfg); err == nil || !strings.Contains(err.Error(), "--admin-insecure has no effect: "+flag+" is set") {
+				t.Errorf("admin on %s with --admin-insecure and %s: %v", addr, flag, err)
+			}
+		}
+	}
+	if err := checkAdmin(Config{AdminInsecure: true}); err == nil || !strings.Contains(err.Error(), "--admin-insecure has no effect: --admin is empty") {
+		t.Errorf("no admin API, with --admin-insecure: %v", err)
 	}
 }
 

@@ -227,11 +227,32 @@ func (c *limitedConn) linger() {
 
 // checkAdmin refuses an admin API that anyone on the network could use: the
 // key API reads stored responses and deletes keys, so without a token it
-// listens on a loopback address only, unless insecure says otherwise.
+// listens on a loopback address only, unless insecure says otherwise. It
+// refuses insecure where it allows nothing, so that who sets it does not
+// believe it changed something.
 func checkAdmin(cfg Config) error {
 	if t := cfg.AdminToken; t != "" && (strings.TrimSpace(t) != t || strings.ContainsFunc(t, unicode.IsControl)) {
 		return errors.New("gateway: --admin-token is blank, has white space around it or holds a control character: " +
 			"no request's Authorization header could match it (HTTP trims header values); give a real token")
+	}
+	if cfg.AdminInsecure {
+		why := ""
+		switch {
+		case cfg.Admin == "":
+			why = "--admin is empty (no admin API)"
+		case cfg.AdminToken != "":
+			why = "--admin-token is set, so the admin API requires a token"
+		case cfg.AdminTokensFile != "":
+			why = "--admin-tokens-file is set, so the admin API requires a token"
+		case cfg.AdminClientCA != "":
+			why = "--admin-client-ca is set, so the admin API requires a client certificate"
+		case isLoopback(cfg.Admin):
+			why = "--admin listens on loopback " + cfg.Admin + ", which needs no token"
+		}
+		if why != "" {
+			return errors.New("gateway: --admin-insecure has no effect: " + why +
+				"; it only allows an --admin address beyond loopback without a token or client certificates: leave --admin-insecure out")
+		}
 	}
 	if cfg.Admin == "" || cfg.hasAdminTokens() || cfg.AdminClientCA != "" || cfg.AdminInsecure || isLoopback(cfg.Admin) {
 		return nil // a client certificate of --admin-client-ca authenticates as a token does
