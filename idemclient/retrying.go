@@ -74,7 +74,9 @@ type RetryOptions struct {
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
-// at once. When the attempts or the wait budget run out, the last response
+// at once; when the last attempt's outcome is unknown, the error is still
+// an *OutcomeUnknownError with the key (and matches the context's error).
+// When the attempts or the wait budget run out, the last response
 // is returned as it is, or the last error; every response it discards is
 // drained and closed. When the last response says that the request's
 // outcome is unknown (a problem response with code outcome_unknown,
@@ -144,9 +146,14 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !retryable(resp, err) || attempt >= r.maxAttempts || unknownUnsettled(resp) {
 			return last(out, resp, err, attempt)
 		}
+		// What this attempt leaves unknown if no retry follows it: a
+		// RoundTrip that stops here returns it, with the key, which the
+		// caller needs to ask for the result (a key Retrying made is
+		// known nowhere else).
+		pending := unknownError(out, resp, err, attempt)
 		if ctx.Err() != nil {
 			discard(resp)
-			return nil, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err())
+			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err()))
 		}
 		wait := r.wait(attempt, resp)
 		if waited+wait > r.maxWait {
@@ -155,14 +162,14 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		body, bodyErr := nextBody(req)
 		if bodyErr != nil {
 			discard(resp)
-			return nil, fmt.Errorf("idemclient: %s %s: %w, to retry after %s", req.Method, req.URL.Redacted(), bodyErr, outcome(resp, err))
+			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: %w, to retry after %s", req.Method, req.URL.Redacted(), bodyErr, outcome(resp, err)))
 		}
 		discard(resp)
 		if err := r.sleep(ctx, wait); err != nil {
 			if body != nil {
 				body.Close()
 			}
-			return nil, fmt.Errorf("idemclient: %s %s: waiting to retry: %w", req.Method, req.URL.Redacted(), err)
+			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: waiting to retry: %w", req.Method, req.URL.Redacted(), err))
 		}
 		waited += wait
 		out = out.Clone(ctx)
@@ -334,19 +341,43 @@ func unknownCode(resp *http.Response) string {
 // last returns the outcome of the last attempt: as it is, or, when the
 // answer says the outcome is unknown, an *OutcomeUnknownError.
 func last(out *http.Request, resp *http.Response, err error, attempts int) (*http.Response, error) {
+	if ue := unknownError(out, resp, err, attempts); ue != nil {
+		discard(resp)
+		return nil, ue
+	}
+	return resp, err
+}
+
+// unknownError returns the *OutcomeUnknownError of an attempt whose
+// outcome is unknown, or nil; resp stays readable.
+func unknownError(out *http.Request, resp *http.Response, err error, attempts int) *OutcomeUnknownError {
 	if err != nil {
 		// No answer: unless the only attempt provably never left, it may
 		// have run, and the caller needs the key to ask for its result.
 		if key := keyOf(out.Header); key != "" && (attempts > 1 || Sent(err)) {
-			return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: err}
+			return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: err}
 		}
-		return nil, err
+		return nil
 	}
 	code := unknownCode(resp)
 	if code == "" {
-		return resp, err
+		return nil
 	}
-	discard(resp)
-	return nil, &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: keyOf(out.Header),
+	return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: keyOf(out.Header),
 		Status: resp.StatusCode, Code: code, Attempts: attempts}
+}
+
+// stopped returns the error of a RoundTrip that stopped before its next
+// attempt for cause (a cancelled context, a body it cannot send again):
+// cause itself, or, when the last attempt's outcome is unknown (pending),
+// pending with cause in its Err, so that the caller keeps the key.
+func stopped(pending *OutcomeUnknownError, cause error) error {
+	if pending == nil {
+		return cause
+	}
+	if pending.Err != nil {
+		cause = fmt.Errorf("%w, after %w", cause, pending.Err)
+	}
+	pending.Err = cause
+	return pending
 }

@@ -75,8 +75,14 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the server, and so may have run: false only when a Transport saw that no
 // byte of it was sent (a refused dial, a DNS or TLS failure, an ended
 // lease). Any other error, one that no Transport classified or a response
-// body cut in the middle, counts as sent.
+// body cut in the middle, counts as sent, and so does an error of an
+// unknown outcome (ErrOutcomeUnknown: Retrying's after several attempts,
+// of which an earlier one may have reached the server whatever the last
+// did).
 func Sent(err error) bool {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return true
+	}
 	if se, ok := errors.AsType[*sendError](err); ok {
 		return se.sent
 	}

@@ -160,3 +160,34 @@ func TestTransportSaysWhetherARequestWasSent(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestSentAfterRetries: Retrying over Transport whose first attempt was
+// read by the server (the connection closed without an answer) and whose
+// last never left (the server is gone: the dial is refused). The request
+// may have run, so Sent must say so: it used to read the last attempt
+// only and say false, and a caller that releases a key on !Sent (the
+// documented pattern) let a retry run it again.
+func TestSentAfterRetries(t *testing.T) {
+	var srv *recorder
+	srv = newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		srv.Listener.Close() // the next attempt's dial is refused
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn.Close()
+	})
+	c, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 2})
+	resp, err := post(t, c, context.Background(), srv.URL, "x")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("no error")
+	}
+	if n := len(srv.seen()); n != 1 {
+		t.Fatalf("server read %d requests; want 1", n)
+	}
+	if !errors.Is(err, idemclient.ErrOutcomeUnknown) || !idemclient.Sent(err) {
+		t.Fatalf("Sent(%v) = false; want true: the first attempt reached the server", err)
+	}
+}

@@ -120,3 +120,51 @@ func TestOtherProblemsReturnedAsTheyAre(t *testing.T) {
 		t.Fatalf("%d %q; want the problem as it was", resp.StatusCode, got)
 	}
 }
+
+// TestCancelKeepsTheKeyOfAnUnknownOutcome: a caller that cancels while
+// the first attempt's answer is awaited (the server has the request), or
+// while Retrying waits to resend an outcome_unknown answer, must still get
+// the key Retrying made: without it, the only way to go on is a new key,
+// which runs the request a second time. It used to get a bare context
+// error (with MaxAttempts 1 it got the key: only the retry path lost it).
+func TestCancelKeepsTheKeyOfAnUnknownOutcome(t *testing.T) {
+	t.Run("answer awaited", func(t *testing.T) {
+		received := make(chan struct{}, 1)
+		release := make(chan struct{})
+		defer close(release)
+		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			received <- struct{}{}
+			<-release
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			<-received
+			cancel()
+		}()
+		c, _ := newRetrying(t, transport(t), idemclient.RetryOptions{})
+		resp, err := post(t, c, ctx, srv.URL, `{}`)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		ue, ok := errors.AsType[*idemclient.OutcomeUnknownError](err)
+		if keys := srv.seen(); !ok || len(keys) != 1 || ue.Key != keys[0] || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v, keys sent %q; want an *OutcomeUnknownError with the key sent, matching context.Canceled", err, keys)
+		}
+	})
+	t.Run("waiting to retry", func(t *testing.T) {
+		srv, calls := unknownThen(t, 100)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s := &sleeper{hook: cancel}
+		c, _ := newRetrying(t, transport(t), idemclient.RetryOptions{Sleep: s.Sleep})
+		resp, err := post(t, c, ctx, srv.URL, `{}`)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		ue, ok := errors.AsType[*idemclient.OutcomeUnknownError](err)
+		if keys := srv.seen(); !ok || calls.Load() != 1 || ue.Key != keys[0] || ue.Code != "outcome_unknown" || !errors.Is(err, context.Canceled) {
+			t.Fatalf("err %v after %d calls; want an *OutcomeUnknownError with the key sent and code outcome_unknown, matching context.Canceled", err, calls.Load())
+		}
+	})
+}

@@ -155,9 +155,11 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 			return nil
 		}
 		delay, retry := c.retryable(ctx, err, attempt)
-		st, _ := status.FromError(err)
-		if ErrorInfo(st) == ReasonOutcomeUnknown && (!retry || attempt >= c.opt.MaxAttempts) {
-			return &OutcomeUnknownError{Key: key, Status: st}
+		if st, _ := status.FromError(err); ErrorInfo(st) == ReasonOutcomeUnknown {
+			// Whichever way the call ends on it, the caller gets the key
+			// to come back with: one the interceptor made is known nowhere
+			// else.
+			err = &OutcomeUnknownError{Key: key, Status: st}
 		}
 		if !retry || attempt >= c.opt.MaxAttempts {
 			return err

@@ -34,7 +34,10 @@ const (
 //
 //   - ABORTED: the service declares it did not do the work and invites
 //     a retry at a higher level (the gRPC status code guide); grpc-go
-//     never makes it on its own: release, the retry runs.
+//     never makes it on its own: release, the retry runs. (An ABORTED
+//     with idem's KEY_IN_FLIGHT, a downstream idem service's answer
+//     passed on, says the downstream work is running: the interceptor
+//     turns the key UNKNOWN before asking the policy.)
 //   - UNAVAILABLE and RESOURCE_EXHAUSTED: a handler that passes on the
 //     error of a downstream call (`return nil, err`) passes on these as
 //     grpc-go made them, and grpc-go makes them after the downstream call

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/idemkit/idem/idemgrpc"
 )
 
 // TestDownstreamFailureAfterEffect: a handler that passes on the error of
@@ -64,5 +66,45 @@ func TestDownstreamFailureAfterEffect(t *testing.T) {
 				t.Fatalf("the handler ran %d times after its downstream call may have taken effect, want 1 (downstream effects: %d)", n, effects.Load())
 			}
 		})
+	}
+}
+
+// TestDownstreamInFlightNotReleased: a handler that passes on the answer
+// of a downstream idem service, whose call with the handler's key is
+// still running there (ABORTED with KEY_IN_FLIGHT: its earlier attempt,
+// cut off, runs on), must not get its own key released: that ABORTED
+// does not say the work did not run, it says it is running. It used to
+// release (ABORTED releases), and the retry ran the handler again, which,
+// with a fresh downstream key (the client interceptor's default), runs the
+// downstream effect twice.
+func TestDownstreamInFlightNotReleased(t *testing.T) {
+	ctx := testContext(t)
+	started, finish := make(chan struct{}), make(chan struct{})
+	down := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		close(started) // the downstream's side effect is under way
+		<-finish
+		return in, nil
+	}}
+	downConn := serve(t, newEngine(t, memStore(t), nil), nil, down)
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := charge(ctx, downConn, "down-k", "1")
+		first <- err
+	}()
+	defer func() {
+		close(finish)
+		<-first
+	}()
+	<-started
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		_, _, err := charge(ctx, downConn, "down-k", in.GetValue())
+		return nil, err // passed on as it is
+	}}
+	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+	_, _, err := charge(ctx, conn, "k", "1")
+	wantStatus(t, err, codes.Aborted, idemgrpc.ReasonKeyInFlight)
+	charge(ctx, conn, "k", "1")
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times while its downstream call was in flight, want 1", n)
 	}
 }

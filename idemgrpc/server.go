@@ -65,8 +65,10 @@ type Options struct {
 	// StatusPolicy decides from the handler's final status code what
 	// becomes of the key: the answer stored and replayed, the key
 	// released so a retry runs the handler again, or the key marked
-	// UNKNOWN. A handler's SetDisposition, and an error that wraps
-	// idem.ErrOutcomeUnknown, override it. Nil means DefaultStatusPolicy.
+	// UNKNOWN. A handler's SetDisposition, an error that wraps
+	// idem.ErrOutcomeUnknown, and an ABORTED with idem's KEY_IN_FLIGHT (a
+	// downstream idem service's, passed on: UNKNOWN) override it. Nil
+	// means DefaultStatusPolicy.
 	StatusPolicy func(codes.Code) Disposition
 	// UnknownRetryAfter is the RetryInfo of the answer for an UNKNOWN key
 	// when the engine gives none (it has no Reconcile, so only an
@@ -427,6 +429,13 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 			d = DispositionUnknown
 		case outcome.IsNotRun(herr): // idem.NotRun: the handler stopped before its effect
 			d = DispositionRelease
+		case st.Code() == codes.Aborted && ErrorInfo(st) == ReasonKeyInFlight:
+			// A downstream idem service's answer, passed on: the call
+			// with the handler's key is running there. This ABORTED says
+			// the work is under way, not that it did not run: a release
+			// would let a retry run the handler (and, under a new key,
+			// the downstream work) again.
+			d, reason = DispositionUnknown, "a downstream call of the handler was still running (ABORTED, KEY_IN_FLIGHT)"
 		default:
 			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
 		}

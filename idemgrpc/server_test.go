@@ -972,3 +972,32 @@ func TestClientDoublesInFlightWaits(t *testing.T) {
 		t.Fatalf("4 attempts took %v; want at least 20+40+80ms of waits", waited)
 	}
 }
+
+// TestClientUnknownKeyWhenDeadlineShort: an outcome-unknown answer whose
+// RetryInfo outlasts the call's deadline ends the call at once, and the
+// caller still gets an *OutcomeUnknownError with the key: it used to get
+// the bare status, without the key (which the interceptor may have made)
+// and not matching idem.ErrOutcomeUnknown, and could only go on under a
+// new key, which runs the work again.
+func TestClientUnknownKeyWhenDeadlineShort(t *testing.T) {
+	svc := &service{handle: func(context.Context, *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return nil, idem.OutcomeUnknown(errors.New("provider timed out"), "")
+	}}
+	ci, err := idemgrpc.NewClientInterceptor(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, newEngine(t, memStore(t), nil), &idemgrpc.Options{AllowAnonymous: true, UnknownRetryAfter: 5 * time.Second}, svc, grpc.WithUnaryInterceptor(ci))
+	ctx := idemgrpc.WithKey(testContext(t), "k-unknown")
+	charge(ctx, conn, "", "1") // marks the key UNKNOWN
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, _, err = charge(short, conn, "", "1")
+	unknown, ok := errors.AsType[*idemgrpc.OutcomeUnknownError](err)
+	if !ok || unknown.Key != "k-unknown" || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("got %v, want an *OutcomeUnknownError with the key", err)
+	}
+	if c := svc.calls.Load(); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}
