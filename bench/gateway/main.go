@@ -136,17 +136,19 @@ func main() {
 		replay bool
 	}
 	targets := []target{{"bare Go reverse proxy (pooled)", start(startPeer("bare", upURL)), false}}
+	run := rand.Text() // in every key this run sends
 	var rdb *redis.Client
 	if *redisURI != "" {
 		opt, err := redis.ParseURL(*redisURI)
 		if err != nil {
 			log.Fatal(err)
 		}
-		rdb = redis.NewClient(opt) // INFO cpu only
+		rdb = redis.NewClient(opt) // INFO cpu, and forget at the end
 		defer rdb.Close()
 		if err := rdb.Ping(context.Background()).Err(); err != nil {
 			log.Fatalf("redis: %v", err)
 		}
+		defer forget(rdb, run)
 		naive := start(startPeer("naive", upURL, "-redis", *redisURI))
 		targets = append(targets, target{"naive SET NX EX gateway (go-redis)", naive, false})
 		if *replays {
@@ -188,7 +190,7 @@ func main() {
 				i := (k + round) % len(targets)
 				tg := targets[i]
 				gen, gw, up, srv := selfCPU(), tg.p.cpu(), upstream.cpu(), redisCPU(rdb)
-				r := load("http://"+tg.p.addr, tg.replay, n, *duration)
+				r := load("http://"+tg.p.addr, run, tg.replay, n, *duration)
 				if done := time.Duration(r.rps * duration.Seconds()); done > 0 {
 					r.genCPU = (selfCPU() - gen) / done
 					r.gatewayCPU = (tg.p.cpu() - gw) / done
@@ -569,12 +571,13 @@ func redisCPU(rdb *redis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// load runs a closed loop of n clients for d. With replay, every request
-// reuses one of a few keys completed beforehand.
-func load(base string, replay bool, n int, d time.Duration) result {
+// load runs a closed loop of n clients for d, with keys that start with
+// run. With replay, every request reuses one of a few keys completed
+// beforehand.
+func load(base, run string, replay bool, n int, d time.Duration) result {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n, MaxConnsPerHost: n}}
 	defer client.CloseIdleConnections()
-	run := rand.Text()
+	run += "-" + rand.Text()[:8] // this load's own keys
 	send := func(key string) (time.Duration, bool) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/charges", strings.NewReader(`{"amount":4200,"currency":"eur"}`))
 		req.Header.Set("Content-Type", "application/json")
@@ -624,4 +627,32 @@ func load(base string, replay bool, n int, d time.Duration) result {
 		return result{errors: errs.Load()}
 	}
 	return result{rps: float64(len(all)) / d.Seconds(), p50: all[len(all)/2], p99: all[len(all)*99/100], errors: errs.Load()}
+}
+
+// forget removes from Redis the keys this run made its peers write (their
+// names hold the run's keys), so that runs in a row each start from the
+// keyspace the first found: the records live for the retention (24 h), and
+// three runs left two million keys (700 MB) that made the next run's
+// scripts and SETs slower.
+func forget(rdb *redis.Client, run string) {
+	ctx := context.Background()
+	n := 0
+	iter := rdb.Scan(ctx, 0, "*"+run+"-*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 1000 {
+			n += len(batch)
+			rdb.Unlink(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		n += len(batch)
+		rdb.Unlink(ctx, batch...)
+	}
+	if err := iter.Err(); err != nil {
+		log.Printf("removing this run's keys from Redis: %v", err)
+		return
+	}
+	log.Printf("removed the %d keys this run wrote to Redis", n)
 }
