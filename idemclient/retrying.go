@@ -74,11 +74,13 @@ type RetryOptions struct {
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
-// at once; when the last attempt's outcome is unknown, the error is still
-// an *OutcomeUnknownError with the key (and matches the context's error).
-// When the attempts or the wait budget run out, the last response
-// is returned as it is, or the last error; every response it discards is
-// drained and closed. When the last response says that the request's
+// at once; when an attempt's outcome is unknown, the error is still an
+// *OutcomeUnknownError with the key (and matches the context's error).
+// When the attempts or the wait budget run out, the last response is
+// returned as it is, or the last error, unless an earlier attempt's
+// outcome is unknown and the last answer does not settle it (a 409
+// key_in_flight, a 503): then an *OutcomeUnknownError. Every response it
+// discards is drained and closed. When the last response says that the request's
 // outcome is unknown (a problem response with code outcome_unknown,
 // upstream_no_response or upstream_timeout, or a Stripe-shaped error with
 // that idem_code: it may have taken effect, and
@@ -141,23 +143,29 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		return r.base.RoundTrip(out)
 	}
 	var waited time.Duration
+	// pending is the last attempt whose outcome is unknown. Once one is,
+	// every way RoundTrip ends short of an answer that settles it returns
+	// it, with the key, which the caller needs to ask for the result (a
+	// key Retrying made is known nowhere else): a later 409 key_in_flight,
+	// a load balancer's 503 or a cancelled wait says nothing of it.
+	var pending *OutcomeUnknownError
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
-		if !retryable(resp, err) || attempt >= r.maxAttempts || unknownUnsettled(resp) {
-			return last(out, resp, err, attempt)
+		if ue := unknownError(out, resp, err, attempt); ue != nil {
+			pending = ue
+		} else if pending != nil {
+			pending.Attempts = attempt
 		}
-		// What this attempt leaves unknown if no retry follows it: a
-		// RoundTrip that stops here returns it, with the key, which the
-		// caller needs to ask for the result (a key Retrying made is
-		// known nowhere else).
-		pending := unknownError(out, resp, err, attempt)
+		if !retryable(resp, err) || attempt >= r.maxAttempts || unknownUnsettled(resp) {
+			return last(resp, err, pending)
+		}
 		if ctx.Err() != nil {
 			discard(resp)
 			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err()))
 		}
 		wait := r.wait(attempt, resp)
 		if waited+wait > r.maxWait {
-			return last(out, resp, err, attempt)
+			return last(resp, err, pending)
 		}
 		body, bodyErr := nextBody(req)
 		if bodyErr != nil {
@@ -338,12 +346,14 @@ func unknownCode(resp *http.Response) string {
 	return ""
 }
 
-// last returns the outcome of the last attempt: as it is, or, when the
-// answer says the outcome is unknown, an *OutcomeUnknownError.
-func last(out *http.Request, resp *http.Response, err error, attempts int) (*http.Response, error) {
-	if ue := unknownError(out, resp, err, attempts); ue != nil {
+// last returns the outcome of the last attempt: as it is, or pending (an
+// attempt's outcome is unknown) unless the last attempt was answered with
+// a final response, which settles it (a replay, or the server's refusal
+// of the key).
+func last(resp *http.Response, err error, pending *OutcomeUnknownError) (*http.Response, error) {
+	if pending != nil && (err != nil || retryable(resp, nil) || unknownCode(resp) != "") {
 		discard(resp)
-		return nil, ue
+		return nil, pending
 	}
 	return resp, err
 }

@@ -168,3 +168,58 @@ func TestCancelKeepsTheKeyOfAnUnknownOutcome(t *testing.T) {
 		}
 	})
 }
+
+// An attempt read by the server and answered with nothing leaves the
+// outcome unknown; the retries after it are answered 409 key_in_flight
+// (the first attempt is running there). However RoundTrip then ends (the
+// attempts run out, or the caller's context ends while it waits), the
+// caller gets the key: it used to get the 409, or the bare context error,
+// and its only way on was a new key, which runs the request twice.
+func TestLaterAnswersKeepAnEarlierUnknownOutcome(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		cancel bool
+	}{{"attempts run out", false}, {"wait cancelled", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var calls atomic.Int32
+			srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+				if calls.Add(1) == 1 {
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					conn.Close()
+					return
+				}
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusConflict)
+				io.WriteString(w, `{"status":409,"code":"key_in_flight"}`)
+			})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s := &sleeper{}
+			if c.cancel {
+				var waits atomic.Int32
+				s.hook = func() { // the wait after the first 409
+					if waits.Add(1) == 2 {
+						cancel()
+					}
+				}
+			}
+			cl, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 3, Sleep: s.Sleep})
+			resp, err := post(t, cl, ctx, srv.URL, `{}`)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			ue, ok := errors.AsType[*idemclient.OutcomeUnknownError](err)
+			keys := srv.seen()
+			if !ok || len(keys) < 2 || ue.Key != keys[0] {
+				t.Fatalf("err %v (response %v), keys sent %q; want an *OutcomeUnknownError with the key sent", err, resp != nil, keys)
+			}
+			if c.cancel && !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v; want it to match context.Canceled too", err)
+			}
+		})
+	}
+}

@@ -115,10 +115,11 @@ func Replayed(trailer metadata.MD) bool {
 
 // OutcomeUnknownError is returned by the client interceptor when the
 // server says that an earlier call with the key may have taken effect
-// and its result is not known: the call was not run again, and retrying
-// with a new key may do the work twice. errors.Is(err,
-// idem.ErrOutcomeUnknown) is true, and status.FromError gives the
-// server's status.
+// and its result is not known, or when an attempt was cut off by a
+// deadline or a cancellation (it may have run) and no later answer
+// settled it: retrying with a new key may do the work twice; retry with
+// Key. errors.Is(err, idem.ErrOutcomeUnknown) is true, and
+// status.FromError gives the last answer's status.
 type OutcomeUnknownError struct {
 	Key    string
 	Status *status.Status
@@ -149,16 +150,22 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 	}
 	var err error
+	unknown := false // an attempt's outcome is unknown: the server said so, or a deadline or cancellation cut it
 	for attempt := 1; ; attempt++ {
 		err = c.attempt(ctx, method, req, reply, cc, invoker, opts)
 		if err == nil {
 			return nil
 		}
 		delay, retry := c.retryable(ctx, err, attempt)
-		if st, _ := status.FromError(err); ErrorInfo(st) == ReasonOutcomeUnknown {
-			// Whichever way the call ends on it, the caller gets the key
+		st, _ := status.FromError(err)
+		if ErrorInfo(st) == ReasonOutcomeUnknown || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+			unknown = true
+		}
+		if unknown {
+			// Whichever way the call ends after it (a later ABORTED
+			// KEY_IN_FLIGHT says nothing of it), the caller gets the key
 			// to come back with: one the interceptor made is known nowhere
-			// else.
+			// else. The status stays the last answer's.
 			err = &OutcomeUnknownError{Key: key, Status: st}
 		}
 		if !retry || attempt >= c.opt.MaxAttempts {

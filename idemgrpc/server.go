@@ -436,6 +436,7 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 			// would let a retry run the handler (and, under a new key,
 			// the downstream work) again.
 			d, reason = DispositionUnknown, "a downstream call of the handler was still running (ABORTED, KEY_IN_FLIGHT)"
+			unknown = true // answered as UNKNOWN too: passed on, the ABORTED would say the caller's own key is in flight
 		default:
 			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
 		}

@@ -1001,3 +1001,33 @@ func TestClientUnknownKeyWhenDeadlineShort(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", c)
 	}
 }
+
+// A first attempt cut off by PerAttemptTimeout while the handler runs may
+// have taken effect; when the attempts run out on the answers after it
+// (ABORTED KEY_IN_FLIGHT: the first is still running), the caller gets an
+// *OutcomeUnknownError with the key the interceptor made. It used to get
+// the bare ABORTED, which invites a retry at a higher level under a new
+// key: the work twice.
+func TestClientKeepsTheKeyAfterAnAttemptCutOff(t *testing.T) {
+	ctx := testContext(t)
+	st := newFaultStore(memStore(t), make(chan struct{}, 16))
+	release := make(chan struct{})
+	defer close(release)
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		<-release
+		return pay(ctx, in)
+	}}
+	ci, err := idemgrpc.NewClientInterceptor(&idemgrpc.ClientOptions{MaxAttempts: 2, PerAttemptTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := serve(t, newEngine(t, st, nil), nil, svc, grpc.WithUnaryInterceptor(ci))
+	err = conn.Invoke(ctx, chargeMethod, wrapperspb.String("4"), new(wrapperspb.StringValue))
+	ue, ok := errors.AsType[*idemgrpc.OutcomeUnknownError](err)
+	if !ok || ue.Key == "" || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("err %v; want an *OutcomeUnknownError with the key", err)
+	}
+	if c := svc.calls.Load(); c > 1 {
+		t.Fatalf("handler ran %d times, want at most 1", c)
+	}
+}
