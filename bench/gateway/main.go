@@ -22,6 +22,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -636,22 +637,26 @@ func load(base, run string, replay bool, n int, d time.Duration) result {
 // scripts and SETs slower.
 func forget(rdb *redis.Client, run string) {
 	ctx := context.Background()
-	n := 0
+	var n int64
+	var err error
+	unlink := func(keys []string) {
+		removed, uerr := rdb.Unlink(ctx, keys...).Result()
+		n += removed
+		err = cmp.Or(err, uerr)
+	}
 	iter := rdb.Scan(ctx, 0, "*"+run+"-*", 1000).Iterator()
 	var batch []string
 	for iter.Next(ctx) {
 		if batch = append(batch, iter.Val()); len(batch) == 1000 {
-			n += len(batch)
-			rdb.Unlink(ctx, batch...)
+			unlink(batch)
 			batch = batch[:0]
 		}
 	}
 	if len(batch) > 0 {
-		n += len(batch)
-		rdb.Unlink(ctx, batch...)
+		unlink(batch)
 	}
-	if err := iter.Err(); err != nil {
-		log.Printf("removing this run's keys from Redis: %v", err)
+	if err = cmp.Or(iter.Err(), err); err != nil {
+		log.Printf("removing this run's keys from Redis: %v (%d removed)", err, n)
 		return
 	}
 	log.Printf("removed the %d keys this run wrote to Redis", n)

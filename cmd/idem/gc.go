@@ -81,13 +81,20 @@ var heapFloorOnce sync.Once
 
 // floorPercent is the collector's percentage for a live heap of live
 // bytes: gcPercent, or the percentage that lets the heap grow by
+// heapHeadroom. The runtime also keeps the goal at least its minimum heap
+// (4 MiB at 100, in proportion to the percentage: runtime/mgcpacer.go),
+// which for a live heap of a few MiB would be several times live +
+// heapHeadroom: the percentage is capped where that minimum is live +
 // heapHeadroom.
 func floorPercent(live uint64) int {
 	if live == 0 {
 		return gcPercent
 	}
-	return int(max(gcPercent, heapHeadroom*100/live))
+	return int(max(gcPercent, min(heapHeadroom*100/live, (live+heapHeadroom)*100/runtimeMinHeap)))
 }
+
+// runtimeMinHeap is the runtime's minimum heap goal at GOGC=100.
+const runtimeMinHeap = 4 << 20
 
 // liveHeap is the heap the last cycle found reachable.
 func liveHeap() uint64 {
@@ -99,14 +106,16 @@ func liveHeap() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// afterEachCycle calls f after each of the collector's cycles, from the
-// runtime's cleanup goroutine: a cleanup of an object nothing refers to
-// runs after the cycle that found it unreachable, and arms the next one.
-// No goroutine of its own, and nothing to stop.
+// afterEachCycle calls f after each of the collector's cycles, on a
+// goroutine of the runtime's that runs cleanups: the cleanup of an object
+// nothing refers to runs after the cycle that found it unreachable, and
+// arms the next one first, so that the next object exists before f runs
+// (an object made while a cycle marks survives that cycle). No goroutine
+// of its own, and nothing to stop.
 func afterEachCycle(f func()) {
 	runtime.AddCleanup(new(cycleMark), func(struct{}) {
-		f()
 		afterEachCycle(f)
+		f()
 	}, struct{}{})
 }
 

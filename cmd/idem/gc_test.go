@@ -15,7 +15,8 @@ func TestFloorPercent(t *testing.T) {
 		want int
 	}{
 		{0, gcPercent},
-		{1 << 20, 12800},
+		{1 << 20, 3225}, // capped: the runtime's minimum heap at 3225% is 1 MiB + 128 MiB
+		{4 << 20, 3200}, // 128 MiB over 4 MiB
 		{16 << 20, 800},
 		{64 << 20, gcPercent},
 		{256 << 20, gcPercent},
