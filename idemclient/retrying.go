@@ -151,13 +151,14 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	var pending *OutcomeUnknownError
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
-		if ue := unknownError(out, resp, err, attempt); ue != nil {
+		ue := unknownError(out, resp, err, attempt)
+		if ue != nil {
 			pending = ue
 		} else if pending != nil {
 			pending.Attempts = attempt
 		}
 		if !retryable(resp, err) || attempt >= r.maxAttempts || unknownUnsettled(resp) {
-			return last(resp, err, pending)
+			return last(resp, err, pending, ue != nil)
 		}
 		if ctx.Err() != nil {
 			discard(resp)
@@ -165,7 +166,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		wait := r.wait(attempt, resp)
 		if waited+wait > r.maxWait {
-			return last(resp, err, pending)
+			return last(resp, err, pending, ue != nil)
 		}
 		body, bodyErr := nextBody(req)
 		if bodyErr != nil {
@@ -347,11 +348,11 @@ func unknownCode(resp *http.Response) string {
 }
 
 // last returns the outcome of the last attempt: as it is, or pending (an
-// attempt's outcome is unknown) unless the last attempt was answered with
-// a final response, which settles it (a replay, or the server's refusal
-// of the key).
-func last(resp *http.Response, err error, pending *OutcomeUnknownError) (*http.Response, error) {
-	if pending != nil && (err != nil || retryable(resp, nil) || unknownCode(resp) != "") {
+// attempt's outcome is unknown; lastUnknown: the last one's) unless the
+// last attempt was answered with a final response, which settles it (a
+// replay, or the server's refusal of the key).
+func last(resp *http.Response, err error, pending *OutcomeUnknownError, lastUnknown bool) (*http.Response, error) {
+	if pending != nil && (lastUnknown || err != nil || retryable(resp, nil)) {
 		discard(resp)
 		return nil, pending
 	}

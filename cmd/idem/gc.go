@@ -59,11 +59,11 @@ func serveGOGC() (gogc, error) {
 // clients, and each cycle's stop of the world and marking held the
 // requests in flight: the memory store's p99 added over a bare proxy at
 // 32 clients was +0.3 to +1.6 ms without the floor, against -0.6 to +0.8
-// ms with it, lower in six of eight paired runs (docs/benchmarks.md). A heap of live+128 MiB peaks no higher than
-// gcPercent's three times the live heap once the live heap passes 64 MiB,
-// and at the memory store's default bound (--memory-limit 256 MiB) both
-// give the same 768 MiB; GOMEMLIMIT, when set, bounds it as it bounds any
-// Go program.
+// ms with it, lower in six of eight paired runs (docs/benchmarks.md). A
+// heap of live+128 MiB peaks no higher than gcPercent's three times the
+// live heap once the live heap passes 64 MiB, and at the memory store's
+// default bound (--memory-limit 256 MiB) both give the same 768 MiB;
+// GOMEMLIMIT, when set, bounds it as it bounds any Go program.
 const heapHeadroom = 128 << 20
 
 // apply sets the collector's percentage when GOGC does not: gcPercent, or
