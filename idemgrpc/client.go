@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem"
@@ -55,7 +56,9 @@ type ClientOptions struct {
 // the server's RetryInfo when it gives one. An outcome-unknown answer
 // (ErrorInfo reason OUTCOME_UNKNOWN) is retried only when it carries a
 // RetryInfo (a reconciliation may settle it) and within the same bounds;
-// it is returned as an *OutcomeUnknownError. Bad options are an error.
+// it is returned as an *OutcomeUnknownError, and so is the end of a call
+// an attempt of which may have run unanswered (see OutcomeUnknownError).
+// Bad options are an error.
 func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error) {
 	var opt ClientOptions
 	if o != nil {
@@ -115,11 +118,18 @@ func Replayed(trailer metadata.MD) bool {
 
 // OutcomeUnknownError is returned by the client interceptor when the
 // server says that an earlier call with the key may have taken effect
-// and its result is not known, or when an attempt was cut off by a
-// deadline or a cancellation (it may have run) and no later answer
-// settled it: retrying with a new key may do the work twice; retry with
-// Key. errors.Is(err, idem.ErrOutcomeUnknown) is true, and
-// status.FromError gives the last answer's status.
+// and its result is not known, or when an attempt that may have reached
+// the server ended without its answer (UNAVAILABLE: the connection broke
+// or the server went away mid-call; DEADLINE_EXCEEDED or CANCELLED: a
+// deadline or a cancellation cut it), whatever the later attempts
+// answered short of a success: retrying with a new key may do the work
+// twice; retry with Key. errors.Is(err, idem.ErrOutcomeUnknown) is true,
+// and status.Code and status.FromError give the last answer's status, so
+// code that branches on the code reads it as before. An attempt that
+// never had a connection to send on (a refused dial, a failed name
+// resolution, a deadline that passed while waiting for one), or that the
+// idem server answered UNAVAILABLE with reason STORE_UNAVAILABLE or
+// LEASE_LOST, did not run: its status comes back bare.
 type OutcomeUnknownError struct {
 	Key    string
 	Status *status.Status
@@ -150,15 +160,16 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 	}
 	var err error
-	unknown := false // an attempt's outcome is unknown: the server said so, or a deadline or cancellation cut it
+	unknown := false // an attempt's outcome is unknown: the server said so, or it may have reached the server and got no answer
 	for attempt := 1; ; attempt++ {
-		err = c.attempt(ctx, method, req, reply, cc, invoker, opts)
+		var reached bool
+		reached, err = c.attempt(ctx, method, req, reply, cc, invoker, opts)
 		if err == nil {
 			return nil
 		}
 		delay, retry := c.retryable(ctx, err, attempt)
 		st, _ := status.FromError(err)
-		if ErrorInfo(st) == ReasonOutcomeUnknown || st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled {
+		if ErrorInfo(st) == ReasonOutcomeUnknown || reached && mayHaveRun(st) {
 			unknown = true
 		}
 		if unknown {
@@ -184,13 +195,41 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	}
 }
 
-func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) error {
-	if c.opt.PerAttemptTimeout == 0 {
-		return invoker(ctx, method, req, reply, cc, opts...)
+// attempt makes one attempt, and says whether it may have reached the
+// server: false only when grpc-go never had a stream for it (a refused
+// dial, a failed name resolution, a deadline that passed while waiting for
+// a connection), which it tells by not filling in the peer. A service
+// config retry policy may have sent an earlier copy of the call whose
+// peer the last one's hides, so under one every failed attempt counts as
+// reached: never "not sent" on a guess.
+func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (reached bool, err error) {
+	var p peer.Peer
+	opts = append(opts[:len(opts):len(opts)], grpc.Peer(&p)) // never into the caller's array
+	if c.opt.PerAttemptTimeout > 0 {
+		actx, cancel := context.WithTimeout(ctx, c.opt.PerAttemptTimeout)
+		defer cancel()
+		ctx = actx
 	}
-	actx, cancel := context.WithTimeout(ctx, c.opt.PerAttemptTimeout)
-	defer cancel()
-	return invoker(actx, method, req, reply, cc, opts...)
+	if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+		return p.Addr != nil || cc == nil || cc.GetMethodConfig(method).RetryPolicy != nil, err
+	}
+	return true, nil
+}
+
+// mayHaveRun reports whether an attempt that reached the server and ended
+// with st may have run: it got no answer (UNAVAILABLE after a connection
+// broke, a deadline or cancellation that cut it), or an UNAVAILABLE that
+// does not say that nothing ran, as the idem server's store-down and
+// lease-lost answers do.
+func mayHaveRun(st *status.Status) bool {
+	switch st.Code() {
+	case codes.DeadlineExceeded, codes.Canceled:
+		return true
+	case codes.Unavailable:
+		r := ErrorInfo(st)
+		return r != ReasonStoreUnavailable && r != ReasonLeaseLost
+	}
+	return false
 }
 
 // retryable says whether err may be retried with the same key, and after

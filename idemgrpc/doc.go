@@ -111,7 +111,19 @@
 // or a jittered backoff, never past the call's deadline. An
 // outcome-unknown answer is retried only when it carries a RetryInfo and
 // within the same bounds, and is returned as an *OutcomeUnknownError:
-// the caller decides, knowing a new key may run the work twice.
+// the caller decides, knowing a new key may run the work twice. So is a
+// call that ends after an attempt that may have reached the server and
+// got no answer: UNAVAILABLE after the connection broke or the server went
+// away mid-call (or any UNAVAILABLE it answered that does not say that
+// nothing ran), DEADLINE_EXCEEDED or CANCELLED after the attempt was sent. The error carries the key (retry with WithKey and its Key), and
+// status.Code and status.FromError still give the last status
+// (OutcomeUnknownError has a GRPCStatus method). A call none of whose
+// attempts had a connection to send on (a refused dial, a failed name
+// resolution, a deadline that passed while waiting for one) ran nowhere,
+// and gets the bare status, as does one the idem server answered
+// UNAVAILABLE because its store was down or the lease ended before the
+// handler started. Under a service config retry policy, whose earlier
+// attempts the interceptor cannot see, every attempt counts as sent.
 //
 // # Streaming RPCs
 //

@@ -110,3 +110,27 @@ func TestDownstreamInFlightNotReleased(t *testing.T) {
 		t.Fatalf("the handler ran %d times while its downstream call was in flight, want 1", n)
 	}
 }
+
+// TestDownstreamNotRunAnsweredUnknown: a handler that did its work and
+// then passed on a downstream idem service's STORE_UNAVAILABLE (the
+// downstream call did not run; this handler's work did) leaves its key
+// UNKNOWN, and answers so: passed on as it is, the caller's client would
+// read "did not run" and drop the key.
+func TestDownstreamNotRunAnsweredUnknown(t *testing.T) {
+	ctx := testContext(t)
+	downStore := newFaultStore(memStore(t), nil)
+	downConn := serve(t, newEngine(t, downStore, nil), nil, &service{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		// the handler's own effect has happened here
+		downStore.failAcquires(2) // the engine asks twice before it gives up
+		_, _, err := charge(ctx, downConn, "down-k", in.GetValue())
+		return nil, err // passed on as it is
+	}}
+	conn := serve(t, newEngine(t, memStore(t), nil), nil, svc)
+	_, _, err := charge(ctx, conn, "k", "1")
+	wantStatus(t, err, codes.Unknown, idemgrpc.ReasonOutcomeUnknown)
+	charge(ctx, conn, "k", "1")
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+}

@@ -439,6 +439,15 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 			unknown = true // answered as UNKNOWN too: passed on, the ABORTED would say the caller's own key is in flight
 		default:
 			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
+			// A downstream idem service's "did not run" (STORE_UNAVAILABLE,
+			// LEASE_LOST), passed on, speaks of the downstream call only:
+			// the handler may have done its own work before it. Left as
+			// it is, the caller's client would read that this call did
+			// not run and drop its key.
+			if r := ErrorInfo(st); d == DispositionUnknown && (r == ReasonStoreUnavailable || r == ReasonLeaseLost) {
+				reason = "a downstream call of the handler answered UNAVAILABLE (" + r + ")"
+				unknown = true
+			}
 		}
 	}
 	if unknown {
