@@ -60,6 +60,10 @@ const (
 //     before any work declares it: SetDisposition(ctx, DispositionRelease,
 //     ...) or a StatusPolicy of its own (in the gateway, a route's
 //     `statuses: {release: ["503"]}`).
+//   - A downstream idem service's 409 key_in_flight, passed on (its
+//     stripe-format 429 too, and Stripe's 409 idempotency_key_in_use),
+//     says the downstream work is running: the middleware turns the key
+//     UNKNOWN before asking the policy; any other 409 is stored.
 //   - Everything else, 500 included, is stored and replayed: the handler
 //     ran to an answer; a 500 may come after a side effect, and running it
 //     again to see is what idempotency keys exist to avoid (Stripe stores

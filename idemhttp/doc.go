@@ -22,6 +22,9 @@
 //     default: 408, 425, 429 and the refusals before any work, 401, 403,
 //     413 and the like, release, 502, 503 and 504 are unknown, the rest is
 //     stored) unless the handler declared otherwise with SetDisposition; a
+//     downstream idem service's 409 key_in_flight passed on (or Stripe's
+//     409 idempotency_key_in_use) makes the key UNKNOWN whatever the
+//     policy says: the downstream work may complete; a
 //     panic in the handler, or in recording its result before it was
 //     recorded, makes the key UNKNOWN (a panicking StatusPolicy stores the
 //     response);

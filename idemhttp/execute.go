@@ -101,12 +101,19 @@ func (x *exchange) finalizeContext(detached context.Context) *finalctx.Context {
 
 // finalize stores the captured response, releases the key or marks it
 // UNKNOWN, exactly once: as the handler declared (SetDisposition), else
-// as the status policy says.
+// UNKNOWN for a downstream key in flight passed on (passedOnInFlight),
+// else as the status policy says.
 func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *handlerctx.Override) {
 	status := c.finalStatus()
 	d, reason := o.Get()
 	if d == 0 {
-		d, reason = m.statusDisposition(status), "status "+strconv.Itoa(status)
+		// A downstream idempotent service's "this key is running", passed
+		// on, is UNKNOWN whatever the status policy says of its status.
+		if reason = passedOnInFlight(status, c); reason != "" {
+			d = DispositionUnknown
+		} else {
+			d, reason = m.statusDisposition(status), "status "+strconv.Itoa(status)
+		}
 	}
 	switch {
 	case d == DispositionUnknown:

@@ -75,7 +75,9 @@ type Options struct {
 	// StatusPolicy decides from the final status what becomes of the key:
 	// the response stored and replayed, the key released so that a retry
 	// runs the handler again, or the key marked UNKNOWN. A handler's
-	// SetDisposition overrides it for its request. Nil means
+	// SetDisposition overrides it for its request, and a downstream key in
+	// flight passed on (idem's 409 key_in_flight, Stripe's 409
+	// idempotency_key_in_use) is UNKNOWN before it is asked. Nil means
 	// DefaultStatusPolicy.
 	StatusPolicy func(status int) Disposition
 	// StoreResult is the storing policy of earlier versions: true stores
