@@ -272,3 +272,14 @@ func TestAdminChangesAuditedWithNamedTokens(t *testing.T) {
 		t.Fatalf("GET /v1/audit = %d %s; want the key's two records", code, body)
 	}
 }
+
+// With an empty --admin the serving line says the admin API is off; it said
+// admin=<nil>, Go's word for a missing address.
+func TestServingLineSaysAdminOff(t *testing.T) {
+	up := newUpstream(t, 0)
+	g := launchServe(t, nil, "--upstream", up.URL, "--listen", "127.0.0.1:0", "--admin", "", "--log-format", "json")
+	g.waitServing(t)
+	if g.admin != "off" {
+		t.Errorf("the serving line's admin: %q; want \"off\"\n%s", g.admin, g.logText())
+	}
+}

@@ -397,7 +397,11 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		warnAdmin(g.cfg, adminAddr)
 		defer inBackground(ctx, g.stats.run)()
 	}
-	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", redact.URL(g.cfg.Upstream.String()), "admin", fmt.Sprint(adminAddr),
+	adminShown := "off" // --admin '': fmt.Sprint of the nil address logged "<nil>"
+	if adminAddr != nil {
+		adminShown = adminAddr.String()
+	}
+	g.cfg.Logger.Info("idem: serving", "listen", ln.Addr().String(), "upstream", redact.URL(g.cfg.Upstream.String()), "admin", adminShown,
 		"tls", g.tls != nil, "admin_tls", g.adminTLS != nil, "admin_client_ca", g.cfg.AdminClientCA != "",
 		"max_conns", g.cfg.MaxConns, "read_timeout", g.cfg.ReadTimeout, "idle_timeout", g.cfg.IdleTimeout, "write_timeout", g.cfg.writeTimeout(),
 		"keyless_requests", keylessRequests(g.current.Load().cfg))
