@@ -276,3 +276,38 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 		t.Errorf("a network --admin with --admin-tokens-file: %v; want it accepted (it has tokens)", err)
 	}
 }
+
+// The audit record of a change is made before its path's tenant and key
+// are checked: a read-only token's DELETE of a 900 KiB key (the admin
+// listener reads 1 MiB of header) was kept whole, in the ring of 1,000
+// (a gigabyte) and in the log line. Each is kept to the length a valid
+// one can have, marked as cut.
+func TestAuditClipsLongPaths(t *testing.T) {
+	logs := &syncBuffer{}
+	tokens := writeTokens(t, "", "bob read-only bob-s3cret-token\n")
+	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: tokens,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	long := strings.Repeat("k", 900<<10)
+	wantProblemIn(t, "a read-only token's delete of a long key", asToken(g, "bob-s3cret-token", "DELETE", "/v1/keys/"+long+"/"+long, ""),
+		403, CodeAdminForbidden)
+	wantProblemIn(t, "a read-only token's resolve with a key that is not UTF-8", asToken(g, "bob-s3cret-token", "POST",
+		"/v1/keys/acme/"+strings.Repeat("é", 200)+"%ff/resolve", `{}`), 403, CodeAdminForbidden)
+	all := g.audit.find(func(AuditRecord) bool { return true })
+	if len(all) != 2 {
+		t.Fatalf("%d audit records; want 2", len(all))
+	}
+	for _, rec := range all {
+		if len(rec.Tenant) > store.MaxKeyLength+32 || len(rec.Key) > store.MaxKeyLength+32 {
+			t.Errorf("audit record of %s: tenant %d bytes, key %d bytes; want each at most about %d", rec.Action, len(rec.Tenant), len(rec.Key), store.MaxKeyLength)
+		}
+	}
+	if !strings.HasSuffix(all[1].Key, fmt.Sprintf("... (%d bytes)", len(long))) {
+		t.Errorf("the long key is kept as %.40q...; want it marked as cut", all[1].Key)
+	}
+	if len(logs.String()) > 4<<10 {
+		t.Errorf("the log is %d bytes for two audit lines; want the paths cut", len(logs.String()))
+	}
+	if want := strings.Repeat("é", store.MaxKeyLength/2) + "... (401 bytes)"; all[0].Key != want {
+		t.Errorf("the key of 401 bytes is kept as %q; want %q: cut at a whole character", all[0].Key, want)
+	}
+}
