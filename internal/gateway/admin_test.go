@@ -208,3 +208,31 @@ func TestAdminListRefusesBadCursors(t *testing.T) {
 		})
 	}
 }
+
+// docs/problems.md says the admin API answers problem+json always, but a
+// path no route has (GET /v1/nope) and a method a route does not take
+// (PUT, or POST, of a key) got net/http's "404 page not found" in
+// text/plain, so a client that reads the code had none. They get
+// admin_no_route (404), or admin_method_not_allowed (405, with Allow);
+// still after the token.
+func TestAdminNoRouteIsAProblem(t *testing.T) {
+	g := adminGateway(t, Config{AdminToken: adminToken})
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/v1/nope", 404, CodeAdminNoRoute, ""},
+		{"GET", "/v1/keys/a/b/c", 404, CodeAdminNoRoute, ""},
+		{"PUT", "/v1/keys/a/b", 405, CodeAdminMethodRefused, "DELETE, GET, HEAD"},
+		{"POST", "/v1/stats", 405, CodeAdminMethodRefused, "GET, HEAD"},
+	} {
+		code, _ := admin(t, g, c.method, c.path, "{}") // admin checks problem+json
+		rec := asToken(g, adminToken, c.method, c.path, "{}")
+		wantProblemIn(t, c.method+" "+c.path, rec, c.status, c.code)
+		if code != c.status || rec.Header().Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d, Allow %q; want %d, Allow %q", c.method, c.path, code, rec.Header().Get("Allow"), c.status, c.allow)
+		}
+		wantProblemIn(t, c.method+" "+c.path+" without the token", asToken(g, "", c.method, c.path, "{}"), 401, CodeAdminUnauthorized)
+	}
+}
