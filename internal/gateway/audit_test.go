@@ -259,8 +259,8 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 
 	for text, want := range map[string]string{
 		"ops read-write":                        "line 1: want \"name role token\"",
-		"ops admin tok-1":                       `line 1: role "admin"`,
-		"o/ps read-write tok-1":                 `line 1: name "o/ps"`,
+		"ops admin tok-1":                       `line 1: the role (2nd field)`,
+		"o/ps read-write tok-1":                 `line 1: the name (1st field)`,
 		"a read-only tok-1\nb read-write tok-1": "line 2: the token of \"b\" is line 1's too",
 		"admin-token read-only tok-2":           "has the name or the token of --admin-token's",
 		"other read-only " + adminToken:         "has the name or the token of --admin-token's",
@@ -274,6 +274,33 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 	if _, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: "0.0.0.0:9090",
 		AdminTokensFile: writeTokens(t, "", "ops read-write tok\n")}); err != nil {
 		t.Errorf("a network --admin with --admin-tokens-file: %v; want it accepted (it has tokens)", err)
+	}
+}
+
+// A tokens file's line with its fields out of order ("name token role",
+// "token name role") was refused with an error that quoted the token as
+// the bad role or name, at start and in the log of a reload. The error
+// names the line and the field, never the token.
+func TestAdminTokensFileErrorsHideMisplacedTokens(t *testing.T) {
+	const secret = "Zk3+9qW/SEKRIT=="
+	for _, text := range []string{
+		"oncall " + secret + " read-write",
+		secret + " oncall read-write",
+		"0f3a9c77e1b2d4SEKRIT oncall read-write", // a valid name, but the token
+		"# tokens\noncall read-write ok-token\ngrafana " + secret + " read-only",
+	} {
+		path := writeTokens(t, "", text)
+		_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin, AdminTokensFile: path})
+		if err == nil || !strings.Contains(err.Error(), "line ") || strings.Contains(err.Error(), "SEKRIT") {
+			t.Errorf("New with the tokens file %q = %v; want an error naming the line, without the token", text, err)
+		}
+		logs := &syncBuffer{}
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: writeTokens(t, "", "ops read-write ops-token\n"),
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		writeTokens(t, g.cfg.AdminTokensFile, text)
+		if err := g.Reload(func() (Config, error) { return g.cfg, nil }); err == nil || strings.Contains(logs.String(), "SEKRIT") {
+			t.Errorf("a reload of the tokens file %q = %v, logged:\n%s\nwant an error, and no token in the log", text, err, logs)
+		}
 	}
 }
 
