@@ -3,6 +3,7 @@ package gateway
 import (
 	_ "embed"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -93,13 +94,55 @@ func (g *Gateway) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(adminOpenAPI)
 	})
-	api.Handle("/v1/", g.authorize(http.NotFoundHandler()))
-	mux.Handle("/v1/", g.guardHost(g.guardBrowser(api)))
+	routes := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := api.Handler(r); pattern == "" {
+			// No route: the mux would answer in text/plain; after the
+			// token, as every /v1/ answer but the document's.
+			g.authorize(noRoute(api)).ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+	mux.Handle("/v1/", g.guardHost(g.guardBrowser(routes)))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		mux.ServeHTTP(w, r)
 	})
 }
+
+// The codes of an admin call that no route takes.
+const (
+	CodeAdminNoRoute       = "admin_no_route"           // 404 (admin API): no route has this path
+	CodeAdminMethodRefused = "admin_method_not_allowed" // 405 (admin API): the path's routes take other methods, which Allow names
+)
+
+// noRoute answers a call that no route of api takes as the mux would
+// (404, or 405 with Allow), as a problem.
+func noRoute(api *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, _ := api.Handler(r)
+		probe := &statusProbe{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header()["Allow"] = probe.header["Allow"]
+			idemhttp.WriteProblem(w, http.StatusMethodNotAllowed, CodeAdminMethodRefused, fmt.Sprintf(
+				"this path takes %s, not %s: the routes are in GET /v1/openapi.json", probe.header.Get("Allow"), r.Method))
+			return
+		}
+		idemhttp.WriteProblem(w, http.StatusNotFound, CodeAdminNoRoute, "no route of the admin API has this path: the routes are in GET /v1/openapi.json")
+	})
+}
+
+// statusProbe keeps the status and header the mux's own answer would
+// have, and drops its text.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header         { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusProbe) WriteHeader(code int)        { p.status = code }
 
 // serveConfig answers GET /v1/config: the effective configuration
 // (Config.EffectiveConfig) that runs, given at start or by the last

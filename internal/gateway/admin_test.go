@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -206,5 +207,58 @@ func TestAdminListRefusesBadCursors(t *testing.T) {
 				t.Fatalf("second page = %d %s; want key b", code, body)
 			}
 		})
+	}
+}
+
+// docs/problems.md says the admin API answers problem+json always, but a
+// path no route has (GET /v1/nope) and a method a route does not take
+// (PUT, or POST, of a key) got net/http's "404 page not found" in
+// text/plain, so a client that reads the code had none. They get
+// admin_no_route (404), or admin_method_not_allowed (405, with Allow);
+// still after the token.
+func TestAdminNoRouteIsAProblem(t *testing.T) {
+	g := adminGateway(t, Config{AdminToken: adminToken})
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{"GET", "/v1/nope", 404, CodeAdminNoRoute, ""},
+		{"GET", "/v1/keys/a/b/c", 404, CodeAdminNoRoute, ""},
+		{"PUT", "/v1/keys/a/b", 405, CodeAdminMethodRefused, "DELETE, GET, HEAD"},
+		{"POST", "/v1/stats", 405, CodeAdminMethodRefused, "GET, HEAD"},
+	} {
+		code, _ := admin(t, g, c.method, c.path, "{}") // admin checks problem+json
+		rec := asToken(g, adminToken, c.method, c.path, "{}")
+		wantProblemIn(t, c.method+" "+c.path, rec, c.status, c.code)
+		if code != c.status || rec.Header().Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d, Allow %q; want %d, Allow %q", c.method, c.path, code, rec.Header().Get("Allow"), c.status, c.allow)
+		}
+		wantProblemIn(t, c.method+" "+c.path+" without the token", asToken(g, "", c.method, c.path, "{}"), 401, CodeAdminUnauthorized)
+	}
+}
+
+// The engine logs a failed lookup's error, and a network error names the
+// URL: a --reconcile-url's password and ?token= went into the log line
+// "idem: reconciliation failed" whole, though they are hidden everywhere
+// else (at start, in errors, in the answer of an admin reconcile).
+func TestReconcileLookupErrorHidesURLSecrets(t *testing.T) {
+	logs := &syncBuffer{}
+	g := adminGateway(t, Config{AdminToken: adminToken, ReconcileURL: "http://ops:hunter2@127.0.0.1:1/lookup/{key}?token=RECTOKEN&x=1",
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	id := store.ID{Tenant: "acme", Key: "k"}
+	unknownKey(t, g.Engine(), id)
+	status, body := admin(t, g, "POST", "/v1/keys/acme/k/reconcile", "")
+	if status != 200 || !strings.Contains(body, "the lookup failed") {
+		t.Fatalf("reconcile = %d %s; want 200, the lookup failed", status, body)
+	}
+	line := logs.String()
+	if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "127.0.0.1:1/lookup/k") {
+		t.Fatalf("the log has no line of the failed lookup naming its URL:\n%s", line)
+	}
+	for _, secret := range []string{"hunter2", "RECTOKEN"} {
+		if strings.Contains(line+body, secret) {
+			t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+		}
 	}
 }

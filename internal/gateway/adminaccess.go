@@ -104,10 +104,13 @@ func parseAdminTokens(data []byte) ([]adminActor, error) {
 		switch {
 		case len(f) != 3:
 			return nil, fmt.Errorf("line %d: want \"name role token\" (3 fields), got %d", n, len(f))
+		// Neither a bad name or role nor the name before a bad role is
+		// quoted: in a line whose fields are out of order ("name token
+		// role", "token name role") one of them is the token.
 		case !validTokenName(f[0]):
-			return nil, fmt.Errorf("line %d: name %q: want letters, digits, '.', '_', '-' or '@', at most 64", n, f[0])
+			return nil, fmt.Errorf("line %d: the name (1st field) is not letters, digits, '.', '_', '-' or '@', at most 64", n)
 		case f[1] != RoleReadOnly && f[1] != RoleReadWrite:
-			return nil, fmt.Errorf("line %d: role %q: want %s or %s", n, f[1], RoleReadOnly, RoleReadWrite)
+			return nil, fmt.Errorf("line %d: the role (2nd field) is not %s or %s", n, RoleReadOnly, RoleReadWrite)
 		case strings.ContainsFunc(f[2], unicode.IsControl):
 			return nil, fmt.Errorf("line %d: the token of %q holds a control character", n, f[0])
 		case names[f[0]] != 0:

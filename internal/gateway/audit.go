@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,7 +153,8 @@ func (g *Gateway) serveAudit(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) change(action func(*http.Request) string, serve func(http.ResponseWriter, *http.Request, *AuditRecord)) http.Handler {
 	return g.authorize(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		who, id := actorOf(r), pathID(r)
-		rec := &AuditRecord{Time: time.Now().UTC(), Actor: who.name, Remote: r.RemoteAddr, Action: action(r), Tenant: id.Tenant, Key: id.Key}
+		rec := &AuditRecord{Time: time.Now().UTC(), Actor: who.name, Remote: r.RemoteAddr, Action: action(r),
+			Tenant: clipped(id.Tenant), Key: clipped(id.Key)}
 		// The store reads before and after run even when the caller has
 		// gone: the record must say what happened.
 		ctx := context.WithoutCancel(r.Context())
@@ -181,6 +183,18 @@ func (g *Gateway) change(action func(*http.Request) string, serve func(http.Resp
 		}
 		g.audit.add(ctx, *rec)
 	}))
+}
+
+// clipped is a path's tenant or key as the audit keeps it: whole when
+// it can be one (at most store.MaxKeyLength bytes), else cut there and
+// marked. The path is the caller's, checked only after the audit record
+// is made: a caller with any token (a read-only one, refused) could
+// otherwise fill the ring and the log with a megabyte of path per line.
+func clipped(s string) string {
+	if len(s) <= store.MaxKeyLength {
+		return s
+	}
+	return strings.ToValidUTF8(s[:store.MaxKeyLength], "") + fmt.Sprintf("... (%d bytes)", len(s))
 }
 
 // named is the action of a route that has one.

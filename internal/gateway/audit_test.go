@@ -259,8 +259,8 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 
 	for text, want := range map[string]string{
 		"ops read-write":                        "line 1: want \"name role token\"",
-		"ops admin tok-1":                       `line 1: role "admin"`,
-		"o/ps read-write tok-1":                 `line 1: name "o/ps"`,
+		"ops admin tok-1":                       `line 1: the role (2nd field)`,
+		"o/ps read-write tok-1":                 `line 1: the name (1st field)`,
 		"a read-only tok-1\nb read-write tok-1": "line 2: the token of \"b\" is line 1's too",
 		"admin-token read-only tok-2":           "has the name or the token of --admin-token's",
 		"other read-only " + adminToken:         "has the name or the token of --admin-token's",
@@ -274,5 +274,67 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 	if _, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: "0.0.0.0:9090",
 		AdminTokensFile: writeTokens(t, "", "ops read-write tok\n")}); err != nil {
 		t.Errorf("a network --admin with --admin-tokens-file: %v; want it accepted (it has tokens)", err)
+	}
+}
+
+// A tokens file's line with its fields out of order ("name token role",
+// "token name role") was refused with an error that quoted the token as
+// the bad role or name, at start and in the log of a reload. The error
+// names the line and the field, never the token.
+func TestAdminTokensFileErrorsHideMisplacedTokens(t *testing.T) {
+	const secret = "Zk3+9qW/SEKRIT=="
+	for _, text := range []string{
+		"oncall " + secret + " read-write",
+		secret + " oncall read-write",
+		"0f3a9c77e1b2d4SEKRIT oncall read-write", // a valid name, but the token
+		"# tokens\noncall read-write ok-token\ngrafana " + secret + " read-only",
+	} {
+		path := writeTokens(t, "", text)
+		_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin, AdminTokensFile: path})
+		if err == nil || !strings.Contains(err.Error(), "line ") || strings.Contains(err.Error(), "SEKRIT") {
+			t.Errorf("New with the tokens file %q = %v; want an error naming the line, without the token", text, err)
+		}
+		logs := &syncBuffer{}
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: writeTokens(t, "", "ops read-write ops-token\n"),
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		writeTokens(t, g.cfg.AdminTokensFile, text)
+		if err := g.Reload(func() (Config, error) { return g.cfg, nil }); err == nil || strings.Contains(logs.String(), "SEKRIT") {
+			t.Errorf("a reload of the tokens file %q = %v, logged:\n%s\nwant an error, and no token in the log", text, err, logs)
+		}
+	}
+}
+
+// The audit record of a change is made before its path's tenant and key
+// are checked: a read-only token's DELETE of a 900 KiB key (the admin
+// listener reads 1 MiB of header) was kept whole, in the ring of 1,000
+// (a gigabyte) and in the log line. Each is kept to the length a valid
+// one can have, marked as cut.
+func TestAuditClipsLongPaths(t *testing.T) {
+	logs := &syncBuffer{}
+	tokens := writeTokens(t, "", "bob read-only bob-s3cret-token\n")
+	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: tokens,
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	long := strings.Repeat("k", 900<<10)
+	wantProblemIn(t, "a read-only token's delete of a long key", asToken(g, "bob-s3cret-token", "DELETE", "/v1/keys/"+long+"/"+long, ""),
+		403, CodeAdminForbidden)
+	wantProblemIn(t, "a read-only token's resolve with a key that is not UTF-8", asToken(g, "bob-s3cret-token", "POST",
+		"/v1/keys/acme/"+strings.Repeat("é", 200)+"%ff/resolve", `{}`), 403, CodeAdminForbidden)
+	all := g.audit.find(func(AuditRecord) bool { return true })
+	if len(all) != 2 {
+		t.Fatalf("%d audit records; want 2", len(all))
+	}
+	for _, rec := range all {
+		if len(rec.Tenant) > store.MaxKeyLength+32 || len(rec.Key) > store.MaxKeyLength+32 {
+			t.Errorf("audit record of %s: tenant %d bytes, key %d bytes; want each at most about %d", rec.Action, len(rec.Tenant), len(rec.Key), store.MaxKeyLength)
+		}
+	}
+	if !strings.HasSuffix(all[1].Key, fmt.Sprintf("... (%d bytes)", len(long))) {
+		t.Errorf("the long key is kept as %.40q...; want it marked as cut", all[1].Key)
+	}
+	if len(logs.String()) > 4<<10 {
+		t.Errorf("the log is %d bytes for two audit lines; want the paths cut", len(logs.String()))
+	}
+	if want := strings.Repeat("é", store.MaxKeyLength/2) + "... (401 bytes)"; all[0].Key != want {
+		t.Errorf("the key of 401 bytes is kept as %q; want %q: cut at a whole character", all[0].Key, want)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -105,6 +106,11 @@ func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Res
 	}
 	resp, err := rc.client.Do(req)
 	if err != nil {
+		// The error names the URL, which the engine logs: its password
+		// and secret parameters (?token=) are hidden, as at start.
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			ue.URL = redact.URL(ue.URL)
+		}
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", err)
 	}
 	defer resp.Body.Close()
