@@ -1767,7 +1767,9 @@ func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 			pe.did("probe in flight " + shape)
 			q.inFlight, q.afterInFlight = "", true
 			for range 5 {
-				if _, _, code := pe.sendCode(ctx, q); code != "key_in_flight" && code != "store_unavailable" {
+				status, _, code := pe.sendCode(ctx, q)
+				pe.did(fmt.Sprintf("probe in flight retry %d %s", status, code))
+				if code != "key_in_flight" && code != "store_unavailable" {
 					break
 				}
 				sleep(ctx, 200*time.Millisecond)
