@@ -1726,9 +1726,10 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 // the status it is replayed, where it releases the key the request runs,
 // and send holds the replay to the policy. And a 503 that comes after the
 // effect: a policy that releases it runs the effect twice, so it is sent
-// only where no configuration's route declares its 503 released. Every
-// run does it, so that a status policy's slip does not wait for the
-// workload to draw the status.
+// only where no configuration's route declares its 503 released. And the
+// effect followed by each passed-on downstream key in flight, which no
+// route's statuses decide. Every run does it, so that a status policy's
+// slip does not wait for the workload to draw the status.
 func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 	for i, status := range []int{400, 401, 409, 500, 503} {
 		for _, ns := range []string{"y", "py"} {
