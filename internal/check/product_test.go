@@ -392,6 +392,54 @@ func (rt *productRoute) disposition(status int, format string) string {
 	return "store"
 }
 
+// inFlightAnswers are, by shape, the answers of a downstream idempotent
+// service whose key is running, as the upstream passes them on after its
+// own effect (docs/problems.md): idem's in the problem format (409
+// key_in_flight), idem's in the stripe format (429 lock_timeout, idem_code
+// key_in_flight), and Stripe's own (409 idempotency_key_in_use). Each
+// says the downstream work is under way, not what came of it: whatever
+// a route's statuses say, the key is UNKNOWN, neither stored nor released.
+var inFlightAnswers = map[string]struct {
+	status int
+	ctype  string
+	body   string
+}{
+	"idem-problem": {409, "application/problem+json",
+		`{"type":"https://idem.dev/problems#key_in_flight","title":"A request with this Idempotency-Key is in progress","status":409,"code":"key_in_flight"}`},
+	"idem-stripe": {429, "application/json",
+		`{"error":{"type":"idempotency_error","code":"lock_timeout","message":"A request with this Idempotency-Key is in progress","idem_code":"key_in_flight"}}`},
+	"stripe": {409, "application/json",
+		`{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use","message":"There is currently another in-progress request using this Idempotent Key."}}`},
+}
+
+// isInFlight says whether an answer is one of inFlightAnswers.
+func isInFlight(status int, body []byte) bool {
+	for _, a := range inFlightAnswers {
+		if a.status == status && strings.TrimSpace(string(body)) == a.body {
+			return true
+		}
+	}
+	return false
+}
+
+// inFlightShapes are the shapes the run's upstream passes on: idem's in
+// the configured error format (a downstream idem deployed as this one
+// is), and Stripe's. Under the mutation that stores them, the 409s are
+// replayed and the stripe format's 429 released (run twice), unless a
+// route's statuses say otherwise: both slips are seen.
+func (pe *productEnv) inFlightShapes() []string {
+	return []string{"idem-" + pe.cfg.errorFormat, "stripe"}
+}
+
+// answerDisposition is what rt's policy does with an upstream answer:
+// UNKNOWN for a passed-on downstream key in flight, else disposition.
+func (rt *productRoute) answerDisposition(status int, body []byte, format string) string {
+	if isInFlight(status, body) {
+		return "unknown"
+	}
+	return rt.disposition(status, format)
+}
+
 // spellings are paths that a common upstream framework routes to the
 // endpoint of path (/v1/orders, /v1/payments/ID): the gateway must
 // protect each as the route, or refuse it (400 ambiguous_request).
@@ -796,6 +844,15 @@ func (u *productUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusConflict)
 		return
 	}
+	if a, ok := inFlightAnswers[r.Header.Get("X-Check-In-Flight")]; ok {
+		// The upstream took its effect, then called a downstream
+		// idempotent service under a key of its own, found that key
+		// running, and passed the answer on.
+		w.Header().Set("Content-Type", a.ctype)
+		w.WriteHeader(a.status)
+		io.WriteString(w, a.body)
+		return
+	}
 	if after {
 		// What a proxy in front of the work answers once the request was
 		// delivered (Envoy's UC reset, Heroku's H12 timeout, an
@@ -864,9 +921,11 @@ type request struct {
 	bad                              string // the code of the 400 every configuration answers: it must not reach the upstream
 	override, overrideTo             string // a method override: the header (or _method, the query parameter) and the method it names
 	slow, twice                      bool
-	slowBefore                       bool // slow before the effect, not after
-	retried                          bool // refused by the upstream (status 400 or 401), then sent again at once, corrected
-	status                           int  // the upstream's answer asked for: 0 for 200 with an effect
+	slowBefore                       bool   // slow before the effect, not after
+	retried                          bool   // refused by the upstream (status 400 or 401), then sent again at once, corrected
+	inFlight                         string // the upstream's answer after its effect: a downstream key in flight (inFlightAnswers), "" none
+	afterInFlight                    bool   // sent after an answer of inFlight under the key: the key is UNKNOWN
+	status                           int    // the upstream's answer asked for: 0 for 200 with an effect
 	note                             string
 	amount                           int
 	g                                *gatewayProc
@@ -938,6 +997,13 @@ func (pe *productEnv) errorCode(resp *http.Response, body []byte) (code string, 
 // was not made, is a breach. It reports whether the client should back
 // off (503, or no answer).
 func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
+	status, back, _ := pe.sendCode(ctx, q)
+	return status, back
+}
+
+// sendCode is send, and the code of the gateway's own error answer ("":
+// none: a success, the upstream's answer or a replay).
+func (pe *productEnv) sendCode(ctx context.Context, q request) (int, bool, string) {
 	doc := map[string]any{"amount": q.amount, "note": q.note}
 	switch {
 	case q.bodyOther != "":
@@ -956,7 +1022,7 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	}
 	req, err := http.NewRequestWithContext(ctx, q.method, "http://"+q.g.listen+"/", bytes.NewReader(body))
 	if err != nil {
-		return 0, false
+		return 0, false, ""
 	}
 	if strings.HasPrefix(q.path, "//") {
 		req.URL.Path = q.path
@@ -1012,22 +1078,26 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if q.status != 0 {
 		req.Header.Set("X-Check-Status", strconv.Itoa(q.status))
 	}
+	if q.inFlight != "" {
+		req.Header.Set("X-Check-In-Flight", q.inFlight)
+	}
 	call := pe.rec.Now()
 	req.Header.Set("X-Check-Began", strconv.FormatInt(call, 10))
 	resp, err := pe.hc.Do(req)
 	if err != nil {
-		return 0, true
+		return 0, true, ""
 	}
 	defer resp.Body.Close()
 	got, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, true
+		return 0, true, ""
 	}
 	pe.sawSecret(fmt.Sprintf("the %d answer to %s %s", resp.StatusCode, q.method, q.path), got)
 	cfgs := pe.configs(began, pe.epoch.Load())
 	replayed := resp.Header.Get("Idempotent-Replayed") == "true"
 	var code string
-	if own := resp.Header.Get("X-Check-Upstream") == "" && !replayed; own && resp.StatusCode >= 400 {
+	own := resp.Header.Get("X-Check-Upstream") == "" && !replayed
+	if own && resp.StatusCode >= 400 {
 		var ok bool
 		if code, ok = pe.errorCode(resp, got); !ok {
 			pe.rec.saw(Violation{"error-format", hid, fmt.Sprintf("the gateway's %d (%s) is not in the %s format: %.120s",
@@ -1037,7 +1107,7 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	}
 	stored := func() bool {
 		for _, c := range pe.configs(0, pe.epoch.Load()) {
-			if c.route(q.route).disposition(resp.StatusCode, c.errorFormat) == "store" {
+			if c.route(q.route).answerDisposition(resp.StatusCode, got, c.errorFormat) == "store" {
 				return true
 			}
 		}
@@ -1062,10 +1132,19 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	case code == "key_required" && !slices.ContainsFunc(cfgs, func(c *productConfig) bool { return c.judge(&q) == refuses }):
 		pe.rec.saw(Violation{"require-key", hid, fmt.Sprintf("%s %s got 400 key_required; route %s does not require one (or reads its key)", q.method, q.path, q.route)})
 	case !all(cfgs, &q, protects):
+	case replayed && isInFlight(resp.StatusCode, got):
+		pe.rec.saw(Violation{"status", hid, fmt.Sprintf("a replay of a passed-on downstream key in flight (%d), which no policy stores: the key is UNKNOWN whatever route %s's statuses say (%.80s)",
+			resp.StatusCode, q.route, got)})
 	case replayed && !stored():
 		rt := pe.cfg.route(q.route)
 		pe.rec.saw(Violation{"status", hid, fmt.Sprintf("a replay of status %d, which route %s's policy does not store (%s) (%.80s)",
-			resp.StatusCode, q.route, rt.disposition(resp.StatusCode, pe.cfg.errorFormat), got)})
+			resp.StatusCode, q.route, rt.answerDisposition(resp.StatusCode, got, pe.cfg.errorFormat), got)})
+	case q.afterInFlight && resp.StatusCode != http.StatusOK &&
+		!(own && slices.Contains([]string{"outcome_unknown", "key_in_flight", "store_unavailable"}, code)):
+		// After a passed-on downstream key in flight the key is UNKNOWN:
+		// outcome_unknown, or the result once a lookup settled it (200).
+		pe.rec.saw(Violation{"status", hid, fmt.Sprintf("a retry after a passed-on downstream key in flight got %d %s (replayed %t), not %s outcome_unknown (%.80s)",
+			resp.StatusCode, code, replayed, pe.cfg.errorFormat, got)})
 	case resp.StatusCode == http.StatusOK:
 		pe.rec.give(Given{Key: hid, Body: string(got), Replay: replayed, Call: call, Return: pe.rec.Now()})
 	}
@@ -1073,7 +1152,7 @@ func (pe *productEnv) send(ctx context.Context, q request) (int, bool) {
 	if replayed {
 		pe.did("replayed")
 	}
-	return resp.StatusCode, resp.StatusCode == http.StatusServiceUnavailable
+	return resp.StatusCode, resp.StatusCode == http.StatusServiceUnavailable, code
 }
 
 func (pe *productEnv) setTenant(h http.Header, tenant string) {
@@ -1159,6 +1238,12 @@ func (pe *productEnv) draw(rng *rand.Rand) request {
 		q.amount++ // the key reused for another request
 	case r < 19:
 		q.note = "n" + strconv.Itoa(rng.IntN(1000)) // another note: the same request where the fingerprint ignores it
+	case r < 21:
+		// The effect, then a downstream key in flight passed on: the
+		// key is UNKNOWN, and the key's later requests are held to it
+		// (send: its answer is never replayed).
+		sh := pe.inFlightShapes()
+		q.inFlight = sh[rng.IntN(len(sh))]
 	}
 	return q
 }
@@ -1641,9 +1726,10 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 // the status it is replayed, where it releases the key the request runs,
 // and send holds the replay to the policy. And a 503 that comes after the
 // effect: a policy that releases it runs the effect twice, so it is sent
-// only where no configuration's route declares its 503 released. Every
-// run does it, so that a status policy's slip does not wait for the
-// workload to draw the status.
+// only where no configuration's route declares its 503 released. And the
+// effect followed by each passed-on downstream key in flight, which no
+// route's statuses decide. Every run does it, so that a status policy's
+// slip does not wait for the workload to draw the status.
 func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 	for i, status := range []int{400, 401, 409, 500, 503} {
 		for _, ns := range []string{"y", "py"} {
@@ -1661,6 +1747,34 @@ func (pe *productEnv) probeStatuses(ctx context.Context, tenant string) {
 			pe.send(ctx, q)
 			q.status = 0
 			pe.send(ctx, q)
+		}
+	}
+	// The effect, then a downstream key in flight passed on, on keys
+	// after the statuses': whatever the route's statuses say of 409 or
+	// 429 the key is UNKNOWN, so the retry gets outcome_unknown (or the
+	// lookup's result), never the answer replayed nor the effect again.
+	// A gateway's own key_in_flight or store_unavailable says nothing of
+	// the key's state: sent again, a few times.
+	for j, shape := range pe.inFlightShapes() {
+		i := 5 + j
+		for _, ns := range []string{"y", "py"} {
+			key := pe.keys[ns][i]
+			q := request{tenant: tenant, key: key, route: "orders", path: "/v1/orders", method: http.MethodPost, hdrKey: key,
+				inFlight: shape, amount: 1, note: ns, g: pe.gs[i%len(pe.gs)]}
+			if ns == "py" {
+				q.route, q.path = "payments", "/v1/payments/"+strings.ToLower(key)
+			}
+			pe.send(ctx, q)
+			pe.did("probe in flight " + shape)
+			q.inFlight, q.afterInFlight = "", true
+			for range 5 {
+				status, _, code := pe.sendCode(ctx, q)
+				pe.did(fmt.Sprintf("probe in flight retry %d %s", status, code))
+				if code != "key_in_flight" && code != "store_unavailable" {
+					break
+				}
+				sleep(ctx, 200*time.Millisecond)
+			}
 		}
 	}
 }
