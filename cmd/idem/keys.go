@@ -24,6 +24,7 @@ const keysUsage = `idem keys [--admin URL] [--admin-token TOKEN] get TENANT KEY
   idem keys [--admin URL] [--admin-token TOKEN] list --unknown [--tenant TENANT]
   idem keys [--admin URL] [--admin-token TOKEN] resolve --fence N (--not-executed | --status CODE [--header 'Name: value']... [--body TEXT | --body-file PATH]) [--reason TEXT] TENANT KEY
 (TENANT %q is the empty tenant, "--" the tenant "-": n dashes name the tenant of n-1 dashes;
+ list and get print it as "tenant_arg"; TENANT and KEY come last, after the flags;
  idem keys calls a running gateway's admin API, which audits each change)`
 
 // keysTimeout bounds each call of idem keys to the admin API.
@@ -56,7 +57,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs.StringVar(&tlsFiles.cert, "admin-cert", "", "with an https:// --admin: a PEM file of a client certificate the gateway's --admin-client-ca signed; with --admin-key")
 	fs.StringVar(&tlsFiles.key, "admin-key", "", "the PEM file of --admin-cert's key")
 	unknown := fs.Bool("unknown", false, "list: the keys in state UNKNOWN (the only state listed)")
-	tenant := fs.String("tenant", "", "list: only this tenant's keys (default: all tenants; \"-\" is the empty tenant)")
+	tenant := fs.String("tenant", "", "list: only this tenant's keys, as TENANT names it (default: all tenants; \"-\" is the empty tenant, \"--\" the tenant \"-\")")
 	fence := fs.Int64("fence", 0, "resolve: the UNKNOWN record's fence (see 'idem keys get')")
 	notExecuted := fs.Bool("not-executed", false, "resolve: the request did not take effect; release the key so the next request runs it")
 	status := fs.Int("status", 0, "resolve: the request took effect; record this status and replay it")
@@ -75,7 +76,15 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	// Flags may also follow the verb: parse what comes after it again.
+	// TENANT and KEY are the last two arguments, set aside before: the
+	// flag package would read the tenant "-", which is "--", as the end of
+	// the flags, and "---" or a key "-x" as a flag.
 	verb, rest := fs.Arg(0), fs.Args()
+	want, ok := map[string]int{"get": 2, "delete": 2, "list": 0, "resolve": 2}[verb]
+	var ids []string
+	if len(rest) > want {
+		rest, ids = rest[:len(rest)-want], rest[len(rest)-want:]
+	}
 	if len(rest) > 0 {
 		if err := fs.Parse(rest[1:]); err != nil {
 			return fmt.Errorf("%w: %w", errUsage, err)
@@ -83,7 +92,7 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if want, ok := map[string]int{"get": 2, "delete": 2, "list": 0, "resolve": 2}[verb]; !ok || fs.NArg() != want {
+	if !ok || len(rest) == 0 || fs.NArg() != 0 || len(ids) != want {
 		return fmt.Errorf("%w: "+keysUsage, errUsage, gateway.EmptyTenant)
 	}
 	if verb == "list" && !*unknown {
@@ -97,7 +106,13 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if verb == "list" {
 		return api.listUnknown(ctx, enc, set["tenant"], *tenant)
 	}
-	tenantArg, key := fs.Arg(0), fs.Arg(1)
+	tenantArg, key := ids[0], ids[1]
+	switch {
+	case tenantArg == "":
+		return fmt.Errorf("%w: TENANT is empty: the empty tenant is %q", errUsage, gateway.EmptyTenant)
+	case key == "":
+		return fmt.Errorf("%w: KEY is empty", errUsage)
+	}
 	path := "v1/keys/" + segment(tenantArg) + "/" + segment(key)
 	switch verb {
 	case "delete":
@@ -130,7 +145,25 @@ func runKeys(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return explainKeyError(err, tenantArg, key)
 	}
 	enc.SetIndent("", "  ")
-	return enc.Encode(rec)
+	return enc.Encode(newKeyLine(rec))
+}
+
+// keyLine is a record as idem keys get and list print it: with the TENANT
+// argument that names its tenant, which for a tenant of dashes is not the
+// tenant itself (the tenant "-" is "--", "-" the empty tenant). Without
+// it, an operator passing a listed "tenant" back would act on another
+// tenant's key.
+type keyLine struct {
+	TenantArg string `json:"tenant_arg"`
+	gateway.RecordView
+}
+
+func newKeyLine(rec gateway.RecordView) keyLine {
+	arg := rec.Tenant
+	if strings.Trim(arg, "-") == "" { // gateway.ParseTenant drops one dash
+		arg += "-"
+	}
+	return keyLine{TenantArg: arg, RecordView: rec}
 }
 
 // adminClient calls the admin API of a running gateway, as an operator's
@@ -278,7 +311,7 @@ func (c *adminClient) listUnknown(ctx context.Context, enc *json.Encoder, oneTen
 			return err
 		}
 		for _, rec := range page.Keys {
-			if err := enc.Encode(rec); err != nil {
+			if err := enc.Encode(newKeyLine(rec)); err != nil {
 				return err
 			}
 		}

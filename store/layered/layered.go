@@ -50,6 +50,19 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// errNotMade is returned by every method of a Store that New did not make
+// (a zero Store, or a nil *Store), instead of panicking on what New sets
+// up.
+var errNotMade = errors.New("layered: Store not made with New: a zero or nil *Store has no Redis client and no authority")
+
+// made returns errNotMade for a Store that New did not make.
+func (s *Store) made() error {
+	if s == nil || s.redis == nil || s.authority == nil {
+		return errNotMade
+	}
+	return nil
+}
+
 // Store is a layered store.Store. It is safe for concurrent use.
 type Store struct {
 	redis     redis.Scripter
@@ -83,7 +96,7 @@ func New(client redis.Scripter, authority store.Store, opts *Options) (*Store, e
 // New, and stay the caller's to close (storeurl.Open's layered store
 // closes both). Every store of this module has a Close that releases
 // what the store opened, and only that.
-func (s *Store) Close() error { return nil }
+func (s *Store) Close() error { return s.made() }
 
 // mirrorKey returns the Redis key of the mirror of id.
 func (s *Store) mirrorKey(id store.ID) string {
@@ -93,6 +106,9 @@ func (s *Store) mirrorKey(id store.ID) string {
 // Acquire implements store.Store: a live mirror answers; otherwise the
 // authority decides, and its answer is mirrored.
 func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if err := s.made(); err != nil {
+		return store.AcquireResult{}, err
+	}
 	if rec, ok := s.mirrored(ctx, p.ID); ok {
 		return store.AcquireResult{Record: rec}, nil
 	}
@@ -106,6 +122,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := s.authority.Complete(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -117,6 +136,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := s.authority.Extend(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -127,6 +149,9 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	err := s.authority.Release(ctx, p)
 	if err == nil || errors.Is(err, store.ErrLeaseLost) { // either way this lease is over
 		s.cacheFailed("release", forgetScript.Run(ctx, s.redis, []string{s.mirrorKey(p.ID)}, p.Fence, tombstoneMs).Err())
@@ -140,6 +165,9 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 // mirror still answers "in flight" until the lease it copied ends, and
 // never runs or replays the key.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := s.authority.MarkUnknown(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -150,6 +178,9 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 // Claim implements store.Store: claims are the authority's alone, and an
 // UNKNOWN record is never in the mirror.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := s.made(); err != nil {
+		return store.ClaimResult{}, err
+	}
 	res, err := s.authority.Claim(ctx, p)
 	return res, wrap(err)
 }
@@ -161,6 +192,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // that attempt is dropped, and the next read mirrors the result. Either
 // way the authority answers until then.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := s.authority.Resolve(ctx, p); err != nil {
 		return wrap(err)
 	}
@@ -175,12 +209,18 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 
 // ListUnknown implements store.Store: the authority keeps the index.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	if err := s.made(); err != nil {
+		return store.ListPage{}, err
+	}
 	page, err := s.authority.ListUnknown(ctx, p)
 	return page, wrap(err)
 }
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
+	if err := s.made(); err != nil {
+		return store.Record{}, err
+	}
 	if rec, ok := s.mirrored(ctx, id); ok {
 		return rec, nil
 	}
@@ -195,6 +235,9 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 // Delete implements store.Store. It fails if the mirror could not be
 // removed, so that an operator retries rather than leaves a replay behind.
 func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
+	if err := s.made(); err != nil {
+		return false, err
+	}
 	// The deleted record's fence goes into the mirror's tombstone, which
 	// keeps a reader that fetched the record just before from restoring it.
 	var fence int64

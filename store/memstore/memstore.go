@@ -39,6 +39,19 @@ type Options struct {
 // errBadCursor is returned by ListUnknown for an After it did not make.
 var errBadCursor = fmt.Errorf("memstore: %w", store.ErrInvalidCursor)
 
+// errNotMade is returned by every method of a Store that New did not make
+// (a zero Store, or a nil *Store), instead of panicking on what New sets
+// up.
+var errNotMade = errors.New("memstore: Store not made with New: a zero or nil *Store has no map of records")
+
+// made returns errNotMade for a Store that New did not make.
+func (s *Store) made() error {
+	if s == nil || s.entries == nil {
+		return errNotMade
+	}
+	return nil
+}
+
 // Store is an in-memory store.Store. It is safe for concurrent use.
 type Store struct {
 	now         func() time.Time
@@ -92,7 +105,7 @@ func New(opts *Options) (*Store, error) {
 // Close does nothing: the store holds nothing but memory. Every store of
 // this module has a Close that releases what the store opened, so that a
 // program closes whichever it runs on alike.
-func (s *Store) Close() error { return nil }
+func (s *Store) Close() error { return s.made() }
 
 // lock takes the store's lock, drops the records whose life ended, and
 // returns the time the call works at.
@@ -122,6 +135,9 @@ func (s *Store) find(id store.ID) (*entry, bool) {
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if err := s.made(); err != nil {
+		return store.AcquireResult{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.AcquireResult{}, err
 	}
@@ -188,6 +204,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 // expiry brings it back under its share, and the bound counts it at its
 // share only, so the other tenants keep their room.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -208,6 +227,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -224,6 +246,9 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -239,6 +264,9 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -257,6 +285,9 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := s.made(); err != nil {
+		return store.ClaimResult{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.ClaimResult{}, err
 	}
@@ -279,6 +310,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // Resolve implements store.Store. A PROCESSING record whose lease ended,
 // which Get reports UNKNOWN, resolves like one.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -312,6 +346,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 // cost grows with the UNKNOWN records and the leases held, not with the
 // store.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	if err := s.made(); err != nil {
+		return store.ListPage{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.ListPage{}, err
 	}
@@ -356,6 +393,9 @@ func compareIDs(a, b store.ID) int {
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
+	if err := s.made(); err != nil {
+		return store.Record{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return store.Record{}, err
 	}
@@ -370,6 +410,9 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
+	if err := s.made(); err != nil {
+		return false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

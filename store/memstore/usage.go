@@ -7,6 +7,9 @@ package memstore
 // ended are dropped first. Used may exceed limit: a key already admitted
 // completes past the bound (see Store.Complete).
 func (s *Store) Usage() (used, limit int64) {
+	if s.made() != nil {
+		return 0, 0
+	}
 	s.lock()
 	defer s.mu.Unlock()
 	return s.counted, s.maxBytes

@@ -32,6 +32,9 @@ const uniqueViolation = "23505"
 // Commit a reservation only together with the work's outcome (Settle),
 // which is then final for the key.
 func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, tenant, key string, fence int64) error {
+	if err := s.madeWith("reserve", tx); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, s.q.reserve, tenant, key, fence); err != nil {
 		return fmt.Errorf("pgstore: reserve: %w", duplicate(err))
 	}
@@ -42,6 +45,9 @@ func (s *Store) Reserve(ctx context.Context, tx pgx.Tx, tenant, key string, fenc
 // fence is at least the fence that reserved it and it is not settled yet;
 // otherwise it changes nothing and returns ErrStaleFence.
 func (s *Store) Settle(ctx context.Context, tx pgx.Tx, tenant, key string, fence int64, outcome []byte) error {
+	if err := s.madeWith("settle", tx); err != nil {
+		return err
+	}
 	return FencedExec(ctx, tx, s.q.settle, tenant, key, fence, nonNil(outcome))
 }
 
@@ -86,6 +92,12 @@ type DB interface {
 // (Store.Reservation). So does a Settle refused after the work ran
 // (ErrStaleFence: a newer owner holds the key).
 func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) ([]byte, error)) (out []byte, err error) {
+	switch err := s.made("guard"); {
+	case err != nil:
+		return nil, notRun(err)
+	case db == nil || l == nil || work == nil:
+		return nil, notRun(fmt.Errorf("pgstore: guard: %w: nil database, lease or work", ErrConfig))
+	}
 	id, fence := l.ID(), l.Fence()
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -153,6 +165,9 @@ type Querier interface {
 // the outcome that the transaction which reserved the key recorded. It
 // returns store.ErrNotFound when there is none.
 func (s *Store) Reservation(ctx context.Context, q Querier, tenant, key string) (Reservation, error) {
+	if err := s.madeWith("reservation", q); err != nil {
+		return Reservation{}, err
+	}
 	var (
 		r       Reservation
 		settled *time.Time
@@ -179,12 +194,26 @@ func (s *Store) Reservation(ctx context.Context, q Querier, tenant, key string) 
 // It returns ErrStaleFence when no row matched, an error wrapping
 // ErrDuplicate on a unique violation, and other errors wrapped.
 func FencedExec(ctx context.Context, tx pgx.Tx, sql string, args ...any) error {
+	if tx == nil {
+		return fmt.Errorf("pgstore: fenced write: %w: nil transaction", ErrConfig)
+	}
 	tag, err := tx.Exec(ctx, sql, args...)
 	if err != nil {
 		return fmt.Errorf("pgstore: fenced write: %w", duplicate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return ErrStaleFence
+	}
+	return nil
+}
+
+// madeWith is made, and an error for a nil transaction or querier.
+func (s *Store) madeWith(op string, q any) error {
+	if err := s.made(op); err != nil {
+		return err
+	}
+	if q == nil {
+		return fmt.Errorf("pgstore: %s: %w: nil transaction or querier", op, ErrConfig)
 	}
 	return nil
 }

@@ -91,6 +91,9 @@ func migrateTo(ctx context.Context, db TxBeginner, schema string, last int) erro
 	if err := CheckSchema(schema); err != nil {
 		return err
 	}
+	if db == nil {
+		return fmt.Errorf("pgstore: migrate: %w: nil database", ErrConfig)
+	}
 	all, err := embedded()
 	if err != nil {
 		return fmt.Errorf("pgstore: migrate: %w", err)

@@ -19,6 +19,9 @@ func Pending(ctx context.Context, db TxBeginner, opts *Options) ([]string, error
 	if err := CheckSchema(schema); err != nil {
 		return nil, err
 	}
+	if db == nil {
+		return nil, fmt.Errorf("pgstore: pending migrations: %w: nil database", ErrConfig)
+	}
 	all, err := embedded()
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: pending migrations: %w", err)

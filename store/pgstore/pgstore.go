@@ -16,7 +16,8 @@ import (
 // Errors of this package.
 var (
 	// ErrConfig is returned by New, Migrate and Store.Reap for an option or
-	// argument they cannot use.
+	// argument they cannot use, by every method of a Store that New did
+	// not make (a zero Store), and by the guardrail for a nil argument.
 	ErrConfig = errors.New("pgstore: bad configuration")
 	// ErrDuplicate is returned by Store.Reserve and FencedExec, together
 	// with PostgreSQL's unique_violation (23505), when the key is already
@@ -44,6 +45,9 @@ const acquireTries = 4
 // owner and reports it acquired, so a lost reply never leaves the key held
 // by nobody until the lease ends.
 func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if err := s.made("acquire"); err != nil {
+		return store.AcquireResult{}, err
+	}
 	var err error
 	for try := range acquireTries {
 		var (
@@ -176,6 +180,9 @@ func (s *Store) queryRow(ctx context.Context, sql string, args ...any) (r row, o
 // succeeds. That check runs only when the update matched no row, so the
 // common case is one statement.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
+	if err := s.made("complete"); err != nil {
+		return err
+	}
 	tag, err := s.pool.Exec(ctx, s.q.complete, p.Tenant, p.Key, p.Owner, p.Fence, p.Retention.Microseconds(),
 		p.Result.Status, recordcodec.AppendHeader(nil, p.Result.Header), nonNil(p.Result.Body), p.KeyRetention.Microseconds())
 	if err != nil {
@@ -196,17 +203,26 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := s.made("extend"); err != nil {
+		return err
+	}
 	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
 		(p.LeaseDuration + max(p.Retention, p.KeyRetention)).Microseconds())
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
+	if err := s.made("release"); err != nil {
+		return err
+	}
 	return s.transition(ctx, "release", s.q.release, p.Tenant, p.Key, p.Owner, p.Fence, store.ReasonAbandoned)
 }
 
 // MarkUnknown implements store.Store.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
+	if err := s.made("mark unknown"); err != nil {
+		return err
+	}
 	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Microseconds())
 }
 
@@ -225,6 +241,9 @@ func (s *Store) transition(ctx context.Context, op, sql string, args ...any) err
 // it decided on: a second read could see a row changed since (marked
 // UNKNOWN by its owner, say) and report it not claimed.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := s.made("claim"); err != nil {
+		return store.ClaimResult{}, err
+	}
 	rows, err := s.pool.Query(ctx, s.q.claim, p.Tenant, p.Key, p.Owner, p.LeaseDuration.Microseconds(), store.ReasonAbandoned)
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("pgstore: claim: %w", err)
@@ -256,6 +275,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // the state, the fence and the claim; when it matches no row, the record
 // is read to say why.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
+	if err := s.made("resolve"); err != nil {
+		return err
+	}
 	var (
 		tag pgconn.CommandTag
 		err error
@@ -289,6 +311,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 // lease ended (reported UNKNOWN, abandoned), which the index of leases
 // holds; Next encodes the last row's tenant and key.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	if err := s.made("list unknown"); err != nil {
+		return store.ListPage{}, err
+	}
 	limit := p.Limit
 	if limit <= 0 {
 		limit = store.DefaultListLimit
@@ -331,6 +356,9 @@ func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.List
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
+	if err := s.made("get"); err != nil {
+		return store.Record{}, err
+	}
 	r, ok, err := s.queryRow(ctx, s.q.get, id.Tenant, id.Key)
 	if err != nil {
 		return store.Record{}, fmt.Errorf("pgstore: get: %w", err)
@@ -343,6 +371,9 @@ func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
+	if err := s.made("delete"); err != nil {
+		return false, err
+	}
 	var live bool
 	if err := s.pool.QueryRow(ctx, s.q.del, p.Tenant, p.Key, p.Fence).Scan(&live); err != nil {
 		return false, fmt.Errorf("pgstore: delete: %w", err)

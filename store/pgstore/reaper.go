@@ -29,6 +29,9 @@ const (
 // than batch to empty the backlog; a bounded batch keeps each transaction
 // short.
 func (s *Store) Reap(ctx context.Context, batch int) (int, error) {
+	if err := s.made("reap"); err != nil {
+		return 0, err
+	}
 	if batch <= 0 {
 		return 0, fmt.Errorf("%w: reap batch %d, want > 0", ErrConfig, batch)
 	}

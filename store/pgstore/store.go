@@ -80,10 +80,26 @@ func newStore(pool *pgxpool.Pool, opts *Options, onReap func(int, error)) (*Stor
 	return s, nil
 }
 
+// errNotMade is returned by every method of a Store that New did not
+// make (a zero Store, or a nil *Store): it has no pool and no statements.
+var errNotMade = fmt.Errorf("%w: Store not made with New (or storeurl.Open): a zero or nil *Store has no pool", ErrConfig)
+
+// made returns errNotMade, naming op, for a Store that New did not make:
+// its methods would panic on the missing pool or send empty statements.
+func (s *Store) made(op string) error {
+	if s == nil || s.pool == nil {
+		return fmt.Errorf("pgstore: %s: %w", op, errNotMade)
+	}
+	return nil
+}
+
 // Close stops the reaper and waits for a pass in progress to end. It does
 // not close the pool, which stays the caller's. Calling it again does
 // nothing.
 func (s *Store) Close() error {
+	if err := s.made("close"); err != nil {
+		return err
+	}
 	if s.stopReaper != nil {
 		s.stopReaper()
 		<-s.reaperDone

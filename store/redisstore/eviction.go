@@ -43,6 +43,9 @@ func rueidisInfo(client rueidis.Client) infoSection {
 // them too): an UNKNOWN record or a result dropped so lets its retry run
 // the work again.
 func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
+	if err := s.made(); err != nil {
+		return "", err
+	}
 	if s.info == nil {
 		return "", errors.New("redisstore: the client cannot run INFO")
 	}

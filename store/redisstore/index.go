@@ -121,6 +121,9 @@ var errBadCursor = fmt.Errorf("redisstore: %w", store.ErrInvalidCursor)
 // ListUnknown implements store.Store. The order is that of the index
 // (and, on Redis Cluster, of the slots): by tenant, then key.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
+	if err := s.made(); err != nil {
+		return store.ListPage{}, err
+	}
 	if s.index.mode == indexSharded {
 		return store.ListPage{}, errors.New("redisstore: ListUnknown: a go-redis Ring spreads the index over its shards; use a Cluster")
 	}

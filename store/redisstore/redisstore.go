@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -74,6 +75,19 @@ type Options struct {
 	Coalesce bool
 }
 
+// errNotMade is returned by every method of a Store that New did not make
+// (a zero Store, or a nil *Store), instead of panicking on what New sets
+// up.
+var errNotMade = errors.New("redisstore: Store not made with New, NewRueidis or OpenURL: a zero or nil *Store has no Redis client")
+
+// made returns errNotMade for a Store that New did not make.
+func (s *Store) made() error {
+	if s == nil || s.r == nil {
+		return errNotMade
+	}
+	return nil
+}
+
 // Store is an store.Store on Redis. It is safe for concurrent use.
 type Store struct {
 	r      runner
@@ -102,6 +116,9 @@ type Store struct {
 // this module has a Close that releases what the store opened, and only
 // that.
 func (s *Store) Close() error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	if s.closeClient != nil {
 		s.closeClient()
 	}
@@ -196,6 +213,9 @@ func boolArg(b bool) string {
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
+	if err := s.made(); err != nil {
+		return store.AcquireResult{}, err
+	}
 	var mark uint64
 	if s.near != nil {
 		// A COMPLETED record is the answer to every acquire until it ends
@@ -246,6 +266,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	var mark uint64
 	if s.near != nil {
 		mark = s.near.mark()
@@ -261,18 +284,27 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	return s.transition(ctx, "extend", s.acked, extendScript, s.keys(p.ID),
 		[]any{p.Owner, p.Fence, s.leaseMs.arg(p.LeaseDuration), s.keepMs.arg(max(p.Retention, p.KeyRetention)), fenceGraceMs})
 }
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	return s.transition(ctx, "release", s.acked, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
 }
 
 // MarkUnknown implements store.Store. With Options.ReplicaAcks it waits
 // for the replicas like Acquire and Complete.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	return s.transition(ctx, "mark unknown", s.acked, markUnknownScript, s.indexedKeys(p.ID),
 		[]any{p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Milliseconds(), fenceGraceMs})
 }
@@ -299,6 +331,9 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
+	if err := s.made(); err != nil {
+		return store.ClaimResult{}, err
+	}
 	r, err := s.r.run(ctx, claimScript, s.indexedKeys(p.ID), []any{p.Owner, p.LeaseDuration.Milliseconds(), fenceGraceMs})
 	if err != nil {
 		return store.ClaimResult{}, fmt.Errorf("redisstore: claim: %w", err)
@@ -316,6 +351,9 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // Resolve implements store.Store. With Options.ReplicaAcks it waits for
 // the replicas like Acquire and Complete.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
+	if err := s.made(); err != nil {
+		return err
+	}
 	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs, p.KeyRetention.Milliseconds()}
 	if p.Result != nil {
 		args[2], args[4], args[5], args[6] = "1", p.Result.Status, encodeHeader(p.Result.Header), p.Result.Body
@@ -350,6 +388,9 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
+	if err := s.made(); err != nil {
+		return store.Record{}, err
+	}
 	var mark uint64
 	if s.near != nil {
 		if rec, ok := s.near.completed(ctx, id, s.recordKey(id)); ok {
@@ -392,6 +433,9 @@ func (s *Store) sawRecord(rec store.Record, mark uint64) {
 // NearCacheStats returns what the near cache did (Options.NearCache), and
 // false when it is off.
 func (s *Store) NearCacheStats() (NearCacheStats, bool) {
+	if s.made() != nil {
+		return NearCacheStats{}, false
+	}
 	if s.near == nil {
 		return NearCacheStats{}, false
 	}
@@ -401,6 +445,9 @@ func (s *Store) NearCacheStats() (NearCacheStats, bool) {
 // CoalesceStats returns what Options.Coalesce did, and false when it is off
 // (or ignored: Redis Cluster, a Ring).
 func (s *Store) CoalesceStats() (CoalesceStats, bool) {
+	if s.made() != nil {
+		return CoalesceStats{}, false
+	}
 	if s.co == nil {
 		return CoalesceStats{}, false
 	}
@@ -409,6 +456,9 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
+	if err := s.made(); err != nil {
+		return false, err
+	}
 	if s.near != nil {
 		s.near.removing(s.recordKey(p.ID))
 	}
