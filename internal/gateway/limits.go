@@ -90,6 +90,14 @@ func (g *Gateway) publicServer(limit *connLimiter) *http.Server {
 	}
 }
 
+// adminServer is the admin API's server and the listener it serves, over
+// ln.
+func (g *Gateway) adminServer(ln net.Listener) (*http.Server, net.Listener) {
+	srv := &http.Server{Handler: g.admin, ReadHeaderTimeout: headerTimeout, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout,
+		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)} // a refused handshake, in idem's log format
+	return srv, g.adminTLS.listen(ln)
+}
+
 // closeAfterChunked closes the connection after a request framed by
 // Transfer-Encoding. RFC 9112 §6.3 says a server MUST close the connection
 // after a request that carried both Transfer-Encoding and Content-Length (a
