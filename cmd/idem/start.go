@@ -80,7 +80,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
 		}
-		if starting, err = serveStarting(cfg.Admin, tlsConf, logger); err != nil {
+		if starting, err = serveStarting(cfg, tlsConf, logger); err != nil {
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
@@ -235,18 +235,12 @@ type startingAdmin struct {
 	handed atomic.Bool
 }
 
-func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
-	ln, err := net.Listen("tcp", addr)
+func serveStarting(cfg gateway.Config, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
+	ln, err := net.Listen("tcp", cfg.Admin)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
-	})
-	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
+	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}), srv: startingServer(cfg, log)}
 	var served net.Listener = lent{a}
 	if tlsConf != nil {
 		served = tls.NewListener(served, tlsConf) // the admin API's TLS from the first connection
@@ -256,6 +250,16 @@ func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startin
 		a.srv.Serve(served)
 	}()
 	return a, nil
+}
+
+// startingServer is the starting admin API's server.
+func startingServer(cfg gateway.Config, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
+	})
+	return &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // handOver stops the starting admin API, lets its requests finish (for
