@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -252,14 +253,24 @@ func serveStarting(cfg gateway.Config, tlsConf *tls.Config, log *slog.Logger) (*
 	return a, nil
 }
 
-// startingServer is the starting admin API's server.
+// startingAnswerTime is what the starting admin API's write deadline
+// allows for sending an answer, as the gateway's does.
+const startingAnswerTime = 30 * time.Second
+
+// startingServer is the starting admin API's server. Its handlers wait for
+// nothing and answer a few bytes, but a client that sends requests and
+// never reads the answers, dribbles a body or keeps a connection idle
+// would hold its connection for as long as the store stays down: each
+// of those waits has the gateway's bound (--read-timeout, --idle-timeout).
 func startingServer(cfg gateway.Config, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
 	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	read := cmp.Or(cfg.ReadTimeout, gateway.DefaultReadTimeout)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ReadTimeout: read, WriteTimeout: read + startingAnswerTime,
+		IdleTimeout: cmp.Or(cfg.IdleTimeout, gateway.DefaultIdleTimeout), ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 }
 
 // handOver stops the starting admin API, lets its requests finish (for
