@@ -120,11 +120,21 @@ func (c *Config) adminWriteTimeout() time.Duration {
 // ln: at most adminMaxConns connections (TLS over the limiter, as the
 // public listener's), and deadlines that no legitimate call reaches.
 func (g *Gateway) adminServer(ln net.Listener) (*http.Server, net.Listener) {
-	limit := newConnLimiter(ln, adminMaxConns)
+	limited, track := LimitAdminConns(ln)
 	srv := &http.Server{Handler: g.admin, ReadHeaderTimeout: headerTimeout, ReadTimeout: g.cfg.ReadTimeout,
-		WriteTimeout: g.cfg.adminWriteTimeout(), IdleTimeout: g.cfg.IdleTimeout, ConnState: limit.track,
+		WriteTimeout: g.cfg.adminWriteTimeout(), IdleTimeout: g.cfg.IdleTimeout, ConnState: track,
 		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)} // a refused handshake, in idem's log format
-	return srv, g.adminTLS.listen(limit)
+	return srv, g.adminTLS.listen(limited)
+}
+
+// LimitAdminConns bounds the connections of an admin listener to
+// adminMaxConns, also for the admin API idem serve runs before the
+// gateway. It returns the listener to serve and the server's ConnState
+// hook, with which it closes an idle keep-alive connection to make room.
+// Closing the listener wakes an Accept waiting for room.
+func LimitAdminConns(ln net.Listener) (net.Listener, func(net.Conn, http.ConnState)) {
+	l := newConnLimiter(ln, adminMaxConns)
+	return l, l.track
 }
 
 // closeAfterChunked closes the connection after a request framed by
