@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -80,7 +81,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
 		}
-		if starting, err = serveStarting(cfg.Admin, tlsConf, logger); err != nil {
+		if starting, err = serveStarting(cfg, tlsConf, logger); err != nil {
 			return fmt.Errorf("gateway: admin listen: %w", err)
 		}
 		logger.Info("idem: admin API up: /healthz answers, /readyz answers 503 until the store answers", "admin", starting.ln.Addr().String())
@@ -229,25 +230,22 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 // gives its listener, still open, to the gateway: no connection is refused
 // between the two.
 type startingAdmin struct {
-	ln     *net.TCPListener
-	srv    *http.Server
-	served chan struct{} // closed when srv.Serve has returned
-	handed atomic.Bool
+	ln      *net.TCPListener
+	limited net.Listener // what srv serves (but TLS): closing it wakes an Accept waiting for room
+	srv     *http.Server
+	served  chan struct{} // closed when srv.Serve has returned
+	handed  atomic.Bool
 }
 
-func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
-	ln, err := net.Listen("tcp", addr)
+func serveStarting(cfg gateway.Config, tlsConf *tls.Config, log *slog.Logger) (*startingAdmin, error) {
+	ln, err := net.Listen("tcp", cfg.Admin)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
-	})
-	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{}),
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}}
-	var served net.Listener = lent{a}
+	a := &startingAdmin{ln: ln.(*net.TCPListener), served: make(chan struct{})}
+	var served net.Listener
+	a.srv, served = startingServer(cfg, log, lent{a})
+	a.limited = served
 	if tlsConf != nil {
 		served = tls.NewListener(served, tlsConf) // the admin API's TLS from the first connection
 	}
@@ -258,11 +256,35 @@ func serveStarting(addr string, tlsConf *tls.Config, log *slog.Logger) (*startin
 	return a, nil
 }
 
+// startingAnswerTime is what the starting admin API's write deadline
+// allows for sending an answer, as the gateway's does.
+const startingAnswerTime = 30 * time.Second
+
+// startingServer is the starting admin API's server. Its handlers wait for
+// nothing and answer a few bytes, but a client that sends requests and
+// never reads the answers, dribbles a body or keeps a connection idle
+// would hold its connection for as long as the store stays down: each
+// of those waits has the gateway's bound (--read-timeout, --idle-timeout),
+// and it serves ln with the gateway admin API's bound on connections.
+func startingServer(cfg gateway.Config, log *slog.Logger, ln net.Listener) (*http.Server, net.Listener) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		idemhttp.WriteProblem(w, http.StatusServiceUnavailable, idemhttp.CodeStoreUnavailable, "idem is starting: the store has not answered yet")
+	})
+	read := cmp.Or(cfg.ReadTimeout, gateway.DefaultReadTimeout)
+	limited, track := gateway.LimitAdminConns(ln)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: startingAdminDrain, ReadTimeout: read, WriteTimeout: read + startingAnswerTime,
+		IdleTimeout: cmp.Or(cfg.IdleTimeout, gateway.DefaultIdleTimeout), ConnState: track,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}, limited
+}
+
 // handOver stops the starting admin API, lets its requests finish (for
 // startingAdminDrain at most) and returns its listener, open.
 func (a *startingAdmin) handOver() net.Listener {
 	a.handed.Store(true)
 	a.ln.SetDeadline(time.Unix(1, 0)) // wakes the Accept in progress, which then fails as closed
+	a.limited.Close()                 // and one waiting for room; the socket stays open (lent)
 	<-a.served
 	ctx, cancel := context.WithTimeout(context.Background(), startingAdminDrain)
 	defer cancel()

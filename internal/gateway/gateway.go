@@ -385,9 +385,8 @@ func (g *Gateway) Run(ctx context.Context, ready func(proxy, admin net.Addr)) er
 		}
 		adminAddr = aln.Addr()
 		g.adminHosts.Store(g.adminHosts.Load().bound(adminAddr))
-		servers = append(servers, &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: g.cfg.ReadTimeout, IdleTimeout: g.cfg.IdleTimeout,
-			ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)}) // a refused handshake, in idem's log format
-		listeners = append(listeners, g.adminTLS.listen(aln))
+		srv, served := g.adminServer(aln)
+		servers, listeners = append(servers, srv), append(listeners, served)
 	}
 	errs := make(chan error, len(servers))
 	for i, srv := range servers {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"errors"
 	"io"
 	"log/slog"
@@ -88,6 +89,52 @@ func (g *Gateway) publicServer(limit *connLimiter) *http.Server {
 		ConnState:         limit.track,
 		ErrorLog:          slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn),
 	}
+}
+
+// adminMaxConns bounds the admin API's open connections. Its clients are
+// few: a console or two (a browser opens at most 6 connections to a
+// host), an operator's tools, a scraper or two and the probes; 64 gives
+// them room many times over. It bounds what clients that ask for large
+// answers (a stored response, up to --max-response; a page of 1,000
+// keys; /metrics) and never read them hold: each connection holds its
+// goroutine and its answer's buffers until adminWriteTimeout.
+const adminMaxConns = 64
+
+// adminWriteTimeout is the admin API's write deadline, counted as
+// writeTimeout is: reading the body (ReadTimeout), the longest wait of an
+// admin call, and sending the answer (answerTime). The longest wait is a
+// reconciliation's (POST .../reconcile): six store calls (the audit's
+// read before and after; the key's read, the claim, the resolve and, when
+// another process resolved the key meanwhile, a read; each bounded by
+// --store-timeout) and the lookup (--reconcile-timeout). A scrape of
+// /metrics waits for a store read and the UNKNOWN census, which may wait
+// for another scrape's.
+func (c *Config) adminWriteTimeout() time.Duration {
+	storeCall := cmp.Or(c.StoreTimeout, idem.DefaultStoreTimeout)
+	reconcile := 6*storeCall + cmp.Or(c.ReconcileTimeout, 5*time.Second) // idem.Options.ReconcileTimeout's zero
+	scrape := storeCall + 2*unknownCountTimeout
+	return c.ReadTimeout + max(reconcile, scrape) + answerTime
+}
+
+// adminServer is the admin API's server and the listener it serves, over
+// ln: at most adminMaxConns connections (TLS over the limiter, as the
+// public listener's), and deadlines that no legitimate call reaches.
+func (g *Gateway) adminServer(ln net.Listener) (*http.Server, net.Listener) {
+	limited, track := LimitAdminConns(ln)
+	srv := &http.Server{Handler: g.admin, ReadHeaderTimeout: headerTimeout, ReadTimeout: g.cfg.ReadTimeout,
+		WriteTimeout: g.cfg.adminWriteTimeout(), IdleTimeout: g.cfg.IdleTimeout, ConnState: track,
+		ErrorLog: slog.NewLogLogger(g.cfg.Logger.Handler(), slog.LevelWarn)} // a refused handshake, in idem's log format
+	return srv, g.adminTLS.listen(limited)
+}
+
+// LimitAdminConns bounds the connections of an admin listener to
+// adminMaxConns, also for the admin API idem serve runs before the
+// gateway. It returns the listener to serve and the server's ConnState
+// hook, with which it closes an idle keep-alive connection to make room.
+// Closing the listener wakes an Accept waiting for room.
+func LimitAdminConns(ln net.Listener) (net.Listener, func(net.Conn, http.ConnState)) {
+	l := newConnLimiter(ln, adminMaxConns)
+	return l, l.track
 }
 
 // closeAfterChunked closes the connection after a request framed by
