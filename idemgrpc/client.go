@@ -218,16 +218,20 @@ func (c *client) attempt(ctx context.Context, method string, req, reply any, cc 
 
 // mayHaveRun reports whether an attempt that reached the server and ended
 // with st may have run: it got no answer (UNAVAILABLE after a connection
-// broke, a deadline or cancellation that cut it), or an UNAVAILABLE that
-// does not say that nothing ran, as the idem server's store-down and
-// lease-lost answers do.
+// broke, a deadline or cancellation that cut it), or an UNAVAILABLE or
+// RESOURCE_EXHAUSTED that does not say that nothing ran, as the idem
+// server's store-down, lease-lost and store-full answers do. grpc-go
+// makes a RESOURCE_EXHAUSTED itself for an answer larger than the
+// client's receive limit: the call ran.
 func mayHaveRun(st *status.Status) bool {
+	r := ErrorInfo(st)
 	switch st.Code() {
 	case codes.DeadlineExceeded, codes.Canceled:
 		return true
 	case codes.Unavailable:
-		r := ErrorInfo(st)
 		return r != ReasonStoreUnavailable && r != ReasonLeaseLost
+	case codes.ResourceExhausted:
+		return r != ReasonStoreFull
 	}
 	return false
 }

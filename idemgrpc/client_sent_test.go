@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -97,8 +98,12 @@ func TestClientKeepsTheKeyWhenTheDeadlinePassesAfterSend(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testContext(t), 200*time.Millisecond)
 	defer cancel()
 	err := conn.Invoke(ctx, chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
-	<-started
 	wantUnknown(t, err, codes.DeadlineExceeded)
+	select {
+	case <-started:
+	default:
+		t.Fatal("the handler did not run")
+	}
 }
 
 // Nothing listens: no attempt reached a server, nothing ran, and the
@@ -165,4 +170,20 @@ func TestClientUnderARetryPolicyCountsEveryAttemptAsSent(t *testing.T) {
 	conn := dialThrough(t, addr, &idemgrpc.ClientOptions{MaxAttempts: 1}, grpc.WithDefaultServiceConfig(config))
 	err = conn.Invoke(testContext(t), chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
 	wantUnknown(t, err, codes.Unavailable)
+}
+
+// The server runs the handler and answers more than the client's receive
+// limit: grpc-go fails the call RESOURCE_EXHAUSTED on the client's side
+// after the work ran, and the caller gets the key.
+func TestClientKeepsTheKeyWhenTheAnswerIsTooLarge(t *testing.T) {
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return wrapperspb.String(strings.Repeat("x", 1000)), nil
+	}}
+	conn := dialThrough(t, serve(t, nil, nil, svc).Target(), &idemgrpc.ClientOptions{MaxAttempts: 1},
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100)))
+	err := conn.Invoke(testContext(t), chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
+	wantUnknown(t, err, codes.ResourceExhausted)
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
 }

@@ -115,15 +115,21 @@
 // call that ends after an attempt that may have reached the server and
 // got no answer: UNAVAILABLE after the connection broke or the server went
 // away mid-call (or any UNAVAILABLE it answered that does not say that
-// nothing ran), DEADLINE_EXCEEDED or CANCELLED after the attempt was sent. The error carries the key (retry with WithKey and its Key), and
-// status.Code and status.FromError still give the last status
-// (OutcomeUnknownError has a GRPCStatus method). A call none of whose
-// attempts had a connection to send on (a refused dial, a failed name
-// resolution, a deadline that passed while waiting for one) ran nowhere,
-// and gets the bare status, as does one the idem server answered
-// UNAVAILABLE because its store was down or the lease ended before the
-// handler started. Under a service config retry policy, whose earlier
-// attempts the interceptor cannot see, every attempt counts as sent.
+// nothing ran), DEADLINE_EXCEEDED or CANCELLED after the attempt was
+// sent, RESOURCE_EXHAUSTED (grpc-go's own for an answer over the receive
+// limit, or one that does not say the store was full). The error carries
+// the key (retry with WithKey and its Key), and status.Code and
+// status.FromError still give the last status (OutcomeUnknownError has a
+// GRPCStatus method). A call none of whose attempts had a connection to
+// send on (a refused dial, a failed name resolution, a deadline that
+// passed while waiting for one) ran nowhere, and gets the bare status, as
+// does one the idem server answered UNAVAILABLE because its store was down
+// or the lease ended before the handler started, or RESOURCE_EXHAUSTED
+// because its store was full. Under a service config retry policy, whose
+// earlier attempts the interceptor cannot see, every attempt counts as
+// sent; a retry policy that xDS delivers is not in the service config and
+// the interceptor cannot see it: with xDS, retry with ClientOptions'
+// MaxAttempts, not the channel's policy.
 //
 // # Streaming RPCs
 //

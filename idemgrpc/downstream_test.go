@@ -134,3 +134,28 @@ func TestDownstreamNotRunAnsweredUnknown(t *testing.T) {
 		t.Fatalf("the handler ran %d times, want 1", n)
 	}
 }
+
+// TestDownstreamNotRunKeptByTheHandler: the handler declares its outcome
+// unknown (SetDisposition) and returns a downstream idem service's
+// STORE_UNAVAILABLE: the caller gets the UNKNOWN, not the downstream's
+// "not processed", even with a single attempt (no retry to find it).
+func TestDownstreamNotRunKeptByTheHandler(t *testing.T) {
+	ctx := testContext(t)
+	downStore := newFaultStore(memStore(t), nil)
+	downConn := serve(t, newEngine(t, downStore, nil), nil, &service{})
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		idemgrpc.SetDisposition(ctx, idemgrpc.DispositionUnknown, "the charge may have gone through")
+		downStore.failAcquires(2) // the engine asks twice before it gives up
+		_, _, err := charge(ctx, downConn, "down-k", in.GetValue())
+		return nil, err // passed on as it is
+	}}
+	conn := dialThrough(t, serve(t, newEngine(t, memStore(t), nil), nil, svc).Target(), &idemgrpc.ClientOptions{MaxAttempts: 1})
+	err := conn.Invoke(ctx, chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
+	wantUnknown(t, err, codes.Unknown)
+	if st, _ := status.FromError(err); !strings.Contains(st.Message(), "the charge may have gone through") {
+		t.Fatalf("got %v, want the handler's own reason", err)
+	}
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+}

@@ -404,6 +404,15 @@ func (x *call) finalizeContext(detached context.Context) *finalctx.Context {
 	return &x.final
 }
 
+// passedOnAnswer reports whether a handler's status with the ErrorInfo
+// reason r is one of idem's own answers about a call's key, which a
+// handler that passes on a downstream idem service's error returns.
+func passedOnAnswer(code codes.Code, r string) bool {
+	return code == codes.Unavailable && (r == ReasonStoreUnavailable || r == ReasonLeaseLost) ||
+		code == codes.ResourceExhausted && r == ReasonStoreFull ||
+		code == codes.Aborted && r == ReasonKeyInFlight
+}
+
 // finalize stores the handler's answer, releases the key or marks it
 // UNKNOWN, as the handler declared (SetDisposition, or an error wrapping
 // idem.ErrOutcomeUnknown), else as the status policy says, and returns
@@ -415,6 +424,7 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 		st = status.FromContextError(herr)
 	}
 	d, reason := o.Get()
+	chosen := d != 0 // by the handler, with its reason
 	unknown := errors.Is(herr, idem.ErrOutcomeUnknown)
 	if d == 0 {
 		switch {
@@ -439,16 +449,21 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 			unknown = true // answered as UNKNOWN too: passed on, the ABORTED would say the caller's own key is in flight
 		default:
 			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
-			// A downstream idem service's "did not run" (STORE_UNAVAILABLE,
-			// LEASE_LOST), passed on, speaks of the downstream call only:
-			// the handler may have done its own work before it. Left as
-			// it is, the caller's client would read that this call did
-			// not run and drop its key.
-			if r := ErrorInfo(st); d == DispositionUnknown && (r == ReasonStoreUnavailable || r == ReasonLeaseLost) {
-				reason = "a downstream call of the handler answered UNAVAILABLE (" + r + ")"
-				unknown = true
-			}
 		}
+	}
+	// A downstream idem service's answer, passed on, speaks of the
+	// downstream call only: "did not run" (STORE_UNAVAILABLE, LEASE_LOST,
+	// STORE_FULL) or "running" (KEY_IN_FLIGHT). Unless the key is released, the
+	// handler may have done its own work: whatever kept the key (the
+	// status policy, SetDisposition), it is UNKNOWN and answered so. Left
+	// as it is, the answer would tell the caller's client that its own
+	// call did not run, or that its own key is in flight, and stored it
+	// would be replayed so.
+	if r := ErrorInfo(st); d != DispositionRelease && !unknown && passedOnAnswer(st.Code(), r) {
+		if !chosen { // the handler's own reason stays
+			reason = "a downstream call of the handler answered " + st.Code().String() + " (" + r + ")"
+		}
+		d, unknown = DispositionUnknown, true
 	}
 	if unknown {
 		herr = unknownStatus(codes.Unknown, reason, l.Fence(), 0)
