@@ -67,8 +67,8 @@ type Options struct {
 	// does not run the handler: fail closed.
 	FailOpen bool
 	// ReplayHeaders adds response headers to the ones a replay carries
-	// (Content-Type, Location, Content-Language, Content-Disposition,
-	// ETag). Set-Cookie, Authorization, WWW-Authenticate,
+	// (Content-Type, Content-Encoding, Location, Content-Language,
+	// Content-Disposition, ETag). Set-Cookie, Authorization, WWW-Authenticate,
 	// Proxy-Authenticate and hop-by-hop headers are refused. Nil means
 	// none.
 	ReplayHeaders []string
@@ -144,7 +144,10 @@ func DefaultStoreResult(status int) bool {
 }
 
 // defaultReplayHeaders are the response headers every replay carries.
-var defaultReplayHeaders = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
+// Content-Encoding goes with the stored body, which is the bytes the
+// client got: gzip from a compressing handler (or a gateway's upstream
+// asked for gzip by the client) is replayed as gzip, labelled so.
+var defaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Location", "Content-Language", "Content-Disposition", "ETag"}
 
 // forbiddenReplayHeaders belong to one response or one connection and
 // are never replayed to another request.

@@ -145,8 +145,9 @@ type Config struct {
 }
 
 // DefaultReplayHeaders are the upstream response headers a replay carries
-// by default, besides Content-Type, Location, Content-Language,
-// Content-Disposition and ETag: the request ids that client SDKs and logs
-// read back (Stripe's SDKs read Request-Id) and the API version.
+// by default, besides Content-Type, Content-Encoding, Location,
+// Content-Language, Content-Disposition and ETag: the request ids that
+// client SDKs and logs read back (Stripe's SDKs read Request-Id) and the
+// API version.
 var DefaultReplayHeaders = []string{"Request-Id", "X-Request-Id", "X-Correlation-Id", "Stripe-Version",
 	"Idempotency-Key", "Original-Request"}

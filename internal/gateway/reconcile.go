@@ -26,8 +26,10 @@ const OriginalStatusHeader = "Idempotency-Original-Status"
 const maxReconciledBody = 1 << 20
 
 // replayedByDefault are the response headers idemhttp replays whatever
-// --replay-headers says.
-var replayedByDefault = []string{"Content-Type", "Location", "Content-Language", "Content-Disposition", "ETag"}
+// --replay-headers says. Content-Encoding is kept with the body it
+// labels: a lookup answered in gzip (not undone by the transport) is
+// recorded and replayed so.
+var replayedByDefault = []string{"Content-Type", "Content-Encoding", "Location", "Content-Language", "Content-Disposition", "ETag"}
 
 // reconciler asks the upstream, by a GET on a URL made from a template,
 // whether a request whose outcome is unknown took effect.
