@@ -177,7 +177,7 @@ func TestBlankAdminTokenRefused(t *testing.T) {
 			t.Errorf("New(--admin-token %q) = %v; want an error naming --admin-token", token, err)
 		}
 	}
-	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret"}); err != nil {
+	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret-0123456789"}); err != nil {
 		t.Errorf("New(--admin-token with an inner space) = %v; want it accepted", err)
 	}
 }
