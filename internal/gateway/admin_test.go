@@ -262,3 +262,26 @@ func TestReconcileLookupErrorHidesURLSecrets(t *testing.T) {
 		}
 	}
 }
+
+// A template with {key} in the host ({key}.lookup, a lookup per key) and a
+// key that is no host name fail the URL's parse, whose error quoted the
+// expanded URL, password and ?token= included, into the log line.
+func TestReconcileURLParseErrorHidesSecrets(t *testing.T) {
+	logs := &syncBuffer{}
+	g := adminGateway(t, Config{AdminToken: adminToken, ReconcileURL: "http://ops:hunter2@{key}.lookup.test/x?token=RECTOKEN&x=1",
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	unknownKey(t, g.Engine(), store.ID{Tenant: "acme", Key: "a:b"})
+	status, body := admin(t, g, "POST", "/v1/keys/acme/a:b/reconcile", "")
+	if status != 200 || !strings.Contains(body, "the lookup failed") {
+		t.Fatalf("reconcile = %d %s; want 200, the lookup failed", status, body)
+	}
+	line := logs.String()
+	if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "a%3Ab.lookup.test/x") {
+		t.Fatalf("the log has no line of the failed lookup naming its URL:\n%s", line)
+	}
+	for _, secret := range []string{"hunter2", "RECTOKEN"} {
+		if strings.Contains(line+body, secret) {
+			t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+		}
+	}
+}
