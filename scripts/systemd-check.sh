@@ -78,7 +78,7 @@ EOF
 # The admin tokens file, root's and mode 600 as docs/admin.md says,
 # and the drop-in that loads it: the unit's own commented lines for it,
 # uncommented.
-printf 'check read-only check\n' >"$work/admin-tokens"
+printf 'check read-only check-s3cret-token\n' >"$work/admin-tokens"
 chmod 600 "$work/admin-tokens"
 {
   echo "[Service]"
@@ -101,11 +101,11 @@ finish() {
 }
 failed() { finish "FAIL: $*" 1; }
 # http METHOD HOST:PORT PATH [TOKEN]: the status code of one request, in
-# 5 s at most, with Authorization: Bearer TOKEN (check by default).
+# 5 s at most, with Authorization: Bearer TOKEN (check-s3cret-token by default).
 http() {
   timeout 5 bash -c '
     exec 3<>"/dev/tcp/${2%:*}/${2#*:}" || exit 1
-    printf "%s %s HTTP/1.1\r\nHost: 127.0.0.1:${2#*:}\r\nConnection: close\r\nIdempotency-Key: systemd-check\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" "$1" "$3" "${4:-check}" >&3
+    printf "%s %s HTTP/1.1\r\nHost: 127.0.0.1:${2#*:}\r\nConnection: close\r\nIdempotency-Key: systemd-check\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" "$1" "$3" "${4:-check-s3cret-token}" >&3
     read -r _ code _ <&3 && echo "$code"' _ "$@" 2>/dev/null
 }
 prop() { systemctl show -p "$1" --value idem.service; }
@@ -124,7 +124,7 @@ say "started: active=$(prop ActiveState), pid $pid, uid $uid ($(prop User)), /he
 [ "$(http GET 127.0.0.1:19090 /readyz)" = 200 ] || failed "/readyz is not 200"
 perms=$(stat -c '%U %a' /etc/idem/admin-tokens)
 [ "$perms" = "root 600" ] || failed "/etc/idem/admin-tokens is $perms; want root 600"
-[ "$(http GET 127.0.0.1:19090 /v1/stats check)" = 200 ] || failed "the tokens file's token got no 200 from /v1/stats: the credential was not read"
+[ "$(http GET 127.0.0.1:19090 /v1/stats check-s3cret-token)" = 200 ] || failed "the tokens file's token got no 200 from /v1/stats: the credential was not read"
 [ "$(http GET 127.0.0.1:19090 /v1/stats wrong)" = 401 ] || failed "a wrong token got no 401 from /v1/stats"
 say "the admin tokens file (root, 600) read as a credential by uid $uid: its token 200, another 401"
 code=$(http POST 127.0.0.1:18080 /charges)

@@ -95,8 +95,10 @@ func TestAdminDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 	for name, uri := range storeURIs(t) {
 		t.Run(name, func(t *testing.T) {
 			up := newGatedUpstream(t)
-			g := startGateway(t, "--upstream", up.URL, "--store", uri, "--admin-token", "s3cret", "--tenant-header", "X-Tenant-ID")
-			call := func(method, path string) (int, string) { return adminCall(t, g, method, path, "s3cret", "") }
+			g := startGateway(t, "--upstream", up.URL, "--store", uri, "--admin-token", "s3cret-admin-token", "--tenant-header", "X-Tenant-ID")
+			call := func(method, path string) (int, string) {
+				return adminCall(t, g, method, path, "s3cret-admin-token", "")
+			}
 			const tenant = "acme"
 			key := "inflight-" + rand.Text()[:8]
 			first := make(chan answer, 1)
@@ -105,7 +107,7 @@ func TestAdminDeleteRefusesKeysInFlightOrUnknown(t *testing.T) {
 			if code, body := call("DELETE", "/v1/keys/"+tenant+"/"+key); code != 409 || !strings.Contains(body, `"key_in_flight"`) {
 				t.Errorf("DELETE of a key in flight = %d %s; want 409 key_in_flight", code, body)
 			}
-			out, err := exec.Command(binary, "keys", "--admin", g.admin, "--admin-token", "s3cret", "delete", tenant, key).CombinedOutput()
+			out, err := exec.Command(binary, "keys", "--admin", g.admin, "--admin-token", "s3cret-admin-token", "delete", tenant, key).CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "in flight") {
 				t.Errorf("idem keys delete of a key in flight: %v %s; want an error", err, out)
 			}
@@ -213,7 +215,7 @@ func TestAdminChangesAuditedWithNamedTokens(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("ops read-write ops-token-1\nviewer read-only viewer-token-1\n")
+	write("ops read-write ops-s3cret-token-1\nviewer read-only viewer-s3cret-token-1\n")
 	g := startGateway(t, "--upstream", up.URL, "--tenant-header", "X-Tenant-ID", "--admin-tokens-file", tokens)
 	key := "drop-" + rand.Text()[:8]
 	if a := postWithin(t, g, key, 10*time.Second); a.status != 502 {
@@ -223,25 +225,25 @@ func TestAdminChangesAuditedWithNamedTokens(t *testing.T) {
 		out, err := exec.Command(binary, append([]string{"keys", "--admin", g.admin, "--admin-token", token}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	out, err := keys("viewer-token-1", "get", "acme", key)
+	out, err := keys("viewer-s3cret-token-1", "get", "acme", key)
 	var rec struct{ Fence int64 }
 	if err != nil || json.Unmarshal([]byte(out), &rec) != nil || rec.Fence == 0 {
 		t.Fatalf("idem keys get with the read-only token: %v %s", err, out)
 	}
 	fence := fmt.Sprint(rec.Fence)
-	if out, err := keys("viewer-token-1", "resolve", "--fence", fence, "--not-executed", "acme", key); err == nil || !strings.Contains(out, "admin_forbidden") {
+	if out, err := keys("viewer-s3cret-token-1", "resolve", "--fence", fence, "--not-executed", "acme", key); err == nil || !strings.Contains(out, "admin_forbidden") {
 		t.Fatalf("idem keys resolve with the read-only token: %v %s; want 403 admin_forbidden", err, out)
 	}
-	if out, err := keys("ops-token-2", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
+	if out, err := keys("ops-s3cret-token-2", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
 		t.Fatalf("idem keys with a token not yet in the file: %v %s; want 401", err, out)
 	}
-	write("ops read-write ops-token-2\n")
+	write("ops read-write ops-s3cret-token-2\n")
 	g.cmd.Process.Signal(syscall.SIGHUP)
 	g.waitForLog(t, "configuration reloaded", 1)
-	if out, err := keys("ops-token-1", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
+	if out, err := keys("ops-s3cret-token-1", "get", "acme", key); err == nil || !strings.Contains(out, "401") {
 		t.Fatalf("idem keys with a token the reload removed: %v %s; want 401", err, out)
 	}
-	if out, err := keys("ops-token-2", "resolve", "--fence", fence, "--status", "201", "--body", "settled", "--reason", "INC-42: charged", "acme", key); err != nil {
+	if out, err := keys("ops-s3cret-token-2", "resolve", "--fence", fence, "--status", "201", "--body", "settled", "--reason", "INC-42: charged", "acme", key); err != nil {
 		t.Fatalf("idem keys resolve with the reloaded token: %v %s", err, out)
 	}
 	if a := postWithin(t, g, key, 10*time.Second); a.status != 201 || a.body != "settled" || up.count(key) != 1 {
@@ -267,7 +269,7 @@ func TestAdminChangesAuditedWithNamedTokens(t *testing.T) {
 	if n := g.metric(t, `idem_admin_changes_total{action="resolve",outcome="completed"}`); n != 1 {
 		t.Errorf("idem_admin_changes_total resolve/completed = %v; want 1", n)
 	}
-	code, body := adminCall(t, g, "GET", "/v1/audit?tenant=acme&key="+key, "ops-token-2", "")
+	code, body := adminCall(t, g, "GET", "/v1/audit?tenant=acme&key="+key, "ops-s3cret-token-2", "")
 	if code != 200 || strings.Count(body, `"actor"`) != 2 || !strings.Contains(body, `"reason":"INC-42: charged"`) {
 		t.Fatalf("GET /v1/audit = %d %s; want the key's two records", code, body)
 	}

@@ -153,7 +153,7 @@ func TestPrecedence(t *testing.T) {
 // a start would refuse exits 2 with the same error and prints nothing.
 func TestCheckConfig(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "admin-tokens")
-	if err := os.WriteFile(tokens, []byte("ops read-write filesecret\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("ops read-write filesecret-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, `upstream: https://user:upsecret@api.example.com
@@ -168,7 +168,7 @@ routes:
 admin-hosts: [console.example.com, 'localhost:8888']
 admin-tokens-file: `+tokens+`
 `)
-	env := []string{"IDEM_ADMIN_TOKEN=adminsecret"}
+	env := []string{"IDEM_ADMIN_TOKEN=adminsecret-0123456789"}
 	for _, mode := range []string{"--check-config", "--check-config=json"} {
 		cmd := exec.Command(binary, "serve", mode, "--config", path)
 		cmd.Env = append(withoutEnv("IDEM_ADMIN_TOKEN"), env...)

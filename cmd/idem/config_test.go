@@ -202,7 +202,7 @@ func TestRestartOnlyNamesFlags(t *testing.T) {
 // refuses to start, naming the setting.
 func TestConfigAdminHostsAndTokensFile(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "admin-tokens")
-	if err := os.WriteFile(tokens, []byte("ops read-write t0ken\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("ops read-write t0ken-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, _, err := checkConfig(t, "upstream: http://127.0.0.1:1\nadmin-hosts: [console.example.com, 'localhost:8888']\nadmin-tokens-file: "+tokens+"\n")
@@ -267,7 +267,7 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		{up + "reconcile-timeout: 2s\n", nil, "--reconcile-timeout needs --reconcile-url (or a route's reconcile-url): without one there is no lookup for it to apply to (set at CFG:2)"},
 		{up, []string{"--reconcile-rate", "5"}, "--reconcile-rate needs --reconcile-url"},
 		{up, []string{"--reconcile-concurrency", "2"}, "--reconcile-concurrency needs --reconcile-url"},
-		{up, []string{"--admin", "", "--admin-token", "t"}, "--admin-token is given with --admin '' (no admin API)"},
+		{up, []string{"--admin", "", "--admin-token", "t0ken-0123456789"}, "--admin-token is given with --admin '' (no admin API)"},
 		{up + "admin: ''\nadmin-hosts: [a.example]\n", nil, "--admin-hosts is given with --admin ''"},
 		{up, []string{"--admin", "", "--admin-insecure"}, "--admin-insecure is given with --admin ''"},
 		{up, []string{"--admin", "", "--admin-tokens-file", "/x"}, "--admin-tokens-file is given with --admin ''"},
@@ -277,7 +277,7 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 		{up, []string{"--admin-insecure"}, "--admin-insecure has no effect: --admin listens on loopback 127.0.0.1:9090, which needs no token"},
 		{up, []string{"--admin", "localhost:9090", "--admin-insecure"}, "--admin listens on loopback localhost:9090, which needs no token"},
 		{up + "admin-insecure: true\n", nil, "--admin-insecure has no effect: --admin listens on loopback 127.0.0.1:9090, which needs no token; it only allows an --admin address beyond loopback without a token or client certificates: leave --admin-insecure out (set at CFG:2)"},
-		{up, []string{"--admin", "0.0.0.0:9090", "--admin-insecure", "--admin-token", "t"}, "--admin-insecure has no effect: --admin-token is set"},
+		{up, []string{"--admin", "0.0.0.0:9090", "--admin-insecure", "--admin-token", "t0ken-0123456789"}, "--admin-insecure has no effect: --admin-token is set"},
 		{up + "admin: 0.0.0.0:9090\nadmin-insecure: true\nadmin-tokens-file: /x\n", nil, "--admin-insecure has no effect: --admin-tokens-file is set, so the admin API requires a token"},
 		{up, []string{"--admin", "0.0.0.0:9090", "--admin-insecure", "--admin-tls-cert", "/x", "--admin-tls-key", "/x", "--admin-client-ca", "/x"},
 			"--admin-insecure has no effect: --admin-client-ca is set, so the admin API requires a client certificate"},
@@ -309,7 +309,7 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 func TestAdminInsecureIsRefusedWhereItHasNoEffect(t *testing.T) {
 	const up = "upstream: http://127.0.0.1:1\n"
 	t.Setenv("IDEM_ADMIN_INSECURE", "true")
-	_, _, err := checkConfig(t, up, "--admin-token", "t")
+	_, _, err := checkConfig(t, up, "--admin-token", "t0ken-0123456789")
 	want := "--admin-insecure has no effect: --admin-token is set, so the admin API requires a token"
 	if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "set by IDEM_ADMIN_INSECURE") {
 		t.Errorf("IDEM_ADMIN_INSECURE=true with --admin-token: %v; want a usage error saying %q, set by IDEM_ADMIN_INSECURE", err, want)
@@ -318,7 +318,7 @@ func TestAdminInsecureIsRefusedWhereItHasNoEffect(t *testing.T) {
 		t.Errorf("IDEM_ADMIN_INSECURE=true with --admin 0.0.0.0:9090 and no token: %v; want it accepted", err)
 	}
 	t.Setenv("IDEM_ADMIN_INSECURE", "false")
-	if _, _, err := checkConfig(t, up, "--admin-token", "t"); err != nil {
+	if _, _, err := checkConfig(t, up, "--admin-token", "t0ken-0123456789"); err != nil {
 		t.Errorf("IDEM_ADMIN_INSECURE=false with --admin-token: %v; want it accepted", err)
 	}
 }

@@ -355,7 +355,7 @@ func testSharedStore(t *testing.T, uri string) {
 
 func TestAdminAPI(t *testing.T) {
 	up := newUpstream(t, 0)
-	g := startGateway(t, "--upstream", up.URL, "--admin-token", "s3cret", "--tenant-header", "X-Tenant-ID")
+	g := startGateway(t, "--upstream", up.URL, "--admin-token", "s3cret-admin-token", "--tenant-header", "X-Tenant-ID")
 	post(t, "http://"+g.addr, "order/1", `{"amount":1}`, "X-Tenant-ID", "acme")
 	call := func(method, path, token string) (int, string) { return adminCall(t, g, method, path, token, "") }
 	for _, p := range []string{"/healthz", "/readyz"} {
@@ -369,14 +369,14 @@ func TestAdminAPI(t *testing.T) {
 	if code, _ := call("GET", "/v1/keys/acme/order%2F1", ""); code != 401 {
 		t.Errorf("key API without the token = %d; want 401", code)
 	}
-	code, body := call("GET", "/v1/keys/acme/order%2F1", "s3cret")
+	code, body := call("GET", "/v1/keys/acme/order%2F1", "s3cret-admin-token")
 	if code != 200 || !strings.Contains(body, `"state":"COMPLETED"`) || strings.Contains(body, "owner") {
 		t.Fatalf("GET key = %d %s; want the COMPLETED record without its owner token", code, body)
 	}
-	if code, _ := call("DELETE", "/v1/keys/acme/order%2F1", "s3cret"); code != 204 {
+	if code, _ := call("DELETE", "/v1/keys/acme/order%2F1", "s3cret-admin-token"); code != 204 {
 		t.Fatalf("DELETE key = %d; want 204", code)
 	}
-	if code, _ := call("GET", "/v1/keys/acme/order%2F1", "s3cret"); code != 404 {
+	if code, _ := call("GET", "/v1/keys/acme/order%2F1", "s3cret-admin-token"); code != 404 {
 		t.Fatalf("GET deleted key = %d; want 404", code)
 	}
 	if a := post(t, "http://"+g.addr, "order/1", `{"amount":1}`, "X-Tenant-ID", "acme"); a.replayed || up.count("order/1") != 2 {
@@ -555,11 +555,13 @@ func TestBadInvocations(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	for _, token := range []string{"", " ", "\t"} {
+	// One too short to be a secret (16 bytes) is refused too, unquoted.
+	for _, token := range []string{"", " ", "\t", "s3cret"} {
 		for _, how := range [][]string{{"", "--admin-token", token}, {"IDEM_ADMIN_TOKEN=" + token}} {
 			out, err := serve(how[0], how[1:]...)
-			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "--admin-token") {
-				t.Errorf("idem serve %q: exit %v, output %q; want exit 2 naming --admin-token", how, err, out)
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "--admin-token") ||
+				(strings.TrimSpace(token) != "" && strings.Contains(out, token)) {
+				t.Errorf("idem serve %q: exit %v, output %q; want exit 2 naming --admin-token, not the token", how, err, out)
 			}
 		}
 	}

@@ -270,7 +270,7 @@ func TestSystemdCredentialsServe(t *testing.T) {
 	creds := t.TempDir()
 	serverCA, clientCA := newTestCA(t, "server CA"), newTestCA(t, "client CA")
 	cert, key := serverCA.issue(t, 1, "idem", false)
-	files := map[string][]byte{"admin-tokens": []byte("oncall read-write oncall-token\n"), "tls.crt": cert, "tls.key": key,
+	files := map[string][]byte{"admin-tokens": []byte("oncall read-write oncall-s3cret-token\n"), "tls.crt": cert, "tls.key": key,
 		"admin-tls.crt": cert, "admin-tls.key": key, "admin-client-ca.pem": clientCA.pem}
 	var env []string
 	for _, line := range strings.Split(string(unit), "\n") {
@@ -303,7 +303,7 @@ func TestSystemdCredentialsServe(t *testing.T) {
 	clientCert, clientKey := clientCA.issue(t, 2, "oncall", true)
 	pair, _ := tls.X509KeyPair(clientCert, clientKey)
 	operator := httpsClient(t, serverCA.pool, &pair, 0)
-	for token, want := range map[string]int{"oncall-token": http.StatusOK, "": http.StatusUnauthorized} {
+	for token, want := range map[string]int{"oncall-s3cret-token": http.StatusOK, "": http.StatusUnauthorized} {
 		req, _ := http.NewRequest(http.MethodGet, "https://"+g.admin+"/v1/stats", nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)

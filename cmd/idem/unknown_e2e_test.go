@@ -346,7 +346,7 @@ func adminAs(t *testing.T, g *gatewayProc, method, path, body string, edit func(
 // one lets the next request run; /metrics counts both.
 func TestUnknownKeysAdmin(t *testing.T) {
 	l := newLedger(t, "")
-	g := startGateway(t, "--upstream", l.URL, "--tenant-header", "X-Tenant-ID", "--admin-token", "s3cret")
+	g := startGateway(t, "--upstream", l.URL, "--tenant-header", "X-Tenant-ID", "--admin-token", "s3cret-admin-token")
 	for _, k := range []string{"u1", "u2", "u3"} {
 		l.mu.Lock()
 		l.drop[k] = true
@@ -360,7 +360,7 @@ func TestUnknownKeysAdmin(t *testing.T) {
 		}
 	}
 	list := func(query string) gatewayKeyPage {
-		code, body := adminCall(t, g, "GET", "/v1/keys?"+query, "s3cret", "")
+		code, body := adminCall(t, g, "GET", "/v1/keys?"+query, "s3cret-admin-token", "")
 		var p gatewayKeyPage
 		if code != 200 || json.Unmarshal([]byte(body), &p) != nil {
 			t.Fatalf("GET /v1/keys?%s = %d %s", query, code, body)
@@ -375,10 +375,10 @@ func TestUnknownKeysAdmin(t *testing.T) {
 	if len(p1.Keys) != 1 || p1.Next == "" || len(p2.Keys) != 1 || p2.Keys[0].Key == p1.Keys[0].Key || p2.Keys[0].State != "UNKNOWN" {
 		t.Fatalf("acme paged: %+v then %+v; want u1 and u2, one a page", p1, p2)
 	}
-	if code, body := adminCall(t, g, "GET", "/v1/keys", "s3cret", ""); code != 400 || !strings.Contains(body, "list_invalid") {
+	if code, body := adminCall(t, g, "GET", "/v1/keys", "s3cret-admin-token", ""); code != 400 || !strings.Contains(body, "list_invalid") {
 		t.Fatalf("list without state=unknown = %d %s", code, body)
 	}
-	code, body := adminCall(t, g, "GET", "/v1/keys/acme/u1", "s3cret", "")
+	code, body := adminCall(t, g, "GET", "/v1/keys/acme/u1", "s3cret-admin-token", "")
 	var rec struct {
 		State  string
 		Fence  int64
@@ -398,7 +398,7 @@ func TestUnknownKeysAdmin(t *testing.T) {
 		{`{"fence":`, "resolve_invalid", 400},
 		{`{"fence":1,"outcome":"not_executed","extra":1}`, "resolve_invalid", 400},
 	} {
-		if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret", bad.body); code != bad.status || !strings.Contains(body, bad.code) {
+		if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret-admin-token", bad.body); code != bad.status || !strings.Contains(body, bad.code) {
 			t.Errorf("resolve %s = %d %s; want %d %s", bad.body, code, body, bad.status, bad.code)
 		}
 	}
@@ -409,18 +409,18 @@ func TestUnknownKeysAdmin(t *testing.T) {
 		t.Fatalf("after refused resolutions u1 = %d %s; want it still UNKNOWN", a.status, a.body)
 	}
 	good := `{"fence":` + fmt.Sprint(rec.Fence) + `,"outcome":"completed","status":201,"header":{"Content-Type":["application/json"]},"body":"{\"charge\":\"ch_1\"}"}`
-	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret", good); code != 204 {
+	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret-admin-token", good); code != 204 {
 		t.Fatalf("resolve completed = %d %s", code, body)
 	}
 	if a := post(t, "http://"+g.addr, "u1", `{}`, "X-Tenant-ID", "acme"); a.status != 201 || !a.replayed || a.body != `{"charge":"ch_1"}` || a.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("after resolution u1 = %d %q replayed=%v", a.status, a.body, a.replayed)
 	}
-	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret", good); code != 409 || !strings.Contains(body, "key_not_unknown") {
+	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u1/resolve", "s3cret-admin-token", good); code != 409 || !strings.Contains(body, "key_not_unknown") {
 		t.Fatalf("resolving a COMPLETED key = %d %s; want 409 key_not_unknown", code, body)
 	}
-	_, body = adminCall(t, g, "GET", "/v1/keys/acme/u2", "s3cret", "")
+	_, body = adminCall(t, g, "GET", "/v1/keys/acme/u2", "s3cret-admin-token", "")
 	json.Unmarshal([]byte(body), &rec)
-	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u2/resolve", "s3cret", `{"fence":`+fmt.Sprint(rec.Fence)+`,"outcome":"not_executed"}`); code != 204 {
+	if code, body := adminCall(t, g, "POST", "/v1/keys/acme/u2/resolve", "s3cret-admin-token", `{"fence":`+fmt.Sprint(rec.Fence)+`,"outcome":"not_executed"}`); code != 204 {
 		t.Fatalf("resolve not_executed = %d %s", code, body)
 	}
 	if a := post(t, "http://"+g.addr, "u2", `{}`, "X-Tenant-ID", "acme"); a.status != 201 || a.replayed || l.executions("u2") != 2 {

@@ -177,7 +177,7 @@ func TestBlankAdminTokenRefused(t *testing.T) {
 			t.Errorf("New(--admin-token %q) = %v; want an error naming --admin-token", token, err)
 		}
 	}
-	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret"}); err != nil {
+	if _, err := New(Config{Upstream: up, Store: newMemStore(t), Admin: "127.0.0.1:0", AdminToken: "s3c ret-0123456789"}); err != nil {
 		t.Errorf("New(--admin-token with an inner space) = %v; want it accepted", err)
 	}
 }
@@ -254,6 +254,29 @@ func TestReconcileLookupErrorHidesURLSecrets(t *testing.T) {
 	}
 	line := logs.String()
 	if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "127.0.0.1:1/lookup/k") {
+		t.Fatalf("the log has no line of the failed lookup naming its URL:\n%s", line)
+	}
+	for _, secret := range []string{"hunter2", "RECTOKEN"} {
+		if strings.Contains(line+body, secret) {
+			t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+		}
+	}
+}
+
+// A template with {key} in the host ({key}.lookup, a lookup per key) and a
+// key that is no host name fail the URL's parse, whose error quoted the
+// expanded URL, password and ?token= included, into the log line.
+func TestReconcileURLParseErrorHidesSecrets(t *testing.T) {
+	logs := &syncBuffer{}
+	g := adminGateway(t, Config{AdminToken: adminToken, ReconcileURL: "http://ops:hunter2@{key}.lookup.test/x?token=RECTOKEN&x=1",
+		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	unknownKey(t, g.Engine(), store.ID{Tenant: "acme", Key: "a:b"})
+	status, body := admin(t, g, "POST", "/v1/keys/acme/a:b/reconcile", "")
+	if status != 200 || !strings.Contains(body, "the lookup failed") {
+		t.Fatalf("reconcile = %d %s; want 200, the lookup failed", status, body)
+	}
+	line := logs.String()
+	if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "a%3Ab.lookup.test/x") {
 		t.Fatalf("the log has no line of the failed lookup naming its URL:\n%s", line)
 	}
 	for _, secret := range []string{"hunter2", "RECTOKEN"} {

@@ -27,6 +27,15 @@ const (
 // adminTokenName is the name of --admin-token's token, read-write.
 const adminTokenName = "admin-token"
 
+// minAdminToken is the fewest bytes an admin token has, --admin-token's
+// and each of --admin-tokens-file's. It refuses a word (a role, a name,
+// "s3cret") as a bearer token, and so a tokens-file line written
+// "token role name": its last field, the name, is then the token, and the
+// secret would be the actor of every audit record. 16 bytes is what the
+// shortest usual secret has (openssl rand -base64 12, or -hex 8) and
+// fewer than the docs' openssl rand -hex 32.
+const minAdminToken = 16
+
 // adminActor is who makes an admin call: a token's name and role, or,
 // for an admin API without tokens, the name of that (loopback-no-token).
 type adminActor struct {
@@ -60,17 +69,9 @@ func loadAdminAccess(cfg Config) (*adminAccess, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gateway: --admin-tokens-file: %w", err)
 		}
-		file, err := parseAdminTokens(data)
+		file, err := parseAdminTokens(data, cfg.AdminToken)
 		if err != nil {
 			return nil, fmt.Errorf("gateway: --admin-tokens-file %s: %w", cfg.AdminTokensFile, err)
-		}
-		for _, t := range file {
-			for _, other := range a.tokens {
-				if t.name == other.name || subtle.ConstantTimeCompare(t.bearer, other.bearer) == 1 {
-					return nil, fmt.Errorf("gateway: --admin-tokens-file %s: the token %q has the name or the token of --admin-token's (%q)",
-						cfg.AdminTokensFile, t.name, adminTokenName)
-				}
-			}
 		}
 		a.tokens = append(a.tokens, file...)
 	}
@@ -90,8 +91,11 @@ func loadAdminAccess(cfg Config) (*adminAccess, error) {
 
 // parseAdminTokens reads a tokens file: one "name role token" a line,
 // separated by white space; blank lines and lines starting with # are
-// skipped. Names and tokens are unique; errors never quote a token.
-func parseAdminTokens(data []byte) ([]adminActor, error) {
+// skipped. Names and tokens are unique, and neither may be --admin-token's
+// (adminToken, when set). Errors name the line and the field, never quote
+// one: in a line whose fields are out of order ("name token role", "token
+// role name") any of them may be the token.
+func parseAdminTokens(data []byte, adminToken string) ([]adminActor, error) {
 	var out []adminActor
 	names, secrets := map[string]int{}, map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -104,19 +108,23 @@ func parseAdminTokens(data []byte) ([]adminActor, error) {
 		switch {
 		case len(f) != 3:
 			return nil, fmt.Errorf("line %d: want \"name role token\" (3 fields), got %d", n, len(f))
-		// Neither a bad name or role nor the name before a bad role is
-		// quoted: in a line whose fields are out of order ("name token
-		// role", "token name role") one of them is the token.
 		case !validTokenName(f[0]):
 			return nil, fmt.Errorf("line %d: the name (1st field) is not letters, digits, '.', '_', '-' or '@', at most 64", n)
 		case f[1] != RoleReadOnly && f[1] != RoleReadWrite:
 			return nil, fmt.Errorf("line %d: the role (2nd field) is not %s or %s", n, RoleReadOnly, RoleReadWrite)
+		case len(f[2]) < minAdminToken:
+			return nil, fmt.Errorf("line %d: the token (3rd field) is shorter than %d bytes, too short to be a secret "+
+				"(make one with openssl rand -hex 32); is the line \"name role token\", in that order?", n, minAdminToken)
 		case strings.ContainsFunc(f[2], unicode.IsControl):
-			return nil, fmt.Errorf("line %d: the token of %q holds a control character", n, f[0])
+			return nil, fmt.Errorf("line %d: the token (3rd field) holds a control character", n)
 		case names[f[0]] != 0:
-			return nil, fmt.Errorf("line %d: name %q is on line %d too", n, f[0], names[f[0]])
+			return nil, fmt.Errorf("line %d: the name (1st field) is line %d's too", n, names[f[0]])
 		case secrets[f[2]] != 0:
-			return nil, fmt.Errorf("line %d: the token of %q is line %d's too: a token names one caller", n, f[0], secrets[f[2]])
+			return nil, fmt.Errorf("line %d: the token (3rd field) is line %d's too: a token names one caller", n, secrets[f[2]])
+		case adminToken != "" && f[0] == adminTokenName:
+			return nil, fmt.Errorf("line %d: the name (1st field) is --admin-token's (%s)", n, adminTokenName)
+		case adminToken != "" && subtle.ConstantTimeCompare([]byte(f[2]), []byte(adminToken)) == 1:
+			return nil, fmt.Errorf("line %d: the token (3rd field) is --admin-token's: a token names one caller", n)
 		}
 		names[f[0]], secrets[f[2]] = n, n
 		out = append(out, adminActor{name: f[0], role: f[1], bearer: []byte("Bearer " + f[2])})

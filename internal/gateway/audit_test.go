@@ -224,46 +224,48 @@ func TestAuditRingIsBounded(t *testing.T) {
 // from --admin-tokens-file and read again on a reload; a bad file refuses
 // to start, and a bad reload keeps the tokens that run.
 func TestAdminTokensFileAndReload(t *testing.T) {
-	path := writeTokens(t, "", "ops read-write ops-token-1\nviewer read-only viewer-token-1\n")
+	path := writeTokens(t, "", "ops read-write ops-s3cret-token-1\nviewer read-only viewer-s3cret-token-1\n")
 	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: path})
 	get := func(token string) int { return asToken(g, token, "GET", "/v1/stats", "").Code }
-	if get("ops-token-1") != 200 || get("viewer-token-1") != 200 || get("") != 401 || get("ops-token-2") != 401 {
+	if get("ops-s3cret-token-1") != 200 || get("viewer-s3cret-token-1") != 200 || get("") != 401 || get("ops-s3cret-token-2") != 401 {
 		t.Fatalf("before the reload: ops %d, viewer %d, none %d, next %d; want 200 200 401 401",
-			get("ops-token-1"), get("viewer-token-1"), get(""), get("ops-token-2"))
+			get("ops-s3cret-token-1"), get("viewer-s3cret-token-1"), get(""), get("ops-s3cret-token-2"))
 	}
 	reload := func() error { return g.Reload(func() (Config, error) { return g.cfg, nil }) }
-	writeTokens(t, path, "ops read-write ops-token-2\n")
+	writeTokens(t, path, "ops read-write ops-s3cret-token-2\n")
 	if err := reload(); err != nil {
 		t.Fatal(err)
 	}
-	if get("ops-token-1") != 401 || get("viewer-token-1") != 401 || get("ops-token-2") != 200 {
-		t.Fatalf("after the reload: old ops %d, viewer %d, new ops %d; want 401 401 200", get("ops-token-1"), get("viewer-token-1"), get("ops-token-2"))
+	if get("ops-s3cret-token-1") != 401 || get("viewer-s3cret-token-1") != 401 || get("ops-s3cret-token-2") != 200 {
+		t.Fatalf("after the reload: old ops %d, viewer %d, new ops %d; want 401 401 200", get("ops-s3cret-token-1"), get("viewer-s3cret-token-1"), get("ops-s3cret-token-2"))
 	}
-	writeTokens(t, path, "ops read-write ops-token-3\nops read-only ops-token-4\n")
-	if err := reload(); err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "ops-token") {
+	writeTokens(t, path, "ops read-write ops-s3cret-token-3\nops read-only ops-s3cret-token-4\n")
+	if err := reload(); err == nil || !strings.Contains(err.Error(), "line 2") || strings.Contains(err.Error(), "ops-s3cret-token") {
 		t.Fatalf("a reload of a file with a name twice = %v; want an error naming the line, without the tokens", err)
 	}
-	if get("ops-token-2") != 200 || get("ops-token-3") != 401 {
+	if get("ops-s3cret-token-2") != 200 || get("ops-s3cret-token-3") != 401 {
 		t.Fatal("a bad reload changed the tokens")
 	}
 	os.Remove(path)
-	if err := reload(); err == nil || get("ops-token-2") != 200 {
+	if err := reload(); err == nil || get("ops-s3cret-token-2") != 200 {
 		t.Fatalf("a reload without the file = %v; want an error, the tokens kept", err)
 	}
 	// An empty file is a file of no tokens: every call refused, not an
 	// API left open.
 	writeTokens(t, path, "# every token revoked\n")
-	if err := reload(); err != nil || get("ops-token-2") != 401 || get("") != 401 {
-		t.Fatalf("a reload of an empty file = %v, %d, %d; want every call refused", err, get("ops-token-2"), get(""))
+	if err := reload(); err != nil || get("ops-s3cret-token-2") != 401 || get("") != 401 {
+		t.Fatalf("a reload of an empty file = %v, %d, %d; want every call refused", err, get("ops-s3cret-token-2"), get(""))
 	}
 
 	for text, want := range map[string]string{
-		"ops read-write":                        "line 1: want \"name role token\"",
-		"ops admin tok-1":                       `line 1: the role (2nd field)`,
-		"o/ps read-write tok-1":                 `line 1: the name (1st field)`,
-		"a read-only tok-1\nb read-write tok-1": "line 2: the token of \"b\" is line 1's too",
-		"admin-token read-only tok-2":           "has the name or the token of --admin-token's",
-		"other read-only " + adminToken:         "has the name or the token of --admin-token's",
+		"ops read-write":        "line 1: want \"name role token\"",
+		"ops admin tok-1":       `line 1: the role (2nd field)`,
+		"o/ps read-write tok-1": `line 1: the name (1st field)`,
+		"a read-only tok-1-0123456789ab\nb read-write tok-1-0123456789ab": "line 2: the token (3rd field) is line 1's too",
+		"a read-only tok-1-0123456789ab\na read-write tok-2-0123456789ab": "line 2: the name (1st field) is line 1's too",
+		"ops read-write tok-1":                     "line 1: the token (3rd field) is shorter than 16 bytes",
+		"admin-token read-only tok-2-0123456789ab": "line 1: the name (1st field) is --admin-token's",
+		"other read-only " + adminToken:            "line 1: the token (3rd field) is --admin-token's",
 	} {
 		_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin,
 			AdminToken: adminToken, AdminTokensFile: writeTokens(t, "", text)})
@@ -272,7 +274,7 @@ func TestAdminTokensFileAndReload(t *testing.T) {
 		}
 	}
 	if _, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: "0.0.0.0:9090",
-		AdminTokensFile: writeTokens(t, "", "ops read-write tok\n")}); err != nil {
+		AdminTokensFile: writeTokens(t, "", "ops read-write tok-0123456789abcdef\n")}); err != nil {
 		t.Errorf("a network --admin with --admin-tokens-file: %v; want it accepted (it has tokens)", err)
 	}
 }
@@ -287,7 +289,7 @@ func TestAdminTokensFileErrorsHideMisplacedTokens(t *testing.T) {
 		"oncall " + secret + " read-write",
 		secret + " oncall read-write",
 		"0f3a9c77e1b2d4SEKRIT oncall read-write", // a valid name, but the token
-		"# tokens\noncall read-write ok-token\ngrafana " + secret + " read-only",
+		"# tokens\noncall read-write ok-s3cret-token-1\ngrafana " + secret + " read-only",
 	} {
 		path := writeTokens(t, "", text)
 		_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin, AdminTokensFile: path})
@@ -295,12 +297,56 @@ func TestAdminTokensFileErrorsHideMisplacedTokens(t *testing.T) {
 			t.Errorf("New with the tokens file %q = %v; want an error naming the line, without the token", text, err)
 		}
 		logs := &syncBuffer{}
-		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: writeTokens(t, "", "ops read-write ops-token\n"),
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: writeTokens(t, "", "ops read-write ops-s3cret-token\n"),
 			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 		writeTokens(t, g.cfg.AdminTokensFile, text)
 		if err := g.Reload(func() (Config, error) { return g.cfg, nil }); err == nil || strings.Contains(logs.String(), "SEKRIT") {
 			t.Errorf("a reload of the tokens file %q = %v, logged:\n%s\nwant an error, and no token in the log", text, err, logs)
 		}
+	}
+}
+
+// A tokens-file line written "token role name" was accepted: the 64-hex
+// token is a valid name and the name became the bearer token, so the
+// secret was the actor of every audit record (GET /v1/audit, to any
+// read-only token) and "oncall" opened the admin API. A token shorter than
+// 16 bytes is refused, and no error quotes a field that may be the token.
+func TestAdminTokensFileRefusesTokenRoleName(t *testing.T) {
+	secret := strings.Repeat("3f9c", 16)
+	for _, text := range []string{
+		secret + " read-write oncall",
+		secret + " read-write grafana-dashboards\n" + secret + " read-only grafana-dashboards-2",
+		secret + " read-write oncall\x01-on-the-pager",
+		secret + " read-write " + adminToken,
+	} {
+		cfg := Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin,
+			AdminToken: adminToken, AdminTokensFile: writeTokens(t, "", text)}
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "line ") || strings.Contains(err.Error(), secret) {
+			t.Errorf("New with the tokens file %q = %v; want an error naming the line, without the token", text, err)
+		}
+		logs := &syncBuffer{}
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminToken: adminToken,
+			AdminTokensFile: writeTokens(t, "", "ops read-write ops-s3cret-token\n"), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		writeTokens(t, g.cfg.AdminTokensFile, text)
+		err := g.Reload(func() (Config, error) { return g.cfg, nil })
+		if err == nil || strings.Contains(err.Error(), secret) || strings.Contains(logs.String(), secret) {
+			t.Errorf("a reload of the tokens file %q = %v, logged:\n%s\nwant an error, and no token in either", text, err, logs)
+		}
+		if code := asToken(g, "oncall", "GET", "/v1/stats", "").Code; code != 401 {
+			t.Errorf("after a reload of %q, the name as a token: %d; want 401", text, code)
+		}
+		if code := asToken(g, "ops-s3cret-token", "GET", "/v1/stats", "").Code; code != 200 {
+			t.Errorf("after a bad reload of %q, the running token: %d; want 200 (kept)", text, code)
+		}
+	}
+}
+
+// An --admin-token shorter than a secret is refused at start, naming the
+// flag, never the value.
+func TestShortAdminTokenRefused(t *testing.T) {
+	_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin, AdminToken: "oncall"})
+	if err == nil || !strings.Contains(err.Error(), "--admin-token") || strings.Contains(err.Error(), "oncall") {
+		t.Errorf("New(--admin-token oncall) = %v; want an error naming --admin-token, without the token", err)
 	}
 }
 

@@ -257,7 +257,7 @@ func TestAdminExposure(t *testing.T) {
 		if (err == nil) != loopback {
 			t.Errorf("admin on %s without a token: %v", addr, err)
 		}
-		if err := checkAdmin(Config{Admin: addr, AdminToken: "t"}); err != nil {
+		if err := checkAdmin(Config{Admin: addr, AdminToken: adminToken}); err != nil {
 			t.Errorf("admin on %s with a token: %v", addr, err)
 		}
 		// --admin-insecure allows a network address without a token, and
@@ -267,7 +267,7 @@ func TestAdminExposure(t *testing.T) {
 		if (err == nil) == loopback || loopback && !strings.Contains(err.Error(), "--admin-insecure has no effect: --admin listens on loopback "+addr) {
 			t.Errorf("admin on %s with --admin-insecure: %v", addr, err)
 		}
-		for flag, cfg := range map[string]Config{"--admin-token": {AdminToken: "t"}, "--admin-tokens-file": {AdminTokensFile: "/x"},
+		for flag, cfg := range map[string]Config{"--admin-token": {AdminToken: adminToken}, "--admin-tokens-file": {AdminTokensFile: "/x"},
 			"--admin-client-ca": {AdminClientCA: "/x"}} {
 			cfg.Admin, cfg.AdminInsecure = addr, true
 			if err := checkAdmin(cfg); err == nil || !strings.Contains(err.Error(), "--admin-insecure has no effect: "+flag+" is set") {

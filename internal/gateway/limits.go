@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -281,6 +282,10 @@ func checkAdmin(cfg Config) error {
 	if t := cfg.AdminToken; t != "" && (strings.TrimSpace(t) != t || strings.ContainsFunc(t, unicode.IsControl)) {
 		return errors.New("gateway: --admin-token is blank, has white space around it or holds a control character: " +
 			"no request's Authorization header could match it (HTTP trims header values); give a real token")
+	}
+	if t := cfg.AdminToken; t != "" && len(t) < minAdminToken {
+		return fmt.Errorf("gateway: --admin-token is shorter than %d bytes, too short to be a secret: "+
+			"give a random one (openssl rand -hex 32)", minAdminToken)
 	}
 	if cfg.AdminInsecure {
 		why := ""

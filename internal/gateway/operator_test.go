@@ -18,7 +18,7 @@ import (
 	"github.com/idemkit/idem/store"
 )
 
-const adminToken = "s3cret-admin"
+const adminToken = "s3cret-admin-token"
 
 // askAdmin sends one request to g's admin API, with the token unless
 // anonymous, and returns the answer.

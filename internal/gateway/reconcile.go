@@ -83,6 +83,16 @@ func escapeAll(s string) string {
 	return b.String()
 }
 
+// hideURLSecrets hides the password and secret parameters (?token=) of
+// the URL that a *url.Error names: the engine logs the lookup's error, and
+// they are hidden everywhere else, as at start.
+func hideURLSecrets(err error) error {
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		ue.URL = redact.URL(ue.URL)
+	}
+	return err
+}
+
 // reconcile is idem.Options.Reconcile: 200 with the original status, the
 // key echoed and the fence and tenant of the request found equal to rec's →
 // completed with that response; 404 with the key echoed → not executed;
@@ -96,7 +106,9 @@ func escapeAll(s string) string {
 func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
-		return idem.Resolution{}, err
+		// A key or tenant in the host ({key}.lookup) that is no host
+		// name fails the parse: the error quotes the URL, as below.
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", hideURLSecrets(err))
 	}
 	req.Header.Set(idemhttp.HeaderKey, rec.Key)
 	req.Header.Set(FenceHeader, strconv.FormatInt(rec.Fence, 10))
@@ -108,12 +120,7 @@ func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Res
 	}
 	resp, err := rc.client.Do(req)
 	if err != nil {
-		// The error names the URL, which the engine logs: its password
-		// and secret parameters (?token=) are hidden, as at start.
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			ue.URL = redact.URL(ue.URL)
-		}
-		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", err)
+		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", hideURLSecrets(err))
 	}
 	defer resp.Body.Close()
 	noteLookupStatus(ctx, resp.StatusCode)

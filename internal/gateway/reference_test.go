@@ -175,7 +175,7 @@ func TestAdminOpenAPI(t *testing.T) {
 		}
 	}
 
-	const token = "reference-token"
+	const token = "reference-s3cret-token"
 	g := adminGateway(t, Config{AdminToken: token, EffectiveConfig: []byte(`{"settings":{}}` + "\n")})
 	ctx := context.Background()
 	done, unknown, other := store.ID{Tenant: "acme", Key: "done"}, store.ID{Tenant: "acme", Key: "unknown"}, store.ID{Tenant: "acme", Key: "other"}

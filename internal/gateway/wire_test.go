@@ -266,7 +266,7 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 		}
 	}
 	u, _ := url.Parse(up.URL)
-	g := newTestGateway(t, Config{Upstream: u, ReconcileURL: up.URL + "/lookup/{key}", AdminToken: "adm"})
+	g := newTestGateway(t, Config{Upstream: u, ReconcileURL: up.URL + "/lookup/{key}", AdminToken: adminToken})
 	srv := httptest.NewServer(g.Handler())
 	defer srv.Close()
 	alice := authorizationTenant("Bearer alice")
@@ -300,7 +300,7 @@ func TestReconcileLookupMustEchoTheFence(t *testing.T) {
 	}
 	// The tenant the upstream got is the admin API's {tenant}.
 	req := adminRequest(http.MethodGet, "/v1/keys/"+alice+"/echo-1", "")
-	req.Header.Set("Authorization", "Bearer adm")
+	req.Header.Set("Authorization", "Bearer "+adminToken)
 	rec := httptest.NewRecorder()
 	g.AdminHandler().ServeHTTP(rec, req)
 	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"state":"COMPLETED"`) {

@@ -240,11 +240,12 @@ func TestChartRendersWhatItSays(t *testing.T) {
 }
 
 // The chart refuses what idem would refuse, or what would run a key
-// twice: no admin token, and replicas on the memory store. With a Secret
+// twice: no admin token, a token shorter than idem takes, and replicas on the memory store. With a Secret
 // of the operator's, it makes none and refers to that one.
 func TestChartRefusesAndRefers(t *testing.T) {
 	for what, values := range map[string]map[string]any{
 		"adminToken":                      {},
+		"adminToken is shorter than 16":   {"adminToken": "s3cret"},
 		"replicas > 1 with store: memory": {"adminToken": token, "replicas": 3},
 	} {
 		if _, err := render(t, values); err == nil || !strings.Contains(err.Error(), what) {
