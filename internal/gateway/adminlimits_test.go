@@ -82,12 +82,12 @@ func askUnread(t *testing.T, ln *pipeListener) *pipeConn {
 	t.Helper()
 	c, sc := ln.dial()
 	t.Cleanup(func() { c.Close() })
-	go io.WriteString(c, "GET /v1/keys/acme/big/result HTTP/1.1\r\nHost: "+testAdmin+"\r\nAuthorization: Bearer tok\r\n\r\n")
+	go io.WriteString(c, "GET /v1/keys/acme/big/result HTTP/1.1\r\nHost: "+testAdmin+"\r\nAuthorization: Bearer tok-0123456789abcdef\r\n\r\n")
 	return sc
 }
 
 func bigKeyGateway(t *testing.T) *Gateway {
-	g := adminGateway(t, Config{AdminToken: "tok"})
+	g := adminGateway(t, Config{AdminToken: "tok-0123456789abcdef"})
 	settle(t, g, "big", &store.Result{Status: 200, Body: bytes.Repeat([]byte("x"), 256<<10)})
 	return g
 }
