@@ -119,17 +119,19 @@ func Replayed(trailer metadata.MD) bool {
 // OutcomeUnknownError is returned by the client interceptor when the
 // server says that an earlier call with the key may have taken effect
 // and its result is not known, or when an attempt that may have reached
-// the server ended without its answer (UNAVAILABLE: the connection broke
-// or the server went away mid-call; DEADLINE_EXCEEDED or CANCELLED: a
-// deadline or a cancellation cut it), whatever the later attempts
-// answered short of a success: retrying with a new key may do the work
-// twice; retry with Key. errors.Is(err, idem.ErrOutcomeUnknown) is true,
-// and status.Code and status.FromError give the last answer's status, so
+// the server ended without its answer (mayHaveRun: UNAVAILABLE, the
+// connection broke or the server went away mid-call; DEADLINE_EXCEEDED or
+// CANCELLED, a deadline or a cancellation cut it; RESOURCE_EXHAUSTED, an
+// answer over the receive limit), whatever the later attempts answered
+// short of a success: retrying with a new key may do the work twice;
+// retry with Key. errors.Is(err, idem.ErrOutcomeUnknown) is true, and
+// status.Code and status.FromError give the last answer's status, so
 // code that branches on the code reads it as before. An attempt that
 // never had a connection to send on (a refused dial, a failed name
 // resolution, a deadline that passed while waiting for one), or that the
 // idem server answered UNAVAILABLE with reason STORE_UNAVAILABLE or
-// LEASE_LOST, did not run: its status comes back bare.
+// LEASE_LOST, or RESOURCE_EXHAUSTED with STORE_FULL, did not run: its
+// status comes back bare.
 type OutcomeUnknownError struct {
 	Key    string
 	Status *status.Status

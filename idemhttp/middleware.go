@@ -138,7 +138,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if m.log == nil {
 		m.log = slog.Default()
 	}
-	for _, name := range defaultReplayHeaders {
+	for _, name := range httpwire.ReplayedByDefault {
 		m.replayHeaders = append(m.replayHeaders, http.CanonicalHeaderKey(name))
 	}
 	for _, name := range o.ReplayHeaders {

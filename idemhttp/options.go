@@ -143,12 +143,6 @@ func DefaultStoreResult(status int) bool {
 	return true
 }
 
-// defaultReplayHeaders are the response headers every replay carries.
-// Content-Encoding goes with the stored body, which is the bytes the
-// client got: gzip from a compressing handler (or a gateway's upstream
-// asked for gzip by the client) is replayed as gzip, labelled so.
-var defaultReplayHeaders = []string{"Content-Type", "Content-Encoding", "Location", "Content-Language", "Content-Disposition", "ETag"}
-
 // forbiddenReplayHeaders belong to one response or one connection and
 // are never replayed to another request.
 var forbiddenReplayHeaders = map[string]bool{

@@ -55,21 +55,16 @@ func passedOnInFlight(status int, c *capture) string {
 			IdemCode string `json:"idem_code"`
 		} `json:"error"` // Stripe's error object
 	}
+	if json.Unmarshal(raw, &body) != nil {
+		return ""
+	}
 	switch {
-	case problem:
-		if json.Unmarshal(raw, &body) == nil && body.Code == CodeKeyInFlight {
-			return "a downstream key was in flight (409 key_in_flight passed on)"
-		}
-	case strings.EqualFold(ct, "application/json"):
-		if json.Unmarshal(raw, &body) != nil {
-			return ""
-		}
-		if status == http.StatusTooManyRequests && body.Error.IdemCode == CodeKeyInFlight {
-			return "a downstream key was in flight (429 lock_timeout with idem_code key_in_flight passed on)"
-		}
-		if status == http.StatusConflict && body.Error.Code == stripeKeyInUse {
-			return "a downstream key was in flight (409 idempotency_key_in_use passed on)"
-		}
+	case problem && body.Code == CodeKeyInFlight:
+		return "a downstream key was in flight (409 key_in_flight passed on)"
+	case !problem && status == http.StatusTooManyRequests && body.Error.IdemCode == CodeKeyInFlight:
+		return "a downstream key was in flight (429 lock_timeout with idem_code key_in_flight passed on)"
+	case !problem && status == http.StatusConflict && body.Error.Code == stripeKeyInUse:
+		return "a downstream key was in flight (409 idempotency_key_in_use passed on)"
 	}
 	return ""
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 	"github.com/idemkit/idem/internal/redact"
 	"github.com/idemkit/idem/store"
 )
@@ -24,12 +25,6 @@ const OriginalStatusHeader = "Idempotency-Original-Status"
 // maxReconciledBody bounds the body of a lookup's answer, which becomes
 // the replayed response: idemhttp's default replay buffer.
 const maxReconciledBody = 1 << 20
-
-// replayedByDefault are the response headers idemhttp replays whatever
-// --replay-headers says. Content-Encoding is kept with the body it
-// labels: a lookup answered in gzip (not undone by the transport) is
-// recorded and replayed so.
-var replayedByDefault = []string{"Content-Type", "Content-Encoding", "Location", "Content-Language", "Content-Disposition", "ETag"}
 
 // reconciler asks the upstream, by a GET on a URL made from a template,
 // whether a request whose outcome is unknown took effect.
@@ -51,7 +46,7 @@ func newReconciler(flag, template, token string, transport http.RoundTripper, re
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, redact.URL(template))
 	}
-	keep := slices.Concat(replayedByDefault, replayHeaders)
+	keep := slices.Concat(httpwire.ReplayedByDefault, replayHeaders)
 	for i, name := range keep {
 		keep[i] = http.CanonicalHeaderKey(name)
 	}

@@ -1,7 +1,8 @@
 // Package httpwire holds what idemhttp and the gateway must agree on byte
 // for byte: the RFC 9110 token rule for method, header and cookie names,
 // the credential tenant, the hex SHA-256 of the Authorization values
-// (docs/reconcile.md documents it for upstreams), and the request body
+// (docs/reconcile.md documents it for upstreams), the headers every replay
+// carries (a reconciled answer keeps the same ones), and the request body
 // idemhttp read and the gateway sends on. A gateway with
 // --tenant-from authorization must give every request the tenant that
 // idemhttp's default gives it, or the keys an older gateway stored would
@@ -15,6 +16,13 @@ import (
 	"encoding/hex"
 	"strings"
 )
+
+// ReplayedByDefault are the response headers every replay carries,
+// whatever ReplayHeaders (--replay-headers) adds. Content-Encoding goes
+// with the stored body, which is the bytes the client got: gzip from a
+// compressing handler (or an upstream asked for gzip by the client) is
+// replayed as gzip, labelled so.
+var ReplayedByDefault = []string{"Content-Type", "Content-Encoding", "Location", "Content-Language", "Content-Disposition", "ETag"}
 
 // ValidToken reports whether s is an RFC 9110 token, as method, header
 // and cookie names are.
