@@ -159,11 +159,7 @@ type keyLine struct {
 }
 
 func newKeyLine(rec gateway.RecordView) keyLine {
-	arg := rec.Tenant
-	if strings.Trim(arg, "-") == "" { // gateway.ParseTenant drops one dash
-		arg += "-"
-	}
-	return keyLine{TenantArg: arg, RecordView: rec}
+	return keyLine{TenantArg: gateway.TenantSegment(rec.Tenant), RecordView: rec}
 }
 
 // adminClient calls the admin API of a running gateway, as an operator's

@@ -35,6 +35,15 @@ func ParseTenant(segment string) string {
 	return segment
 }
 
+// TenantSegment is ParseTenant's inverse: the segment (or TENANT
+// argument) that names tenant.
+func TenantSegment(tenant string) string {
+	if strings.Trim(tenant, "-") == "" {
+		return tenant + "-"
+	}
+	return tenant
+}
+
 // adminOpenAPI is the OpenAPI document of the admin API, served at
 // GET /v1/openapi.json; TestAdminOpenAPI holds it to adminHandler.
 //
