@@ -14,15 +14,17 @@
 // # Retrying
 //
 // Retrying is for callers of idempotent APIs: it gives POST and PATCH a
-// random key when the caller set none, and resends the request with the
-// same key after network errors, 409 (the first attempt is still running),
-// 429 and 5xx, honouring Retry-After, with capped exponential backoff and
-// full jitter. It never retries 422 or another 4xx.
+// random key when the caller set none (under a scope, the key Propagator
+// derives), and resends the request with the same key after network
+// errors, 409 (the first attempt is still running), 429 and 5xx, honouring
+// Retry-After, with capped exponential backoff and full jitter. It never
+// retries 422 or another 4xx.
 //
 // # Composition
 //
-// Put Propagator outside Retrying, so the derived key is set before
-// Retrying would invent a random one:
+// Propagator and Retrying may be composed in either order: under a scope
+// both give a request the key derived from its step, or refuse it with
+// ErrNoStep, and neither replaces a key already set:
 //
 //	rt, err := idemclient.NewRetrying(http.DefaultTransport, nil)
 //	client := &http.Client{Transport: &idemclient.Propagator{Base: rt}}

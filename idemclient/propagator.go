@@ -17,9 +17,10 @@ var (
 	// ErrNoScope is returned by Propagator for a request that needs a
 	// derived key when its context carries no scope (see WithScope).
 	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope, or serve the request behind idemhttp)")
-	// ErrNoStep is returned by Propagator for a request that needs a derived
-	// key when its context names no step (see WithStep). A request is never
-	// sent without a key in that case.
+	// ErrNoStep is returned by Propagator, and by Retrying under a scope,
+	// for a request that needs a derived key when its context names no step
+	// (see WithStep). A request is never sent without a key, or under a
+	// random one, in that case.
 	ErrNoStep = errors.New("idemclient: no step name in the request context (use WithStep)")
 )
 
@@ -91,7 +92,9 @@ func StepKey(tenant, key, step string) string {
 //   - a request of any other method whose context names a step.
 //
 // A key the caller set on the request is never replaced. Other requests pass
-// through unchanged. The zero value is ready to use.
+// through unchanged. Retrying gives a request under a scope the same key,
+// so the two may be composed in either order. The zero value is ready to
+// use.
 type Propagator struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -106,20 +109,36 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 	if keyOf(req.Header) != "" {
 		return base.RoundTrip(req)
 	}
+	key, err := derivedKey(req)
+	if err != nil {
+		return nil, refuse(req, err)
+	}
+	if key == "" {
+		return base.RoundTrip(req)
+	}
+	// A RoundTripper must not modify the caller's request.
+	out := req.Clone(req.Context())
+	out.Header.Set(HeaderKey, key)
+	return base.RoundTrip(out)
+}
+
+// derivedKey returns the key Propagator gives req, which carries none, or
+// "" for a request it passes through unchanged. Retrying calls it too, so
+// that the two send the same key in either order.
+func derivedKey(req *http.Request) (string, error) {
 	ctx := req.Context()
 	step, hasStep := ctx.Value(stepKey{}).(string)
 	if !hasStep && !needsKey(req.Method) {
-		return base.RoundTrip(req)
+		return "", nil
 	}
-	key, err := derive(ctx, step)
-	if err != nil {
-		closeBody(req)
-		return nil, fmt.Errorf("%w: %s %s", err, req.Method, req.URL.Redacted())
-	}
-	// A RoundTripper must not modify the caller's request.
-	out := req.Clone(ctx)
-	out.Header.Set(HeaderKey, key)
-	return base.RoundTrip(out)
+	return derive(ctx, step)
+}
+
+// refuse closes the body of a request that is not sent for want of a
+// derived key, and returns err naming the request.
+func refuse(req *http.Request, err error) error {
+	closeBody(req)
+	return fmt.Errorf("%w: %s %s", err, req.Method, req.URL.Redacted())
 }
 
 func derive(ctx context.Context, step string) (string, error) {

@@ -53,8 +53,10 @@ type RetryOptions struct {
 
 // Retrying is an http.RoundTripper for callers of APIs that honour
 // Idempotency-Key. It gives a POST or PATCH without a key a random one (128
-// bits and more from crypto/rand) and then resends the request, with that
-// same key and the same body, after:
+// bits and more from crypto/rand) or, under an idempotency scope (see
+// ScopeFrom), the key Propagator would give it, failing with ErrNoStep as
+// Propagator does when the context names no step; and then it resends the
+// request, with that same key and the same body, after:
 //
 //   - a network error (the request may or may not have been executed: the
 //     key makes resending it safe);
@@ -136,8 +138,14 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	out := req.Clone(ctx) // a RoundTripper must not modify the caller's request
-	if keyOf(out.Header) == "" && needsKey(req.Method) {
-		out.Header.Set(HeaderKey, rand.Text())
+	if keyOf(out.Header) == "" {
+		key, err := newKey(req)
+		if err != nil {
+			return nil, refuse(req, err)
+		}
+		if key != "" {
+			out.Header.Set(HeaderKey, key)
+		}
 	}
 	if keyOf(out.Header) == "" && !idempotentMethod(req.Method) {
 		return r.base.RoundTrip(out)
@@ -184,6 +192,22 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		out = out.Clone(ctx)
 		out.Body = body
 	}
+}
+
+// newKey returns the key Retrying sends req, which carries none, under.
+// Under an idempotency scope it is the key Propagator derives (or its
+// error, such as ErrNoStep): a random key there would be new on each run
+// of the handler, and a run taken over or repeated would do the
+// downstream work again. Elsewhere POST and PATCH get a random key, and
+// other methods none.
+func newKey(req *http.Request) (string, error) {
+	if _, _, ok := ScopeFrom(req.Context()); ok {
+		return derivedKey(req)
+	}
+	if needsKey(req.Method) {
+		return rand.Text(), nil
+	}
+	return "", nil
 }
 
 // wait returns how long to wait before retry number attempt (from 1): what
