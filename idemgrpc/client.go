@@ -58,7 +58,8 @@ type ClientOptions struct {
 // RetryInfo (a reconciliation may settle it) and within the same bounds;
 // it is returned as an *OutcomeUnknownError, and so is the end of a call
 // an attempt of which may have run unanswered (see OutcomeUnknownError).
-// Bad options are an error.
+// A replayed answer that settles the key is not retried: every retry would
+// get it again. Bad options are an error.
 func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error) {
 	var opt ClientOptions
 	if o != nil {
@@ -122,16 +123,27 @@ func Replayed(trailer metadata.MD) bool {
 // the server ended without its answer (mayHaveRun: UNAVAILABLE, the
 // connection broke or the server went away mid-call; DEADLINE_EXCEEDED or
 // CANCELLED, a deadline or a cancellation cut it; RESOURCE_EXHAUSTED, an
-// answer over the receive limit), whatever the later attempts answered
-// short of a success: retrying with a new key may do the work twice;
-// retry with Key. errors.Is(err, idem.ErrOutcomeUnknown) is true, and
+// answer over the receive limit), and no later attempt got an answer that
+// settles the key: retrying with a new key may do the work twice; retry
+// with Key. errors.Is(err, idem.ErrOutcomeUnknown) is true, and
 // status.Code and status.FromError give the last answer's status, so
-// code that branches on the code reads it as before. An attempt that
-// never had a connection to send on (a refused dial, a failed name
-// resolution, a deadline that passed while waiting for one), or that the
-// idem server answered UNAVAILABLE with reason STORE_UNAVAILABLE or
-// LEASE_LOST, or RESOURCE_EXHAUSTED with STORE_FULL, did not run: its
-// status comes back bare.
+// code that branches on the code reads it as before.
+//
+// Two answers settle the key and end the call as they are: a success,
+// and a replay of the key's stored answer (trailer idempotent-replayed
+// "true", see Replayed), which may be a final error status such as
+// INVALID_ARGUMENT, returned bare. A replayed OUTCOME_UNKNOWN (a handler
+// passed on a downstream service's) settles nothing. Nor does an answer
+// that is not a replay: the client cannot tell a handler's fresh error
+// from one made in front of the idem server (authentication, a proxy),
+// and ABORTED KEY_IN_FLIGHT, UNAVAILABLE STORE_UNAVAILABLE, a transport
+// error or a deadline say nothing of the earlier attempt.
+//
+// An attempt that never had a connection to send on (a refused dial, a
+// failed name resolution, a deadline that passed while waiting for one),
+// or that the idem server answered UNAVAILABLE with reason
+// STORE_UNAVAILABLE or LEASE_LOST, or RESOURCE_EXHAUSTED with STORE_FULL,
+// did not run: its status comes back bare.
 type OutcomeUnknownError struct {
 	Key    string
 	Status *status.Status
@@ -165,12 +177,32 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	unknown := false // an attempt's outcome is unknown: the server said so, or it may have reached the server and got no answer
 	for attempt := 1; ; attempt++ {
 		var reached bool
-		reached, err = c.attempt(ctx, method, req, reply, cc, invoker, opts)
+		var trailer metadata.MD
+		reached, err = c.attempt(ctx, method, req, reply, cc, invoker, opts, &trailer)
 		if err == nil {
 			return nil
 		}
-		delay, retry := c.retryable(ctx, err, attempt)
 		st, _ := status.FromError(err)
+		if Replayed(trailer) && ErrorInfo(st) != ReasonOutcomeUnknown {
+			// The key's stored answer, replayed: the handler's final word
+			// on the call, whatever an earlier attempt left unknown, and
+			// the same on every retry. It settles the key: returned bare,
+			// never retried. (A handler's status that passes on a
+			// downstream OUTCOME_UNKNOWN, stored and replayed, settles
+			// nothing.)
+			//
+			// An answer that is not replayed does not settle it, though
+			// the idem server runs the handler under a key only when no
+			// earlier attempt with it took effect (it never came, it was
+			// released, or an operator or Reconcile found it not run) and
+			// then stores what the handler answered: a fresh answer
+			// carries no mark of its own, so the client cannot tell the
+			// handler's INVALID_ARGUMENT from one made in front of the
+			// interceptor (authentication, a proxy, a method or server
+			// without it), which says nothing of the earlier attempt.
+			return err
+		}
+		delay, retry := c.retryable(ctx, err, attempt)
 		if ErrorInfo(st) == ReasonOutcomeUnknown || reached && mayHaveRun(st) {
 			unknown = true
 		}
@@ -197,16 +229,19 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	}
 }
 
-// attempt makes one attempt, and says whether it may have reached the
-// server: false only when grpc-go never had a stream for it (a refused
-// dial, a failed name resolution, a deadline that passed while waiting for
-// a connection), which it tells by not filling in the peer. A service
+// attempt makes one attempt, fills in its trailer, and says whether it
+// may have reached the server: false only when grpc-go never had a stream
+// for it (a refused dial, a failed name resolution, a deadline that passed
+// while waiting for a connection), which it tells by not filling in the
+// peer. A service
 // config retry policy may have sent an earlier copy of the call whose
 // peer the last one's hides, so under one every failed attempt counts as
 // reached: never "not sent" on a guess.
-func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption) (reached bool, err error) {
+func (c *client) attempt(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts []grpc.CallOption, trailer *metadata.MD) (reached bool, err error) {
 	var p peer.Peer
-	opts = append(opts[:len(opts):len(opts)], grpc.Peer(&p)) // never into the caller's array
+	// Never into the caller's array. grpc-go fills every grpc.Trailer
+	// option of a call, so a caller's own still gets the trailer.
+	opts = append(opts[:len(opts):len(opts)], grpc.Peer(&p), grpc.Trailer(trailer))
 	if c.opt.PerAttemptTimeout > 0 {
 		actx, cancel := context.WithTimeout(ctx, c.opt.PerAttemptTimeout)
 		defer cancel()

@@ -120,7 +120,11 @@
 // limit, or one that does not say the store was full). The error carries
 // the key (retry with WithKey and its Key), and status.Code and
 // status.FromError still give the last status (OutcomeUnknownError has a
-// GRPCStatus method). A call none of whose attempts had a connection to
+// GRPCStatus method). A later attempt that gets the key's stored answer
+// replayed (trailer idempotent-replayed) settles the key: that answer, a
+// final error status included, comes back bare and is not retried. A
+// fresh answer does not settle it: the client cannot tell a handler's
+// from one made in front of the idem server. A call none of whose attempts had a connection to
 // send on (a refused dial, a failed name resolution, a deadline that
 // passed while waiting for one) ran nowhere, and gets the bare status, as
 // does one the idem server answered UNAVAILABLE because its store was down
