@@ -73,6 +73,8 @@ func TestConfigErrorsNameLineAndField(t *testing.T) {
 		{up + "routes:\n  - match: POST /a\n    statuses:\n      store: [409]\n      release: [5xx, 700]\n", "cfg.yaml:6: routes[0].statuses.release[1]: \"700\": want a status"},
 		{up + "routes:\n  - match: POST /a\n    key-from: json:/id\n    pass-through: true\n", "cfg.yaml:5: routes[0].pass-through: a pass-through route"},
 		{up + "routes:\n  - match: POST /a\n    reconcile-url: http://x/{key}\n", "cfg.yaml:3: routes[0].name: a route with its own reconcile-url needs a name"},
+		{up + "routes:\n  - match: POST /a\n    name: a\n    reconcile-url: http://{key}.lookup.internal/x\n", `cfg.yaml:5: routes[0].reconcile-url: gateway: reconcile-url "http://{key}.lookup.internal/x" has {key} in its host or port`},
+		{up + "reconcile-url: https://{tenant}.lookup.internal/{key}\n", `--reconcile-url "https://{tenant}.lookup.internal/{key}" has {tenant} in its host or port`},
 	} {
 		_, _, err := checkConfig(t, c.text)
 		if err == nil {

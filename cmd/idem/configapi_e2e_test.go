@@ -44,7 +44,7 @@ func TestConfigEndpointIsCheckConfigs(t *testing.T) {
 	up := newUpstream(t, 0)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "admin-tokens")
-	if err := os.WriteFile(tokens, []byte("viewer read-only viewer-secret-token\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte("viewer read-only viewer-s3cret-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	path := writeConfig(t, "log-format: json\nwait: 1s\nreconcile-url: http://user:pw@127.0.0.1:1/lookup/{key}?token=s3cret\n"+
@@ -54,14 +54,14 @@ func TestConfigEndpointIsCheckConfigs(t *testing.T) {
 	g := launchServe(t, env, args...)
 	g.waitServing(t)
 
-	status, served, body := getConfig(t, g, "viewer-secret-token")
+	status, served, body := getConfig(t, g, "viewer-s3cret-token")
 	if status != http.StatusOK {
 		t.Fatalf("GET /v1/config with a read-only token: %d %s; want 200", status, body)
 	}
 	if want := checkConfigJSON(t, env, args...); !reflect.DeepEqual(served, want) {
 		t.Fatalf("GET /v1/config = %+v;\nwant what --check-config=json prints: %+v", served, want)
 	}
-	for _, secret := range []string{"admin-secret-token", "viewer-secret-token", "s3cret", "pw@"} {
+	for _, secret := range []string{"admin-secret-token", "viewer-s3cret-token", "s3cret", "pw@"} {
 		if strings.Contains(body, secret) {
 			t.Errorf("GET /v1/config shows a secret (%s): %s", secret, body)
 		}

@@ -263,25 +263,44 @@ func TestReconcileLookupErrorHidesURLSecrets(t *testing.T) {
 	}
 }
 
-// A template with {key} in the host ({key}.lookup, a lookup per key) and a
-// key that is no host name fail the URL's parse, whose error quoted the
-// expanded URL, password and ?token= included, into the log line.
-func TestReconcileURLParseErrorHidesSecrets(t *testing.T) {
-	logs := &syncBuffer{}
-	g := adminGateway(t, Config{AdminToken: adminToken, ReconcileURL: "http://ops:hunter2@{key}.lookup.test/x?token=RECTOKEN&x=1",
-		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
-	unknownKey(t, g.Engine(), store.ID{Tenant: "acme", Key: "a:b"})
-	status, body := admin(t, g, "POST", "/v1/keys/acme/a:b/reconcile", "")
-	if status != 200 || !strings.Contains(body, "the lookup failed") {
-		t.Fatalf("reconcile = %d %s; want 200, the lookup failed", status, body)
-	}
-	line := logs.String()
-	if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "a%3Ab.lookup.test/x") {
-		t.Fatalf("the log has no line of the failed lookup naming its URL:\n%s", line)
-	}
-	for _, secret := range []string{"hunter2", "RECTOKEN"} {
-		if strings.Contains(line+body, secret) {
-			t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+// A template with a placeholder in the host ({key}.lookup.internal) was
+// accepted: a client's key then chose the server the gateway sent its
+// bearer token to, and a key that is no host name failed every lookup.
+// A placeholder outside the path and the query is refused at start, by
+// the flag or the route's config key, naming the placeholder and never
+// the URL's secrets; one in the path or the query is taken.
+func TestReconcileURLPlaceholderOutsidePathRefused(t *testing.T) {
+	up, _ := url.Parse("http://127.0.0.1:1")
+	for template, want := range map[string]string{
+		"https://{key}.lookup.internal/x":                          "{key} in its host or port",
+		"http://ops:hunter2@{key}.lookup.test/x?token=RECTOKEN":    "{key} in its host or port",
+		"http://lookup.test:{fence}/x/{key}":                       "{fence} in its host or port",
+		"http://{tenant}.lookup.test/x/{key}?token=RECTOKEN":       "{tenant} in its host or port",
+		"http://{key}:hunter2@lookup.test/x":                       "{key} in its user information",
+		"http{key}://lookup.test/x":                                "{key} in its scheme",
+		"http://lookup.test/x/{key}#{tenant}":                      "{tenant} in its fragment",
+		"http://lookup.test/x?token=RECTOKEN#k={key}":              "{key} in its fragment",
+		"http://lookup.test?t=1@{key}.evil/{key}#x":                "", // "@" in the query: the host is lookup.test
+		"http://lookup.test/x/{key}?tenant={tenant}&fence={fence}": "",
+	} {
+		for _, cfg := range []struct {
+			flag string
+			cfg  Config
+		}{
+			{"--reconcile-url", Config{ReconcileURL: template}},
+			{"routes[0].reconcile-url", Config{Routes: []Route{{Pattern: "POST /a", Name: "a", ReconcileURL: template}}}},
+		} {
+			cfg.cfg.Upstream, cfg.cfg.Store = up, newMemStore(t)
+			_, err := New(cfg.cfg)
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("%s %q: %v; want it taken", cfg.flag, template, err)
+			case want == "":
+			case err == nil || !strings.Contains(err.Error(), cfg.flag) || !strings.Contains(err.Error(), want):
+				t.Errorf("%s %q: %v; want an error naming %s, saying %q", cfg.flag, template, err, cfg.flag, want)
+			case strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "RECTOKEN"):
+				t.Errorf("%s %q: %v; the error quotes the URL's secret", cfg.flag, template, err)
+			}
 		}
 	}
 }

@@ -30,11 +30,35 @@ const adminTokenName = "admin-token"
 // minAdminToken is the fewest bytes an admin token has, --admin-token's
 // and each of --admin-tokens-file's. It refuses a word (a role, a name,
 // "s3cret") as a bearer token, and so a tokens-file line written
-// "token role name": its last field, the name, is then the token, and the
-// secret would be the actor of every audit record. 16 bytes is what the
-// shortest usual secret has (openssl rand -base64 12, or -hex 8) and
-// fewer than the docs' openssl rand -hex 32.
+// "token role name" with a short name: its last field, the name, is then
+// the token, and the secret would be the actor of every audit record
+// (looksLikeName and looksLikeSecret catch it with a longer name). 16
+// bytes is what the shortest usual secret has (openssl rand -base64 12,
+// or -hex 8) and fewer than the docs' openssl rand -hex 32.
 const minAdminToken = 16
+
+// looksLikeName reports whether a tokens file's token is lowercase
+// letters, '-', '_' and '.' only: a name ("grafana-dashboards"), the last
+// field of a line written "token role name", not a secret. A random one
+// practically always holds a digit or a capital: the shortest that
+// minAdminToken lets through has none with odds of 1.5e-7 (openssl rand
+// -hex 8) or 6e-7 (-base64 12), and -hex 32 of 5e-28. It refuses a
+// passphrase of lowercase words too, a price worth the audit: the swap
+// puts the secret in every audit record. --admin-token has no name to
+// swap with, so it keeps only minAdminToken.
+func looksLikeName(token string) bool {
+	return strings.Trim(token, "abcdefghijklmnopqrstuvwxyz-_.") == ""
+}
+
+// looksLikeSecret reports whether a tokens file's name is 16 or more hex
+// digits, letters and numbers both (openssl rand -hex 8 and longer): a
+// secret, the first field of a line written "token role name", whose
+// token may have a digit or a capital (grafana-2) that looksLikeName
+// misses. A name is no such string (a numeric id has no letter).
+func looksLikeSecret(name string) bool {
+	return len(name) >= minAdminToken && strings.Trim(name, "0123456789abcdefABCDEF") == "" &&
+		strings.ContainsAny(name, "0123456789") && strings.ContainsAny(name, "abcdefABCDEF")
+}
 
 // adminActor is who makes an admin call: a token's name and role, or,
 // for an admin API without tokens, the name of that (loopback-no-token).
@@ -92,9 +116,11 @@ func loadAdminAccess(cfg Config) (*adminAccess, error) {
 // parseAdminTokens reads a tokens file: one "name role token" a line,
 // separated by white space; blank lines and lines starting with # are
 // skipped. Names and tokens are unique, and neither may be --admin-token's
-// (adminToken, when set). Errors name the line and the field, never quote
-// one: in a line whose fields are out of order ("name token role", "token
-// role name") any of them may be the token.
+// (adminToken, when set). A name that looks like a secret, or a token
+// that looks like a name, is refused: the line is likely "token role
+// name". Errors name the line and the field, never quote one: in a line
+// whose fields are out of order ("name token role", "token role name")
+// any of them may be the token.
 func parseAdminTokens(data []byte, adminToken string) ([]adminActor, error) {
 	var out []adminActor
 	names, secrets := map[string]int{}, map[string]int{}
@@ -117,6 +143,12 @@ func parseAdminTokens(data []byte, adminToken string) ([]adminActor, error) {
 				"(make one with openssl rand -hex 32); is the line \"name role token\", in that order?", n, minAdminToken)
 		case strings.ContainsFunc(f[2], unicode.IsControl):
 			return nil, fmt.Errorf("line %d: the token (3rd field) holds a control character", n)
+		case looksLikeSecret(f[0]):
+			return nil, fmt.Errorf("line %d: the name (1st field) is %d or more hex digits, a secret, not a name; "+
+				"is the line \"name role token\", in that order? (a name that is one: rename it)", n, minAdminToken)
+		case looksLikeName(f[2]):
+			return nil, fmt.Errorf("line %d: the token (3rd field) is lowercase letters, '-', '_' and '.' only, with no digit: "+
+				"a name, not a random secret (make one with openssl rand -hex 32); is the line \"name role token\", in that order?", n)
 		case names[f[0]] != 0:
 			return nil, fmt.Errorf("line %d: the name (1st field) is line %d's too", n, names[f[0]])
 		case secrets[f[2]] != 0:

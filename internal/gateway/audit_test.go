@@ -341,6 +341,58 @@ func TestAdminTokensFileRefusesTokenRoleName(t *testing.T) {
 	}
 }
 
+// A line written "token role name" with a name of 16 bytes or more was
+// accepted: the secret became the actor of every audit record and log
+// line, and the name the bearer token. A token of lowercase words or a
+// name of hex digits is refused, at start and at a reload, naming the
+// line, never either field (either may be the secret).
+func TestAdminTokensFileRefusesLongNameSwapped(t *testing.T) {
+	const hex, name = "0123456789abcdef0123456789abcdef", "grafana-dashboards"
+	for _, text := range []string{
+		hex + " read-write " + name,                    // the token is a word
+		hex + " read-only " + name + "-2",              // the name is hex
+		"deadbeefcafef00d read-write " + name + ".ops", // openssl rand -hex 8, the shortest
+		"kXq-7nB_2vLm9pRtZs4W read-write " + name,      // a base64url secret: only the token tells
+		"ops read-write ops-s3cret-token\n" + hex + " read-only " + name,
+	} {
+		_, err := New(Config{Upstream: mustURL(t, "http://127.0.0.1:1"), Store: newMemStore(t), Admin: testAdmin,
+			AdminTokensFile: writeTokens(t, "", text)})
+		if err == nil || !strings.Contains(err.Error(), "line ") || !strings.Contains(err.Error(), "in that order?") ||
+			strings.Contains(err.Error(), name) || strings.Contains(err.Error(), "0123456789abcdef") || strings.Contains(err.Error(), "deadbeef") || strings.Contains(err.Error(), "kXq") {
+			t.Errorf("New with the tokens file %q = %v; want an error naming the line, quoting neither field", text, err)
+		}
+		logs := &syncBuffer{}
+		g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"),
+			AdminTokensFile: writeTokens(t, "", "ops read-write ops-s3cret-token\n"), Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		writeTokens(t, g.cfg.AdminTokensFile, text)
+		if err := g.Reload(func() (Config, error) { return g.cfg, nil }); err == nil || strings.Contains(logs.String(), hex) {
+			t.Errorf("a reload of the tokens file %q = %v; want an error, and no secret in the log", text, err)
+		}
+		if code := asToken(g, name, "GET", "/v1/stats", "").Code; code != 401 {
+			t.Errorf("after a reload of %q, the name as a token: %d; want 401", text, code)
+		}
+	}
+}
+
+// The rule that refuses a swapped line takes the secrets that openssl
+// rand makes (hex, base64, with '+', '/', '=') and names with digits,
+// capitals, or all digits (a numeric id).
+func TestAdminTokensFileTakesRandomTokens(t *testing.T) {
+	text := "# name role token\n" +
+		"oncall read-write 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08\n" +
+		"grafana-2 read-only q0Vh3Jd8Rk+2xN/5aLmT7wYs\n" +
+		"Grafana-Dashboards read-only Zk3Lp9qWx7Tb2Rm5Vn8Ys4Hc6Jd1Gf0A=\n" +
+		"123456789012345678901 read-only kXq-7nB_2vLm9pRtZs4W\n" +
+		"build.bot@example.com read-only AbCdEfGhIjKlMnOpQr\n"
+	g := newTestGateway(t, Config{Upstream: mustURL(t, "http://127.0.0.1:1"), AdminTokensFile: writeTokens(t, "", text)})
+	for _, token := range []string{"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "q0Vh3Jd8Rk+2xN/5aLmT7wYs",
+		"Zk3Lp9qWx7Tb2Rm5Vn8Ys4Hc6Jd1Gf0A=", "kXq-7nB_2vLm9pRtZs4W", "AbCdEfGhIjKlMnOpQr"} {
+		if code := asToken(g, token, "GET", "/v1/stats", "").Code; code != 200 {
+			t.Errorf("GET /v1/stats with the token %q: %d; want 200", token, code)
+		}
+	}
+}
+
 // An --admin-token shorter than a secret is refused at start, naming the
 // flag, never the value.
 func TestShortAdminTokenRefused(t *testing.T) {

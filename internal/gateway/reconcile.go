@@ -42,6 +42,14 @@ func newReconciler(flag, template, token string, transport http.RoundTripper, re
 	if !strings.Contains(template, "{key}") {
 		return nil, fmt.Errorf("gateway: %s %q must hold {key}", flag, redact.URL(template))
 	}
+	if name, part := misplacedPlaceholder(template); name != "" {
+		why := "a client's key or tenant would choose the server the lookup and its token go to"
+		if part == "fragment" {
+			why = "a fragment is never sent"
+		}
+		return nil, fmt.Errorf("gateway: %s %q has %s in its %s: a placeholder may stand only in the path and the query (%s)",
+			flag, redact.URL(template), name, part, why)
+	}
 	u, err := url.Parse(expandTemplate(template, store.Record{ID: store.ID{Tenant: "t", Key: "k"}, Fence: 1}))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("gateway: %s %q must be an http:// or https:// URL template", flag, redact.URL(template))
@@ -54,6 +62,39 @@ func newReconciler(flag, template, token string, transport http.RoundTripper, re
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse // a redirect is no answer of the lookup
 		}}}, nil
+}
+
+// placeholders are what expandTemplate fills in.
+var placeholders = []string{"{key}", "{tenant}", "{fence}"}
+
+// misplacedPlaceholder returns a placeholder of template that stands
+// outside the path and the query, and the part it stands in. In the
+// scheme, the user information, the host or the port, a client's key or
+// tenant would pick the server the gateway sends its bearer token to (or
+// break the URL for every key that is no host name); in the fragment it
+// would never be sent. The parts are cut as url.Parse cuts them: the
+// fragment at the first "#", the authority from "://" to the first "/",
+// "?" or "#", the user information up to its last "@".
+func misplacedPlaceholder(template string) (name, part string) {
+	rest, fragment, _ := strings.Cut(template, "#")
+	var scheme, user, host string
+	if before, after, ok := strings.Cut(rest, "://"); ok {
+		scheme, host = before, after
+		if i := strings.IndexAny(after, "/?"); i >= 0 {
+			host = after[:i]
+		}
+		if at := strings.LastIndexByte(host, '@'); at >= 0 {
+			user, host = host[:at], host[at+1:]
+		}
+	}
+	for _, p := range [][2]string{{"scheme", scheme}, {"user information", user}, {"host or port", host}, {"fragment", fragment}} {
+		for _, name := range placeholders {
+			if strings.Contains(p[1], name) {
+				return name, p[0]
+			}
+		}
+	}
+	return "", ""
 }
 
 // expandTemplate fills {key}, {tenant} and {fence} in, each escaped so
@@ -101,8 +142,8 @@ func hideURLSecrets(err error) error {
 func (rc *reconciler) reconcile(ctx context.Context, rec store.Record) (idem.Resolution, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, expandTemplate(rc.template, rec), nil)
 	if err != nil {
-		// A key or tenant in the host ({key}.lookup) that is no host
-		// name fails the parse: the error quotes the URL, as below.
+		// newReconciler keeps placeholders out of the host, so this
+		// takes no client's bytes; the error quotes the URL, as below.
 		return idem.Resolution{}, fmt.Errorf("reconcile lookup: %w", hideURLSecrets(err))
 	}
 	req.Header.Set(idemhttp.HeaderKey, rec.Key)
