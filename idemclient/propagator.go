@@ -17,10 +17,10 @@ var (
 	// ErrNoScope is returned by Propagator for a request that needs a
 	// derived key when its context carries no scope (see WithScope).
 	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope, or serve the request behind idemhttp)")
-	// ErrNoStep is returned by Propagator, and by Retrying under a scope,
-	// for a request that needs a derived key when its context names no step
-	// (see WithStep). A request is never sent without a key, or under a
-	// random one, in that case.
+	// ErrNoStep is returned by Propagator, and by Retrying and idemgrpc's
+	// client interceptor under a scope, for a request that needs a derived
+	// key when its context names no step (see WithStep). A request is
+	// never sent without a key, or under a random one, in that case.
 	ErrNoStep = errors.New("idemclient: no step name in the request context (use WithStep)")
 )
 
@@ -57,6 +57,14 @@ func ScopeFrom(ctx context.Context) (tenant, key string, ok bool) {
 // loop needs the index in its name ("refund/0", "refund/1").
 func WithStep(ctx context.Context, step string) context.Context {
 	return context.WithValue(ctx, stepKey{}, step)
+}
+
+// StepFrom returns the step WithStep put in ctx: with ScopeFrom and
+// StepKey, the key of a downstream call made by a client other than
+// Propagator's (idemgrpc's client interceptor derives it so).
+func StepFrom(ctx context.Context) (step string, ok bool) {
+	step, ok = ctx.Value(stepKey{}).(string)
+	return step, ok
 }
 
 // stepKeyVersion separates this derivation from any other use of SHA-256
@@ -127,7 +135,7 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 // that the two send the same key in either order.
 func derivedKey(req *http.Request) (string, error) {
 	ctx := req.Context()
-	step, hasStep := ctx.Value(stepKey{}).(string)
+	step, hasStep := StepFrom(ctx)
 	if !hasStep && !needsKey(req.Method) {
 		return "", nil
 	}

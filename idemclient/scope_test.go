@@ -79,3 +79,15 @@ func TestScopeFromDosLease(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// StepFrom returns what WithStep put, the innermost step, and nothing
+// without one.
+func TestStepFrom(t *testing.T) {
+	if step, ok := idemclient.StepFrom(context.Background()); ok || step != "" {
+		t.Fatalf("no step: StepFrom = %q, %v", step, ok)
+	}
+	ctx := idemclient.WithStep(idemclient.WithStep(context.Background(), "charge"), "refund/0")
+	if step, ok := idemclient.StepFrom(ctx); !ok || step != "refund/0" {
+		t.Fatalf("StepFrom = %q, %v; want refund/0", step, ok)
+	}
+}
