@@ -59,14 +59,6 @@ func WithStep(ctx context.Context, step string) context.Context {
 	return context.WithValue(ctx, stepKey{}, step)
 }
 
-// StepFrom returns the step WithStep put in ctx: with ScopeFrom and
-// StepKey, the key of a downstream call made by a client other than
-// Propagator's (idemgrpc's client interceptor derives it so).
-func StepFrom(ctx context.Context) (step string, ok bool) {
-	step, ok = ctx.Value(stepKey{}).(string)
-	return step, ok
-}
-
 // stepKeyVersion separates this derivation from any other use of SHA-256
 // over similar bytes, and lets a later derivation change without colliding.
 const stepKeyVersion = "idemclient step key v1"
@@ -135,11 +127,10 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 // that the two send the same key in either order.
 func derivedKey(req *http.Request) (string, error) {
 	ctx := req.Context()
-	step, hasStep := StepFrom(ctx)
-	if !hasStep && !needsKey(req.Method) {
+	if _, hasStep := ctx.Value(stepKey{}).(string); !hasStep && !needsKey(req.Method) {
 		return "", nil
 	}
-	return derive(ctx, step)
+	return DerivedKey(ctx)
 }
 
 // refuse closes the body of a request that is not sent for want of a
@@ -149,7 +140,12 @@ func refuse(req *http.Request, err error) error {
 	return fmt.Errorf("%w: %s %s", err, req.Method, req.URL.Redacted())
 }
 
-func derive(ctx context.Context, step string) (string, error) {
+// DerivedKey returns the key of a downstream call made under ctx:
+// StepKey of its scope (ScopeFrom) and its step (WithStep), or ErrNoScope
+// or ErrNoStep when ctx lacks one, or the scope's invalid tenant or key.
+// Propagator and Retrying give it to HTTP requests, idemgrpc's client
+// interceptor to calls; a client of another protocol calls it.
+func DerivedKey(ctx context.Context) (string, error) {
 	tenant, key, ok := ScopeFrom(ctx)
 	if !ok {
 		return "", ErrNoScope
@@ -160,6 +156,7 @@ func derive(ctx context.Context, step string) (string, error) {
 	if err := idem.ValidateKey(key); err != nil {
 		return "", err
 	}
+	step, _ := ctx.Value(stepKey{}).(string)
 	if step == "" {
 		return "", ErrNoStep
 	}

@@ -251,20 +251,10 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 // tenant or key): a random key there would be new on each run of the
 // handler. Elsewhere it is NewKey's.
 func (c *client) newKey(ctx context.Context) (string, error) {
-	tenant, key, ok := idemclient.ScopeFrom(ctx)
-	if !ok {
+	if _, _, ok := idemclient.ScopeFrom(ctx); !ok {
 		return c.opt.NewKey(), nil
 	}
-	if err := idem.ValidateTenant(tenant); err != nil {
-		return "", err
-	}
-	if err := idem.ValidateKey(key); err != nil {
-		return "", err
-	}
-	if step, _ := idemclient.StepFrom(ctx); step != "" {
-		return idemclient.StepKey(tenant, key, step), nil
-	}
-	return "", idemclient.ErrNoStep
+	return idemclient.DerivedKey(ctx)
 }
 
 // refusedError is a call the interceptor did not send, for want of a
