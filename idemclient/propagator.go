@@ -17,10 +17,10 @@ var (
 	// ErrNoScope is returned by Propagator for a request that needs a
 	// derived key when its context carries no scope (see WithScope).
 	ErrNoScope = errors.New("idemclient: no idempotency scope in the request context (use WithScope, or serve the request behind idemhttp)")
-	// ErrNoStep is returned by Propagator, and by Retrying under a scope,
-	// for a request that needs a derived key when its context names no step
-	// (see WithStep). A request is never sent without a key, or under a
-	// random one, in that case.
+	// ErrNoStep is returned by Propagator, and by Retrying and idemgrpc's
+	// client interceptor under a scope, for a request that needs a derived
+	// key when its context names no step (see WithStep). A request is
+	// never sent without a key, or under a random one, in that case.
 	ErrNoStep = errors.New("idemclient: no step name in the request context (use WithStep)")
 )
 
@@ -127,11 +127,10 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 // that the two send the same key in either order.
 func derivedKey(req *http.Request) (string, error) {
 	ctx := req.Context()
-	step, hasStep := ctx.Value(stepKey{}).(string)
-	if !hasStep && !needsKey(req.Method) {
+	if _, hasStep := ctx.Value(stepKey{}).(string); !hasStep && !needsKey(req.Method) {
 		return "", nil
 	}
-	return derive(ctx, step)
+	return DerivedKey(ctx)
 }
 
 // refuse closes the body of a request that is not sent for want of a
@@ -141,7 +140,12 @@ func refuse(req *http.Request, err error) error {
 	return fmt.Errorf("%w: %s %s", err, req.Method, req.URL.Redacted())
 }
 
-func derive(ctx context.Context, step string) (string, error) {
+// DerivedKey returns the key of a downstream call made under ctx:
+// StepKey of its scope (ScopeFrom) and its step (WithStep), or ErrNoScope
+// or ErrNoStep when ctx lacks one, or the scope's invalid tenant or key.
+// Propagator and Retrying give it to HTTP requests, idemgrpc's client
+// interceptor to calls; a client of another protocol calls it.
+func DerivedKey(ctx context.Context) (string, error) {
 	tenant, key, ok := ScopeFrom(ctx)
 	if !ok {
 		return "", ErrNoScope
@@ -152,6 +156,7 @@ func derive(ctx context.Context, step string) (string, error) {
 	if err := idem.ValidateKey(key); err != nil {
 		return "", err
 	}
+	step, _ := ctx.Value(stepKey{}).(string)
 	if step == "" {
 		return "", ErrNoStep
 	}

@@ -2,6 +2,7 @@ package idemclient_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -77,5 +78,21 @@ func TestScopeFromDosLease(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// DerivedKey gives the innermost step's key under a scope, and names
+// what is missing otherwise.
+func TestDerivedKey(t *testing.T) {
+	if _, err := idemclient.DerivedKey(idemclient.WithStep(context.Background(), "charge")); !errors.Is(err, idemclient.ErrNoScope) {
+		t.Fatalf("no scope: err = %v, want ErrNoScope", err)
+	}
+	scoped := idemclient.WithScope(context.Background(), "acme", "order-42")
+	if _, err := idemclient.DerivedKey(scoped); !errors.Is(err, idemclient.ErrNoStep) {
+		t.Fatalf("no step: err = %v, want ErrNoStep", err)
+	}
+	ctx := idemclient.WithStep(idemclient.WithStep(scoped, "charge"), "refund/0")
+	if k, err := idemclient.DerivedKey(ctx); err != nil || k != idemclient.StepKey("acme", "order-42", "refund/0") {
+		t.Fatalf("DerivedKey = %q, %v; want the step key of refund/0", k, err)
 	}
 }

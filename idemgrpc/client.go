@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/idemclient"
 )
 
 // ClientOptions configures the client interceptor. A nil *ClientOptions
@@ -38,8 +39,10 @@ type ClientOptions struct {
 	// still running the first). Zero means attempts are bounded only by
 	// the call's context.
 	PerAttemptTimeout time.Duration
-	// NewKey makes the key of a logical call that has none. Nil means
-	// crypto/rand.Text (26 random base32 characters).
+	// NewKey makes the key of a logical call that has none, outside an
+	// idempotency scope only: under one (see NewClientInterceptor) the key
+	// is derived from the call's step. Nil means crypto/rand.Text (26
+	// random base32 characters).
 	NewKey func() string
 }
 
@@ -49,6 +52,16 @@ type ClientOptions struct {
 // metadata), else a fresh one. The key travels in the metadata, so the
 // retries of a service config retry policy, which resend the same
 // metadata, carry it too.
+//
+// Under an idempotency scope (idemclient.ScopeFrom: a handler behind
+// idemgrpc or idemhttp, work run by idem.Engine.Do, or
+// idemclient.WithScope), the fresh key is the one idemclient.Propagator
+// derives, idemclient.StepKey of the scope and of the step named with
+// idemclient.WithStep, the same on every run of the handler; a call
+// whose context names no step is not sent, and fails with an error that
+// matches idemclient.ErrNoStep and whose status is INVALID_ARGUMENT. A
+// random key there would be new on each run, and a run taken over or
+// repeated would do the downstream work again.
 //
 // It retries, up to MaxAttempts, the answers that say the call did not
 // run or is still running (UNAVAILABLE, ABORTED, RESOURCE_EXHAUSTED, and
@@ -169,7 +182,10 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		key = md.Get(MetadataKey)[0] // the caller set it; keep theirs
 	} else {
 		if !ok || key == "" {
-			key = c.opt.NewKey()
+			var err error
+			if key, err = c.newKey(ctx); err != nil {
+				return &refusedError{method: method, err: err}
+			}
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 	}
@@ -227,6 +243,37 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		case <-t.C:
 		}
 	}
+}
+
+// newKey makes the key of a call that has none. Under an idempotency
+// scope it is the key idemclient.Propagator derives from the step, or
+// the reason there is none (idemclient.ErrNoStep, a scope's invalid
+// tenant or key): a random key there would be new on each run of the
+// handler. Elsewhere it is NewKey's.
+func (c *client) newKey(ctx context.Context) (string, error) {
+	if _, _, ok := idemclient.ScopeFrom(ctx); !ok {
+		return c.opt.NewKey(), nil
+	}
+	return idemclient.DerivedKey(ctx)
+}
+
+// refusedError is a call the interceptor did not send, for want of a
+// key. Its status is INVALID_ARGUMENT, as the server answers a call
+// without a key it requires: the call as made lacks what its key needs,
+// and no retry, nor any change on the server, would help.
+type refusedError struct {
+	method string
+	err    error
+}
+
+func (e *refusedError) Error() string {
+	return "idemgrpc: " + e.method + " not sent: " + e.err.Error()
+}
+
+func (e *refusedError) Unwrap() error { return e.err }
+
+func (e *refusedError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
 }
 
 // attempt makes one attempt, fills in its trailer, and says whether it

@@ -103,8 +103,15 @@
 //
 // NewClientInterceptor attaches a key per logical call: the caller's
 // (WithKey, or an idempotency-key already in the outgoing metadata), else
-// a fresh random one. Its own retries, and those of a service config
-// retry policy (which resend the call's metadata), carry the same key. It
+// a fresh random one, or, under an idempotency scope (a handler behind
+// idemgrpc or idemhttp, work run by idem.Engine.Do, idemclient.WithScope),
+// idemclient.StepKey of the scope and of the step named with
+// idemclient.WithStep: the same on every run of the handler, so a run
+// taken over or repeated does not do the downstream work again. Under a
+// scope, a call whose context names no step is not sent: its error
+// matches idemclient.ErrNoStep, its status is INVALID_ARGUMENT. The
+// interceptor's own retries, and those of a service config retry policy
+// (which resend the call's metadata), carry the same key. It
 // retries UNAVAILABLE, ABORTED and RESOURCE_EXHAUSTED up to
 // ClientOptions.MaxAttempts, waiting the server's RetryInfo (capped by
 // MaxDelay; for a call in flight, doubled for each retry after the first)
