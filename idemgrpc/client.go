@@ -144,13 +144,13 @@ func Replayed(trailer metadata.MD) bool {
 //
 // Two answers settle the key and end the call as they are: a success,
 // and a replay of the key's stored answer (trailer idempotent-replayed
-// "true", see Replayed), which may be a final error status such as
-// INVALID_ARGUMENT, returned bare. A replayed OUTCOME_UNKNOWN (a handler
-// passed on a downstream service's) settles nothing. Nor does an answer
-// that is not a replay: the client cannot tell a handler's fresh error
-// from one made in front of the idem server (authentication, a proxy),
-// and ABORTED KEY_IN_FLIGHT, UNAVAILABLE STORE_UNAVAILABLE, a transport
-// error or a deadline say nothing of the earlier attempt.
+// "true", see Replayed) with a final error status that grpc-go never
+// makes itself, such as INVALID_ARGUMENT, returned bare (settles says
+// which). Nothing else does: a replayed success the client could not
+// take (over its receive limit), a replayed OUTCOME_UNKNOWN, an answer
+// that is not a replay (the client cannot tell a handler's fresh error
+// from one made in front of the idem server), ABORTED KEY_IN_FLIGHT,
+// UNAVAILABLE STORE_UNAVAILABLE, a transport error or a deadline.
 //
 // An attempt that never had a connection to send on (a refused dial, a
 // failed name resolution, a deadline that passed while waiting for one),
@@ -199,24 +199,8 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 			return nil
 		}
 		st, _ := status.FromError(err)
-		if Replayed(trailer) && ErrorInfo(st) != ReasonOutcomeUnknown {
-			// The key's stored answer, replayed: the handler's final word
-			// on the call, whatever an earlier attempt left unknown, and
-			// the same on every retry. It settles the key: returned bare,
-			// never retried. (A handler's status that passes on a
-			// downstream OUTCOME_UNKNOWN, stored and replayed, settles
-			// nothing.)
-			//
-			// An answer that is not replayed does not settle it, though
-			// the idem server runs the handler under a key only when no
-			// earlier attempt with it took effect (it never came, it was
-			// released, or an operator or Reconcile found it not run) and
-			// then stores what the handler answered: a fresh answer
-			// carries no mark of its own, so the client cannot tell the
-			// handler's INVALID_ARGUMENT from one made in front of the
-			// interceptor (authentication, a proxy, a method or server
-			// without it), which says nothing of the earlier attempt.
-			return err
+		if settles(st, trailer) {
+			return err // the key's final answer, the same on every retry
 		}
 		delay, retry := c.retryable(ctx, err, attempt)
 		if ErrorInfo(st) == ReasonOutcomeUnknown || reached && mayHaveRun(st) {
@@ -267,7 +251,11 @@ type refusedError struct {
 }
 
 func (e *refusedError) Error() string {
-	return "idemgrpc: " + e.method + " not sent: " + e.err.Error()
+	msg := "idemgrpc: " + e.method + " not sent: " + e.err.Error()
+	if errors.Is(e.err, idemclient.ErrNoStep) {
+		msg += " (name each call's step, reads too, or list only the methods that change state in ClientOptions.Methods)"
+	}
+	return msg
 }
 
 func (e *refusedError) Unwrap() error { return e.err }
@@ -316,6 +304,36 @@ func mayHaveRun(st *status.Status) bool {
 		return r != ReasonStoreUnavailable && r != ReasonLeaseLost
 	case codes.ResourceExhausted:
 		return r != ReasonStoreFull
+	}
+	return false
+}
+
+// settles says whether a failed attempt's status is the key's stored
+// answer, replayed by the idem server: the handler's final word on the
+// call, whatever an earlier attempt left unknown. That is a replay
+// (trailer idempotent-replayed "true") whose code grpc-go never makes
+// itself once an answer has come: a replayed success that the client
+// could not take (over its receive limit: RESOURCE_EXHAUSTED; a message
+// it could not decode or decompress: INTERNAL, UNIMPLEMENTED; its
+// context's end: CANCELLED, DEADLINE_EXCEEDED) carries the replay's
+// trailer too, and says nothing of the work, which ran. A replayed
+// OUTCOME_UNKNOWN (a handler passed on a downstream service's) settles
+// nothing.
+//
+// An answer that is not a replay does not settle the key either, though
+// the idem server runs the handler under a key only when no earlier
+// attempt with it took effect: a fresh answer carries no mark of its own,
+// so the client cannot tell the handler's INVALID_ARGUMENT from one made
+// in front of the interceptor (authentication, a proxy, a method or
+// server without it), which says nothing of the earlier attempt.
+func settles(st *status.Status, trailer metadata.MD) bool {
+	if !Replayed(trailer) || ErrorInfo(st) == ReasonOutcomeUnknown {
+		return false
+	}
+	switch st.Code() {
+	case codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.FailedPrecondition,
+		codes.Aborted, codes.OutOfRange, codes.DataLoss, codes.Unauthenticated:
+		return true
 	}
 	return false
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -183,6 +184,28 @@ func TestClientKeepsTheKeyWhenTheAnswerIsTooLarge(t *testing.T) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100)))
 	err := conn.Invoke(testContext(t), chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
 	wantUnknown(t, err, codes.ResourceExhausted)
+	if n := svc.calls.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+}
+
+// A retry gets the stored success replayed, over the receive limit too:
+// grpc-go's own RESOURCE_EXHAUSTED then comes with the replay's trailer,
+// and must not settle the key, since the work ran. (Wait: the retry waits
+// for the first attempt's answer to be stored, whenever it comes.)
+func TestClientKeepsTheKeyWhenTheReplayIsTooLarge(t *testing.T) {
+	svc := &service{handle: func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		return wrapperspb.String(strings.Repeat("x", 1000)), nil
+	}}
+	e := newEngine(t, memStore(t), nil)
+	conn := dialThrough(t, serve(t, e, &idemgrpc.Options{AllowAnonymous: true, Wait: time.Minute}, svc).Target(),
+		&idemgrpc.ClientOptions{MaxAttempts: 2}, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(100)))
+	var trailer metadata.MD
+	err := conn.Invoke(testContext(t), chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue), grpc.Trailer(&trailer))
+	wantUnknown(t, err, codes.ResourceExhausted)
+	if !idemgrpc.Replayed(trailer) {
+		t.Fatalf("the second attempt was not a replay (trailer %v): the test shows nothing", trailer)
+	}
 	if n := svc.calls.Load(); n != 1 {
 		t.Fatalf("the handler ran %d times, want 1", n)
 	}
