@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	mrand "math/rand/v2"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
@@ -44,12 +47,25 @@ type ClientOptions struct {
 	// is derived from the call's step. Nil means crypto/rand.Text (26
 	// random base32 characters).
 	NewKey func() string
+	// KeyField names a string field of the request message that carries
+	// the key, as the server's Options.KeyField does: AIP-155's
+	// "request_id". A call without a key of its own (WithKey, the
+	// metadata) whose request has the field non-empty gets the field's
+	// value as its key, sent in the metadata too, instead of a made one;
+	// the request is never modified. A key of the call's own that differs
+	// from the field is refused before sending (see NewClientInterceptor).
+	// A request that is not a protobuf message, or without the field as a
+	// singular string, or with it empty, has no key there. Empty means the
+	// field is not read: a server with KeyField then refuses a request
+	// whose field differs from the made key.
+	KeyField string
 }
 
 // NewClientInterceptor returns the unary client interceptor that gives
 // every logical call an idempotency key and keeps it across retries:
 // the caller's (WithKey, or an idempotency-key already in the outgoing
-// metadata), else a fresh one. The key travels in the metadata, so the
+// metadata), else, with KeyField, the request message's field (AIP-155's
+// request_id), else a fresh one. The key travels in the metadata, so the
 // retries of a service config retry policy, which resend the same
 // metadata, carry it too.
 //
@@ -72,7 +88,14 @@ type ClientOptions struct {
 // it is returned as an *OutcomeUnknownError, and so is the end of a call
 // an attempt of which may have run unanswered (see OutcomeUnknownError).
 // A replayed answer that settles the key is not retried: every retry would
-// get it again. Bad options are an error.
+// get it again.
+//
+// With KeyField, a call whose key of its own (WithKey, the metadata)
+// differs from the request's non-empty field is not sent: its error
+// matches idem.ErrInvalidKey and its status is INVALID_ARGUMENT with
+// reason KEY_INVALID, as an idem server with the same KeyField answers
+// it. Bad options are an error, a KeyField that is no protobuf field name
+// included.
 func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error) {
 	var opt ClientOptions
 	if o != nil {
@@ -81,7 +104,10 @@ func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error)
 	if opt.MaxAttempts < 0 || opt.BaseDelay < 0 || opt.MaxDelay < 0 || opt.PerAttemptTimeout < 0 {
 		return nil, errors.New("idemgrpc: NewClientInterceptor: negative MaxAttempts, BaseDelay, MaxDelay or PerAttemptTimeout")
 	}
-	c := &client{opt: opt}
+	c := &client{opt: opt, keyField: protoreflect.Name(opt.KeyField)}
+	if opt.KeyField != "" && !c.keyField.IsValid() {
+		return nil, fmt.Errorf("idemgrpc: NewClientInterceptor: KeyField %q is not a protobuf field name", opt.KeyField)
+	}
 	if c.opt.MaxAttempts == 0 {
 		c.opt.MaxAttempts = 4
 	}
@@ -104,8 +130,9 @@ func NewClientInterceptor(o *ClientOptions) (grpc.UnaryClientInterceptor, error)
 }
 
 type client struct {
-	opt     ClientOptions
-	methods map[string]bool // nil: all
+	opt      ClientOptions
+	keyField protoreflect.Name
+	methods  map[string]bool // nil: all
 }
 
 type keyContextKey struct{}
@@ -177,16 +204,33 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	if c.methods != nil && !c.methods[method] {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	key, ok := KeyFromContext(ctx)
-	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(MetadataKey)) > 0 {
+	key, _ := KeyFromContext(ctx)
+	md, _ := metadata.FromOutgoingContext(ctx)
+	inMD := len(md.Get(MetadataKey)) > 0
+	if inMD {
 		key = md.Get(MetadataKey)[0] // the caller set it; keep theirs
-	} else {
-		if !ok || key == "" {
-			var err error
-			if key, err = c.newKey(ctx); err != nil {
-				return &refusedError{method: method, err: err}
-			}
+	}
+	var field string
+	if msg, ok := req.(proto.Message); ok && c.keyField != "" {
+		field = fieldValue(msg, c.keyField)
+	}
+	switch {
+	case field != "" && (inMD || key != "") && key != field:
+		// The server with the same KeyField refuses it: sent, it would
+		// only cost a round trip and a retry budget to learn so.
+		return &refusedError{method: method, reason: ReasonKeyInvalid,
+			err: fmt.Errorf("%w: the call's key (WithKey or %s metadata) and field %s differ", idem.ErrInvalidKey, MetadataKey, c.keyField)}
+	case key == "" && field != "":
+		key = field // the caller's key, in the request: AIP-155
+	case key == "" && !inMD:
+		var err error
+		if key, err = c.newKey(ctx); err != nil {
+			return &refusedError{method: method, err: err}
 		}
+	}
+	if !inMD {
+		// In the metadata too: the server reads it there whatever its
+		// KeyField, and a service config retry policy resends it.
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
 	}
 	var err error
@@ -242,11 +286,14 @@ func (c *client) newKey(ctx context.Context) (string, error) {
 }
 
 // refusedError is a call the interceptor did not send, for want of a
-// key. Its status is INVALID_ARGUMENT, as the server answers a call
-// without a key it requires: the call as made lacks what its key needs,
-// and no retry, nor any change on the server, would help.
+// key, or with two keys that differ. Its status is INVALID_ARGUMENT, as
+// the server answers a call without a key it requires or with a metadata
+// key and a field that differ (with ErrorInfo reason, when set): the call
+// as made lacks what its key needs, and no retry, nor any change on the
+// server, would help.
 type refusedError struct {
 	method string
+	reason string // the ErrorInfo reason, "" for none
 	err    error
 }
 
@@ -261,6 +308,9 @@ func (e *refusedError) Error() string {
 func (e *refusedError) Unwrap() error { return e.err }
 
 func (e *refusedError) GRPCStatus() *status.Status {
+	if e.reason != "" {
+		return newStatus(codes.InvalidArgument, e.reason, e.Error(), 0, nil)
+	}
 	return status.New(codes.InvalidArgument, e.Error())
 }
 

@@ -102,14 +102,21 @@
 // # The client
 //
 // NewClientInterceptor attaches a key per logical call: the caller's
-// (WithKey, or an idempotency-key already in the outgoing metadata), else
-// a fresh random one, or, under an idempotency scope (a handler behind
+// (WithKey, or an idempotency-key already in the outgoing metadata), else,
+// with ClientOptions.KeyField, the request's field (AIP-155's request_id,
+// which the server with the same Options.KeyField reads: a made key would
+// differ from it, and the server refuses a call whose two keys differ),
+// else a fresh random one, or, under an idempotency scope (a handler behind
 // idemgrpc or idemhttp, work run by idem.Engine.Do, idemclient.WithScope),
 // idemclient.StepKey of the scope and of the step named with
 // idemclient.WithStep: the same on every run of the handler, so a run
 // taken over or repeated does not do the downstream work again. Under a
 // scope, a call whose context names no step is not sent: its error
-// matches idemclient.ErrNoStep, its status is INVALID_ARGUMENT. The
+// matches idemclient.ErrNoStep, its status is INVALID_ARGUMENT. Nor is a
+// call whose own key differs from its request's KeyField field: its error
+// matches idem.ErrInvalidKey, its status is INVALID_ARGUMENT (KEY_INVALID),
+// as the server would answer. The key goes in the metadata whatever its
+// source, and the request is never modified. The
 // interceptor's own retries, and those of a service config retry policy
 // (which resend the call's metadata), carry the same key. It
 // retries UNAVAILABLE, ABORTED and RESOURCE_EXHAUSTED up to

@@ -256,12 +256,7 @@ func (s *server) key(ctx context.Context, msg proto.Message) (string, error) {
 	if s.keyField == "" {
 		return key, nil
 	}
-	m := msg.ProtoReflect()
-	fd := m.Descriptor().Fields().ByName(s.keyField)
-	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() {
-		return key, nil
-	}
-	field := m.Get(fd).String()
+	field := fieldValue(msg, s.keyField)
 	switch {
 	case field == "":
 		return key, nil
@@ -269,6 +264,20 @@ func (s *server) key(ctx context.Context, msg proto.Message) (string, error) {
 		return "", fmt.Errorf("%w: %s metadata and field %s differ", idem.ErrInvalidKey, MetadataKey, s.keyField)
 	}
 	return field, nil
+}
+
+// fieldValue returns the string field name of msg, "" when msg has no
+// such singular string field (or msg is a nil message).
+func fieldValue(msg proto.Message, name protoreflect.Name) string {
+	m := msg.ProtoReflect()
+	if !m.IsValid() {
+		return ""
+	}
+	fd := m.Descriptor().Fields().ByName(name)
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() || fd.IsMap() {
+		return ""
+	}
+	return m.Get(fd).String()
 }
 
 func (s *server) tenantOf(ctx context.Context) (string, error) {

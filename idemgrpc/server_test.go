@@ -705,7 +705,7 @@ func TestOptions(t *testing.T) {
 	if _, err := idemgrpc.NewServerInterceptor(nil, &idemgrpc.Options{AllowAnonymous: true}); err == nil {
 		t.Error("NewServerInterceptor accepted a nil engine")
 	}
-	for _, o := range []*idemgrpc.ClientOptions{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {PerAttemptTimeout: -1}} {
+	for _, o := range []*idemgrpc.ClientOptions{{MaxAttempts: -1}, {BaseDelay: -1}, {MaxDelay: -1}, {PerAttemptTimeout: -1}, {KeyField: "request-id"}} {
 		if _, err := idemgrpc.NewClientInterceptor(o); err == nil {
 			t.Errorf("NewClientInterceptor accepted %+v", o)
 		}
