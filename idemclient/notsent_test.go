@@ -5,7 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
@@ -87,4 +90,44 @@ func TestRetryingAnsweredThenNotSentIsUnknown(t *testing.T) {
 	if len(keys) != 1 || !ok || unknown.Key != keys[0] || unknown.Attempts != 2 || !idemclient.Sent(err) {
 		t.Fatalf("503 then a refused dial: %v (server saw %q); want an *OutcomeUnknownError with the key sent, 2 attempts", err, keys)
 	}
+}
+
+// Under a lease that has ended, Transport refuses to send, and every
+// resend would be refused too: Retrying stops after the first attempt and
+// returns the lease's error, not sent, marked NotRun.
+func TestRetryingStopsWhenTheLeaseEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := memEngine(t, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
+		var attempts atomic.Int32
+		tr := &idemclient.Transport{Base: roundTripFunc(func(*http.Request) (*http.Response, error) {
+			return nil, errors.New("sent under an ended lease")
+		})}
+		counted := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			attempts.Add(1)
+			return tr.RoundTrip(r)
+		})
+		c, _ := newRetrying(t, counted, idemclient.RetryOptions{MaxAttempts: 3})
+		var sendErr error
+		_, _, err := e.Do(t.Context(), idem.Request{Tenant: "acme", Key: "late", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+			<-ctx.Done() // a pause outlives the lease
+			// A call the work lets finish whatever its context: only the
+			// lease, which the context still carries, stops the retries.
+			resp, err := post(t, c, idemclient.WithStep(context.WithoutCancel(ctx), "charge"), "http://provider.invalid", "x")
+			if err == nil {
+				resp.Body.Close()
+				return nil, errors.New("sent under an ended lease")
+			}
+			sendErr = err
+			return nil, err
+		})
+		if n := attempts.Load(); n != 1 {
+			t.Fatalf("Retrying made %d attempts under an ended lease; want 1", n)
+		}
+		if !errors.Is(sendErr, idem.ErrLeaseExpired) || idemclient.Sent(sendErr) || errors.Is(sendErr, idem.ErrOutcomeUnknown) {
+			t.Fatalf("under an ended lease: %v (Sent %t); want ErrLeaseExpired, not sent", sendErr, idemclient.Sent(sendErr))
+		}
+		if !idem.Retryable(err) {
+			t.Fatalf("Do = %v; want the key released", err)
+		}
+	})
 }

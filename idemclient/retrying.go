@@ -76,7 +76,8 @@ type RetryOptions struct {
 // the last error: send the request again under that key, never a new one,
 // or it may run twice. When no attempt left (a Transport saw each dial
 // refused), it returns the last error as it is: Sent is false, and it is
-// marked idem.NotRun, so that idem.Engine.Do releases the key.
+// marked idem.NotRun, so that idem.Engine.Do releases the key. An attempt
+// Transport refused because the lease ended is not retried.
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
@@ -241,8 +242,10 @@ func (r *Retrying) wait(attempt int, resp *http.Response) time.Duration {
 // retryable reports whether the outcome of one attempt is worth another.
 func retryable(resp *http.Response, err error) bool {
 	if err != nil {
-		// Our own refusals do not change by resending.
-		return !errors.Is(err, ErrNoScope) && !errors.Is(err, ErrNoStep) && !errors.Is(err, ErrBodyNotReplayable)
+		// Our own refusals do not change by resending, nor does a lease
+		// that ended: Transport refuses every attempt under it.
+		return !errors.Is(err, ErrNoScope) && !errors.Is(err, ErrNoStep) && !errors.Is(err, ErrBodyNotReplayable) &&
+			!errors.Is(err, idem.ErrLeaseExpired) && !errors.Is(err, idem.ErrLeaseLost)
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusConflict, code == http.StatusTooManyRequests:
