@@ -69,10 +69,15 @@ type RetryOptions struct {
 // retries 422 or any other 4xx. Requests with neither a key nor an idempotent
 // method (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) are sent once.
 //
-// When the attempts end on a network error after a request may have left,
-// RoundTrip returns an *OutcomeUnknownError whose Key is the key it was
-// sent with (the one it made, too) and whose Err is the last error: send
-// the request again under that key, never a new one, or it may run twice.
+// When the attempts end on a network error after some attempt may have
+// reached the server (it got any response, even a 429 or a 503, or Sent
+// says it may have left), RoundTrip returns an *OutcomeUnknownError whose
+// Key is the key it was sent with (the one it made, too) and whose Err is
+// the last error: send the request again under that key, never a new one,
+// or it may run twice. When no attempt left (a Transport saw each dial
+// refused), it returns the last error as it is: Sent is false, and it is
+// marked idem.NotRun, so that idem.Engine.Do releases the key. An attempt
+// Transport refused because the lease ended is not retried.
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
 // for in-memory bodies. Cancelling the request's context stops the retries
@@ -157,9 +162,17 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	// key Retrying made is known nowhere else): a later 409 key_in_flight,
 	// a load balancer's 503 or a cancelled wait says nothing of it.
 	var pending *OutcomeUnknownError
+	// reached: some attempt may have reached the server, so that a later
+	// network error cannot say that the request did not run. An attempt
+	// that got any response did, whatever its status: a 502 or 504 may
+	// come from a proxy after its upstream ran the request, and a 409,
+	// 429 or 503 is not proof enough that nothing ran. One that failed
+	// without a response may have, unless Sent says nothing was sent.
+	var reached bool
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
-		ue := unknownError(out, resp, err, attempt)
+		reached = reached || err == nil || Sent(err)
+		ue := unknownError(out, resp, err, attempt, reached)
 		if ue != nil {
 			pending = ue
 		} else if pending != nil {
@@ -229,8 +242,10 @@ func (r *Retrying) wait(attempt int, resp *http.Response) time.Duration {
 // retryable reports whether the outcome of one attempt is worth another.
 func retryable(resp *http.Response, err error) bool {
 	if err != nil {
-		// Our own refusals do not change by resending.
-		return !errors.Is(err, ErrNoScope) && !errors.Is(err, ErrNoStep) && !errors.Is(err, ErrBodyNotReplayable)
+		// Our own refusals do not change by resending, nor does a lease
+		// that ended: Transport refuses every attempt under it.
+		return !errors.Is(err, ErrNoScope) && !errors.Is(err, ErrNoStep) && !errors.Is(err, ErrBodyNotReplayable) &&
+			!errors.Is(err, idem.ErrLeaseExpired) && !errors.Is(err, idem.ErrLeaseLost)
 	}
 	switch code := resp.StatusCode; {
 	case code == http.StatusConflict, code == http.StatusTooManyRequests:
@@ -304,10 +319,10 @@ var ErrOutcomeUnknown = idem.ErrOutcomeUnknown
 // OutcomeUnknownError is returned by Retrying when its retries ended on an
 // answer saying that the request's outcome is unknown (it may have taken
 // effect, no result is known yet, and the server will not run it again),
-// or on a network error after the request may have left (Err). It did not
-// fail: retry later with the same Key to get its result (once the server
-// has reconciled it), or ask its operator; do not send it again under a
-// new key unless running it twice is acceptable.
+// or on a network error after some attempt may have reached the server
+// (Err). It did not fail: retry later with the same Key to get its result
+// (once the server has reconciled it), or ask its operator; do not send it
+// again under a new key unless running it twice is acceptable.
 type OutcomeUnknownError struct {
 	Method, URL string
 	Key         string // the Idempotency-Key the request was sent with
@@ -384,12 +399,15 @@ func last(resp *http.Response, err error, pending *OutcomeUnknownError, lastUnkn
 }
 
 // unknownError returns the *OutcomeUnknownError of an attempt whose
-// outcome is unknown, or nil; resp stays readable.
-func unknownError(out *http.Request, resp *http.Response, err error, attempts int) *OutcomeUnknownError {
+// outcome is unknown, or nil; resp stays readable. reached says whether
+// this attempt or an earlier one may have reached the server.
+func unknownError(out *http.Request, resp *http.Response, err error, attempts int, reached bool) *OutcomeUnknownError {
 	if err != nil {
-		// No answer: unless the only attempt provably never left, it may
-		// have run, and the caller needs the key to ask for its result.
-		if key := keyOf(out.Header); key != "" && (attempts > 1 || Sent(err)) {
+		// No answer: it may have run, and the caller needs the key to ask
+		// for its result, unless every attempt provably never left. Then
+		// the error stays as it is, marked idem.NotRun by Transport, and
+		// a key held under idem is released rather than kept UNKNOWN.
+		if key := keyOf(out.Header); key != "" && reached {
 			return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: err}
 		}
 		return nil
