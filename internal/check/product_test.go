@@ -151,7 +151,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 // format and problem+json, takeover run from the file and unknown from
 // IDEM_TAKEOVER, the flag over the variable and the variable with no
 // flag, a reload refused for a restart-only change and for a route's
-// lease, statuses overrides, the key in the
+// lease and a lookup's host, statuses overrides, the key in the
 // body, both reconcile lookups, a key retention, an admin token. Profile 2
 // keeps the free draw. A short campaign runs productProfiles consecutive
 // seeds, one of each, so that no knob is left to a seed's luck.
