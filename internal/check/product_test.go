@@ -151,7 +151,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 // format and problem+json, takeover run from the file and unknown from
 // IDEM_TAKEOVER, the flag over the variable and the variable with no
 // flag, a reload refused for a restart-only change and for a route's
-// lease, statuses overrides, the key in the
+// lease and a lookup's host, statuses overrides, the key in the
 // body, both reconcile lookups, a key retention, an admin token. Profile 2
 // keeps the free draw. A short campaign runs productProfiles consecutive
 // seeds, one of each, so that no knob is left to a seed's luck.
@@ -215,8 +215,18 @@ func (n *productConfig) keep(c *productConfig) {
 
 // invalidReloads are the files a reload must refuse, keeping the running
 // configuration: a restart-only setting changed, a route whose lease is
-// shorter than its upstream timeout, a file that is not YAML.
-var invalidReloads = []string{"store", "takeover", "lease", "yaml"}
+// shorter than its upstream timeout, a file that is not YAML, a route's
+// reconcile URL with {key} in its host (a client's key would pick the
+// server the lookup's token goes to).
+var invalidReloads = []string{"store", "takeover", "lease", "yaml", "reconcile-host"}
+
+// lookups reports whether a route of c has its own reconcile URL: a
+// gateway started without one refuses any reload that adds one, so the
+// "reconcile-host" file of a c without one would be refused for that,
+// whatever its host.
+func (c *productConfig) lookups() bool {
+	return slices.ContainsFunc(c.routes, func(rt productRoute) bool { return rt.reconcileURL != "" })
+}
 
 // invalidFile is c's file broken the way kind says.
 func (c *productConfig) invalidFile(kind string) string {
@@ -232,6 +242,13 @@ func (c *productConfig) invalidFile(kind string) string {
 		return strings.Replace(f, "takeover: "+c.takeover+"\n", "takeover: "+other+"\n", 1)
 	case "lease":
 		return strings.Replace(f, "    name: payments\n", "    name: payments\n    lease: 100ms\n    upstream-timeout: 1s\n", 1)
+	case "reconcile-host": // c.lookups(): else the start's lack of a lookup refuses it
+		// Valid YAML, {key} in the path too: only the host's {key} is amiss.
+		host := "    reconcile-url: http://{key}.lookup.invalid/lookup/orders/{key}\n"
+		if was := c.routes[0].reconcileURL; was != "" {
+			return strings.Replace(f, "    reconcile-url: "+was+"\n", host, 1)
+		}
+		return strings.Replace(f, "    name: orders\n", "    name: orders\n"+host, 1)
 	}
 	return f + "routes: [\n"
 }
@@ -485,7 +502,7 @@ type productEnv struct {
 	up      *productUpstream
 	cfg     *productConfig // the configuration the run starts on: what a reload cannot change is read here
 	next    *productConfig // the one it reloads to (nil: no reload this run)
-	invalid string         // the broken file refused before the reload ("": none), of invalidReloads
+	invalid []string       // the broken files refused, in turn, before the reload, of invalidReloads
 	seed    uint64
 	tenants []string
 	segs    map[string]string   // the gateway's tenant (Idempotency-Tenant) → the run's tenant
@@ -605,13 +622,39 @@ func buildIdem(t *testing.T) string {
 	return bin
 }
 
+// drawReloads draws from seed whether the run on c (forced) reloads, and
+// the broken files it refuses first, in turn. Profiles 0 and 1 reload
+// after the file drawn, if any, and a file refused for a restart-only
+// change, or for a route's lease and for a lookup's host (both their
+// routes have one).
+func drawReloads(seed uint64, c *productConfig) (reload bool, invalid []string) {
+	rng := rand.New(rand.NewPCG(seed, 79))
+	if rng.IntN(5) > 0 {
+		reload = true
+		if rng.IntN(3) > 0 {
+			kinds := slices.DeleteFunc(slices.Clone(invalidReloads), func(k string) bool {
+				// IDEM_TAKEOVER shadows the file's takeover: changing it changes nothing.
+				return k == "takeover" && c.envTakeover || k == "reconcile-host" && !c.lookups()
+			})
+			invalid = []string{kinds[rng.IntN(len(kinds))]}
+		}
+	}
+	forced := [][]string{{"store"}, {"lease", "reconcile-host"}, nil}[seed%productProfiles]
+	for _, k := range forced {
+		if !slices.Contains(invalid, k) {
+			invalid = append(invalid, k)
+		}
+	}
+	return reload || forced != nil, invalid
+}
+
 // prepare draws the run's configuration, writes it, and starts both
 // gateways on it.
 func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) {
 	pe.seed = seed
 	pe.count = map[string]int{}
 	pe.cfg = drawProductConfig(seed, pe.store.draw(seed).url, "http://"+pe.up.addr)
-	pe.next, pe.invalid, pe.reloadErr = nil, "", nil
+	pe.next, pe.invalid, pe.reloadErr = nil, nil, nil
 	pe.epoch.Store(0)
 	pe.reloading.Store(false)
 	pe.cfg.force(seed)
@@ -622,24 +665,9 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 		// (fenceOrder), whatever the faults drawn.
 		pe.clock.arm(-500 * time.Millisecond)
 	}
-	rng := rand.New(rand.NewPCG(seed, 79))
-	if rng.IntN(5) > 0 {
+	var reload bool
+	if reload, pe.invalid = drawReloads(seed, pe.cfg); reload {
 		pe.next = pe.cfg.drawReload(seed)
-		if rng.IntN(3) > 0 {
-			kinds := invalidReloads
-			if pe.cfg.envTakeover { // the variable shadows the file's takeover: changing it changes nothing
-				kinds = slices.DeleteFunc(slices.Clone(kinds), func(k string) bool { return k == "takeover" })
-			}
-			pe.invalid = kinds[rng.IntN(len(kinds))]
-		}
-	}
-	if p := seed % productProfiles; p < 2 { // a reload, after a file refused for a restart-only change or a route's lease
-		if pe.next == nil {
-			pe.next = pe.cfg.drawReload(seed)
-		}
-		pe.invalid = []string{"store", "lease"}[p]
-	}
-	if pe.next != nil {
 		pe.next.force(seed)
 		pe.next.keep(pe.cfg)
 	}
@@ -665,8 +693,8 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	}
 	text := pe.cfg.text()
 	if pe.next != nil {
-		if pe.invalid != "" {
-			text += fmt.Sprintf("# reloaded (SIGHUP) mid-run, first to a file the gateway must refuse (%s):\n%s", pe.invalid, pe.cfg.invalidFile(pe.invalid))
+		for _, kind := range pe.invalid {
+			text += fmt.Sprintf("# reloaded (SIGHUP) mid-run, first to a file the gateway must refuse (%s):\n%s", kind, pe.cfg.invalidFile(kind))
 		}
 		text += "# then reloaded (SIGHUP) to:\n" + pe.next.file()
 	}
@@ -1410,8 +1438,8 @@ func (pe *productEnv) runningConfig(ctx context.Context, g *gatewayProc) string 
 // before the file is written until then, a request may run under either
 // configuration (epoch 1).
 func (pe *productEnv) reload(ctx context.Context) error {
-	if pe.invalid != "" {
-		if err := pe.reloadInvalid(ctx); err != nil {
+	for _, kind := range pe.invalid {
+		if err := pe.reloadInvalid(ctx, kind); err != nil {
 			return err
 		}
 	}
@@ -1455,10 +1483,10 @@ func (pe *productEnv) reload(ctx context.Context) error {
 	return nil
 }
 
-// reloadInvalid writes the broken file, sends SIGHUP, and checks that
-// every running gateway refused it and still runs what it ran; then puts
-// the file back.
-func (pe *productEnv) reloadInvalid(ctx context.Context) error {
+// reloadInvalid writes the file broken the way kind says, sends SIGHUP,
+// and checks that every running gateway refused it and still runs what it
+// ran; then puts the file back.
+func (pe *productEnv) reloadInvalid(ctx context.Context, kind string) error {
 	pe.fileMu.Lock()
 	defer pe.fileMu.Unlock()
 	type before struct {
@@ -1471,7 +1499,7 @@ func (pe *productEnv) reloadInvalid(ctx context.Context) error {
 			was[g] = b
 		}
 	}
-	if err := os.WriteFile(pe.file, []byte(pe.cfg.invalidFile(pe.invalid)), 0o644); err != nil {
+	if err := os.WriteFile(pe.file, []byte(pe.cfg.invalidFile(kind)), 0o644); err != nil {
 		return err
 	}
 	for g, b := range was {
@@ -1486,12 +1514,12 @@ func (pe *productEnv) reloadInvalid(ctx context.Context) error {
 			sleep(ctx, 20*time.Millisecond)
 		}
 		if pe.reloads(ctx, g, "success") > b.successes {
-			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s applied a configuration it must refuse (%s)", g.listen, pe.invalid)})
+			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s applied a configuration it must refuse (%s)", g.listen, kind)})
 		}
 		if now := pe.runningConfig(ctx, g); now != b.config {
-			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s runs another configuration after a refused reload (%s): %.200s", g.listen, pe.invalid, now)})
+			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s runs another configuration after a refused reload (%s): %.200s", g.listen, kind, now)})
 		}
-		pe.did("reload refused " + pe.invalid)
+		pe.did("reload refused " + kind)
 	}
 	return os.WriteFile(pe.file, []byte(pe.cfg.file()), 0o644)
 }
