@@ -100,7 +100,7 @@ func drawProductConfig(seed uint64, storeURL, upstream string) *productConfig {
 		c.keyRetention = c.retention + 4*time.Second
 	}
 	if rng.IntN(2) == 0 {
-		c.adminToken = fmt.Sprintf("admin-token-%d", seed)
+		c.adminToken = fmt.Sprintf("admin-token-%08d", seed) // 16 bytes at least: idem refuses a shorter token
 	}
 	orders := productRoute{name: "orders", pattern: "POST /v1/orders", ns: "o", ignoreNote: rng.IntN(2) == 0}
 	if rng.IntN(2) == 0 {
@@ -178,7 +178,7 @@ func (c *productConfig) force(seed uint64) {
 		c.keyRetention = c.retention + 4*time.Second
 	}
 	if c.adminToken == "" {
-		c.adminToken = fmt.Sprintf("admin-token-%d", seed)
+		c.adminToken = fmt.Sprintf("admin-token-%08d", seed) // 16 bytes at least: idem refuses a shorter token
 	}
 	c.routes[0].keyFrom = "json:/request_id"
 	for i := range 2 {
