@@ -131,3 +131,76 @@ func TestRetryingStopsWhenTheLeaseEnded(t *testing.T) {
 		}
 	})
 }
+
+// A POST that ran and answered 303, whose redirect's dial is refused: the
+// redirect's request never left, but the POST reached the server, and the
+// key must not be released (it was, and a second Do ran the POST again).
+// So with Transport alone and under Retrying.
+func TestRedirectedThenRefusedIsUnknown(t *testing.T) {
+	away := refusedURL(t)
+	var posts atomic.Int32
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+		}
+		http.Redirect(w, r, away+"/charges/1", http.StatusSeeOther)
+	})
+	retrying, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 3})
+	for name, c := range map[string]*http.Client{
+		"Transport": {Transport: &idemclient.Transport{Base: transport(t)}},
+		"Retrying":  retrying,
+	} {
+		t.Run(name, func(t *testing.T) {
+			posts.Store(0)
+			e := memEngine(t, nil)
+			for range 2 {
+				_, _, err := e.Do(t.Context(), idem.Request{Tenant: "acme", Key: "order-1", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+					resp, err := post(t, c, idemclient.WithStep(ctx, "charge"), srv.URL, "x")
+					if err == nil {
+						resp.Body.Close()
+						return nil, errors.New("a refused port answered")
+					}
+					if !idemclient.Sent(err) {
+						t.Errorf("after a redirect, Sent(%v) = false; want true: the POST reached the server", err)
+					}
+					return nil, err
+				})
+				if err == nil || idem.Retryable(err) {
+					t.Fatalf("Do = %v; want the key kept (the POST ran), not released", err)
+				}
+			}
+			if n := posts.Load(); n != 1 {
+				t.Fatalf("the POST ran %d times; want 1", n)
+			}
+		})
+	}
+}
+
+// Retrying that stops before a retry (its wait cut by the context's end)
+// after attempts that all provably never left: the request did not run,
+// and the error says so (not sent, idem.NotRun), as when the attempts run
+// out; it used to leave the key UNKNOWN.
+func TestRetryingStoppedBeforeAnySendIsNotRun(t *testing.T) {
+	url := refusedURL(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	c, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 3,
+		Sleep: func(context.Context, time.Duration) error { cancel(); return context.Canceled }})
+	e := memEngine(t, nil)
+	var sendErr error
+	_, _, err := e.Do(t.Context(), idem.Request{Tenant: "acme", Key: "order-1", NoFingerprint: true}, func(_ context.Context, l *idem.Lease) ([]byte, error) {
+		resp, err := post(t, c, idemclient.WithStep(idemclient.WithScope(ctx, "acme", "order-1"), "charge"), url, "x")
+		if err == nil {
+			resp.Body.Close()
+			return nil, errors.New("a refused port answered")
+		}
+		sendErr = err
+		return nil, err
+	})
+	if idemclient.Sent(sendErr) || errors.Is(sendErr, idem.ErrOutcomeUnknown) || !errors.Is(sendErr, context.Canceled) {
+		t.Fatalf("stopped after a refused dial: %v (Sent %t); want the context's error, not sent, not an unknown outcome", sendErr, idemclient.Sent(sendErr))
+	}
+	if !idem.Retryable(err) {
+		t.Fatalf("Do = %v; want the key released (NotRun)", err)
+	}
+}

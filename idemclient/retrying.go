@@ -167,8 +167,10 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	// that got any response did, whatever its status: a 502 or 504 may
 	// come from a proxy after its upstream ran the request, and a 409,
 	// 429 or 503 is not proof enough that nothing ran. One that failed
-	// without a response may have, unless Sent says nothing was sent.
-	var reached bool
+	// without a response may have, unless Sent says nothing was sent. A
+	// redirect's request (http.Client sets its Response) follows one that
+	// reached a server.
+	reached := req.Response != nil
 	for attempt := 1; ; attempt++ {
 		resp, err := r.base.RoundTrip(out)
 		reached = reached || err == nil || Sent(err)
@@ -183,7 +185,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if ctx.Err() != nil {
 			discard(resp)
-			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err()))
+			return nil, stopped(out, attempt, pending, reached, fmt.Errorf("idemclient: %s %s: %w", req.Method, req.URL.Redacted(), ctx.Err()))
 		}
 		wait := r.wait(attempt, resp)
 		if waited+wait > r.maxWait {
@@ -192,14 +194,14 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		body, bodyErr := nextBody(req)
 		if bodyErr != nil {
 			discard(resp)
-			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: %w, to retry after %s", req.Method, req.URL.Redacted(), bodyErr, outcome(resp, err)))
+			return nil, stopped(out, attempt, pending, reached, fmt.Errorf("idemclient: %s %s: %w, to retry after %s", req.Method, req.URL.Redacted(), bodyErr, outcome(resp, err)))
 		}
 		discard(resp)
 		if err := r.sleep(ctx, wait); err != nil {
 			if body != nil {
 				body.Close()
 			}
-			return nil, stopped(pending, fmt.Errorf("idemclient: %s %s: waiting to retry: %w", req.Method, req.URL.Redacted(), err))
+			return nil, stopped(out, attempt, pending, reached, fmt.Errorf("idemclient: %s %s: waiting to retry: %w", req.Method, req.URL.Redacted(), err))
 		}
 		waited += wait
 		out = out.Clone(ctx)
@@ -420,17 +422,24 @@ func unknownError(out *http.Request, resp *http.Response, err error, attempts in
 		Status: resp.StatusCode, Code: code, Attempts: attempts}
 }
 
-// stopped returns the error of a RoundTrip that stopped before its next
-// attempt for cause (a cancelled context, a body it cannot send again):
-// cause itself, or, when the last attempt's outcome is unknown (pending),
-// pending with cause in its Err, so that the caller keeps the key.
-func stopped(pending *OutcomeUnknownError, cause error) error {
-	if pending == nil {
-		return cause
+// stopped is the error of a RoundTrip that ends, for cause, before the
+// answer of its retry (the caller's context ended, the body could not be
+// had again, the wait was cut) after attempts of out: the unknown outcome
+// pending, with cause; else, when an attempt may have reached the server,
+// an unknown outcome with out's key, which the caller needs to ask for the
+// result; else, nothing having been sent, cause marked idem.NotRun.
+func stopped(out *http.Request, attempts int, pending *OutcomeUnknownError, reached bool, cause error) error {
+	switch key := keyOf(out.Header); {
+	case pending != nil:
+		if pending.Err != nil {
+			cause = fmt.Errorf("%w, after %w", cause, pending.Err)
+		}
+		pending.Err = cause
+		return pending
+	case !reached:
+		return &sendError{err: idem.NotRun(cause)}
+	case key != "":
+		return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: cause}
 	}
-	if pending.Err != nil {
-		cause = fmt.Errorf("%w, after %w", cause, pending.Err)
-	}
-	pending.Err = cause
-	return pending
+	return cause
 }

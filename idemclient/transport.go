@@ -38,9 +38,17 @@ type Transport struct {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
+	// A redirect's request (http.Client sets its Response) follows one
+	// that reached a server: whatever becomes of it, the request may have
+	// run there.
+	redirected := r.Response != nil
 	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
-			return nil, &sendError{err: idem.NotRun(fmt.Errorf("idemclient: not sent, the lease ended first: %w", err))}
+			err = fmt.Errorf("idemclient: not sent, the lease ended first: %w", err)
+			if redirected {
+				return nil, &sendError{sent: true, err: err}
+			}
+			return nil, &sendError{err: idem.NotRun(err)}
 		}
 	}
 	base := t.Base
@@ -62,7 +70,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(r)
 	if err != nil {
-		sent := !traced || w.mayHaveReached(r)
+		sent := !traced || redirected || w.mayHaveReached(r)
 		if !sent { // Do releases the key of work that returns it as it is
 			err = idem.NotRun(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -51,8 +52,9 @@ type ClientOptions struct {
 	// the key, as the server's Options.KeyField does: AIP-155's
 	// "request_id". A call without a key of its own (WithKey, the
 	// metadata) whose request has the field non-empty gets the field's
-	// value as its key, sent in the metadata too, instead of a made one;
-	// the request is never modified. A key of the call's own that differs
+	// value as its key, sent in the metadata too (unless metadata cannot
+	// carry it as it is: not printable ASCII, or a space at an end), instead
+	// of a made one; the request is never modified. A key of the call's own that differs
 	// from the field is refused before sending (see NewClientInterceptor).
 	// A request that is not a protobuf message, or without the field as a
 	// singular string, or with it empty, has no key there. Empty means the
@@ -215,7 +217,10 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		field = fieldValue(msg, c.keyField)
 	}
 	switch {
-	case field != "" && (inMD || key != "") && key != field:
+	case field != "" && inMD && key == "":
+		return &refusedError{method: method, reason: ReasonKeyInvalid,
+			err: fmt.Errorf("%w: empty %s metadata", idem.ErrInvalidKey, MetadataKey)}
+	case field != "" && key != "" && key != field:
 		// The server with the same KeyField refuses it: sent, it would
 		// only cost a round trip and a retry budget to learn so.
 		return &refusedError{method: method, reason: ReasonKeyInvalid,
@@ -228,7 +233,11 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 			return &refusedError{method: method, err: err}
 		}
 	}
-	if !inMD {
+	// A field's key that metadata cannot carry as it is (not printable
+	// ASCII: grpc-go refuses it; a space at an end: proxies trim it) goes
+	// in the field only, where the server with the same KeyField reads it.
+	fieldOnly := key == field && !metadataValue(key)
+	if !inMD && !fieldOnly {
 		// In the metadata too: the server reads it there whatever its
 		// KeyField, and a service config retry policy resends it.
 		ctx = metadata.AppendToOutgoingContext(ctx, MetadataKey, key)
@@ -356,6 +365,18 @@ func mayHaveRun(st *status.Status) bool {
 		return r != ReasonStoreFull
 	}
 	return false
+}
+
+// metadataValue says whether s goes in gRPC metadata as it is: printable
+// ASCII (grpc-go refuses the rest) without a space at either end (the
+// server refuses a key with one, which a proxy would trim).
+func metadataValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return strings.Trim(s, " ") == s
 }
 
 // settles says whether a failed attempt's status is the key's stored

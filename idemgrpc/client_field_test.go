@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/dynamicpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idem"
@@ -162,7 +163,7 @@ func TestClientKeyFieldUnsetOrAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, req := range []any{"not a protobuf message", nil, (*wrapperspb.StringValue)(nil)} {
+	for _, req := range []any{"not a protobuf message", nil, (*wrapperspb.StringValue)(nil), (*dynamicpb.Message)(nil)} {
 		var sent []string
 		invoker := func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 			md, _ := metadata.FromOutgoingContext(ctx)
@@ -187,5 +188,32 @@ func TestClientKeyFieldUnderScope(t *testing.T) {
 	}
 	if keys := r.seen(); !slices.Equal(keys, []string{"req-1", "req-1"}) {
 		t.Fatalf("the server received keys %q, want the field's twice", keys)
+	}
+}
+
+// A request_id that gRPC metadata cannot carry as it is (not printable
+// ASCII, which grpc-go refuses with INTERNAL; a space at an end, which the
+// server refuses in metadata) is the key all the same: it goes in the
+// field only, where the server with the same KeyField reads it, and a
+// retry of the call finds it replayed. It used to fail before the server.
+func TestClientKeyFieldMetadataCannotCarry(t *testing.T) {
+	ctx := testContext(t)
+	for _, id := range []string{"réf-1", " refund-9", "refund-9 "} {
+		st := newFaultStore(memStore(t), nil)
+		conn, received := aip155Server(t, st, &idemgrpc.ClientOptions{KeyField: "request_id"})
+		out := new(wrapperspb.StringValue)
+		if err := conn.Invoke(ctx, refundMethod, newRefund(id, 7), out); err != nil || out.GetValue() != "refunded 7" {
+			t.Fatalf("request_id %q: got %q, %v", id, out.GetValue(), err)
+		}
+		var trailer metadata.MD
+		if err := conn.Invoke(ctx, refundMethod, newRefund(id, 7), out, grpc.Trailer(&trailer)); err != nil || !idemgrpc.Replayed(trailer) {
+			t.Fatalf("request_id %q again: replayed=%v, %v", id, idemgrpc.Replayed(trailer), err)
+		}
+		st.mu.Lock()
+		keys := slices.Clone(st.keys)
+		st.mu.Unlock()
+		if !slices.Equal(keys, []string{id, id}) || received.Load() != 2 {
+			t.Fatalf("request_id %q: acquires with keys %q, %d calls received; want it twice", id, keys, received.Load())
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -269,6 +270,9 @@ func (s *server) key(ctx context.Context, msg proto.Message) (string, error) {
 // fieldValue returns the string field name of msg, "" when msg has no
 // such singular string field (or msg is a nil message).
 func fieldValue(msg proto.Message, name protoreflect.Name) string {
+	if v := reflect.ValueOf(msg); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return "" // a nil message, typed or not: ProtoReflect may dereference it
+	}
 	m := msg.ProtoReflect()
 	if !m.IsValid() {
 		return ""
