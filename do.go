@@ -244,8 +244,10 @@ var errUnknownUnsaid = errors.New("the work's outcome is unknown")
 //		return nil, idem.NotRun(err)
 //	}
 //
-// An error marked both NotRun and OutcomeUnknown is an unknown outcome:
-// the safe reading wins. errors.Is and errors.As find err in the result.
+// An error marked both NotRun and OutcomeUnknown is an unknown outcome,
+// and so is a NotRun joined with an error not marked (errors.Join, or an
+// fmt.Errorf with several %w): the safe reading wins. errors.Is and
+// errors.As find err in the result.
 func NotRun(err error) error {
 	if err == nil {
 		err = errNotRunUnsaid

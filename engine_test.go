@@ -327,6 +327,30 @@ func TestDoReleasesOnlyNotRun(t *testing.T) {
 	}
 }
 
+// A NotRun among joined errors does not speak for the others: one of them
+// may have come after the effect, so the key turns UNKNOWN; all of them
+// NotRun (or one NotRun wrapped alone) release it. It used to release on
+// a NotRun anywhere in the tree.
+func TestDoReleasesOnlyWhenEveryJoinedErrorIsNotRun(t *testing.T) {
+	e := newEngine(t, mustMem(t), nil)
+	notSent := idem.NotRun(errors.New("notify: connection refused"))
+	for name, c := range map[string]struct {
+		err     error
+		release bool
+	}{
+		"join with a plain error":   {errors.Join(errors.New("charge: reset after send"), notSent), false},
+		"two %w, one plain":         {fmt.Errorf("charge: %w; notify: %w", errors.New("reset"), notSent), false},
+		"join of two NotRun":        {errors.Join(notSent, idem.NotRun(errors.New("quota"))), true},
+		"one NotRun wrapped":        {fmt.Errorf("notify: %w", notSent), true},
+		"an empty join is no error": {fmt.Errorf("nothing: %w", errors.Join()), false},
+	} {
+		_, _, err := e.Do(context.Background(), idem.Request{Key: name, NoFingerprint: true}, func(context.Context, *idem.Lease) ([]byte, error) { return nil, c.err })
+		if idem.Retryable(err) != c.release || errors.Is(err, idem.ErrOutcomeUnknown) == c.release {
+			t.Errorf("%s: Do = %v; want released %t", name, err, c.release)
+		}
+	}
+}
+
 func TestDoMismatch(t *testing.T) {
 	e := newEngine(t, mustMem(t), nil)
 	ok := func(context.Context, *idem.Lease) ([]byte, error) { return []byte("x"), nil }

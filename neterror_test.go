@@ -18,8 +18,9 @@ import (
 // sent and whose connection then broke returns the client's error as it
 // is (a *url.Error, a net.Error): the call may have taken effect, so Do
 // keeps the key UNKNOWN instead of releasing it, and the next Do does not
-// run the work again. A call that provably never left (idemclient.Transport
-// saw nothing written) still releases the key.
+// run the work again. A work whose one call provably never left
+// (idemclient.Sent false) says so with idem.NotRun, and the key is
+// released.
 func TestDoNetworkErrorAfterSendIsUnknown(t *testing.T) {
 	var effects atomic.Int64
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -75,6 +76,9 @@ func TestDoNetworkErrorAfterSendIsUnknown(t *testing.T) {
 			runs++
 			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:1", strings.NewReader("charge"))
 			resp, err := (&http.Client{Transport: &idemclient.Transport{Base: tr}}).Do(req)
+			if err != nil && !idemclient.Sent(err) {
+				return nil, idem.NotRun(err) // the work's one call never left
+			}
 			if err != nil {
 				return nil, err
 			}

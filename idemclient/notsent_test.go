@@ -2,9 +2,13 @@ package idemclient_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -57,7 +61,10 @@ func TestRetryingNeverSentIsNotUnknown(t *testing.T) {
 			return nil, errors.New("a refused port answered")
 		}
 		sendErr = err
-		return nil, err // as it is: NotRun only if Retrying kept Transport's mark
+		if !idemclient.Sent(err) {
+			return nil, idem.NotRun(err) // the work's one call never left
+		}
+		return nil, err
 	})
 	if n := len(s.recorded()); n != 2 {
 		t.Fatalf("Retrying waited %d times; want 2 (3 attempts)", n)
@@ -118,6 +125,9 @@ func TestRetryingStopsWhenTheLeaseEnded(t *testing.T) {
 				return nil, errors.New("sent under an ended lease")
 			}
 			sendErr = err
+			if !idemclient.Sent(err) {
+				return nil, idem.NotRun(err)
+			}
 			return nil, err
 		})
 		if n := attempts.Load(); n != 1 {
@@ -195,6 +205,9 @@ func TestRetryingStoppedBeforeAnySendIsNotRun(t *testing.T) {
 			return nil, errors.New("a refused port answered")
 		}
 		sendErr = err
+		if !idemclient.Sent(err) {
+			return nil, idem.NotRun(err)
+		}
 		return nil, err
 	})
 	if idemclient.Sent(sendErr) || errors.Is(sendErr, idem.ErrOutcomeUnknown) || !errors.Is(sendErr, context.Canceled) {
@@ -202,5 +215,110 @@ func TestRetryingStoppedBeforeAnySendIsNotRun(t *testing.T) {
 	}
 	if !idem.Retryable(err) {
 		t.Fatalf("Do = %v; want the key released (NotRun)", err)
+	}
+}
+
+// A work that charged through Transport, then failed on a second call
+// that never left and wrapped its error: the charge ran, so the key must
+// stay UNKNOWN. Transport used to mark every not-sent error idem.NotRun,
+// which the wrap carried to Do: the key was released, and the next Do
+// charged again.
+func TestNotSentAfterAnEffectKeepsTheKey(t *testing.T) {
+	var charges atomic.Int32
+	provider := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+		charges.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	notifier := refusedURL(t)
+	c := &http.Client{Transport: &idemclient.Transport{Base: transport(t)}}
+	e := memEngine(t, nil)
+	for range 2 {
+		_, _, err := e.Do(t.Context(), idem.Request{Tenant: "acme", Key: "order-1", NoFingerprint: true}, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+			resp, err := post(t, c, idemclient.WithStep(ctx, "charge"), provider.URL, "x")
+			if err != nil {
+				return nil, err
+			}
+			resp.Body.Close()
+			if _, err := post(t, c, idemclient.WithStep(ctx, "notify"), notifier, "x"); err != nil {
+				return nil, fmt.Errorf("notify: %w", err)
+			}
+			return nil, errors.New("a refused port answered")
+		})
+		if err == nil || idem.Retryable(err) {
+			t.Fatalf("Do = %v; want the key kept UNKNOWN (the charge ran)", err)
+		}
+	}
+	if n := charges.Load(); n != 1 {
+		t.Fatalf("charged %d times; want 1", n)
+	}
+}
+
+// An attempt read and cut off (its outcome unknown), then an error answer
+// that is not a replay: a 401 of an expired token, a firewall's 403, a
+// load balancer's 404 say nothing of the first attempt, which may have
+// run. Retrying keeps the unknown outcome, with the key it made; it used
+// to return the 4xx, and the caller's next try under a new key could run
+// the request twice. The server's own answer, replayed, settles it.
+func TestRetryingKeepsTheUnknownAfterAnAnswerFromInFront(t *testing.T) {
+	for _, c := range []struct {
+		status   int
+		replayed bool
+	}{{401, false}, {403, false}, {404, false}, {400, false}, {422, true}, {201, false}} {
+		var calls atomic.Int32
+		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close() // read, then cut: the outcome is unknown
+				return
+			}
+			if c.replayed {
+				w.Header().Set(idemclient.HeaderReplayed, "true")
+			}
+			w.WriteHeader(c.status)
+		})
+		cl, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 2})
+		resp, err := post(t, cl, t.Context(), srv.URL, "x")
+		ue, unknown := errors.AsType[*idemclient.OutcomeUnknownError](err)
+		switch settled := c.status < 400 || c.replayed; {
+		case settled && (err != nil || resp.StatusCode != c.status):
+			t.Errorf("%d (replayed %t) after a cut attempt: %v; want the answer", c.status, c.replayed, err)
+		case !settled && (!unknown || ue.Key == "" || ue.Key != srv.seen()[0]):
+			t.Errorf("%d after a cut attempt: %v, %v; want an *OutcomeUnknownError with the key sent", c.status, resp, err)
+		}
+		if resp != nil {
+			resp.Body.Close()
+		}
+	}
+}
+
+// Over HTTP/2 a request whose context ends once it has a connection may
+// still be written: the transport returns without waiting for the
+// goroutine that writes it. It counts as sent (the server may run it); it
+// used to count as not sent when the hooks had not yet seen the write.
+func TestHTTP2CancelledOnItsConnectionCountsAsSent(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // never answers: the call ends on its context alone
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	base := srv.Client().Transport.(*http.Transport)
+	base.ForceAttemptHTTP2 = true
+	c := &http.Client{Transport: &idemclient.Transport{Base: base}}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		if tc, ok := info.Conn.(*tls.Conn); !ok || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			t.Errorf("the connection is not HTTP/2: the test shows nothing")
+		}
+		cancel()
+	}})
+	resp, err := post(t, c, ctx, srv.URL, "x")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a server that never answers answered")
+	}
+	if !idemclient.Sent(err) {
+		t.Fatalf("cancelled on its HTTP/2 connection: Sent(%v) = false; want true", err)
 	}
 }

@@ -75,8 +75,8 @@ type RetryOptions struct {
 // Key is the key it was sent with (the one it made, too) and whose Err is
 // the last error: send the request again under that key, never a new one,
 // or it may run twice. When no attempt left (a Transport saw each dial
-// refused), it returns the last error as it is: Sent is false, and it is
-// marked idem.NotRun, so that idem.Engine.Do releases the key. An attempt
+// refused), it returns the last error as it is, for which Sent is false
+// (see Transport for the work that may then say idem.NotRun). An attempt
 // Transport refused because the lease ended is not retried.
 //
 // The body is replayed through Request.GetBody, which http.NewRequest sets
@@ -390,14 +390,24 @@ func unknownCode(resp *http.Response) string {
 
 // last returns the outcome of the last attempt: as it is, or pending (an
 // attempt's outcome is unknown; lastUnknown: the last one's) unless the
-// last attempt was answered with a final response, which settles it (a
-// replay, or the server's refusal of the key).
+// last attempt's answer settles it (settles).
 func last(resp *http.Response, err error, pending *OutcomeUnknownError, lastUnknown bool) (*http.Response, error) {
-	if pending != nil && (lastUnknown || err != nil || retryable(resp, nil)) {
+	if pending != nil && (lastUnknown || err != nil || !settles(resp)) {
 		discard(resp)
 		return nil, pending
 	}
 	return resp, err
+}
+
+// settles says whether resp ends an earlier attempt's unknown outcome: a
+// success or a redirect, the server's answer to the request, whichever
+// attempt ran it; or a replay of the key's stored answer
+// (Idempotent-Replayed). Any other error answer may come from in front of
+// the server (an expired token, a firewall, a load balancer's 503) and
+// says nothing of the earlier attempt; one from the server itself comes
+// back replayed on the next retry with the key.
+func settles(resp *http.Response) bool {
+	return resp.StatusCode < 400 || resp.Header.Get(HeaderReplayed) == "true"
 }
 
 // unknownError returns the *OutcomeUnknownError of an attempt whose
@@ -407,8 +417,7 @@ func unknownError(out *http.Request, resp *http.Response, err error, attempts in
 	if err != nil {
 		// No answer: it may have run, and the caller needs the key to ask
 		// for its result, unless every attempt provably never left. Then
-		// the error stays as it is, marked idem.NotRun by Transport, and
-		// a key held under idem is released rather than kept UNKNOWN.
+		// the error stays as it is, Sent false.
 		if key := keyOf(out.Header); key != "" && reached {
 			return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: err}
 		}
@@ -427,7 +436,7 @@ func unknownError(out *http.Request, resp *http.Response, err error, attempts in
 // had again, the wait was cut) after attempts of out: the unknown outcome
 // pending, with cause; else, when an attempt may have reached the server,
 // an unknown outcome with out's key, which the caller needs to ask for the
-// result; else, nothing having been sent, cause marked idem.NotRun.
+// result; else, nothing having been sent, cause with Sent false.
 func stopped(out *http.Request, attempts int, pending *OutcomeUnknownError, reached bool, cause error) error {
 	switch key := keyOf(out.Header); {
 	case pending != nil:
@@ -437,7 +446,7 @@ func stopped(out *http.Request, attempts int, pending *OutcomeUnknownError, reac
 		pending.Err = cause
 		return pending
 	case !reached:
-		return &sendError{err: idem.NotRun(cause)}
+		return &sendError{err: cause}
 	case key != "":
 		return &OutcomeUnknownError{Method: out.Method, URL: out.URL.Redacted(), Key: key, Attempts: attempts, Err: cause}
 	}

@@ -1,6 +1,8 @@
 package idemclient
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,11 +15,17 @@ import (
 
 // Transport sends requests that may have side effects, and tells, of one
 // that failed without a response, whether any byte of it may have reached
-// the server: Sent. A request that provably never left did not run: its
-// error is marked idem.NotRun, so that idem.Engine.Do releases the key of
-// work that returns it; one that may have left has an unknown outcome,
-// and Do keeps its key UNKNOWN, as it does for any error not marked
-// NotRun. The idem gateway forwards every request through one.
+// the server: Sent. A request that provably never left did not run; but
+// the work that sent it may have had effects before it (an earlier call),
+// so its error is not marked idem.NotRun: returned from Engine.Do's work,
+// as any unmarked error, it keeps the key UNKNOWN. Work whose one effect
+// is this request says so itself:
+//
+//	if !idemclient.Sent(err) {
+//		return nil, idem.NotRun(err) // nothing left: the next call runs the work
+//	}
+//
+// The idem gateway forwards every request through one.
 //
 // It also refuses to send a request whose context carries an idem lease
 // that has ended (the context of a handler under idemhttp or idemgrpc, of
@@ -44,11 +52,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	redirected := r.Response != nil
 	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
-			err = fmt.Errorf("idemclient: not sent, the lease ended first: %w", err)
-			if redirected {
-				return nil, &sendError{sent: true, err: err}
-			}
-			return nil, &sendError{err: idem.NotRun(err)}
+			return nil, &sendError{sent: redirected, err: fmt.Errorf("idemclient: not sent, the lease ended first: %w", err)}
 		}
 	}
 	base := t.Base
@@ -70,11 +74,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := base.RoundTrip(r)
 	if err != nil {
-		sent := !traced || redirected || w.mayHaveReached(r)
-		if !sent { // Do releases the key of work that returns it as it is
-			err = idem.NotRun(err)
-		}
-		return nil, &sendError{sent: sent, err: err}
+		return nil, &sendError{sent: !traced || redirected || w.mayHaveReached(r, err), err: err}
 	}
 	return resp, nil
 }
@@ -117,6 +117,7 @@ func (e *sendError) Unwrap() error { return e.err }
 // what they record only ever grows, so the verdict stays on the safe side.
 type writeWatch struct {
 	gotConn atomic.Bool // the transport had a connection for the request
+	h2      atomic.Bool // that connection speaks HTTP/2 (TLS, ALPN h2)
 	wrote   atomic.Bool // the transport started writing the request's header
 	trace   httptrace.ClientTrace
 }
@@ -126,7 +127,12 @@ type writeWatch struct {
 func (w *writeWatch) hooks() *httptrace.ClientTrace {
 	wrote := func() { w.wrote.Store(true) }
 	w.trace = httptrace.ClientTrace{
-		GotConn:          func(httptrace.GotConnInfo) { w.gotConn.Store(true) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			if tc, ok := info.Conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
+				w.h2.Store(true)
+			}
+			w.gotConn.Store(true)
+		},
 		WroteHeaderField: func(string, []string) { wrote() },
 		WroteHeaders:     wrote,
 		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote() },
@@ -139,18 +145,27 @@ func (w *writeWatch) hooks() *httptrace.ClientTrace {
 // WriteBufferSize default), minus room for " HTTP/1.1\r\n".
 const writeBufferSize = 4<<10 - 16
 
-// mayHaveReached reports whether any byte of r may have reached the
-// server. Before its first header field the transport has written only
-// the request line, into the connection's write buffer: nothing reaches
-// the socket until the buffer is flushed or overflows. So a request never
-// sent a byte when no connection was had (refused dial, DNS failure, TLS
-// handshake failure, dial timeout), or when a connection was had but the
-// header was not begun and the request line fits the buffer.
-func (w *writeWatch) mayHaveReached(r *http.Request) bool {
-	if w.wrote.Load() {
+// mayHaveReached reports whether any byte of r, which failed with err,
+// may have reached the server. Before its first header field the HTTP/1
+// transport has written only the request line, into the connection's
+// write buffer: nothing reaches the socket until the buffer is flushed or
+// overflows. So a request never sent a byte when no connection was had
+// (refused dial, DNS failure, TLS handshake failure, dial timeout), or
+// when an HTTP/1 connection was had but the header was not begun and the
+// request line fits the buffer, and the hooks have had their say: the
+// HTTP/2 transport returns on the context's end without waiting for the
+// goroutine that writes the request, which may yet write it (and call the
+// hooks) after the verdict, so there, and after a context's end, a
+// connection had is a request that may have left.
+func (w *writeWatch) mayHaveReached(r *http.Request, err error) bool {
+	switch {
+	case w.wrote.Load():
 		return true
+	case !w.gotConn.Load():
+		return false
 	}
-	return w.gotConn.Load() && len(r.Method)+len(r.URL.RequestURI()) >= writeBufferSize
+	return w.h2.Load() || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil ||
+		len(r.Method)+len(r.URL.RequestURI()) >= writeBufferSize
 }
 
 // resendHeaders are the headers under which http.Transport counts a

@@ -36,8 +36,29 @@ func ChosenReason(err error) (string, bool) {
 	return "", false
 }
 
-// IsNotRun reports whether err was marked with idem.NotRun.
+// IsNotRun reports whether err was marked with idem.NotRun: err is, or
+// wraps, a *NotRun, and where err joins several errors (errors.Join, an
+// fmt.Errorf with several %w) each of them is marked. One unmarked error
+// among them may have come after an effect: the safe reading wins.
 func IsNotRun(err error) bool {
-	_, ok := errors.AsType[*NotRun](err)
-	return ok
+	for {
+		switch e := err.(type) {
+		case nil:
+			return false
+		case *NotRun:
+			return true
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			for _, x := range errs {
+				if !IsNotRun(x) {
+					return false
+				}
+			}
+			return len(errs) > 0
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return false
+		}
+	}
 }
