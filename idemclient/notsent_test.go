@@ -45,10 +45,10 @@ func memEngine(t *testing.T, o *idem.Options) *idem.Engine {
 }
 
 // When no attempt was sent (every dial refused), the request provably did
-// not run: Retrying returns the last error as Transport made it, marked
-// idem.NotRun and not sent, so that Engine.Do releases the key. It used to
-// say "outcome unknown" after more than one attempt, and the key stayed
-// UNKNOWN until an operator resolved it.
+// not run: Retrying returns the last error as Transport made it, not sent,
+// and a work whose one call it was says idem.NotRun, so that Engine.Do
+// releases the key. It used to say "outcome unknown" after more than one
+// attempt, and the key stayed UNKNOWN until an operator resolved it.
 func TestRetryingNeverSentIsNotUnknown(t *testing.T) {
 	url := refusedURL(t)
 	c, s := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 3})
@@ -101,7 +101,7 @@ func TestRetryingAnsweredThenNotSentIsUnknown(t *testing.T) {
 
 // Under a lease that has ended, Transport refuses to send, and every
 // resend would be refused too: Retrying stops after the first attempt and
-// returns the lease's error, not sent, marked NotRun.
+// returns the lease's error, not sent.
 func TestRetryingStopsWhenTheLeaseEnded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := memEngine(t, &idem.Options{LeaseDuration: 50 * time.Millisecond, RenewEvery: -1})
@@ -188,8 +188,8 @@ func TestRedirectedThenRefusedIsUnknown(t *testing.T) {
 
 // Retrying that stops before a retry (its wait cut by the context's end)
 // after attempts that all provably never left: the request did not run,
-// and the error says so (not sent, idem.NotRun), as when the attempts run
-// out; it used to leave the key UNKNOWN.
+// and the error says so (not sent), as when the attempts run out; it used
+// to claim a possible send, and the key stayed UNKNOWN.
 func TestRetryingStoppedBeforeAnySendIsNotRun(t *testing.T) {
 	url := refusedURL(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -263,7 +263,7 @@ func TestRetryingKeepsTheUnknownAfterAnAnswerFromInFront(t *testing.T) {
 	for _, c := range []struct {
 		status   int
 		replayed bool
-	}{{401, false}, {403, false}, {404, false}, {400, false}, {422, true}, {201, false}} {
+	}{{401, false}, {403, false}, {404, false}, {400, false}, {302, false}, {422, true}, {201, false}} {
 		var calls atomic.Int32
 		srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) {
 			if calls.Add(1) == 1 {
@@ -274,12 +274,15 @@ func TestRetryingKeepsTheUnknownAfterAnAnswerFromInFront(t *testing.T) {
 			if c.replayed {
 				w.Header().Set(idemclient.HeaderReplayed, "true")
 			}
+			if c.status == 302 {
+				w.Header().Set("Location", "https://sso.example/login") // never followed: the unknown outcome comes first
+			}
 			w.WriteHeader(c.status)
 		})
 		cl, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 2})
 		resp, err := post(t, cl, t.Context(), srv.URL, "x")
 		ue, unknown := errors.AsType[*idemclient.OutcomeUnknownError](err)
-		switch settled := c.status < 400 || c.replayed; {
+		switch settled := c.status < 300 || c.replayed; {
 		case settled && (err != nil || resp.StatusCode != c.status):
 			t.Errorf("%d (replayed %t) after a cut attempt: %v; want the answer", c.status, c.replayed, err)
 		case !settled && (!unknown || ue.Key == "" || ue.Key != srv.seen()[0]):
@@ -293,8 +296,9 @@ func TestRetryingKeepsTheUnknownAfterAnAnswerFromInFront(t *testing.T) {
 
 // Over HTTP/2 a request whose context ends once it has a connection may
 // still be written: the transport returns without waiting for the
-// goroutine that writes it. It counts as sent (the server may run it); it
-// used to count as not sent when the hooks had not yet seen the write.
+// goroutine that writes it. A request whose context ended once it had a
+// connection counts as sent (the server may run it); it used to count as
+// not sent when the hooks had not yet seen the write.
 func TestHTTP2CancelledOnItsConnectionCountsAsSent(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // never answers: the call ends on its context alone
@@ -307,7 +311,9 @@ func TestHTTP2CancelledOnItsConnectionCountsAsSent(t *testing.T) {
 	c := &http.Client{Transport: &idemclient.Transport{Base: base}}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
+	var gotConn atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) {
+		gotConn.Store(true)
 		if tc, ok := info.Conn.(*tls.Conn); !ok || tc.ConnectionState().NegotiatedProtocol != "h2" {
 			t.Errorf("the connection is not HTTP/2: the test shows nothing")
 		}
@@ -317,6 +323,9 @@ func TestHTTP2CancelledOnItsConnectionCountsAsSent(t *testing.T) {
 	if err == nil {
 		resp.Body.Close()
 		t.Fatal("a server that never answers answered")
+	}
+	if !gotConn.Load() {
+		t.Fatalf("no connection was had (%v): the test shows nothing", err)
 	}
 	if !idemclient.Sent(err) {
 		t.Fatalf("cancelled on its HTTP/2 connection: Sent(%v) = false; want true", err)

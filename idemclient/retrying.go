@@ -86,7 +86,9 @@ type RetryOptions struct {
 // When the attempts or the wait budget run out, the last response is
 // returned as it is, or the last error, unless an earlier attempt's
 // outcome is unknown and the last answer does not settle it (a 409
-// key_in_flight, a 503): then an *OutcomeUnknownError. Every response it
+// key_in_flight, a 503; and, not retried, any answer but a success or a
+// replay: a 401 or a 302 may come from in front of the server): then an
+// *OutcomeUnknownError, whose Err names that answer. Every response it
 // discards is drained and closed. When the last response says that the request's
 // outcome is unknown (a problem response with code outcome_unknown,
 // upstream_no_response or upstream_timeout, or a Stripe-shaped error with
@@ -393,6 +395,9 @@ func unknownCode(resp *http.Response) string {
 // last attempt's answer settles it (settles).
 func last(resp *http.Response, err error, pending *OutcomeUnknownError, lastUnknown bool) (*http.Response, error) {
 	if pending != nil && (lastUnknown || err != nil || !settles(resp)) {
+		if !lastUnknown && err == nil { // the answer that did not settle it: the caller may need to know (a 401)
+			pending.Err = errors.Join(pending.Err, fmt.Errorf("the last attempt got %s", resp.Status))
+		}
 		discard(resp)
 		return nil, pending
 	}
@@ -400,14 +405,15 @@ func last(resp *http.Response, err error, pending *OutcomeUnknownError, lastUnkn
 }
 
 // settles says whether resp ends an earlier attempt's unknown outcome: a
-// success or a redirect, the server's answer to the request, whichever
-// attempt ran it; or a replay of the key's stored answer
-// (Idempotent-Replayed). Any other error answer may come from in front of
-// the server (an expired token, a firewall, a load balancer's 503) and
-// says nothing of the earlier attempt; one from the server itself comes
-// back replayed on the next retry with the key.
+// success, the server's answer to the request whichever attempt ran it,
+// or a replay of the key's stored answer (Idempotent-Replayed). Any other
+// answer may come from in front of the server (an expired token, a
+// firewall, a load balancer's 503, an SSO proxy's 302 to its login page,
+// which http.Client would follow with the key lost) and says nothing of
+// the earlier attempt; one from the server itself comes back replayed on
+// the next retry with the key.
 func settles(resp *http.Response) bool {
-	return resp.StatusCode < 400 || resp.Header.Get(HeaderReplayed) == "true"
+	return resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.Header.Get(HeaderReplayed) == "true"
 }
 
 // unknownError returns the *OutcomeUnknownError of an attempt whose

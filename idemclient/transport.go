@@ -2,7 +2,6 @@ package idemclient
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -117,7 +116,6 @@ func (e *sendError) Unwrap() error { return e.err }
 // what they record only ever grows, so the verdict stays on the safe side.
 type writeWatch struct {
 	gotConn atomic.Bool // the transport had a connection for the request
-	h2      atomic.Bool // that connection speaks HTTP/2 (TLS, ALPN h2)
 	wrote   atomic.Bool // the transport started writing the request's header
 	trace   httptrace.ClientTrace
 }
@@ -127,12 +125,7 @@ type writeWatch struct {
 func (w *writeWatch) hooks() *httptrace.ClientTrace {
 	wrote := func() { w.wrote.Store(true) }
 	w.trace = httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			if tc, ok := info.Conn.(*tls.Conn); ok && tc.ConnectionState().NegotiatedProtocol == "h2" {
-				w.h2.Store(true)
-			}
-			w.gotConn.Store(true)
-		},
+		GotConn:          func(httptrace.GotConnInfo) { w.gotConn.Store(true) },
 		WroteHeaderField: func(string, []string) { wrote() },
 		WroteHeaders:     wrote,
 		WroteRequest:     func(httptrace.WroteRequestInfo) { wrote() },
@@ -155,8 +148,8 @@ const writeBufferSize = 4<<10 - 16
 // request line fits the buffer, and the hooks have had their say: the
 // HTTP/2 transport returns on the context's end without waiting for the
 // goroutine that writes the request, which may yet write it (and call the
-// hooks) after the verdict, so there, and after a context's end, a
-// connection had is a request that may have left.
+// hooks) after the verdict: after a context's end, a connection had is a
+// request that may have left.
 func (w *writeWatch) mayHaveReached(r *http.Request, err error) bool {
 	switch {
 	case w.wrote.Load():
@@ -164,7 +157,7 @@ func (w *writeWatch) mayHaveReached(r *http.Request, err error) bool {
 	case !w.gotConn.Load():
 		return false
 	}
-	return w.h2.Load() || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil ||
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || r.Context().Err() != nil ||
 		len(r.Method)+len(r.URL.RequestURI()) >= writeBufferSize
 }
 
