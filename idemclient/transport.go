@@ -35,6 +35,9 @@ import (
 // reused connection breaks, and the server may have acted on the first
 // copy; the header goes out under its lower-case name (the same on the
 // wire, and HTTP/2 sends it so anyway), which that rule does not see.
+// That rule is HTTP/1's: Go's HTTP/2 transport resends, whatever the
+// headers, a request the server refused unprocessed (REFUSED_STREAM, a
+// GOAWAY below the stream) and one it reset with PROTOCOL_ERROR.
 type Transport struct {
 	// Base sends the requests. Nil means http.DefaultTransport. Sent says
 	// false only when Base is an *http.Transport, whose httptrace hooks
