@@ -84,7 +84,10 @@ type RetryOptions struct {
 // at once; when an attempt's outcome is unknown, the error is still an
 // *OutcomeUnknownError with the key (and matches the context's error).
 // When the attempts or the wait budget run out, the last response is
-// returned as it is, or the last error, unless an earlier attempt's
+// returned as it is (its Request's header holds the key it was sent with,
+// one Retrying made too: a 500, 502 or 504 may follow the request's
+// effect, so send it again under that key, never a new one), or the last
+// error, unless an earlier attempt's
 // outcome is unknown and the last answer does not settle it (a 409
 // key_in_flight, a 503; and, not retried, any answer but a success or a
 // replay: a 401 or a 302 may come from in front of the server): then an
