@@ -331,3 +331,21 @@ func TestHTTP2CancelledOnItsConnectionCountsAsSent(t *testing.T) {
 		t.Fatalf("cancelled on its HTTP/2 connection: Sent(%v) = false; want true", err)
 	}
 }
+
+// When Retrying's attempts run out on a 500, the caller gets the response,
+// and the key it was sent with (one Retrying made) in resp.Request: a 5xx
+// may follow the effect, and a retry must go under that key. Transport
+// sends the key under its lower-case name, and resp.Request was that
+// copy, where Header.Get found nothing.
+func TestResponseRequestHoldsTheKey(t *testing.T) {
+	srv := newRecorder(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	c, _ := newRetrying(t, &idemclient.Transport{Base: transport(t)}, idemclient.RetryOptions{MaxAttempts: 2})
+	resp, err := post(t, c, t.Context(), srv.URL, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got, sent := resp.Request.Header.Get(idemclient.HeaderKey), srv.seen(); resp.StatusCode != 500 || got == "" || got != sent[len(sent)-1] {
+		t.Fatalf("after the attempts ran out: %d, resp.Request's key %q; want 500 and the key sent, %q", resp.StatusCode, got, sent)
+	}
+}

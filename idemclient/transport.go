@@ -52,6 +52,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	// that reached a server: whatever becomes of it, the request may have
 	// run there.
 	redirected := r.Response != nil
+	in := r // the request as the caller knows it, for the response
 	if l, ok := idem.LeaseFromContext(r.Context()); ok {
 		if err := l.Check(); err != nil {
 			return nil, &sendError{sent: redirected, err: fmt.Errorf("idemclient: not sent, the lease ended first: %w", err)}
@@ -78,6 +79,10 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, &sendError{sent: !traced || redirected || w.mayHaveReached(r, err), err: err}
 	}
+	// Not the copy with the key under its lower-case name, which
+	// Header.Get does not find: a caller reads the key it was sent with in
+	// resp.Request (Retrying's answer when its attempts run out).
+	resp.Request = in
 	return resp, nil
 }
 
