@@ -53,8 +53,8 @@ const FinalizeTimeout = 10 * time.Second
 //     error, returned as it is, is such an error: return NotRun(err) for
 //     it when nothing ran, and for every error the work raises before its
 //     side effect (invalid input, a dependency refused before anything
-//     was sent). idemclient.Transport marks NotRun the errors of requests
-//     that provably never left.
+//     was sent). idemclient.Sent tells a request that provably never left;
+//     it marks nothing, since the work may have had effects before it.
 //
 // A lease that took over an attempt whose lease ended (TakeoverRun) is
 // never released but marked UNKNOWN: that attempt may have had its
