@@ -116,7 +116,9 @@
 // call whose own key differs from its request's KeyField field: its error
 // matches idem.ErrInvalidKey, its status is INVALID_ARGUMENT (KEY_INVALID),
 // as the server would answer. The key goes in the metadata whatever its
-// source, and the request is never modified. The
+// source (a field's that metadata cannot carry as it is, not printable
+// ASCII or with a space at an end, stays in the field alone), and the
+// request is never modified. The
 // interceptor's own retries, and those of a service config retry policy
 // (which resend the call's metadata), carry the same key. It
 // retries UNAVAILABLE, ABORTED and RESOURCE_EXHAUSTED up to
@@ -136,7 +138,8 @@
 // status.FromError still give the last status (OutcomeUnknownError has a
 // GRPCStatus method). A later attempt that gets the key's stored answer
 // replayed (trailer idempotent-replayed) settles the key: that answer, a
-// final error status included, comes back bare and is not retried. A
+// final error status that grpc-go never makes itself included, comes back
+// bare and is not retried. A
 // fresh answer does not settle it: the client cannot tell a handler's
 // from one made in front of the idem server. A call none of whose attempts had a connection to
 // send on (a refused dial, a failed name resolution, a deadline that
