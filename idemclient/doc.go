@@ -16,7 +16,8 @@
 // Retrying is for callers of idempotent APIs: it gives POST and PATCH a
 // random key when the caller set none (under a scope, the key Propagator
 // derives), and resends the request with the same key after network
-// errors, 409 (the first attempt is still running), 429 and 5xx, honouring
+// errors, 409 (the first attempt is still running), 429 and 5xx but 501
+// and 505 (a retry does not change them), honouring
 // Retry-After, with capped exponential backoff and full jitter. It never
 // retries 422 or another 4xx.
 //
