@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/idemkit/idem"
+	"github.com/idemkit/idem/internal/handlerctx"
 )
 
 var (
@@ -95,6 +96,15 @@ func StepKey(tenant, key, step string) string {
 // through unchanged. Retrying gives a request under a scope the same key,
 // so the two may be composed in either order. The zero value is ready to
 // use.
+//
+// A request it gives a derived key, sent from a handler behind idemhttp
+// or idemgrpc, is a step of that handler: once one may have reached its
+// server, the handler's status policy no longer releases its key (a 403
+// or 429 may be the answer of a second downstream after the first
+// charged), it turns the key UNKNOWN; SetDisposition still releases it.
+// A request that provably never left does not count (Sent is false for
+// its error), which Base tells only when it is a Transport: with any
+// other, every failed request counts as sent.
 type Propagator struct {
 	// Base sends the requests. Nil means http.DefaultTransport.
 	Base http.RoundTripper
@@ -119,7 +129,22 @@ func (p *Propagator) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A RoundTripper must not modify the caller's request.
 	out := req.Clone(req.Context())
 	out.Header.Set(HeaderKey, key)
-	return base.RoundTrip(out)
+	return sendStep(base, out)
+}
+
+// sendStep sends req, which carries a key derived from its scope, through
+// base, and marks on the protected handler whose context req's is that a
+// downstream step may have reached its server, unless Sent says it
+// provably never left: the status policy of idemhttp and idemgrpc then no
+// longer releases the handler's key (the status may be the downstream's,
+// passed on after the step had its effect).
+func sendStep(base http.RoundTripper, req *http.Request) (*http.Response, error) {
+	o := handlerctx.BeginStep(req.Context())
+	resp, err := base.RoundTrip(req)
+	if err != nil && !Sent(err) {
+		o.NotSent()
+	}
+	return resp, err
 }
 
 // derivedKey returns the key Propagator gives req, which carries none, or

@@ -64,6 +64,10 @@ type RetryOptions struct {
 //     Requests and 5xx other than 501 and 505, which do not go away by
 //     retrying.
 //
+// Under a scope, its attempts are steps of the handler, as Propagator's
+// requests are: once one may have reached its server, the handler's
+// status policy no longer releases its key.
+//
 // It honours Retry-After (seconds or an HTTP date) on these responses, and
 // otherwise waits with capped exponential backoff and full jitter. It never
 // retries 422 or any other 4xx. Requests with neither a key nor an idempotent
@@ -148,13 +152,17 @@ func NewRetrying(base http.RoundTripper, opts *RetryOptions) (*Retrying, error) 
 func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	out := req.Clone(ctx) // a RoundTripper must not modify the caller's request
+	send := r.base.RoundTrip
 	if keyOf(out.Header) == "" {
-		key, err := newKey(req)
+		key, derived, err := newKey(req)
 		if err != nil {
 			return nil, refuse(req, err)
 		}
 		if key != "" {
 			out.Header.Set(HeaderKey, key)
+		}
+		if derived { // a step of the handler whose scope it is (see Propagator)
+			send = func(req *http.Request) (*http.Response, error) { return sendStep(r.base, req) }
 		}
 	}
 	if keyOf(out.Header) == "" && !idempotentMethod(req.Method) {
@@ -177,7 +185,7 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	// reached a server.
 	reached := req.Response != nil
 	for attempt := 1; ; attempt++ {
-		resp, err := r.base.RoundTrip(out)
+		resp, err := send(out)
 		reached = reached || err == nil || Sent(err)
 		ue := unknownError(out, resp, err, attempt, reached)
 		if ue != nil {
@@ -219,15 +227,16 @@ func (r *Retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 // error, such as ErrNoStep): a random key there would be new on each run
 // of the handler, and a run taken over or repeated would do the
 // downstream work again. Elsewhere POST and PATCH get a random key, and
-// other methods none.
-func newKey(req *http.Request) (string, error) {
+// other methods none. derived says the key is a derived one.
+func newKey(req *http.Request) (key string, derived bool, err error) {
 	if _, _, ok := ScopeFrom(req.Context()); ok {
-		return derivedKey(req)
+		key, err = derivedKey(req)
+		return key, key != "", err
 	}
 	if needsKey(req.Method) {
-		return rand.Text(), nil
+		return rand.Text(), false, nil
 	}
-	return "", nil
+	return "", false, nil
 }
 
 // wait returns how long to wait before retry number attempt (from 1): what

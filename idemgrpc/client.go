@@ -19,6 +19,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemclient"
+	"github.com/idemkit/idem/internal/handlerctx"
 )
 
 // ClientOptions configures the client interceptor. A nil *ClientOptions
@@ -79,7 +80,12 @@ type ClientOptions struct {
 // whose context names no step is not sent, and fails with an error that
 // matches idemclient.ErrNoStep and whose status is INVALID_ARGUMENT. A
 // random key there would be new on each run, and a run taken over or
-// repeated would do the downstream work again.
+// repeated would do the downstream work again. Such a call is a step of
+// the handler behind idemgrpc or idemhttp whose scope it is: once an
+// attempt may have reached its server, the handler's status policy no
+// longer releases the handler's key (an ABORTED may be a second
+// downstream's, passed on after the first had its effect), it turns the
+// key UNKNOWN; SetDisposition still releases it.
 //
 // It retries, up to MaxAttempts, the answers that say the call did not
 // run or is still running (UNAVAILABLE, ABORTED, RESOURCE_EXHAUSTED, and
@@ -213,6 +219,7 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		key = md.Get(MetadataKey)[0] // the caller set it; keep theirs
 	}
 	var field string
+	step := false // the key is derived from the scope: the call is a step of the handler whose scope it is
 	if msg, ok := req.(proto.Message); ok && c.keyField != "" {
 		field = fieldValue(msg, c.keyField)
 	}
@@ -229,7 +236,7 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 		key = field // the caller's key, in the request: AIP-155
 	case key == "" && !inMD:
 		var err error
-		if key, err = c.newKey(ctx); err != nil {
+		if key, step, err = c.newKey(ctx); err != nil {
 			return &refusedError{method: method, err: err}
 		}
 	}
@@ -247,7 +254,14 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	for attempt := 1; ; attempt++ {
 		var reached bool
 		var trailer metadata.MD
+		var o *handlerctx.Override
+		if step {
+			o = handlerctx.BeginStep(ctx)
+		}
 		reached, err = c.attempt(ctx, method, req, reply, cc, invoker, opts, &trailer)
+		if !reached {
+			o.NotSent()
+		}
 		if err == nil {
 			return nil
 		}
@@ -286,12 +300,13 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 // scope it is the key idemclient.Propagator derives from the step, or
 // the reason there is none (idemclient.ErrNoStep, a scope's invalid
 // tenant or key): a random key there would be new on each run of the
-// handler. Elsewhere it is NewKey's.
-func (c *client) newKey(ctx context.Context) (string, error) {
+// handler. Elsewhere it is NewKey's. derived says the key is a derived one.
+func (c *client) newKey(ctx context.Context) (key string, derived bool, err error) {
 	if _, _, ok := idemclient.ScopeFrom(ctx); !ok {
-		return c.opt.NewKey(), nil
+		return c.opt.NewKey(), false, nil
 	}
-	return idemclient.DerivedKey(ctx)
+	key, err = idemclient.DerivedKey(ctx)
+	return key, err == nil, err
 }
 
 // refusedError is a call the interceptor did not send, for want of a

@@ -61,6 +61,15 @@ const (
 //     idempotency keys exist to avoid: they are the HTTP 500, which
 //     Stripe and idemhttp store too. A caller wanting a fresh try uses a
 //     new key.
+//
+// A release by this policy, or by any Options.StatusPolicy, is UNKNOWN
+// instead (reason "status Aborted after a downstream step was sent") when
+// the handler sent a downstream step: a call or request with a key
+// derived from its scope (the client interceptor, idemclient.Propagator,
+// idemclient.Retrying) that may have reached its server. The ABORTED may
+// then be a downstream's, or the handler's own transaction's, after the
+// step had its effect (a charge). A step that provably never left does
+// not count.
 func DefaultStatusPolicy(code codes.Code) Disposition {
 	switch code {
 	case codes.Aborted:
@@ -80,6 +89,11 @@ func DefaultStatusPolicy(code codes.Code) Disposition {
 // UNKNOWN status: it must hold nothing the caller may not see (no
 // secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
+//
+// DispositionRelease (as an error marked idem.NotRun) releases the key
+// even after the handler sent a downstream step (see DefaultStatusPolicy):
+// the handler then vouches that no step had an effect a second run would
+// repeat.
 //
 // A handler error that wraps idem.ErrOutcomeUnknown (idem.OutcomeUnknown)
 // makes the key UNKNOWN too, and a panic always does.

@@ -44,7 +44,9 @@
 //     (DefaultStatusPolicy: ABORTED releases; UNAVAILABLE,
 //     RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED and CANCELLED, which grpc-go
 //     makes for a downstream call that may have run, are unknown; the rest, OK,
-//     INTERNAL and UNKNOWN included, is stored), unless the handler
+//     INTERNAL and UNKNOWN included, is stored; a release is unknown after
+//     the handler sent a downstream step, a call with a key derived from
+//     its scope that may have left), unless the handler
 //     declared otherwise with SetDisposition or returned an error wrapping
 //     idem.ErrOutcomeUnknown;
 //   - a retry after that: the stored answer, with the trailer

@@ -428,9 +428,11 @@ func passedOnAnswer(code codes.Code, r string) bool {
 
 // finalize stores the handler's answer, releases the key or marks it
 // UNKNOWN, as the handler declared (SetDisposition, or an error wrapping
-// idem.ErrOutcomeUnknown), else as the status policy says, and returns
-// what the caller gets: the handler's own answer, except that an
-// outcome-unknown error is answered as a retry would be.
+// idem.ErrOutcomeUnknown, or idem.NotRun), else as the status policy says
+// (its release is UNKNOWN after the handler sent a downstream step:
+// handlerctx.Override.StepSent), and returns what the caller gets: the
+// handler's own answer, except that an outcome-unknown error is answered
+// as a retry would be.
 func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o *handlerctx.Override, resp any, herr error, elapsed time.Duration) (any, error) {
 	st, ok := status.FromError(herr)
 	if !ok { // as grpc-go answers it: a context error is CANCELLED or DEADLINE_EXCEEDED, any other UNKNOWN
@@ -462,6 +464,12 @@ func (s *server) finalize(fctx context.Context, method string, l *idem.Lease, o 
 			unknown = true // answered as UNKNOWN too: passed on, the ABORTED would say the caller's own key is in flight
 		default:
 			d, reason = s.statusDisposition(method, st.Code()), "status "+st.Code().String()
+			if d == DispositionRelease && o.StepSent() {
+				// The status may be a downstream's, passed on after
+				// another downstream step had its effect: it proves
+				// nothing of the handler's work.
+				d, reason = DispositionUnknown, reason+" after a downstream step was sent"
+			}
 		}
 	}
 	// A downstream idem service's answer, passed on, speaks of the

@@ -68,6 +68,17 @@ const (
 //     ran to an answer; a 500 may come after a side effect, and running it
 //     again to see is what idempotency keys exist to avoid (Stripe stores
 //     500s too). A client wanting a fresh try uses a new key.
+//
+// A release by this policy, or by any Options.StatusPolicy, is UNKNOWN
+// instead (reason "status 403 after a downstream step was sent") when
+// the handler sent a downstream step: a request with a key derived from
+// its scope (idemclient.Propagator, idemclient.Retrying, idemgrpc's
+// client interceptor) that may have reached its server. The status then
+// proves nothing of the handler's work: a payment handler that charged
+// through one provider may pass on a second downstream's 403 or 429. A
+// step that provably never left (idemclient.Sent false) does not count,
+// nor does a request without a derived key (the gateway's forward to its
+// upstream, which is the handler's work itself).
 func DefaultStatusPolicy(status int) Disposition {
 	switch status {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
@@ -90,6 +101,10 @@ func DefaultStatusPolicy(status int) Disposition {
 // outcome_unknown problem: it must hold nothing the client may not see
 // (no secrets, no internal addresses). The last call wins. It reports false, doing
 // nothing, when ctx is not the context of a protected handler.
+//
+// DispositionRelease releases the key even after the handler sent a
+// downstream step (see DefaultStatusPolicy): the handler then vouches
+// that no step had an effect a second run would repeat.
 //
 // A panic in the handler always makes the key UNKNOWN.
 func SetDisposition(ctx context.Context, d Disposition, reason string) bool {

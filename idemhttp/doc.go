@@ -21,7 +21,10 @@
 //     marked UNKNOWN, as Options.StatusPolicy says for the status (by
 //     default: 408, 425, 429 and the refusals before any work, 401, 403,
 //     413 and the like, release, 502, 503 and 504 are unknown, the rest is
-//     stored) unless the handler declared otherwise with SetDisposition; a
+//     stored; a release is unknown after the handler sent a downstream
+//     step, a request with a key derived from its scope through
+//     idemclient.Propagator or Retrying that may have left) unless the
+//     handler declared otherwise with SetDisposition; a
 //     downstream idem service's 409 key_in_flight passed on (or Stripe's
 //     409 idempotency_key_in_use) makes the key UNKNOWN whatever the
 //     policy says: the downstream work may complete; a

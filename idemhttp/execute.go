@@ -102,7 +102,8 @@ func (x *exchange) finalizeContext(detached context.Context) *finalctx.Context {
 // finalize stores the captured response, releases the key or marks it
 // UNKNOWN, exactly once: as the handler declared (SetDisposition), else
 // UNKNOWN for a downstream key in flight passed on (passedOnInFlight),
-// else as the status policy says.
+// else as the status policy says, except that the policy's release is
+// UNKNOWN after the handler sent a downstream step (StepSent).
 func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Lease, c *capture, o *handlerctx.Override) {
 	status := c.finalStatus()
 	d, reason := o.Get()
@@ -113,6 +114,12 @@ func (m *middleware) finalize(ctx context.Context, r *http.Request, l *idem.Leas
 			d = DispositionUnknown
 		} else {
 			d, reason = m.statusDisposition(status), "status "+strconv.Itoa(status)
+			if d == DispositionRelease && o.StepSent() {
+				// The status may be a downstream's, passed on after
+				// another downstream step had its effect (a charge): it
+				// proves nothing of the handler's work.
+				d, reason = DispositionUnknown, reason+" after a downstream step was sent"
+			}
 		}
 	}
 	switch {

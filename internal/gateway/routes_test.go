@@ -274,6 +274,22 @@ var routeCases = []struct {
 				c.t.Fatalf("runs: stored %d, unknown %d, released %d; want 1, 1, 2", c.runs("r"), c.runs("u"), c.runs("s"))
 			}
 		}},
+	// The gateway's forward is the handler's work itself, sent through
+	// idemclient.Transport without a step key: it is no downstream step,
+	// and the upstream's own 401, 403 and 429 (it did not process the
+	// request) still release the key, on a route as at the top level.
+	{name: "statuses: the forward to the upstream is no downstream step", routes: []Route{{Pattern: "POST /v1/charges/{status}", Name: "charges"}},
+		check: func(c *routeClient) {
+			for _, path := range []string{"/v1/charges/401", "/v1/charges/403", "/v1/charges/429", "/v1/other/429"} {
+				key := strings.ReplaceAll(path[len("/v1/"):], "/", "-")
+				status, _ := strconv.Atoi(path[len(path)-3:])
+				c.want(path, c.send("POST", path, key, "{}"), status, false)
+				c.want(path+"'s retry, run again (released)", c.send("POST", path, key, "{}"), status, false)
+				if n := c.runs(key); n != 2 {
+					c.t.Fatalf("%s ran %d times upstream; want 2", path, n)
+				}
+			}
+		}},
 	{name: "statuses: an upstream 503 is UNKNOWN unless a route releases it", routes: shedding, check: checkUpstream503},
 	{name: "statuses: an upstream 503 is UNKNOWN unless a route releases it (stripe)", routes: shedding, check: checkUpstream503,
 		cfg: func(cfg *Config, _ *routeUpstream) { cfg.ErrorFormat = idemhttp.ErrorFormatStripe }},

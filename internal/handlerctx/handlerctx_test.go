@@ -29,3 +29,29 @@ func TestSetReachesTheCallsOverride(t *testing.T) {
 		t.Fatalf("names = %q", got)
 	}
 }
+
+func TestStepSentCountsStepsNotProvedUnsent(t *testing.T) {
+	if o := BeginStep(context.Background()); o != nil {
+		t.Fatal("BeginStep on a context that is no handler's returned an Override")
+	}
+	var nilOverride *Override
+	nilOverride.NotSent() // does nothing
+	var o Override
+	ctx := context.WithValue(&Context{Context: context.Background(), Carried: &o}, otherKey{}, 1)
+	if o.StepSent() {
+		t.Fatal("StepSent before any step = true")
+	}
+	BeginStep(ctx).NotSent()
+	if o.StepSent() {
+		t.Fatal("StepSent after a step that never left = true")
+	}
+	pending := BeginStep(ctx) // under way: counts as sent
+	if !o.StepSent() {
+		t.Fatal("StepSent with a step under way = false")
+	}
+	BeginStep(ctx) // this one was sent
+	pending.NotSent()
+	if !o.StepSent() {
+		t.Fatal("StepSent after a sent step = false")
+	}
+}
