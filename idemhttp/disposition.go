@@ -33,9 +33,9 @@ const (
 // release a key only when the status says the request was not processed,
 // and never replay as final an answer that says nothing about the work.
 //
-//   - 408 Request Timeout, 425 Too Early and 429 Too Many Requests: the
-//     server declares it did not process the request (RFC 9110 §15.5.9,
-//     RFC 8470, RFC 6585): release, the retry runs.
+//   - 425 Too Early and 429 Too Many Requests: the server declares it did
+//     not process the request (RFC 8470, RFC 6585): release, the retry
+//     runs.
 //   - 401 Unauthorized, 403 Forbidden and 407 Proxy Authentication
 //     Required: the request was not applied, it was refused before any
 //     work (RFC 9110 §15.5.2, §15.5.4, §15.5.8); and 411 Length Required,
@@ -50,6 +50,13 @@ const (
 //   - 502 Bad Gateway and 504 Gateway Timeout: a proxy inside the handler's
 //     call chain lost the answer of what it called, which may have acted:
 //     UNKNOWN.
+//   - 408 Request Timeout: UNKNOWN. RFC 9110 §15.5.9 says the server did
+//     not receive the whole request, but timeout middleware answers 408
+//     at its limit while the handler goes on running (gin-contrib/timeout
+//     and koa-timeout by default), and an application may map a
+//     downstream's deadline to it; a released 408 let the retry charge
+//     again. A server that answers 408 before reading the body declares it
+//     as a 503 shedding load does (below).
 //   - 503 Service Unavailable: UNKNOWN too, for a 503 does not prove that
 //     nothing ran. http.TimeoutHandler answers 503 while the handler goes
 //     on running (e.g. charging); Envoy and Istio answer 503 "upstream
@@ -81,12 +88,11 @@ const (
 // upstream, which is the handler's work itself).
 func DefaultStatusPolicy(status int) Disposition {
 	switch status {
-	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests,
-		http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired,
+	case http.StatusTooEarly, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired,
 		http.StatusLengthRequired, http.StatusRequestEntityTooLarge, http.StatusRequestURITooLong,
 		http.StatusUnsupportedMediaType, http.StatusRequestHeaderFieldsTooLarge:
 		return DispositionRelease
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusRequestTimeout, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		return DispositionUnknown
 	}
 	return DispositionStore

@@ -19,8 +19,8 @@
 //     it starts: a lease that already ended answers 503 lease_lost and
 //     releases the key); its response is stored, or the key released, or
 //     marked UNKNOWN, as Options.StatusPolicy says for the status (by
-//     default: 408, 425, 429 and the refusals before any work, 401, 403,
-//     413 and the like, release, 502, 503 and 504 are unknown, the rest is
+//     default: 425, 429 and the refusals before any work, 401, 403,
+//     413 and the like, release, 408, 502, 503 and 504 are unknown, the rest is
 //     stored; a release is unknown after the handler sent a downstream
 //     step, a request with a key derived from its scope through
 //     idemclient.Propagator or Retrying that may have left) unless the

@@ -397,9 +397,9 @@ func (rt *productRoute) disposition(status int, format string) string {
 		}
 	}
 	switch status {
-	case 408, 425, 429, 401, 403, 407, 411, 413, 414, 415, 431:
+	case 425, 429, 401, 403, 407, 411, 413, 414, 415, 431:
 		return "release"
-	case 502, 503, 504: // a 503 does not prove that nothing ran
+	case 408, 502, 503, 504: // a 503 or a timeout layer's 408 does not prove that nothing ran
 		return "unknown"
 	case 400:
 		if format == "stripe" { // Stripe saves no result for a request refused before it ran
