@@ -78,14 +78,18 @@ type ClientOptions struct {
 // derives, idemclient.StepKey of the scope and of the step named with
 // idemclient.WithStep, the same on every run of the handler; a call
 // whose context names no step is not sent, and fails with an error that
-// matches idemclient.ErrNoStep and whose status is INVALID_ARGUMENT. A
-// random key there would be new on each run, and a run taken over or
-// repeated would do the downstream work again. Such a call is a step of
-// the handler behind idemgrpc or idemhttp whose scope it is: once an
-// attempt may have reached its server, the handler's status policy no
-// longer releases the handler's key (an ABORTED may be a second
-// downstream's, passed on after the first had its effect), it turns the
-// key UNKNOWN; SetDisposition still releases it.
+// matches idemclient.ErrNoStep and whose status is INVALID_ARGUMENT with
+// ErrorInfo reason STEP_REQUIRED. A random key there would be new on each
+// run, and a run taken over or repeated would do the downstream work
+// again. The error is not marked idem.NotRun: the handler's work may have
+// had effects before the call, and returned as it is the error keeps the
+// handler's key; a handler that knows it did nothing yet returns
+// idem.NotRun(err). A call with a derived key is a step of the handler
+// behind idemgrpc or idemhttp whose scope it is: once an attempt may have
+// reached its server, the handler's status policy no longer releases the
+// handler's key (an ABORTED may be a second downstream's, passed on after
+// the first had its effect), it turns the key UNKNOWN; SetDisposition
+// still releases it.
 //
 // It retries, up to MaxAttempts, the answers that say the call did not
 // run or is still running (UNAVAILABLE, ABORTED, RESOURCE_EXHAUSTED, and
@@ -237,7 +241,11 @@ func (c *client) invoke(ctx context.Context, method string, req, reply any, cc *
 	case key == "" && !inMD:
 		var err error
 		if key, step, err = c.newKey(ctx); err != nil {
-			return &refusedError{method: method, err: err}
+			e := &refusedError{method: method, err: err}
+			if errors.Is(err, idemclient.ErrNoStep) {
+				e.reason = ReasonStepRequired
+			}
+			return e
 		}
 	}
 	// A field's key that metadata cannot carry as it is (not printable

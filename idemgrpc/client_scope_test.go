@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -180,6 +181,44 @@ func TestClientUnderScopeWithoutStepRefuses(t *testing.T) {
 	}
 	if keys := append(r.seen(), r2.seen()...); !slices.Equal(keys, []string{"mine", "theirs", ""}) {
 		t.Fatalf("downstream received keys %q; want the caller's two, then none", keys)
+	}
+}
+
+// The refusal of a call that names no step carries the ErrorInfo reason
+// STEP_REQUIRED in idem's domain, so a caller matches it without reading
+// the message; the remedy stays in the message. It is not marked
+// idem.NotRun: the handler that made the call may have had effects
+// before it, so one that returns it as it is keeps its key (UNKNOWN), and
+// only one that knows it did nothing before releases it, with
+// idem.NotRun(err).
+func TestClientStepRequiredReason(t *testing.T) {
+	r, conn := downstream(t, nil)
+	call := func(ctx context.Context) error {
+		return conn.Invoke(ctx, chargeMethod, wrapperspb.String("1"), new(wrapperspb.StringValue))
+	}
+	err := call(idemclient.WithScope(testContext(t), "acme", "order-42"))
+	st := status.Convert(err)
+	if st.Code() != codes.InvalidArgument || idemgrpc.ErrorInfo(st) != idemgrpc.ReasonStepRequired || !errors.Is(err, idemclient.ErrNoStep) {
+		t.Fatalf("got %v (reason %q); want INVALID_ARGUMENT with reason %s, matching ErrNoStep", err, idemgrpc.ErrorInfo(st), idemgrpc.ReasonStepRequired)
+	}
+	if !strings.Contains(st.Message(), "ClientOptions.Methods") {
+		t.Fatalf("message %q names no remedy", st.Message())
+	}
+
+	engine := newEngine(t, memStore(t), nil)
+	req := idem.Request{Tenant: "acme", Key: "job-8", NoFingerprint: true}
+	runs := 0
+	for range 2 {
+		_, _, err = engine.Do(testContext(t), req, func(ctx context.Context, _ *idem.Lease) ([]byte, error) {
+			runs++
+			return nil, call(ctx) // as it is: an effect before it may have happened
+		})
+	}
+	if runs != 1 || !errors.Is(err, idem.ErrOutcomeUnknown) {
+		t.Fatalf("the work ran %d times, last error %v; want once, then the key kept UNKNOWN", runs, err)
+	}
+	if n := r.calls.Load(); n != 0 {
+		t.Fatalf("downstream received %d calls; want none", n)
 	}
 }
 

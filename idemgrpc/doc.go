@@ -114,7 +114,10 @@
 // idemclient.WithStep: the same on every run of the handler, so a run
 // taken over or repeated does not do the downstream work again. Under a
 // scope, a call whose context names no step is not sent: its error
-// matches idemclient.ErrNoStep, its status is INVALID_ARGUMENT. Nor is a
+// matches idemclient.ErrNoStep, its status is INVALID_ARGUMENT
+// (STEP_REQUIRED), and it is not marked idem.NotRun (the handler may
+// have had effects before the call: it keeps its key unless it wraps the
+// error in idem.NotRun itself). Nor is a
 // call whose own key differs from its request's KeyField field: its error
 // matches idem.ErrInvalidKey, its status is INVALID_ARGUMENT (KEY_INVALID),
 // as the server would answer. The key goes in the metadata whatever its

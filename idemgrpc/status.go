@@ -39,6 +39,11 @@ const (
 	ReasonOutcomeUnknown   = "OUTCOME_UNKNOWN"   // UNKNOWN (or INTERNAL after a panic): the work may have taken effect
 	ReasonNotReplayable    = "NOT_REPLAYABLE"    // INTERNAL: the stored result cannot be decoded here
 	ReasonKeyExpired       = "KEY_EXPIRED"       // FAILED_PRECONDITION: the call ran, its result's retention ended within the key retention
+
+	// ReasonStepRequired is the client interceptor's own: INVALID_ARGUMENT
+	// for a call under an idempotency scope whose context names no step
+	// (idemclient.ErrNoStep), which it does not send.
+	ReasonStepRequired = "STEP_REQUIRED"
 )
 
 // newStatus builds a status with an ErrorInfo detail for reason and, when

@@ -500,9 +500,11 @@ type productEnv struct {
 	file    string
 	store   *productStores // the run's store, drawn from its seed
 	up      *productUpstream
-	cfg     *productConfig // the configuration the run starts on: what a reload cannot change is read here
-	next    *productConfig // the one it reloads to (nil: no reload this run)
-	invalid []string       // the broken files refused, in turn, before the reload, of invalidReloads
+	cfg     *productConfig      // the configuration the run starts on: what a reload cannot change is read here
+	next    *productConfig      // the one it reloads to (nil: no reload this run)
+	invalid []string            // the broken files refused, in turn, before the reload, of invalidReloads
+	refused map[string]int      // kind of invalidReloads → how many gateways refused it (guarded by mu)
+	missed  map[string][]string // kind → why each gateway that did not refuse it got no such file (guarded by mu)
 	seed    uint64
 	tenants []string
 	segs    map[string]string   // the gateway's tenant (Idempotency-Tenant) → the run's tenant
@@ -654,7 +656,7 @@ func (pe *productEnv) prepare(ctx context.Context, seed uint64) (string, error) 
 	pe.seed = seed
 	pe.count = map[string]int{}
 	pe.cfg = drawProductConfig(seed, pe.store.draw(seed).url, "http://"+pe.up.addr)
-	pe.next, pe.invalid, pe.reloadErr = nil, nil, nil
+	pe.next, pe.invalid, pe.refused, pe.missed, pe.reloadErr = nil, nil, map[string]int{}, map[string][]string{}, nil
 	pe.epoch.Store(0)
 	pe.reloading.Store(false)
 	pe.cfg.force(seed)
@@ -1494,9 +1496,16 @@ func (pe *productEnv) reloadInvalid(ctx context.Context, kind string) error {
 		config              string
 	}
 	was := map[*gatewayProc]before{}
+	missed := func(g *gatewayProc, why string) {
+		pe.mu.Lock()
+		defer pe.mu.Unlock()
+		pe.missed[kind] = append(pe.missed[kind], fmt.Sprintf("gateway %s %s", g.listen, why))
+	}
 	for _, g := range pe.gs {
 		if b := (before{pe.reloads(ctx, g, "failure"), pe.reloads(ctx, g, "success"), pe.runningConfig(ctx, g)}); b.failures >= 0 && b.config != "" {
 			was[g] = b
+		} else {
+			missed(g, "was not running (its admin API gave no GET /v1/config, or no idem_config_reloads_total in /metrics)")
 		}
 	}
 	if err := os.WriteFile(pe.file, []byte(pe.cfg.invalidFile(kind)), 0o644); err != nil {
@@ -1504,24 +1513,63 @@ func (pe *productEnv) reloadInvalid(ctx context.Context, kind string) error {
 	}
 	for g, b := range was {
 		if !g.signal(syscall.SIGHUP) {
+			missed(g, "exited before its SIGHUP")
 			continue
 		}
 		deadline := time.Now().Add(10 * time.Second)
 		for pe.reloads(ctx, g, "failure") <= b.failures && pe.reloads(ctx, g, "success") <= b.successes {
 			if time.Now().After(deadline) || ctx.Err() != nil {
-				return fmt.Errorf("gateway %s counted no reload within 10s of SIGHUP", g.listen)
+				return fmt.Errorf("gateway %s counted no reload within 10s of SIGHUP to the broken file (%s)", g.listen, kind)
 			}
 			sleep(ctx, 20*time.Millisecond)
 		}
-		if pe.reloads(ctx, g, "success") > b.successes {
-			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s applied a configuration it must refuse (%s)", g.listen, kind)})
+		// Refused: counted as a failure, not a success, and the running
+		// configuration unchanged. Anything else fails the run.
+		var not []string
+		if n := pe.reloads(ctx, g, "success"); n > b.successes {
+			not = append(not, fmt.Sprintf("counted a successful reload (%d, was %d)", n, b.successes))
+		}
+		if n := pe.reloads(ctx, g, "failure"); n <= b.failures {
+			not = append(not, fmt.Sprintf("counted no failed reload (%d, was %d)", n, b.failures))
 		}
 		if now := pe.runningConfig(ctx, g); now != b.config {
-			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s runs another configuration after a refused reload (%s): %.200s", g.listen, kind, now)})
+			not = append(not, fmt.Sprintf("runs another configuration: %.200s", now))
 		}
+		if not != nil {
+			pe.rec.saw(Violation{"reload", "", fmt.Sprintf("gateway %s did not refuse the broken reload file (%s) it must refuse: %s",
+				g.listen, kind, strings.Join(not, "; "))})
+			continue
+		}
+		pe.mu.Lock()
+		pe.refused[kind]++
+		pe.mu.Unlock()
 		pe.did("reload refused " + kind)
 	}
 	return os.WriteFile(pe.file, []byte(pe.cfg.file()), 0o644)
+}
+
+// unrefused are the breaches of a run whose broken reload files were not
+// all refused: each of pe.invalid must have been refused by a gateway at
+// least (at most one is down at a time, killed by a nemesis), or the run
+// forced a file no gateway was tested on.
+func (pe *productEnv) unrefused() []Violation {
+	pe.mu.Lock()
+	defer pe.mu.Unlock()
+	var out []Violation
+	for _, kind := range pe.invalid {
+		if pe.refused[kind] == 0 {
+			why := pe.missed[kind]
+			switch {
+			case pe.epoch.Load() == 0:
+				why = []string{"the run never reloaded"}
+			case len(why) < len(pe.gs):
+				why = append(why, "the gateways that got it did not refuse it")
+			}
+			out = append(out, Violation{"reload", "", fmt.Sprintf("no gateway refused the broken reload file (%s) the run forced: %s",
+				kind, strings.Join(why, "; "))})
+		}
+	}
+	return out
 }
 
 // admin sends an admin API call; auth says whether it carries the token
@@ -1670,6 +1718,7 @@ func (pe *productEnv) finish(ctx context.Context) ([]Violation, error) {
 	if pe.reloadErr != nil {
 		return nil, pe.reloadErr
 	}
+	seen = append(seen, pe.unrefused()...)
 	fc := pe.final()
 	pe.clock.arm(0) // the final phase's rules count leases on a clock that does not move
 	pe.probeStatuses(ctx, tenant)
