@@ -81,8 +81,11 @@ func TestClientKeyFieldOutcomeUnknownCarriesIt(t *testing.T) {
 	r := newKeyRecorder()
 	recordKey := r.handle
 	r.handle = func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
+		// The key is recorded before the cut: the cut ends the client's
+		// call, which then reads what the server received.
+		out, err := recordKey(ctx, in)
 		proxy.Load().CutAll() // the request is in; its answer never gets back
-		return recordKey(ctx, in)
+		return out, err
 	}
 	p, err := faultproxy.New(serve(t, nil, nil, &r.service).Target())
 	if err != nil {
