@@ -55,6 +55,10 @@ const FinalizeTimeout = 10 * time.Second
 //     side effect (invalid input, a dependency refused before anything
 //     was sent). idemclient.Sent tells a request that provably never left;
 //     it marks nothing, since the work may have had effects before it.
+//     Nor does the error of a Do that released its own key (Retryable
+//     tells it): a work that ran a Do of its own for a sub-step, after
+//     an effect, and returns its error keeps its key UNKNOWN; one with
+//     no effect before it says so, return NotRun(err).
 //
 // A lease that took over an attempt whose lease ended (TakeoverRun) is
 // never released but marked UNKNOWN: that attempt may have had its
@@ -156,7 +160,9 @@ func (e *Engine) Do(ctx context.Context, req Request, fn func(ctx context.Contex
 		if rerr := l.Release(fctx); rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
 			e.log.Error("idem: release after failed work", "tenant", req.Tenant, "key", req.Key, "err", rerr)
 		}
-		return nil, false, releasedError{err}
+		// The NotRun spoke for this work: the error says "released" to
+		// Retryable, and "not run" to no enclosing work's Do or handler.
+		return nil, false, &outcome.Released{Err: err}
 	}
 	fctx, cancel := finalCtx()
 	defer cancel()
@@ -246,7 +252,10 @@ var errUnknownUnsaid = errors.New("the work's outcome is unknown")
 //
 // An error marked both NotRun and OutcomeUnknown is an unknown outcome,
 // and so is a NotRun joined with an error not marked (errors.Join, or an
-// fmt.Errorf with several %w): the safe reading wins. errors.Is and
+// fmt.Errorf with several %w): the safe reading wins. The mark speaks
+// for the work that returns it, and stops at its Do: the error Do returns
+// after releasing the key is not NotRun to an enclosing work's Do (or
+// idemgrpc), whose work may have had effects before it. errors.Is and
 // errors.As find err in the result.
 func NotRun(err error) error {
 	if err == nil {
@@ -302,7 +311,7 @@ func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
 // have run.
 func Retryable(err error) bool {
 	var ran ranError
-	var released releasedError
+	var released *outcome.Released
 	switch {
 	case err == nil, errors.As(err, &ran), errors.Is(err, ErrOutcomeUnknown):
 		return false
@@ -318,13 +327,6 @@ type ranError struct{ err error }
 
 func (r ranError) Error() string { return r.err.Error() }
 func (r ranError) Unwrap() error { return r.err }
-
-// releasedError is the work's NotRun error, returned by Do after it
-// released the key: Retryable is true for it, whatever it wraps.
-type releasedError struct{ err error }
-
-func (r releasedError) Error() string { return r.err.Error() }
-func (r releasedError) Unwrap() error { return r.err }
 
 // workContext is the context of Do's function: the lease's, whose
 // Deadline is the lease's end as it stands. It is not on every

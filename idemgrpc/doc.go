@@ -86,7 +86,9 @@
 // retry may find it settled (a reconciliation is configured, or
 // Options.UnknownRetryAfter). A handler error wrapped with idem.NotRun
 // (it stopped before its effect) releases the key, and the caller gets
-// the error's status. A
+// the error's status; the error of an Engine.Do of the handler's own
+// that released its key is not one (the handler may have had effects
+// before it) unless the handler wraps it with idem.NotRun itself. A
 // Reconcile or an operator's Resolve that finds the work done records the
 // answer in the interceptor's form with EncodeResult, and retries get it
 // replayed.

@@ -27,6 +27,16 @@ type NotRun struct{ Err error }
 func (n *NotRun) Error() string { return n.Err.Error() }
 func (n *NotRun) Unwrap() error { return n.Err }
 
+// Released is the error of an Engine.Do that released its key because
+// its work's error was marked NotRun. The mark spoke for that work alone
+// and ends here: an enclosing work (a Do, or a handler behind idemgrpc)
+// that returns this error may have had effects before it, so IsNotRun
+// does not look inside. errors.Is and errors.As still find Err.
+type Released struct{ Err error }
+
+func (r *Released) Error() string { return r.Err.Error() }
+func (r *Released) Unwrap() error { return r.Err }
+
 // ChosenReason returns the reason the application gave with
 // idem.OutcomeUnknown, if err carries one.
 func ChosenReason(err error) (string, bool) {
@@ -39,11 +49,13 @@ func ChosenReason(err error) (string, bool) {
 // IsNotRun reports whether err was marked with idem.NotRun: err is, or
 // wraps, a *NotRun, and where err joins several errors (errors.Join, an
 // fmt.Errorf with several %w) each of them is marked. One unmarked error
-// among them may have come after an effect: the safe reading wins.
+// among them may have come after an effect: the safe reading wins. A mark
+// inside a *Released (the error of a Do that released its own key) is
+// not read: it spoke for that Do's work, not for the one returning it.
 func IsNotRun(err error) bool {
 	for {
 		switch e := err.(type) {
-		case nil:
+		case nil, *Released:
 			return false
 		case *NotRun:
 			return true

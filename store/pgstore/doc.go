@@ -61,6 +61,12 @@
 // and FencedExec applies the same check to the application's own tables.
 // See the package examples for the whole flow.
 //
+// Guard's errors before its work ran are not marked idem.NotRun: the
+// idem work around Guard may have had effects before it, and Do must
+// then keep the key. A Do work whose only effect is Guard's work marks
+// them itself, when Guard never entered that work (Store.Guard shows
+// the lines).
+//
 // # Schema
 //
 // Migrate applies the migrations embedded from migrations/*.sql; New does

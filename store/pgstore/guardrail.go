@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idemkit/idem/internal/outcome"
 	"github.com/idemkit/idem/store"
 )
 
@@ -71,16 +70,23 @@ type DB interface {
 // (Settle) and commits; an error from work rolls the transaction back
 // (the reservation goes with it, so a retry reserves the key anew) and is
 // returned as it is, and so does a panic, which goes on. An error before
-// the work ran (the database unreachable, Reserve failing) is marked
-// idem.NotRun, so that Do releases the key (Do reads any unmarked error
-// as an unknown outcome). The work's own error is returned as it is: it
-// may follow a call outside the transaction (the provider's). The flow of
-// pgx.BeginFunc, with the reservation around it:
+// the work ran (the database unreachable, Reserve failing) is returned
+// unmarked: Guard knows nothing of what the enclosing idem work did
+// before it (a charge, then Guard for the ledger), so Do keeps the key
+// UNKNOWN. A Do work whose only effect is Guard's work says that nothing
+// ran itself, as idem.NotRun says, from whether work was entered. The
+// flow of pgx.BeginFunc, with the reservation around it:
 //
 //	out, err := engine.Do(ctx, key, func(ctx context.Context, l *idem.Lease) ([]byte, error) {
-//		return pg.Guard(ctx, pool, l, func(tx pgx.Tx) ([]byte, error) {
+//		ran := false
+//		out, err := pg.Guard(ctx, pool, l, func(tx pgx.Tx) ([]byte, error) {
+//			ran = true
 //			return charge(ctx, tx, l.Fence()) // the provider call, and the application's own writes in tx
 //		})
+//		if err != nil && !ran { // Guard failed before the charge, the work's one effect: nothing ran
+//			return nil, idem.NotRun(err)
+//		}
+//		return out, err
 //	})
 //
 // When another transaction reserved the key and committed its outcome
@@ -88,20 +94,21 @@ type DB interface {
 // Guard returns that outcome without running work. When the work ran and
 // the commit that records it failed, the commit may have landed: Guard
 // returns an error wrapping store.ErrOutcomeUnknown (idem.ErrOutcomeUnknown),
-// and Do turns the key UNKNOWN; a reconciliation reads the reservation
-// (Store.Reservation). So does a Settle refused after the work ran
-// (ErrStaleFence: a newer owner holds the key).
+// and Do turns the key UNKNOWN, NotRun or not; a reconciliation reads the
+// reservation (Store.Reservation). So does a Settle refused after the
+// work ran (ErrStaleFence: a newer owner holds the key), and a key
+// reserved and committed without an outcome, which Guard never commits.
 func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) ([]byte, error)) (out []byte, err error) {
 	switch err := s.made("guard"); {
 	case err != nil:
-		return nil, notRun(err)
+		return nil, err
 	case db == nil || l == nil || work == nil:
-		return nil, notRun(fmt.Errorf("pgstore: guard: %w: nil database, lease or work", ErrConfig))
+		return nil, fmt.Errorf("pgstore: guard: %w: nil database, lease or work", ErrConfig)
 	}
 	id, fence := l.ID(), l.Fence()
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, notRun(fmt.Errorf("pgstore: guard: begin: %w", err))
+		return nil, fmt.Errorf("pgstore: guard: begin: %w", err)
 	}
 	committed := false
 	defer func() {
@@ -111,13 +118,13 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 	}()
 	if err := s.Reserve(ctx, tx, id.Tenant, id.Key, fence); err != nil {
 		if !errors.Is(err, ErrDuplicate) {
-			return nil, notRun(err)
+			return nil, err
 		}
 		tx.Rollback(context.WithoutCancel(ctx)) // the transaction is aborted: read outside it
 		r, rerr := s.Reservation(ctx, db, id.Tenant, id.Key)
 		switch {
 		case rerr != nil:
-			return nil, notRun(fmt.Errorf("pgstore: guard: reading the reservation another transaction made: %w", rerr))
+			return nil, fmt.Errorf("pgstore: guard: reading the reservation another transaction made: %w", rerr)
 		case r.SettledAt.IsZero():
 			// Reserved and committed without an outcome: Guard never
 			// commits so, a hand-written flow did; whether its work ran
@@ -141,12 +148,6 @@ func (s *Store) Guard(ctx context.Context, db DB, l Lease, work func(tx pgx.Tx) 
 	committed = true
 	return out, nil
 }
-
-// notRun marks an error of Guard before its work ran as idem.NotRun does:
-// idem.Engine.Do reads any other error as a call that may have taken
-// effect, and the key would stay UNKNOWN for work that never started. The
-// transaction is rolled back.
-func notRun(err error) error { return &outcome.NotRun{Err: err} }
 
 // Reservation is a committed reservation, as Store.Reservation reads it.
 type Reservation struct {

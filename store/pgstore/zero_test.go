@@ -61,9 +61,16 @@ func TestZeroStoreErrs(t *testing.T) {
 		check("Reservation", func() error { _, err := z.Reservation(ctx, pool, "acme", "zero"); return err })
 		check("Guard under Do", func() error {
 			_, _, err := e.Do(ctx, idem.Request{Tenant: "acme", Key: "zero", NoFingerprint: true},
-				func(ctx context.Context, l *idem.Lease) ([]byte, error) { return z.Guard(ctx, pool, l, work) })
+				func(ctx context.Context, l *idem.Lease) ([]byte, error) {
+					guarded := false // as the docs show: Guard's work is this work's only effect
+					out, err := z.Guard(ctx, pool, l, func(tx pgx.Tx) ([]byte, error) { guarded = true; return work(tx) })
+					if err != nil && !guarded {
+						return nil, idem.NotRun(err)
+					}
+					return out, err
+				})
 			if !idem.Retryable(err) {
-				t.Errorf("Do with a zero store's Guard = %v; want the key released", err)
+				t.Errorf("Do with a zero store's Guard, marked NotRun as the docs show = %v; want the key released", err)
 			}
 			return err
 		})
