@@ -39,7 +39,8 @@ const startingAdminDrain = time.Second
 // runServe is idem serve: a configuration that cannot be honoured exits 2
 // at once; a store that does not answer is retried until it does or a
 // signal stops the wait (exit 0), with /healthz answering and /readyz 503
-// meanwhile; a drain exits 0.
+// meanwhile, and a SIGHUP kept for the gateway's build (startReload); a
+// drain exits 0.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s, err := loadServe(args)
 	if err == nil {
