@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/idemkit/idem/internal/gateway"
@@ -61,36 +63,15 @@ var restartOnly = []string{"listen", "admin", "admin-token", "admin-insecure", "
 // again and hands the result to the running gateway, which swaps it in
 // and reads its --admin-tokens-file and TLS files again; a bad file, or a
 // change to a restartOnly setting, keeps the running configuration and is
-// logged (gateway.Reload). Without --config, --admin-tokens-file and TLS
-// files there is nothing to reload: flags and variables do not change in
-// a running process.
+// logged (gateway.Reload). A reload requested before the gateway is built
+// (the store has not answered yet) is not lost: startReload keeps it for
+// the build.
 func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *slog.LevelVar, log *slog.Logger) {
-	switch {
-	case started.settings.file == nil && started.cfg.AdminTokensFile == "" && started.cfg.TLSCert == "" && started.cfg.AdminTLSCert == "":
-		log.Info("idem: nothing to reload: no --config, no --admin-tokens-file and no TLS files; flags and IDEM_ variables are read at start, restart to change them")
-		return
-	case g == nil:
-		log.Warn("idem: reload ignored: the gateway is still starting")
-		return
-	}
 	var next *serveSetup
 	err := g.Reload(func() (gateway.Config, error) {
-		s, err := loadServe(args)
+		s, err := loadReload(args, started)
 		if err != nil {
 			return gateway.Config{}, err
-		}
-		var changed []string
-		for _, name := range restartOnly {
-			if s.fixed[name] != started.fixed[name] {
-				changed = append(changed, name) // the name only: the value may be a secret
-			}
-		}
-		if len(changed) > 0 {
-			return gateway.Config{}, fmt.Errorf("%s changed, which a reload cannot apply: restart idem to change it (or put the old value back)",
-				strings.Join(changed, ", "))
-		}
-		if err := s.validate(); err != nil {
-			return gateway.Config{}, err // as at start: a route's error names its file and line
 		}
 		next = s
 		return s.cfg, nil
@@ -101,4 +82,121 @@ func reloadServe(g *gateway.Gateway, args []string, started *serveSetup, level *
 			log.Warn(w)
 		}
 	}
+}
+
+// nothingToReload reports, and logs, that a process started with s has
+// nothing a reload could read again: without --config, --admin-tokens-file
+// and TLS files, flags and variables do not change in a running process.
+func nothingToReload(s *serveSetup, log *slog.Logger) bool {
+	if s.settings.file != nil || s.cfg.AdminTokensFile != "" || s.cfg.TLSCert != "" || s.cfg.AdminTLSCert != "" {
+		return false
+	}
+	log.Info("idem: nothing to reload: no --config, no --admin-tokens-file and no TLS files; flags and IDEM_ variables are read at start, restart to change them")
+	return true
+}
+
+// loadReload reads the flags, the IDEM_ variables and the config file
+// again for a reload of a process started with started: refused when
+// they change a restartOnly setting, or do not validate (as at start).
+func loadReload(args []string, started *serveSetup) (*serveSetup, error) {
+	s, err := loadServe(args)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	for _, name := range restartOnly {
+		if s.fixed[name] != started.fixed[name] {
+			changed = append(changed, name) // the name only: the value may be a secret
+		}
+	}
+	if len(changed) > 0 {
+		return nil, fmt.Errorf("%s changed, which a reload cannot apply: restart idem to change it (or put the old value back)",
+			strings.Join(changed, ", "))
+	}
+	if err := s.validate(); err != nil {
+		return nil, err // as at start: a route's error names its file and line
+	}
+	return s, nil
+}
+
+// startReload carries the reloads requested while idem serve starts (the
+// store has not answered, there is no gateway to reload) over to the
+// gateway's build: a SIGHUP then was once dropped with a warning, and the
+// gateway served the file as it was before the store wait, the metrics
+// saying the last reload succeeded. mu orders a SIGHUP against the build:
+// one that comes during the build waits for it, then reloads the gateway.
+type startReload struct {
+	args    []string
+	started *serveSetup // the setup read at start: the restartOnly values every reload keeps
+	level   *slog.LevelVar
+	log     *slog.Logger
+
+	mu        sync.Mutex
+	g         *gateway.Gateway // guarded by mu; nil until built
+	requested bool             // guarded by mu: a reload came before the build
+	valid     *serveSetup      // guarded by mu: the newest setup such a reload read and found valid
+}
+
+// reload is the SIGHUP handler of idem serve. Before the gateway is
+// built it reads the file at once, to log what is wrong with it while
+// the operator is there, and keeps the request for the build, which
+// reads the file again (settle).
+func (r *startReload) reload() {
+	if nothingToReload(r.started, r.log) {
+		return
+	}
+	r.mu.Lock()
+	if g := r.g; g != nil {
+		r.mu.Unlock()
+		reloadServe(g, r.args, r.started, r.level, r.log)
+		return
+	}
+	defer r.mu.Unlock()
+	r.requested = true
+	s, err := loadReload(r.args, r.started)
+	if err != nil {
+		r.log.Warn("idem: reload requested while starting: the file does not load now; it is read again when the store answers, and the gateway starts with the last valid configuration",
+			"err", err.Error())
+		return
+	}
+	r.valid = s
+	r.log.Info("idem: reload requested while starting: the file loads; it is read again when the store answers, and the gateway starts with it")
+}
+
+// build builds the gateway, under mu, from the newest valid setup: the
+// one read at start, or, when a reload was requested meanwhile, the file
+// read again now (the newest valid one a reload read when it does not
+// load now, the failure counted and logged as a reload's). withRuntime
+// adds what the setup does not hold (the store, the logger...).
+func (r *startReload) build(withRuntime func(gateway.Config) gateway.Config) (*gateway.Gateway, *serveSetup, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	use, reloadErr := r.started, error(nil)
+	if r.requested {
+		use, reloadErr = loadReload(r.args, r.started)
+		if reloadErr != nil {
+			use = cmp.Or(r.valid, r.started)
+		}
+	}
+	g, err := gateway.New(withRuntime(use.cfg))
+	if err != nil {
+		return nil, use, err
+	}
+	if r.requested {
+		g.CountReload(reloadErr)
+		if reloadErr != nil {
+			r.log.Error("idem: reload failed; the gateway starts with the last valid configuration (requested while starting)", "err", reloadErr.Error())
+		} else {
+			r.log.Info("idem: configuration reloaded; the gateway starts with it (requested while starting)",
+				"routes", len(use.cfg.Routes))
+		}
+	}
+	if use != r.started {
+		r.level.Set(use.logLevel)
+		for _, w := range use.settings.warnings() {
+			r.log.Warn(w)
+		}
+	}
+	r.g = g
+	return g, use, nil
 }

@@ -39,7 +39,8 @@ const startingAdminDrain = time.Second
 // runServe is idem serve: a configuration that cannot be honoured exits 2
 // at once; a store that does not answer is retried until it does or a
 // signal stops the wait (exit 0), with /healthz answering and /readyz 503
-// meanwhile; a drain exits 0.
+// meanwhile, and a SIGHUP kept for the gateway's build (startReload); a
+// drain exits 0.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s, err := loadServe(args)
 	if err == nil {
@@ -70,8 +71,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	for _, w := range s.settings.warnings() {
 		logger.Warn(w)
 	}
-	var running atomic.Pointer[gateway.Gateway]
-	defer watchReload(ctx, logger, func() { reloadServe(running.Load(), args, s, level, logger) })()
+	reloads := &startReload{args: args, started: s, level: level, log: logger}
+	defer watchReload(ctx, logger, reloads.reload)()
 	cfg := s.cfg
 	cfg.Logger = logger
 	cfg.AdaptProcs = procs.adapt
@@ -109,14 +110,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer tp.Shutdown(context.WithoutCancel(ctx)) // exports the spans still batched
 		cfg.Tracer = tp.Tracer("github.com/idemkit/idem")
 	}
-	g, err := gateway.New(cfg)
+	g, use, err := reloads.build(func(c gateway.Config) gateway.Config {
+		c.Logger, c.AdaptProcs, c.AdminListener, c.Store, c.Tracer = cfg.Logger, cfg.AdaptProcs, cfg.AdminListener, cfg.Store, cfg.Tracer
+		return c
+	})
 	if err != nil {
 		if cfg.AdminListener != nil {
 			cfg.AdminListener.Close()
 		}
-		return s.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
+		return use.settings.explain(fmt.Errorf("%w: %w", errUsage, err))
 	}
-	running.Store(g)
 	return g.Run(ctx, nil)
 }
 

@@ -54,18 +54,30 @@ func newReloadTelemetry(reg prometheus.Registerer) *reloadTelemetry {
 // the certificates, keys and client CAs from the running TLS files.
 func (g *Gateway) Reload(load func() (Config, error)) error {
 	err := g.reload(load)
+	g.CountReload(err)
+	if err != nil {
+		g.cfg.Logger.Error("idem: reload failed; the running configuration stays", "err", err.Error())
+		return err
+	}
+	g.cfg.Logger.Info("idem: configuration reloaded; requests in flight finish under the one they started with",
+		"routes", len(g.current.Load().cfg.Routes), "admin_tokens", len(g.access.Load().tokens))
+	return nil
+}
+
+// CountReload counts a reload's result in the metrics as Reload does: a
+// success (err nil) or a failure, which sets
+// idem_config_last_reload_successful to 0. It is for a reload its caller
+// applied, or refused, itself: cmd/idem's reload requested before the
+// gateway was built, applied to the Config given to New.
+func (g *Gateway) CountReload(err error) {
 	if err != nil {
 		g.reloads.reloads.WithLabelValues("failure").Inc()
 		g.reloads.successful.Set(0)
-		g.cfg.Logger.Error("idem: reload failed; the running configuration stays", "err", err.Error())
-		return err
+		return
 	}
 	g.reloads.reloads.WithLabelValues("success").Inc()
 	g.reloads.lastSuccess.SetToCurrentTime()
 	g.reloads.successful.Set(1)
-	g.cfg.Logger.Info("idem: configuration reloaded; requests in flight finish under the one they started with",
-		"routes", len(g.current.Load().cfg.Routes), "admin_tokens", len(g.access.Load().tokens))
-	return nil
 }
 
 func (g *Gateway) reload(load func() (Config, error)) error {
