@@ -65,7 +65,7 @@ func TestZeroStoresErr(t *testing.T) {
 					return s.Close()
 				})
 			case *redisstore.Store:
-				check("EvictionPolicy", func() error { _, err := s.EvictionPolicy(ctx); return err })
+				check("CheckEviction", func() error { return s.CheckEviction(ctx) })
 				check("stats", func() error {
 					_, near := s.NearCacheStats()
 					_, co := s.CoalesceStats()

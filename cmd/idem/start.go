@@ -137,13 +137,15 @@ func openStore(ctx context.Context, s *serveSetup, log *slog.Logger, secrets []s
 		if err == nil {
 			if err = storeAnswers(ctx, st, s.cfg.StoreTimeout); err == nil {
 				log.Info("idem: the store answers", "store", redact.URL(s.storeURI), "attempts", attempt)
-				if err := refuseEviction(ctx, st, s.cfg.StoreTimeout, log); err != nil {
-					closeStore()
-					return nil, nil, err
-				}
 				return st, closeStore, nil
 			}
 			closeStore()
+			if errors.Is(err, redisstore.ErrMayEvict) {
+				// The Redis store's own check (redisstore.Store.CheckEviction),
+				// run before its first call: not worth a retry, the server's
+				// configuration must change (or the URL say allow_eviction=on).
+				return nil, nil, fmt.Errorf("%w: --store: %w (docs/stores.md)", errUsage, err)
+			}
 		}
 		if errors.Is(err, gateway.ErrStoreURI) { // CheckStore passed: not expected, and not worth a retry
 			return nil, nil, fmt.Errorf("%w: --store: %w", errUsage, err)
@@ -165,35 +167,6 @@ func openStore(ctx context.Context, s *serveSetup, log *slog.Logger, secrets []s
 		}
 		delay = min(2*delay, storeRetryMax)
 	}
-}
-
-// refuseEviction refuses a Redis store whose server may evict keys: it
-// would drop the store's records when it runs out of memory (every record
-// has a TTL, so the volatile-* policies take them too), and the retry of
-// an evicted UNKNOWN key or result runs the request again. A server that
-// does not say (INFO refused by an ACL) is logged, not refused. The
-// layered store's Redis is a mirror, which PostgreSQL backs: it is not
-// asked.
-func refuseEviction(ctx context.Context, st store.Store, timeout time.Duration, log *slog.Logger) error {
-	r, ok := st.(interface {
-		EvictionPolicy(context.Context) (string, error)
-	})
-	if !ok {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	policy, err := r.EvictionPolicy(ctx)
-	switch {
-	case err != nil:
-		log.Warn("idem: could not read the Redis server's maxmemory-policy; it must be noeviction, or Redis may drop keys (UNKNOWN ones too) and their retries run again",
-			"err", err.Error())
-		return nil
-	case policy != redisstore.NoEviction:
-		return fmt.Errorf("%w: --store: the Redis server's maxmemory-policy is %s: out of memory, it drops keys, an UNKNOWN key or a result too, "+
-			"and their retries run the requests again; set maxmemory-policy %s (docs/stores.md)", errUsage, policy, redisstore.NoEviction)
-	}
-	return nil
 }
 
 // storeAnswers reports whether the store answers a read within the store

@@ -359,11 +359,14 @@ func TestServeGOMAXPROCS(t *testing.T) {
 
 // A Redis store whose server may evict keys is refused at start (exit 2,
 // naming maxmemory-policy): out of memory, such a server dropped an
-// UNKNOWN key, and its retry ran the request a second time. The layered
-// store's Redis, a mirror PostgreSQL backs, is not refused.
+// UNKNOWN key, and its retry ran the request a second time. The check is
+// the library's (redisstore.Store.CheckEviction), so the URL's
+// allow_eviction=on opts out. The layered store's Redis, a mirror
+// PostgreSQL backs, is not refused.
 func TestStartRefusesEvictingRedis(t *testing.T) {
 	testenv.Redis(t)
-	srv, err := redisproc.Start(t.Context(), redisproc.Config{Dir: t.TempDir(), Args: []string{"--maxmemory-policy", "volatile-lru"}})
+	srv, err := redisproc.Start(t.Context(), redisproc.Config{Dir: t.TempDir(),
+		Args: []string{"--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +383,9 @@ func TestStartRefusesEvictingRedis(t *testing.T) {
 	g := startGateway(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+srv.Addr+"/0+"+testenv.DatabaseURL())
 	if err := g.stop(t); err != nil {
 		t.Errorf("layered store on a volatile-lru Redis: exit %v; want 0", err)
+	}
+	g = startGateway(t, "--upstream", "http://127.0.0.1:1", "--store", "redis://"+srv.Addr+"/0?allow_eviction=on")
+	if err := g.stop(t); err != nil {
+		t.Errorf("allow_eviction=on on a volatile-lru Redis: exit %v; want 0", err)
 	}
 }

@@ -49,6 +49,21 @@
 //
 // It needs Redis 7.0 or later (acquire uses SET NX GET).
 //
+// # Eviction
+//
+// The server must not evict the store's records: every record has a TTL,
+// so the volatile-* policies take them as well as the allkeys-* ones, a
+// COMPLETED record too, and a record evicted is a key forgotten: its
+// retry runs the work again. Before its first call the store reads
+// INFO memory (not CONFIG GET, which managed services disable) on every
+// master (each of a cluster, every shard of a ring, a Sentinel set's
+// master) and refuses, with an error wrapping ErrMayEvict that names the
+// node and its policy, when maxmemory-policy is not noeviction while
+// maxmemory is set, or when the server refuses INFO; it asks again on
+// each call until a check passes. Store.CheckEviction runs the check
+// alone. Options.AllowEviction (allow_eviction=on in a store URL) turns
+// it off, unsafely.
+//
 // Times run on the Redis server's clock, in milliseconds, so the
 // application servers' clocks play no part. A record ends when its lease
 // (PROCESSING) or retention (COMPLETED) does, checked by the scripts; the

@@ -42,7 +42,9 @@ func New(client redis.Scripter, opts *Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.info = goredisInfo(client)
+	if s.info = goredisInfo(client); s.info == nil && !s.checked.Load() {
+		return nil, fmt.Errorf("%w (got a %T)", errNoInfo, client)
+	}
 	if s.replicas == 0 {
 		return s, nil
 	}

@@ -121,7 +121,7 @@ var errBadCursor = fmt.Errorf("redisstore: %w", store.ErrInvalidCursor)
 // ListUnknown implements store.Store. The order is that of the index
 // (and, on Redis Cluster, of the slots): by tenant, then key.
 func (s *Store) ListUnknown(ctx context.Context, p store.ListParams) (store.ListPage, error) {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return store.ListPage{}, err
 	}
 	if s.index.mode == indexSharded {

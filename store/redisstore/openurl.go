@@ -36,11 +36,17 @@ import (
 //	coalesce=on|off          on: Options.Coalesce, operations that come
 //	                         while a script call is in flight go out as one
 //	                         batch (ignored on a cluster); off: the default
+//	allow_eviction=on|off    on: Options.AllowEviction, unsafe: the store
+//	                         works on a Redis that may evict its records (a
+//	                         record evicted is a key forgotten: its work
+//	                         runs again); off: the default, the store's
+//	                         first call fails on such a Redis
 //
 // Each is given at most once, with a value: empty or repeated, it is an
 // error. With rueidis the go-redis pool options (pool_size and the like)
 // do not apply, and a URL that gives one is an error naming client=go-redis.
-// opts may be nil; its NearCache and Coalesce are set from the URL.
+// opts may be nil; its NearCache and Coalesce are set from the URL, and
+// its AllowEviction when the URL says allow_eviction=on.
 func OpenURL(uri string, opts *Options) (*Store, error) {
 	var o Options
 	if opts != nil {
@@ -52,6 +58,7 @@ func OpenURL(uri string, opts *Options) (*Store, error) {
 	}
 	o.Coalesce = u.coalesce
 	o.NearCache = u.nearCache
+	o.AllowEviction = o.AllowEviction || u.allowEviction
 	if !u.rueidis {
 		client, err := ParseURL(u.rest)
 		if err != nil {
@@ -104,13 +111,15 @@ const defaultNearCacheBytes = 64 << 20
 type urlOptions struct {
 	rest                         string
 	rueidis, nearCache, coalesce bool
+	allowEviction                bool
 	cacheBytes                   int
 }
 
 // ownOptions are the query parameters OpenURL takes out of a URL.
-var ownOptions = []string{"client", "near_cache", "near_cache_bytes", "coalesce"}
+var ownOptions = []string{"client", "near_cache", "near_cache_bytes", "coalesce", "allow_eviction"}
 
-// storeOptions takes client, near_cache, near_cache_bytes and coalesce out of uri's query.
+// storeOptions takes client, near_cache, near_cache_bytes, coalesce and
+// allow_eviction out of uri's query.
 func storeOptions(uri string) (urlOptions, error) {
 	base, rawQuery, hasQuery := strings.Cut(uri, "?")
 	if !hasQuery || !slices.ContainsFunc(ownOptions, func(o string) bool { return strings.Contains(rawQuery, o) }) {
@@ -147,6 +156,9 @@ func storeOptions(uri string) (urlOptions, error) {
 		return urlOptions{}, err
 	}
 	if u.coalesce, err = onOff("coalesce"); err != nil {
+		return urlOptions{}, err
+	}
+	if u.allowEviction, err = onOff("allow_eviction"); err != nil {
 		return urlOptions{}, err
 	}
 	switch v := q.Get("client"); v {

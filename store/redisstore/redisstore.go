@@ -73,6 +73,18 @@ type Options struct {
 	// cannot be combined with ReplicaAcks. False (the zero value) means
 	// off.
 	Coalesce bool
+	// AllowEviction, unsafe, lets the store work on a Redis that may
+	// evict its records. Without it the store's first call (and every
+	// call until one passes) runs CheckEviction and fails with an error
+	// wrapping ErrMayEvict when a master's maxmemory-policy is not
+	// noeviction while its maxmemory is set (volatile-lru, the default of
+	// many managed services, takes the records too: each has a TTL), or
+	// when the server refuses INFO. A record evicted is a key forgotten:
+	// its work runs again. Set it only where that is accepted, or where
+	// the policy is known to be noeviction but cannot be read. False (the
+	// zero value) means the check runs. A store URL sets it with
+	// allow_eviction=on.
+	AllowEviction bool
 }
 
 // errNotMade is returned by every method of a Store that New did not make
@@ -108,7 +120,11 @@ type Store struct {
 
 	closeClient func() // the client OpenURL opened for the store; nil when the caller gave it
 
-	info infoSection // reads the server's INFO, for EvictionPolicy; nil when the client cannot
+	info infoReader // reads the masters' INFO, for CheckEviction; nil when the client cannot
+	// checked is set once CheckEviction passed (or at New with
+	// Options.AllowEviction); checking lets one caller run it at a time.
+	checked  atomic.Bool
+	checking chan struct{}
 }
 
 // Close closes the client the store opened itself (OpenURL); a client
@@ -164,7 +180,8 @@ func newStore(r batchRunner, mode indexMode, opts *Options) (*Store, error) {
 		return nil, errCoalesceReplicaAcks
 	}
 	s := &Store{r: r, prefix: o.Prefix, index: newIndex(o.Prefix, mode),
-		replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout}
+		replicas: o.ReplicaAcks, ackTimeout: o.ReplicaAckTimeout, checking: make(chan struct{}, 1)}
+	s.checked.Store(o.AllowEviction)
 	if o.Coalesce && mode == indexSingle { // one node: every key in one batch is fine
 		s.co = newCoalescer(r)
 		s.r = s.co
@@ -213,7 +230,7 @@ func boolArg(b bool) string {
 
 // Acquire implements store.Store.
 func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.AcquireResult, error) {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
 	var mark uint64
@@ -266,7 +283,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 
 // Complete implements store.Store.
 func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	var mark uint64
@@ -284,7 +301,7 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 
 // Extend implements store.Store.
 func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	return s.transition(ctx, "extend", s.acked, extendScript, s.keys(p.ID),
@@ -293,7 +310,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	return s.transition(ctx, "release", s.acked, releaseScript, s.indexedKeys(p.ID), []any{p.Owner, p.Fence, fenceGraceMs})
@@ -302,7 +319,7 @@ func (s *Store) Release(ctx context.Context, p store.LeaseRef) error {
 // MarkUnknown implements store.Store. With Options.ReplicaAcks it waits
 // for the replicas like Acquire and Complete.
 func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) error {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	return s.transition(ctx, "mark unknown", s.acked, markUnknownScript, s.indexedKeys(p.ID),
@@ -331,7 +348,7 @@ func (s *Store) transition(ctx context.Context, op string, run runFunc, sc *scri
 
 // Claim implements store.Store.
 func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResult, error) {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return store.ClaimResult{}, err
 	}
 	r, err := s.r.run(ctx, claimScript, s.indexedKeys(p.ID), []any{p.Owner, p.LeaseDuration.Milliseconds(), fenceGraceMs})
@@ -351,7 +368,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 // Resolve implements store.Store. With Options.ReplicaAcks it waits for
 // the replicas like Acquire and Complete.
 func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return err
 	}
 	args := []any{p.Fence, p.Claim, "0", p.Retention.Milliseconds(), 0, "", "", fenceGraceMs, p.KeyRetention.Milliseconds()}
@@ -388,7 +405,7 @@ func (s *Store) Resolve(ctx context.Context, p store.ResolveParams) error {
 
 // Get implements store.Store.
 func (s *Store) Get(ctx context.Context, id store.ID) (store.Record, error) {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return store.Record{}, err
 	}
 	var mark uint64
@@ -456,7 +473,7 @@ func (s *Store) CoalesceStats() (CoalesceStats, bool) {
 
 // Delete implements store.Store.
 func (s *Store) Delete(ctx context.Context, p store.DeleteParams) (bool, error) {
-	if err := s.made(); err != nil {
+	if err := s.ready(ctx); err != nil {
 		return false, err
 	}
 	if s.near != nil {

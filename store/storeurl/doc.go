@@ -22,7 +22,10 @@
 // (replays served from process memory, on rueidis), near_cache_bytes=N
 // and coalesce=on (the scripts that come
 // while one is in flight go out as one batch; off unless the URL or
-// Options.Coalesce says so, on by default in idem serve), and prefix=P,
+// Options.Coalesce says so, on by default in idem serve), allow_eviction=on
+// (redisstore.Options.AllowEviction, unsafe: without it the store's first
+// call fails, wrapping redisstore.ErrMayEvict, on a Redis whose
+// maxmemory-policy may evict its records), and prefix=P,
 // the prefix of every Redis key the store writes (redisstore.Options.Prefix;
 // default "idem:"). Its go-redis client connects lazily: Open does not
 // check that the server answers (rueidis dials at Open).
