@@ -17,9 +17,8 @@ const NoEviction = "noeviction"
 
 // ErrMayEvict is wrapped by the error of a store's first call (and of
 // CheckEviction) when a Redis master may evict the store's records under
-// memory pressure (its maxmemory-policy is not noeviction and its
-// maxmemory is set), or when the server refuses to say (INFO refused by
-// an ACL). A record evicted is a key forgotten: its work runs again.
+// memory pressure (its maxmemory-policy is not noeviction), or when the
+// server refuses to say (INFO refused by an ACL). A record evicted is a key forgotten: its work runs again.
 // Options.AllowEviction turns the check off.
 var ErrMayEvict = errors.New("redisstore: the Redis server may evict keys")
 
@@ -107,7 +106,8 @@ func infoField(text, field string) (string, bool) {
 // CheckEviction returns nil when no Redis master that may hold the
 // store's records can evict them: on each (every master of a cluster,
 // every shard of a ring, the master of a Sentinel set, the one server)
-// maxmemory-policy is noeviction or maxmemory is 0 (no limit). It reads
+// maxmemory-policy is noeviction. (maxmemory 0 does not do: one CONFIG
+// SET maxmemory, after the check, would start the evictions.) It reads
 // INFO, not CONFIG GET, so it works where CONFIG is disabled (managed
 // services). Any other policy drops keys when Redis runs out of memory,
 // and every record has a TTL, so the volatile-* policies take them too
@@ -142,10 +142,10 @@ func (s *Store) CheckEviction(ctx context.Context) error {
 		switch {
 		case !okPolicy || !okMax:
 			return fmt.Errorf("%w: INFO memory of %s has no maxmemory_policy or maxmemory", ErrMayEvict, n.addr)
-		case policy != NoEviction && maxmemory != "0":
+		case policy != NoEviction:
 			return fmt.Errorf("%w: %s: maxmemory-policy is %s with maxmemory %s: out of memory it drops idem's records, "+
 				"a COMPLETED one too (each has a TTL, which volatile-* policies take), and a retry of a key so forgotten runs its work again; "+
-				"set maxmemory-policy %s (or maxmemory 0), or Options.AllowEviction (allow_eviction=on in a store URL) to accept the risk",
+				"set maxmemory-policy %s, or Options.AllowEviction (allow_eviction=on in a store URL) to accept the risk",
 				ErrMayEvict, n.addr, policy, maxmemory, NoEviction)
 		}
 	}

@@ -64,7 +64,7 @@ func acquireOnce(t *testing.T, s *redisstore.Store) error {
 // dropped under memory pressure and its redelivery runs the work again)
 // fails its first call, through New, NewRueidis and OpenURL alike, with
 // an error naming the policy and the fix; it works once the server says
-// noeviction, or maxmemory 0, and with Options.AllowEviction (the URL's
+// noeviction (maxmemory 0 does not do), and with Options.AllowEviction (the URL's
 // allow_eviction=on) on the evicting server.
 func TestEvictingRedisRefused(t *testing.T) {
 	srv, admin := evictingRedis(t)
@@ -97,12 +97,13 @@ func TestEvictingRedisRefused(t *testing.T) {
 		}
 	}
 
-	// maxmemory 0: no limit, nothing is ever evicted whatever the policy.
+	// maxmemory 0 is no limit today, but one CONFIG SET maxmemory after
+	// the check would start the evictions: only noeviction passes.
 	if err := admin.ConfigSet(t.Context(), "maxmemory", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := refused["go-redis"].CheckEviction(t.Context()); err != nil {
-		t.Errorf("volatile-lru with maxmemory 0: CheckEviction = %v; want nil", err)
+	if err := refused["go-redis"].CheckEviction(t.Context()); !errors.Is(err, redisstore.ErrMayEvict) {
+		t.Errorf("volatile-lru with maxmemory 0: CheckEviction = %v; want ErrMayEvict", err)
 	}
 	if err := admin.ConfigSet(t.Context(), "maxmemory", "4mb").Err(); err != nil {
 		t.Fatal(err)
