@@ -58,8 +58,9 @@
 // INFO memory (not CONFIG GET, which managed services disable) on every
 // master (each of a cluster, every shard of a ring, a Sentinel set's
 // master) and refuses, with an error wrapping ErrMayEvict that names the
-// node and its policy, when maxmemory-policy is not noeviction while
-// maxmemory is set, or when the server refuses INFO; it asks again on
+// node and its policy, when maxmemory-policy is not noeviction (with
+// maxmemory 0 too, which one CONFIG SET would change), or when the server
+// refuses INFO; it asks again on
 // each call until a check passes. Store.CheckEviction runs the check
 // alone. Options.AllowEviction (allow_eviction=on in a store URL) turns
 // it off, unsafely.

@@ -77,7 +77,7 @@ type Options struct {
 	// evict its records. Without it the store's first call (and every
 	// call until one passes) runs CheckEviction and fails with an error
 	// wrapping ErrMayEvict when a master's maxmemory-policy is not
-	// noeviction while its maxmemory is set (volatile-lru, the default of
+	// noeviction, whatever its maxmemory (volatile-lru, the default of
 	// many managed services, takes the records too: each has a TTL), or
 	// when the server refuses INFO. A record evicted is a key forgotten:
 	// its work runs again. Set it only where that is accepted, or where
