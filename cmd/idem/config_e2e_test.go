@@ -212,6 +212,8 @@ admin-tokens-file: `+tokens+`
 	for _, bad := range []struct{ text, want string }{
 		{"upstream: http://x\nstore: redis://127.0.0.1:notaport\n", "--store"},
 		{"upstream: http://x\nstore: postgres://u@h/db?schema=Bad\n", "schema"},
+		{"upstream: http://x\nstore: redis://127.0.0.1:1/7?db=3&prefix=x\n", "/7 in the path and db=3"},
+		{"upstream: http://x\nstore: redis://127.0.0.1:1/7?db=3&prefix=x&client=go-redis\n", "/7 in the path and db=3"},
 		{"upstream: http://x\nschema: other\n", "schema"},
 		{"upstream: http://x\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", "idem.yaml:4: routes[1].match"},
 		{"upstream: http://x\nreplay-headers: [Set-Cookie]\n", "Set-Cookie"},
