@@ -156,9 +156,9 @@ func TestCheckConfig(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte("ops read-write filesecret-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	path := writeConfig(t, `upstream: https://user:upsecret@api.example.com
+	path := writeConfig(t, `upstream: https://user:upsecret@api.example.com/?code=AZFUNCSECRET1
 store: redis://:storesecret@127.0.0.1:1/0
-reconcile-url: https://api.example.com/lookup/{key}?access_token=urlsecret
+reconcile-url: https://api.example.com/lookup/{key}?access_token=urlsecret&code=S2secret&key=GOOGLEKEY3&sig=SASSIG4
 reconcile-token: recsecret
 routes:
   - match: POST /v1/exports
@@ -176,12 +176,12 @@ admin-tokens-file: `+tokens+`
 		if err != nil {
 			t.Fatalf("idem serve %s: %v\n%s", mode, err, out)
 		}
-		for _, secret := range []string{"upsecret", "storesecret", "urlsecret", "recsecret", "adminsecret", "filesecret"} {
+		for _, secret := range []string{"upsecret", "storesecret", "urlsecret", "recsecret", "adminsecret", "filesecret", "AZFUNCSECRET1", "S2secret", "GOOGLEKEY3", "SASSIG4"} {
 			if strings.Contains(string(out), secret) {
 				t.Errorf("idem serve %s printed the secret %s:\n%s", mode, secret, out)
 			}
 		}
-		for _, want := range []string{"POST /v1/exports", "5m0s", path + ":7", "IDEM_ADMIN_TOKEN", path + ":3"} {
+		for _, want := range []string{"POST /v1/exports", "5m0s", path + ":7", "IDEM_ADMIN_TOKEN", path + ":3", "/lookup/{key}?access_token=xxxxx", "sig=xxxxx"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("idem serve %s does not say %q:\n%s", mode, want, out)
 			}
@@ -212,6 +212,8 @@ admin-tokens-file: `+tokens+`
 	for _, bad := range []struct{ text, want string }{
 		{"upstream: http://x\nstore: redis://127.0.0.1:notaport\n", "--store"},
 		{"upstream: http://x\nstore: postgres://u@h/db?schema=Bad\n", "schema"},
+		{"upstream: http://x\nstore: redis://127.0.0.1:1/7?db=3&prefix=x\n", "/7 in the path and db=3"},
+		{"upstream: http://x\nstore: redis://127.0.0.1:1/7?db=3&prefix=x&client=go-redis\n", "/7 in the path and db=3"},
 		{"upstream: http://x\nschema: other\n", "schema"},
 		{"upstream: http://x\nroutes:\n  - match: POST /{a}/x\n  - match: POST /x/{b}\n", "idem.yaml:4: routes[1].match"},
 		{"upstream: http://x\nreplay-headers: [Set-Cookie]\n", "Set-Cookie"},

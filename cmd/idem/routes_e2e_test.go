@@ -161,7 +161,8 @@ func TestMadeUpTenantsCannotFillTheMemoryStore(t *testing.T) {
 
 // Issue 31, items 3 and 13, through the built binary: with POST
 // /v1/orders keyed by json:/request_id in a config file, the same order
-// sent under every spelling of its path runs once; "post" and an HTTP/2
+// sent under every spelling of its path runs once (a format suffix of any
+// characters, /v1/orders.x-y, among them); "post" and an HTTP/2
 // preface (PRI * HTTP/2.0) get 400 and never reach the upstream; a 1.1 MB
 // header block from a client still sending gets its 431 and the end of
 // the answer, not a reset.
@@ -183,7 +184,8 @@ func TestSpellingsRunOnce(t *testing.T) {
 	if a, err := send("POST", base+"/v1/orders", "", order); err != nil || a.status != http.StatusCreated {
 		t.Fatalf("the order: %d %s (%v)", a.status, a.body, err)
 	}
-	for _, path := range []string{"/v1/orders/", "/V1/orders", "/v1/Orders", "/v1/orders;v=1", "/v1/orders%20", "/v1/orders.", "/v1//orders"} {
+	for _, path := range []string{"/v1/orders/", "/V1/orders", "/v1/Orders", "/v1/orders;v=1", "/v1/orders%20", "/v1/orders.", "/v1//orders",
+		"/v1/orders.json", "/v1/orders.x-y", "/v1/orders.v1_0", "/v1/orders.x~1", "/v1/orders.json.json"} {
 		a, err := send("POST", base+path, "", order)
 		if err != nil || !(a.status == http.StatusCreated && a.replayed) && !(a.status == http.StatusUnprocessableEntity && strings.Contains(a.body, `"key_mismatch"`)) {
 			t.Errorf("the order sent to %s: %d %s (%v); want its replay or 422 key_mismatch", path, a.status, a.body, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -259,6 +260,47 @@ func TestReconcileLookupErrorHidesURLSecrets(t *testing.T) {
 	for _, secret := range []string{"hunter2", "RECTOKEN"} {
 		if strings.Contains(line+body, secret) {
 			t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+		}
+	}
+}
+
+// An audit: a reconcile URL's ?code= (Azure Functions' key), ?key= (a
+// Google API key) and ?sig= (an Azure SAS signature) went into the log
+// whole: only names holding a longer word (token, secret...) were
+// secrets. They are hidden where the URL is shown, and the lookup still
+// sends them, its {key} filled in.
+func TestReconcileURLQuerySecretsHidden(t *testing.T) {
+	queries := make(chan string, 1)
+	lookup := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries <- r.URL.Path + "?" + r.URL.RawQuery
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer lookup.Close()
+	const query = "?code=AZFUNCSECRET1&key=GOOGLEKEY3&sig=SASSIG4&x=1"
+	for _, base := range []string{lookup.URL, "http://127.0.0.1:1"} {
+		logs := &syncBuffer{}
+		g := adminGateway(t, Config{AdminToken: adminToken, ReconcileURL: base + "/lookup/{key}" + query,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		id := store.ID{Tenant: "acme", Key: "k"}
+		unknownKey(t, g.Engine(), id)
+		status, body := admin(t, g, "POST", "/v1/keys/acme/k/reconcile", "")
+		if status != 200 {
+			t.Fatalf("reconcile = %d %s; want 200", status, body)
+		}
+		if base == lookup.URL {
+			if got := <-queries; got != "/lookup/k"+query {
+				t.Errorf("the lookup asked %s; want /lookup/k%s, the template as written", got, query)
+			}
+			continue
+		}
+		line := logs.String()
+		if !strings.Contains(line, "reconciliation failed") || !strings.Contains(line, "127.0.0.1:1/lookup/k?code=xxxxx&key=xxxxx&sig=xxxxx&x=1") {
+			t.Fatalf("the log has no line of the failed lookup naming its URL, secrets hidden:\n%s", line)
+		}
+		for _, secret := range []string{"AZFUNCSECRET1", "GOOGLEKEY3", "SASSIG4"} {
+			if strings.Contains(line+body, secret) {
+				t.Errorf("the log or the answer holds the URL's secret %q:\n%s\n%s", secret, line, body)
+			}
 		}
 	}
 }

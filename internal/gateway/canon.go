@@ -22,7 +22,8 @@ const CodeAmbiguousRequest = "ambiguous_request"
 // case, paths percent-decoded, case-folded, without ";parameters",
 // trailing dots and spaces of a segment, empty segments and the trailing
 // slash; and that form again without a format suffix on its last segment
-// (withoutFormat: /v1/charges.json is /v1/charges to Rails). A method
+// (withoutFormat: /v1/charges.json, /v1/charges.x-y and
+// /v1/charges.json.json are /v1/charges to Rails or Spring). A method
 // override (X-HTTP-Method-Override, _method; override.go) is another
 // reading of the method. Of the routes these spellings lead to, the one
 // that protects the request wins; a route wins over the top level; two
@@ -140,23 +141,37 @@ func canonPath(escaped string, split bool) string {
 	return "/" + strings.Join(out, "/")
 }
 
-// withoutFormat is the canonical path c without the format suffix of its
-// last segment (".json" in /v1/charges.json: a dot and letters or digits
-// after a name), as Rails routes "/v1/charges(.:format)" and Express and
-// Spring (suffix matching) may too; "" when there is none. The result is
-// canonical too (canonPath(..., split) of the cut path).
-func withoutFormat(c string, split bool) string {
+// withoutFormat appends to dst the canonical path c without a format
+// suffix of its last segment: everything after one of its first n+1 dots
+// that follow a name (not a leading dot, as in ".env"). Frameworks route
+// more suffixes than ".json": Rails routes "/v1/orders(.:format)" with a
+// format of any characters but '.', '/' and '?' (/v1/orders.x-y,
+// /v1/orders.v1_0, /v1/orders.x~1), Spring's suffix matching routes
+// "/v1/orders.*" (/v1/orders.json.json too), Express may route
+// "/v1/orders.:format". So every dot may begin one, up to n+1 of them,
+// where n is the most dots a literal segment of a route's pattern holds
+// (routeTable.formatDots): a cut at a later dot leaves a name that holds
+// more dots than any route's, which no route matches, and bounds the
+// readings of a path of many dots. Each result is canonical too
+// (canonPath(..., split) of the cut path).
+func withoutFormat(dst []string, c string, split bool, n int) []string {
 	slash := strings.LastIndexByte(c, '/')
-	dot := strings.LastIndexByte(c, '.')
-	if dot <= slash+1 || dot == len(c)-1 {
-		return "" // no dot in the last segment, a name that begins with it (".env"), or a trailing dot
+	last := c[slash+1:]
+	name := strings.IndexFunc(last, func(r rune) bool { return r != '.' }) // leading dots begin a name
+	if name < 0 {
+		return dst
 	}
-	for i := dot + 1; i < len(c); i++ {
-		if ch := c[i]; !('a' <= ch && ch <= 'z' || '0' <= ch && ch <= '9') {
-			return ""
+	for i, cuts := name+1, 0; i < len(last) && cuts <= n; i++ {
+		if last[i] != '.' {
+			continue
 		}
+		cuts++
+		if i == len(last)-1 {
+			break // a trailing dot: canonPath has already dropped it
+		}
+		dst = append(dst, canonPath(c[:slash+1+i], split))
 	}
-	return canonPath(c[:dot], split)
+	return dst
 }
 
 // isCanonPath reports, without allocating, whether canonPath would

@@ -57,10 +57,23 @@ func TestCanonicalForms(t *testing.T) {
 			t.Errorf("canonPattern(%q) = %q; want %q", pattern, got, want)
 		}
 	}
-	for c, want := range map[string]string{"/v1/charges.json": "/v1/charges", "/v1/files/report.pdf": "/v1/files/report", "/v1/a.b.xml": "/v1/a.b",
-		"/v1/a%20.json": "/v1/a", "/v1/charges": "", "/v1/.env": "", "/v1/a.j%C3%A9": "", "/v1/a.": "", "/v1.json/a": "", "/.json": ""} {
-		if got := withoutFormat(c, false); got != want {
-			t.Errorf("withoutFormat(%q) = %q; want %q", c, got, want)
+	for _, c := range []struct {
+		path string
+		dots int    // the most dots a route's literal segment holds
+		want string // the readings, joined by " "
+	}{
+		{"/v1/charges.json", 0, "/v1/charges"}, {"/v1/files/report.pdf", 0, "/v1/files/report"},
+		// Rails' format is [^./?]+, Spring's suffix "*": any character.
+		{"/v1/orders.x-y", 0, "/v1/orders"}, {"/v1/orders.v1_0", 0, "/v1/orders"}, {"/v1/orders.x~1", 0, "/v1/orders"},
+		{"/v1/orders.json.json", 0, "/v1/orders"}, {"/v1/a.j%C3%A9", 0, "/v1/a"}, {"/v1/a%20.json", 0, "/v1/a"},
+		{"/v1/orders.a%2Fb", 0, "/v1/orders"}, {"/v1/a..json", 0, "/v1/a"},
+		// A route with a dotted name: one cut more for each of its dots.
+		{"/v1/a.b.xml", 1, "/v1/a /v1/a.b"}, {"/v1/a.b.c.d", 1, "/v1/a /v1/a.b"}, {"/v1/a.b.c.d", 5, "/v1/a /v1/a.b /v1/a.b.c"},
+		{"/v1/.well-known.json", 1, "/v1/.well-known"},
+		{"/v1/charges", 0, ""}, {"/v1/.env", 0, ""}, {"/v1/..env", 3, ""}, {"/v1.json/a", 0, ""}, {"/.json", 0, ""},
+	} {
+		if got := strings.Join(withoutFormat(nil, c.path, false, c.dots), " "); got != c.want {
+			t.Errorf("withoutFormat(%q, %d dots) = %q; want %q", c.path, c.dots, got, c.want)
 		}
 	}
 	for path, dot := range map[string]bool{"/a/./b": true, "/a/..": true, "/%2e%2e/b": true, "/a%2F..%2Fb": true, `/a\..\b`: true,

@@ -156,6 +156,29 @@ func TestOpenStoreCoalescesByDefault(t *testing.T) {
 	}
 }
 
+// An audit: --store 'redis://127.0.0.1:6379/7?db=3&prefix=x' was
+// accepted, --check-config showed /7, and the keys went to database 3
+// (go-redis's reading, which both clients share). A db option next to a
+// database in the path, or given twice, is refused before any
+// connection, under either client.
+func TestStoreDatabaseGivenOnce(t *testing.T) {
+	for _, uri := range []string{"redis://127.0.0.1:6379/7?db=3&prefix=x", "redis://127.0.0.1:6379/7?db=3&prefix=x&client=go-redis",
+		"redis://127.0.0.1:6379/7?db=7", "redis://127.0.0.1:6379/7?client=go-redis&db=7", "redis://127.0.0.1:6379?db=3&db=4&client=go-redis",
+		"redis://127.0.0.1:6379/7?db=3+postgres://u@127.0.0.1/test", "redis-sentinel://127.0.0.1:26379/m/2?db=3"} {
+		_, _, err := OpenStore(context.Background(), uri, nil)
+		for _, err := range []error{CheckStore(uri, nil), err} {
+			if !errors.Is(err, ErrStoreURI) || !strings.Contains(err.Error(), "give") || !strings.Contains(err.Error(), "db") {
+				t.Errorf("the store %s = %v; want ErrStoreURI: give the database once", uri, err)
+			}
+		}
+	}
+	for _, uri := range []string{"redis://127.0.0.1:6379/7?prefix=x", "redis://127.0.0.1:6379?db=3&prefix=x", "redis://127.0.0.1:6379/?db=3"} {
+		if err := CheckStore(uri, nil); err != nil {
+			t.Errorf("CheckStore(%s) = %v; want nil", uri, err)
+		}
+	}
+}
+
 // The gateway's Redis client is rueidis unless the URI says
 // client=go-redis: rueidis dials at open, and refuses go-redis's pool
 // options with an error that names client=go-redis, before it connects.

@@ -109,10 +109,14 @@ var registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 // unless a method override reads it otherwise (override.go). A gateway
 // without routes has one too, for the override.
 type routeTable struct {
-	exact    *http.ServeMux // the patterns as written
-	canon    *http.ServeMux // the patterns in canonical form; exact itself when they are already
-	subtree  bool           // some pattern matches a path ending in a slash (/x/, /x/{$}, /x/{rest...})
-	fallback *routeEntry
+	exact   *http.ServeMux // the patterns as written
+	canon   *http.ServeMux // the patterns in canonical form; exact itself when they are already
+	subtree bool           // some pattern matches a path ending in a slash (/x/, /x/{$}, /x/{rest...})
+	// formatDots is the most dots a literal segment of a canonical
+	// pattern holds: withoutFormat cuts a path's last segment at up to
+	// one more dot than that.
+	formatDots int
+	fallback   *routeEntry
 	// protected are the methods some route (or the top level) protects:
 	// a request of another method is protected under no reading of it.
 	protected map[string]bool
@@ -177,6 +181,11 @@ func newRouteTable(routes []Route, entries []*routeEntry, fallback *routeEntry, 
 		}
 		canon := canonPattern(rt.Pattern)
 		same = same && canon == rt.Pattern
+		for seg := range strings.SplitSeq(canon, "/") {
+			if !strings.HasPrefix(seg, "{") {
+				t.formatDots = max(t.formatDots, strings.Count(seg, "."))
+			}
+		}
 		t.subtree = t.subtree || strings.HasSuffix(canon, "/") || strings.HasSuffix(canon, "{$}") || strings.HasSuffix(canon, "...}")
 		if err := register(t.canon, canon, routed{entries[i]}); err != nil {
 			for j := range i {
@@ -251,7 +260,8 @@ func (t *routeTable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // reading of its path: as written (and cleaned, as ServeMux
 // cleans it: "/v1//charges" is "/v1/charges"), in canonical form, in
 // canonical form with its encoded slashes taken for separators, and each
-// of these without a format suffix (withoutFormat). Of the
+// of these without a format suffix, cut at each dot that may begin one
+// (withoutFormat). Of the
 // entries these lead to, one that protects r's method wins over one that
 // does not, and a route over the top level; two different routes that
 // both protect it are an error: which policy would hold? A request of a
@@ -273,9 +283,7 @@ func (t *routeTable) route(r *http.Request) (*routeEntry, error) {
 		readings = append(readings, canonPath(escaped, true))
 	}
 	for i, n := 0, len(readings); i < n; i++ {
-		if f := withoutFormat(readings[i], i == 1); f != "" {
-			readings = append(readings, f)
-		}
+		readings = withoutFormat(readings, readings[i], i == 1, t.formatDots)
 	}
 	for _, path := range readings {
 		switch e := t.matchCanon(r, chosen, path); {

@@ -676,6 +676,52 @@ func TestFormatSuffixMeetsItsRoute(t *testing.T) {
 	}
 }
 
+// An audit: with the route POST /v1/orders (key in the body, a key
+// required), POST /v1/orders.x-y with a key ran the upstream twice and a
+// keyless one passed: only a suffix of letters and digits was a format,
+// but Rails' (.:format) takes any characters but '.', '/' and '?', and
+// Spring's suffix matching "/v1/orders.*" takes /v1/orders.json.json
+// too. Every dot may now begin a format, one more than a route's name
+// holds.
+func TestAnyFormatSuffixMeetsItsRoute(t *testing.T) {
+	up := newRouteUpstream(t)
+	g := newTestGateway(t, Config{Upstream: mustURL(t, up.URL), AllowAnonymous: true, Routes: []Route{
+		{Pattern: "POST /v1/orders", KeyFrom: "json:/request_id", RequireKey: ptr(true)},
+		{Pattern: "POST /v1/report.v2", RequireKey: ptr(true)},
+	}})
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	c := &routeClient{t: t, up: up, g: g, srv: srv, key: "suffix-"}
+	paths := []string{"/v1/orders.x-y", "/v1/orders.v1_0", "/v1/orders.x~1", "/v1/orders.json.json", "/v1/orders.csv",
+		"/v1/orders.JSON.x-y", "/v1/orders.a%20b", "/v1/orders.%C3%A9"}
+	for i, path := range paths {
+		body := fmt.Sprintf(`{"request_id":"suffix-r%d"}`, i)
+		for n := range 2 {
+			c.want("POST "+path+" "+body, c.send("POST", path, "", body), http.StatusCreated, n == 1)
+		}
+		if got := c.send("POST", path, "", "{}"); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyRequired {
+			t.Errorf("a keyless POST %s = %d %s; want 400 %s", path, got.status, got.body, idemhttp.CodeKeyRequired)
+		}
+	}
+	// A route whose name has a dot: its format suffixes are after it.
+	for _, path := range []string{"/v1/report.v2.x-y", "/v1/report.v2.json.json"} {
+		if got := c.send("POST", path, "", "{}"); got.status != http.StatusBadRequest || got.code != idemhttp.CodeKeyRequired {
+			t.Errorf("a keyless POST %s = %d %s; want 400 %s", path, got.status, got.body, idemhttp.CodeKeyRequired)
+		}
+	}
+	up.mu.Lock()
+	defer up.mu.Unlock()
+	for i, path := range paths {
+		body := fmt.Sprintf(`{"request_id":"suffix-r%d"}`, i)
+		if n := strings.Count(strings.Join(up.bodies, "\n"), body); n != 1 {
+			t.Errorf("POST %s %s ran %d times; want once", path, body, n)
+		}
+	}
+	if n := len(up.bodies); n != len(paths) {
+		t.Errorf("the upstream got %d requests; want %d, one per spelling", n, len(paths))
+	}
+}
+
 // The serving line says what becomes of a protected request without a
 // key, with the routes that forward one unprotected.
 func TestKeylessRequests(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // Mask stands in for every secret that URL hides.
@@ -18,8 +19,19 @@ const Mask = "xxxxx"
 
 // secretWords are the parts of a query parameter's name that say its
 // value is a secret (password, sentinel_password, access_token, api_key,
-// X-Amz-Signature, ...). A name is compared in lower case.
+// X-Amz-Signature, X-Goog-Signature, ...). A name is compared in lower
+// case.
 var secretWords = []string{"pass", "pwd", "token", "secret", "auth", "credential", "signature", "apikey", "api_key", "api-key", "access_key", "private"}
+
+// secretNames are words that say a parameter's value is a secret when
+// they stand as a whole word of its name (split at each character that
+// is not a letter or a digit, and where a lower-case letter meets an
+// upper-case one): too short to look for inside a name. code is Azure
+// Functions' key (?code=), and OAuth's authorization code; key is a
+// Google API key (?key=), subscription-key Azure API Management's, and
+// sessionKey and the like; sig is an Azure SAS signature (?sig=), sign
+// Alipay's and others'.
+var secretNames = []string{"code", "key", "sig", "sign", "hmac", "jwt", "session"}
 
 // URL returns s with its secrets replaced by Mask: the password of its
 // user information (or a user given alone, which may be a token, as in
@@ -148,22 +160,68 @@ func params(q string, f func(value string) string) string {
 	fields := strings.Split(q, "&")
 	for i, field := range fields {
 		name, value, ok := strings.Cut(field, "=")
-		if ok && secretName(name) {
+		if ok && secretName(name) && !placeholder(value) {
 			fields[i] = name + "=" + f(value)
 		}
 	}
 	return strings.Join(fields, "&")
 }
 
+// placeholder reports whether a parameter's value is a template's
+// placeholder ({key}, {tenant}, {fence} of a reconcile URL, written or
+// escaped), which a request fills in: no secret, and the template's
+// meaning, which a mask would hide.
+func placeholder(value string) bool {
+	if u, err := url.QueryUnescape(value); err == nil {
+		value = u
+	}
+	name, ok := strings.CutPrefix(value, "{")
+	name, closed := strings.CutSuffix(name, "}")
+	return ok && closed && name != "" && !strings.ContainsFunc(name, func(r rune) bool { return r < 'a' || r > 'z' })
+}
+
 func secretName(name string) bool {
 	if u, err := url.QueryUnescape(name); err == nil {
 		name = u
 	}
-	name = strings.ToLower(name)
+	lower := strings.ToLower(name)
 	for _, w := range secretWords {
-		if strings.Contains(name, w) {
+		if strings.Contains(lower, w) {
+			return true
+		}
+	}
+	for _, w := range words(name) {
+		if slices.Contains(secretNames, strings.ToLower(w)) {
 			return true
 		}
 	}
 	return false
+}
+
+// words are the words of a parameter's name: its runs of letters and
+// digits, each split again where a lower-case letter or a digit meets an
+// upper-case one (subscriptionKey: subscription, Key).
+func words(name string) []string {
+	var out []string
+	start := -1
+	var prev rune
+	for i, r := range name {
+		switch {
+		case !unicode.IsLetter(r) && !unicode.IsDigit(r):
+			if start >= 0 {
+				out = append(out, name[start:i])
+			}
+			start = -1
+		case start < 0:
+			start = i
+		case unicode.IsUpper(r) && (unicode.IsLower(prev) || unicode.IsDigit(prev)):
+			out = append(out, name[start:i])
+			start = i
+		}
+		prev = r
+	}
+	if start >= 0 {
+		out = append(out, name[start:])
+	}
+	return out
 }

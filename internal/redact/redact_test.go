@@ -30,6 +30,19 @@ func TestURL(t *testing.T) {
 		"http://h/cb?access_token=hunter2&x=1#id_token=hunter2&state=s":           "http://h/cb?access_token=xxxxx&x=1#id_token=xxxxx&state=s",
 		"http://h/?X-Amz-Signature=hunter2&Api%5FKey=hunter2&PASSWORD=hunter2":    "http://h/?X-Amz-Signature=xxxxx&Api%5FKey=xxxxx&PASSWORD=xxxxx",
 		"postgres://u:hunter2@db/test?sslmode=disable&password=hunter2":           "postgres://u:xxxxx@db/test?sslmode=disable&password=xxxxx",
+		// Whole names too short to look for inside a name: Azure Functions'
+		// code, a Google API key, an Azure SAS sig (an audit found them
+		// in the log, /v1/config and --check-config).
+		"http://up/?code=hunter2":                                                                                              "http://up/?code=xxxxx",
+		"http://up/lookup/{key}?code=hunter2&key=hunter2&sig=hunter2":                                                          "http://up/lookup/{key}?code=xxxxx&key=xxxxx&sig=xxxxx",
+		"https://a.blob.core.windows.net/c/b?sv=2022-11-02&se=2030-01-01&sp=r&sig=hunter2":                                     "https://a.blob.core.windows.net/c/b?sv=2022-11-02&se=2030-01-01&sp=r&sig=xxxxx",
+		"https://apim/x?subscription-key=hunter2&subscriptionKey=hunter2&KEY=hunter2&x.key=hunter2":                            "https://apim/x?subscription-key=xxxxx&subscriptionKey=xxxxx&KEY=xxxxx&x.key=xxxxx",
+		"https://s3/b/o?X-Amz-Algorithm=AWS4&X-Amz-Credential=hunter2&X-Amz-Signature=hunter2&X-Amz-Security-Token=hunter2":    "https://s3/b/o?X-Amz-Algorithm=AWS4&X-Amz-Credential=xxxxx&X-Amz-Signature=xxxxx&X-Amz-Security-Token=xxxxx",
+		"https://gcs/b/o?X-Goog-Signature=hunter2&signature=hunter2&apikey=hunter2&api_key=hunter2&access_token=hunter2":       "https://gcs/b/o?X-Goog-Signature=xxxxx&signature=xxxxx&apikey=xxxxx&api_key=xxxxx&access_token=xxxxx",
+		"http://h/?token=hunter2&secret=hunter2&password=hunter2&auth=hunter2&client_secret=hunter2&sign=hunter2&hmac=hunter2": "http://h/?token=xxxxx&secret=xxxxx&password=xxxxx&auth=xxxxx&client_secret=xxxxx&sign=xxxxx&hmac=xxxxx",
+		"http://h/?monkey=1&keyword=2&zipcode=3&sigma=4&design=5":                                                              "http://h/?monkey=1&keyword=2&zipcode=3&sigma=4&design=5", // no whole word
+		// A template's placeholder is shown: it is no secret, and says what the template sends.
+		"http://h/lookup?key={key}&code={tenant}&sig=%7Bfence%7D&token={Key}": "http://h/lookup?key={key}&code={tenant}&sig=%7Bfence%7D&token=xxxxx",
 	} {
 		got := URL(in)
 		if got != want {

@@ -34,7 +34,9 @@ var ErrBadURL = errors.New("redisstore: bad Redis URL")
 // cluster form the hosts are some of the cluster's nodes (default port
 // 6379); the client discovers the others. The options are those of
 // go-redis's URL forms (dial_timeout=3s, read_timeout=2s, pool_size=64,
-// max_retries=..., and for Sentinel db=N); an unknown option is an error.
+// max_retries=..., and for Sentinel db=N); an unknown option is an error,
+// and so is db=N given twice or next to a database in the path
+// (redis://host/7?db=3), which go-redis would read as db 3.
 //
 // The client honours context deadlines (go-redis ContextTimeoutEnabled):
 // a call on a stalled server returns when its context ends, not when the
@@ -60,6 +62,15 @@ func ParseURL(uri string) (redis.UniversalClient, error) {
 		o, err := redis.ParseURL(uri)
 		if err != nil {
 			return nil, badURL(uri, redactErr(err, uri))
+		}
+		if u, err := url.Parse(uri); err == nil { // redis.ParseURL parsed it
+			pathDB := ""
+			if scheme != "unix" { // a unix:// path is the socket's
+				pathDB = strings.Trim(u.Path, "/")
+			}
+			if err := checkDB(u.Query(), pathDB); err != nil {
+				return nil, badURL(uri, err.Error())
+			}
 		}
 		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
@@ -166,11 +177,17 @@ func parseSentinel(scheme, rest string) (*redis.FailoverOptions, error) {
 	sentinelUser, sentinelPassword := m.query.Get("sentinel_username"), m.query.Get("sentinel_password")
 	m.query.Del("sentinel_username")
 	m.query.Del("sentinel_password")
+	if err := checkDB(m.query, ""); err != nil {
+		return nil, err
+	}
 	m.query.Set("master_name", m.path[0])
 	dataUser := m.user
 	m.user = nil // go-redis takes the user info as the Sentinels' credentials
 	path := ""
 	if len(m.path) == 2 {
+		if err := checkDB(m.query, m.path[1]); err != nil {
+			return nil, err
+		}
 		if n, err := strconv.Atoi(m.path[1]); err != nil || n < 0 {
 			return nil, fmt.Errorf("database %q is not a number", m.path[1])
 		}
@@ -197,6 +214,21 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 		return nil, errors.New("a cluster URL has no path: Redis Cluster has only database 0")
 	}
 	return redis.ParseClusterURL(m.goredisURL(scheme, ""))
+}
+
+// checkDB refuses a db option that could name another database than the
+// one the URL seems to: given twice (go-redis takes the last), or next to
+// a database in the path, pathDB (go-redis takes the option:
+// redis://h/7?db=3 wrote to database 3, while a reader of the URL, and
+// idem serve --check-config, saw /7).
+func checkDB(q url.Values, pathDB string) error {
+	switch vs := q["db"]; {
+	case len(vs) > 1:
+		return fmt.Errorf("db is given %d times: give the database once", len(vs))
+	case len(vs) == 1 && pathDB != "":
+		return fmt.Errorf("the database is given twice, /%s in the path and db=%s: give it once, in the path", pathDB, vs[0])
+	}
+	return nil
 }
 
 // badURL returns an ErrBadURL error for uri, with its secrets hidden.

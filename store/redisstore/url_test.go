@@ -89,6 +89,14 @@ func TestParseURLErrors(t *testing.T) {
 		"redis://h1:6379/0?pool_size=3;x=1":       "query",
 		"unix:///run/redis.sock?db=1&%zz=1":       "query",
 		"redis-cluster://u:top%zzsecret@h1:7000":  "user or password",
+		// go-redis reads redis://h/7?db=3 as db 3, while the URL shows /7.
+		"redis://u:topsecret@h1:6379/7?db=3":       "/7 in the path and db=3",
+		"redis://h1/7?db=7":                        "give it once",
+		"rediss://h1/7/?db=":                       "/7 in the path and db=",
+		"redis://h1/?db=3&db=4":                    "db is given 2 times",
+		"unix:///run/redis.sock?db=1&db=2":         "db is given 2 times",
+		"redis-sentinel://u:topsecret@h1/m/2?db=3": "/2 in the path and db=3",
+		"redis-sentinel://h1/m?db=3&db=4":          "db is given 2 times",
 	} {
 		c, err := redisstore.ParseURL(uri)
 		if err == nil {
