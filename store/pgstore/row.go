@@ -55,13 +55,13 @@ func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 			// Reported as the next Acquire without TakeOver will make it.
 			r.abandoned = true
 			rec.State, rec.Reason, rec.CompletedAt = store.StateUnknown, store.ReasonAbandoned, leaseEnd
-			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+			rec.TTL = 0 // kept until settled
 		}
 		if takenFence != nil && takenAt != nil {
 			r.takeover = &store.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
 		}
 	case "U":
-		rec.State = store.StateUnknown
+		rec.State, rec.TTL = store.StateUnknown, 0 // kept until settled
 	case "C":
 		if lifeMicro <= 0 { // read only while key_until is ahead: a tombstone
 			rec.State, rec.TTL, rec.Owner, rec.Label = store.StateExpired, time.Duration(keyMicros)*time.Microsecond, "", ""

@@ -1,6 +1,7 @@
 -- acquire (Store.Acquire): $1 tenant, $2 key, $3 owner, $4 fingerprint, $5
 -- the lease, $6 the lease plus the longer of the retention and the key
--- retention (microseconds), $7 TakeOver, $8 the label ('' for none: NULL).
+-- retention (microseconds: when the reaper first looks at the row), $7
+-- TakeOver, $8 the label ('' for none: NULL).
 --
 -- The INSERT takes the key when it has no row or an expired one, or ($7)
 -- takes over a row whose lease ended and whose request is this one (its
@@ -9,15 +10,16 @@
 -- holds the key it returns nothing, and Acquire reads that row with the
 -- get query: a second round trip, but a read, next to the row lock and
 -- commit that the INSERT pays anyway, and a plain INSERT is cheaper than a
--- CTE that also reads the row on every acquisition. The row lives the
--- lease ($5) plus the retention: $6 is their sum. One reading of the clock
+-- CTE that also reads the row on every acquisition. A P row never ends by
+-- time (expires_at infinity): its work may have run, and only settling it
+-- (Complete, Release, Resolve, Delete) ends it. One reading of the clock
 -- sets the acquisition time, the deadlines and the fence's floor
 -- (migrations/005_fence_clock.sql); the fence is above the row's even if
 -- someone set the sequence back.
 INSERT INTO S.records AS r (tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at,
 		lease_until, expires_at, reap_at, label)
 	SELECT $1, $2, 'P', $3, S.next_fence('S.fence_seq', c.now), $4, c.now, c.now + $5 * interval '1 microsecond',
-		c.now + $6 * interval '1 microsecond', c.now + $6 * interval '1 microsecond', nullif($8::text, '')
+		'infinity', c.now + $6 * interval '1 microsecond', nullif($8::text, '')
 	FROM (SELECT clock_timestamp() AS now) c
 	ON CONFLICT (tenant_id, idempotency_key) DO UPDATE
 		SET state = 'P', owner = excluded.owner, fence = greatest(excluded.fence, r.fence + 1), fingerprint = excluded.fingerprint,
