@@ -94,6 +94,14 @@ type Record struct {
 	// (a PROCESSING record whose lease ended included) it is 0: kept
 	// until settled, with no end in time.
 	TTL time.Duration
+	// Retention and KeyRetention, on a PROCESSING or UNKNOWN record, are
+	// the retentions its attempt was acquired (or marked, or extended)
+	// with, the longer of each kept: a resolution records its result for
+	// at least them, as the attempt's own Complete would have (a route's
+	// retention may be longer than the engine's). Zero when the store
+	// does not keep them; a COMPLETED or EXPIRED record has TTL instead.
+	Retention    time.Duration
+	KeyRetention time.Duration
 	// Reason says why an UNKNOWN record is unknown (ReasonAbandoned, or
 	// what the work reported to MarkUnknown).
 	Reason string

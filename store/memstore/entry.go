@@ -32,6 +32,12 @@ func (e *entry) releasable(now time.Time) bool {
 	return false
 }
 
+// keepLonger raises the retentions e's attempt asked for (Record.Retention,
+// KeyRetention) to these, when they are longer.
+func (e *entry) keepLonger(retention, keyRetention time.Duration) {
+	e.rec.Retention, e.rec.KeyRetention = max(e.rec.Retention, retention), max(e.rec.KeyRetention, keyRetention)
+}
+
 // abandoned reports whether e is PROCESSING with its lease ended.
 func (e *entry) abandoned(now time.Time) bool {
 	return e.rec.State == store.StateProcessing && !now.Before(e.leaseUntil)

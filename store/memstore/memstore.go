@@ -174,7 +174,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	s.lastFence = max(s.lastFence+1, now.UnixMicro())
 	e := &entry{
 		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
-			Fingerprint: p.Fingerprint, AcquiredAt: now, Label: p.Label},
+			Fingerprint: p.Fingerprint, AcquiredAt: now, Label: p.Label, Retention: p.Retention, KeyRetention: p.KeyRetention},
 		leaseUntil: now.Add(p.LeaseDuration),
 	}
 	s.add(e, size)
@@ -231,6 +231,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return store.ErrLeaseLost // an ended lease is never renewed
 	}
 	e.leaseUntil = now.Add(p.LeaseDuration)
+	e.keepLonger(p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -270,6 +271,7 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 		return nil // a repeated MarkUnknown: keep the first reason
 	}
 	s.toUnknown(e, now, p.Reason)
+	e.keepLonger(p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -439,6 +441,7 @@ func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, 
 	delete(s.entries, e.rec.ID)
 	e.rec.State = store.StateCompleted
 	e.rec.CompletedAt = now
+	e.rec.Retention, e.rec.KeyRetention = 0, 0
 	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
 	e.expires = now.Add(retention)
 	if keyRetention > retention {

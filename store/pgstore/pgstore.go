@@ -91,7 +91,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
 	keep := max(p.Retention, p.KeyRetention) // when the reaper first looks at the row (reap_at), past the lease
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + keep).Microseconds(), p.TakeOver, p.Label)
+		(p.LeaseDuration + keep).Microseconds(), p.TakeOver, p.Label, p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 	switch {
 	case err != nil:
 		return store.AcquireResult{}, false, err
@@ -206,7 +206,8 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 	if err := s.made("extend"); err != nil {
 		return err
 	}
-	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds())
+	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
+		p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 }
 
 // Release implements store.Store.
@@ -222,7 +223,8 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 	if err := s.made("mark unknown"); err != nil {
 		return err
 	}
-	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason)
+	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason,
+		p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 }
 
 func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {

@@ -377,3 +377,23 @@ func TestMigrateKeepsUnsettledRows(t *testing.T) {
 		t.Fatalf("late Complete of a migrated row = %v; want nil", err)
 	}
 }
+
+// An UNKNOWN row reports the retentions its attempt asked for (the longer
+// of each, through MarkUnknown), so that a resolution keeps its result at
+// least that long: its TTL is 0 (kept until settled) and no longer says.
+func TestUnknownRowKeepsItsAttemptsRetentions(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	id := store.ID{Tenant: "t", Key: "k"}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour, KeyRetention: 2 * time.Hour})
+	if err != nil || !res.Acquired || res.Record.Retention != time.Hour || res.Record.KeyRetention != 2*time.Hour {
+		t.Fatalf("Acquire = %+v, %v; want acquired with the retentions 1h and 2h", res, err)
+	}
+	ref := store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: 3 * time.Hour, KeyRetention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateUnknown || rec.TTL != 0 || rec.Retention != 3*time.Hour || rec.KeyRetention != 2*time.Hour {
+		t.Fatalf("Get = %+v, %v; want UNKNOWN, TTL 0, retentions 3h and 2h (the longer of each)", rec, err)
+	}
+}

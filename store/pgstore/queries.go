@@ -24,7 +24,8 @@ const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, comp
 	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
 	CASE WHEN expires_at = 'infinity' THEN 0 ELSE (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint END,
 	taken_fence, taken_acquired_at,
-	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0), coalesce(label, '')`
+	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0), coalesce(label, ''),
+	coalesce(retention_us, 0), coalesce(key_retention_us, 0)`
 
 // leaseEnded is true for a row whose lease has ended (by the database's clock).
 const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`

@@ -13,3 +13,9 @@ UPDATE records SET lease_until = coalesce(lease_until, expires_at), expires_at =
 WHERE state = 'P' AND expires_at <> 'infinity';
 UPDATE records SET expires_at = 'infinity'
 WHERE reason IS NOT NULL AND state = 'U' AND expires_at <> 'infinity';
+
+-- The retentions a P or U row's attempt asked for, in microseconds (the
+-- longer of each, through Extend and MarkUnknown): a resolution records
+-- the result for at least them (store.Record.Retention, KeyRetention).
+-- NULL in rows an older version wrote: read as 0 (the engine's own then).
+ALTER TABLE records ADD COLUMN IF NOT EXISTS retention_us bigint, ADD COLUMN IF NOT EXISTS key_retention_us bigint;
