@@ -15,8 +15,8 @@ import (
 // work, on a context detached from the caller's: work that ran must be
 // recorded even when the caller has gone. Each store call within it is
 // bounded by Options.StoreTimeout, and what the store has not taken by
-// then is held (Options.MaxHeld); a held finalization is retried for at
-// least FinalizeTimeout.
+// then is held (Options.MaxHeld): a held Complete until the store takes
+// it, a held Release for at least FinalizeTimeout.
 const FinalizeTimeout = 10 * time.Second
 
 // Do runs fn at most once per key and returns its output; a later call with

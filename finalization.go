@@ -45,7 +45,7 @@ type finalization struct {
 
 	// Set when held.
 	heldAt time.Time
-	until  time.Time // retried until then
+	until  time.Time // a release is retried until then; zero (Complete, MarkUnknown): until stored or the lease lost
 	size   int64     // what it costs the hold, in bytes
 	// next is when it is tried again: an orphan whose acquire has not
 	// landed is looked for once a maxRetryWait, not on every pass;

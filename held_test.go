@@ -139,10 +139,13 @@ func TestTheHoldIsBounded(t *testing.T) {
 	})
 }
 
-// A store that stays down past the lease: the held completion is given
-// up when its time runs out, and the key is what the store makes of an
-// ended lease (UNKNOWN); this process no longer answers from it.
-func TestHeldCompletionRunsOutOfTime(t *testing.T) {
+// A store that stays down past the lease: the held completion is kept
+// until the store takes it, however long after the lease's end (the store
+// accepts its owner's late word: an unsettled record never ends by time),
+// and this process answers the key's retries from it meanwhile. The
+// hold gave it up once the lease would have ended (10 s after it was
+// held, at the least), and the key was left UNKNOWN with its result lost.
+func TestHeldCompletionOutlivesTheLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newOutageStore(mustMem(t))
 		var obs holdEvents
@@ -150,21 +153,48 @@ func TestHeldCompletionRunsOutOfTime(t *testing.T) {
 		req := idem.Request{Key: "k", Fingerprint: "fp"}
 		a := begin(t, e, req)
 		s.start(outageRefuse, false)
-		start := time.Now()
-		if err := a.Lease.Complete(context.Background(), idem.Result{Body: []byte("lost")}); err != nil {
+		if err := a.Lease.Complete(context.Background(), idem.Result{Status: 201, Body: []byte("kept")}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(25 * time.Second)
-		if r := begin(t, e, req); r.Outcome != idem.Replayed {
-			t.Fatalf("retry 25s into a 30s lease = %v; want the held result", r.Outcome)
+		time.Sleep(40 * time.Second) // past the 30 s lease and FinalizeTimeout
+		if r := begin(t, e, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "kept" {
+			t.Fatalf("retry 40s into the outage, past the lease = %v %q; want the held result", r.Outcome, r.Result.Body)
 		}
-		time.Sleep(10 * time.Second)
-		if got, want := obs.String(), "k complete held, k complete dropped"; got != want {
-			t.Errorf("hold events %q after %v; want %q", got, time.Since(start), want)
+		time.Sleep(5 * time.Second)
+		s.end() // 45 s: the store is back
+		flush(t, e)
+		if got, want := obs.String(), "k complete held, k complete stored"; got != want {
+			t.Errorf("hold events %q; want %q", got, want)
 		}
+		rec, err := s.Store.Get(context.Background(), store.ID{Key: "k"})
+		if err != nil || rec.State != store.StateCompleted || rec.Result == nil || rec.Result.Status != 201 || string(rec.Result.Body) != "kept" {
+			t.Fatalf("the store's record after the outage = %+v, %v; want COMPLETED with the held result", rec, err)
+		}
+		other := newEngine(t, s.Store, nil) // another process: the store's answer, not this hold's
+		if r := begin(t, other, req); r.Outcome != idem.Replayed || string(r.Result.Body) != "kept" {
+			t.Fatalf("retry at another process after the outage = %v %q; want the result replayed", r.Outcome, r.Result.Body)
+		}
+	})
+}
+
+// A held MarkUnknown is kept past the lease too, until the store takes
+// it: the key ends UNKNOWN with the work's reason, not abandoned.
+func TestHeldMarkUnknownOutlivesTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newOutageStore(mustMem(t))
+		e := newEngine(t, s, nil)
+		req := idem.Request{Key: "k", Fingerprint: "fp"}
+		a := begin(t, e, req)
+		s.start(outageRefuse, false)
+		if err := a.Lease.MarkUnknown(context.Background(), "upstream timeout"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(45 * time.Second)
 		s.end()
-		if r := begin(t, e, req); r.Outcome != idem.Unknown || r.Record.Reason != store.ReasonAbandoned {
-			t.Fatalf("retry after the hold gave up = %v %+v; want Unknown (abandoned)", r.Outcome, r.Record)
+		flush(t, e)
+		rec, err := s.Store.Get(context.Background(), store.ID{Key: "k"})
+		if err != nil || rec.State != store.StateUnknown || rec.Reason != "upstream timeout" {
+			t.Fatalf("the store's record after the outage = %+v, %v; want UNKNOWN for the work's reason", rec, err)
 		}
 	})
 }

@@ -30,8 +30,9 @@ const (
 	// HoldStored: a retry stored it (or found it done).
 	HoldStored
 	// HoldDropped: given up: the key is no longer the lease's (taken over,
-	// resolved or deleted meanwhile: the store changed nothing), or the
-	// store did not take it before its time ran out.
+	// resolved or deleted meanwhile: the store changed nothing), or, for a
+	// release, the store did not take it before its time ran out. A held
+	// Complete or MarkUnknown is never given up for time.
 	HoldDropped
 	// HoldRefused: the hold was full (or off); the finalize failed as a
 	// store error.
@@ -97,17 +98,25 @@ func newHold(e *Engine, maxCount int, maxBytes int64) *hold {
 		ops: map[string]*finalization{}, answers: map[ID]*finalization{}, empty: empty, emptied: true}
 }
 
-// add holds f, which failed with cause, to be retried until the lease's
-// end (leaseEnd) and at least FinalizeTimeout. It reports false, having
-// logged why, when the hold is full or off.
+// add holds f, which failed with cause. A Complete or MarkUnknown is
+// retried until the store takes it or answers that the lease is lost
+// (another settled the key): a result the process holds is kept until it
+// is stored, and the store takes its owner's word however late, since an
+// unsettled record never ends by time; the hold's bounds, not time, bound
+// what it keeps. A release is retried until the lease's end (leaseEnd)
+// and at least FinalizeTimeout: dropping one leaves the key UNKNOWN, the
+// safe side. It reports false, having logged why, when the hold is full
+// or off.
 func (h *hold) add(f *finalization, leaseEnd time.Time, cause error) bool {
 	if f.op == opComplete {
 		f.result = cloneResult(f.result)
 	}
 	f.heldAt, f.size = time.Now(), f.cost()
-	f.until = f.heldAt.Add(FinalizeTimeout)
-	if leaseEnd.After(f.until) {
-		f.until = leaseEnd
+	if f.op == opRelease || f.op == opReleaseOrphan {
+		f.until = f.heldAt.Add(FinalizeTimeout)
+		if leaseEnd.After(f.until) {
+			f.until = leaseEnd
+		}
 	}
 	h.mu.Lock()
 	full := h.maxCount < 0 || len(h.ops) >= h.maxCount || h.bytes+f.size > h.maxBytes
@@ -143,7 +152,11 @@ func (h *hold) add(f *finalization, leaseEnd time.Time, cause error) bool {
 	if f.op == opReleaseOrphan { // one per 503 in an outage, which idemhttp logs already
 		level = slog.LevelDebug
 	}
-	log.Log(context.Background(), level, "idem: "+f.op+" not stored; holding it in memory and retrying it in the background", "until", f.until)
+	var until any = "stored or the lease lost"
+	if !f.until.IsZero() {
+		until = f.until
+	}
+	log.Log(context.Background(), level, "idem: "+f.op+" not stored; holding it in memory and retrying it in the background", "until", until)
 	h.event(f, HoldStarted)
 	return true
 }
@@ -158,10 +171,11 @@ func (h *hold) answer(id ID, fingerprint string) (Attempt, int64, bool) {
 	if f == nil {
 		return Attempt{}, 0, false
 	}
+	// An UNKNOWN record is kept until settled: TTL 0, as a store reports it.
 	rec := Record{ID: id, State: StateUnknown, Owner: f.ref.Owner, Fence: f.ref.Fence, Fingerprint: f.fingerprint,
-		CompletedAt: f.heldAt, TTL: max(f.retention, f.keyRetention), Reason: f.reason}
+		CompletedAt: f.heldAt, Reason: f.reason}
 	if f.op == opComplete {
-		rec.State, rec.Result = StateCompleted, &f.result
+		rec.State, rec.Result, rec.TTL = StateCompleted, &f.result, max(f.retention, f.keyRetention)
 	}
 	return h.e.decide(rec, fingerprint), f.ref.Fence, true
 }
@@ -227,7 +241,7 @@ func (h *hold) retry() {
 	}
 }
 
-// pass drops what ran out of time and tries the rest that is due, in
+// pass drops the releases that ran out of time and tries the rest that is due, in
 // drain order (drainsBefore): what carries knowledge first, so that a
 // store that is back takes the results a process holds before anything
 // else, and a crash soon after loses as few as can be. One is tried
@@ -241,7 +255,7 @@ func (h *hold) pass() bool {
 	h.mu.Lock()
 	for _, f := range h.ops {
 		switch {
-		case now.After(f.until):
+		case !f.until.IsZero() && now.After(f.until):
 			h.removeLocked(f)
 			expired = append(expired, f)
 		case !now.Before(f.next):
@@ -250,7 +264,7 @@ func (h *hold) pass() bool {
 	}
 	h.mu.Unlock()
 	for _, f := range expired {
-		h.dropped(f, errors.New("the store did not take it in time"))
+		h.dropped(f, errors.New("the store did not take the release in time"))
 	}
 	h.settled()
 	if len(due) == 0 {
@@ -373,7 +387,7 @@ func (h *hold) dropped(f *finalization, why error) {
 	case f.op == opReleaseOrphan:
 		log.Warn("idem: gave up releasing a key that an unanswered acquire may have taken; if it did, the key turns UNKNOWN when a retry meets its ended lease")
 	default:
-		log.Error("idem: held "+f.op+" dropped: the store did not take it in time; the key turns UNKNOWN when a retry meets its ended lease",
+		log.Error("idem: held "+f.op+" dropped: the store did not take it in time; the key stays UNKNOWN (its lease ended) until resolved",
 			"held_for", time.Since(f.heldAt).Round(time.Millisecond))
 	}
 	h.event(f, HoldDropped)

@@ -61,16 +61,16 @@ func TestKeyRetentionExpiredOutcome(t *testing.T) {
 	}
 }
 
-// A key whose outcome is unknown lives as long as the key, not as long as
-// a result would: with Retention 1h and KeyRetention 24h, a key marked
-// UNKNOWN, and one whose lease ended under a crashed owner, are still
-// UNKNOWN (never run again) 2h later, and end with the key retention
-// (issue 31, item 4). The memory store runs on the bubble's clock.
-func TestUnknownKeyLivesAsLongAsTheKey(t *testing.T) {
+// A key whose outcome is unknown is never forgotten by time: with the
+// default options (Retention 24h, no key retention), a key marked UNKNOWN,
+// and one whose lease ended under a crashed owner, are still UNKNOWN
+// (never run again) ten days later; they were forgotten after 24h, and
+// the next call ran the work again. Only settling ends them. The memory
+// store runs on the bubble's clock.
+func TestUnknownKeyIsNeverForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		e := newEngine(t, mustMem(t), &idem.Options{Retention: time.Hour, KeyRetention: 24 * time.Hour, LeaseDuration: time.Minute,
-			RenewEvery: -1, Logger: slog.New(slog.DiscardHandler)})
+		e := newEngine(t, mustMem(t), &idem.Options{RenewEvery: -1, Logger: slog.New(slog.DiscardHandler)})
 		runs := 0
 		work := func(context.Context, *idem.Lease) ([]byte, error) {
 			runs++
@@ -84,19 +84,21 @@ func TestUnknownKeyLivesAsLongAsTheKey(t *testing.T) {
 		if a := begin(t, e, crashed); a.Outcome != idem.Acquired {
 			t.Fatalf("Begin = %v; want Acquired", a.Outcome)
 		} // and its owner never comes back
-		time.Sleep(2 * time.Hour)
-		for _, req := range []idem.Request{marked, crashed} {
-			if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
-				t.Fatalf("Do(%s) past the retention, within the key retention = %v, %d runs; want ErrOutcomeUnknown, no run", req.Key, err, runs)
+		for _, wait := range []time.Duration{2 * time.Hour, 10 * 24 * time.Hour} {
+			time.Sleep(wait)
+			for _, req := range []idem.Request{marked, crashed} {
+				if _, _, err := e.Do(ctx, req, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 1 {
+					t.Fatalf("Do(%s) %v later = %v, %d runs; want ErrOutcomeUnknown, no run", req.Key, wait, err, runs)
+				}
 			}
 		}
-		time.Sleep(24 * time.Hour) // the crashed key turned UNKNOWN when Do met its ended lease, 2h in: its key retention counts from then
-		for _, req := range []idem.Request{marked, crashed} {
-			if a := begin(t, e, req); a.Outcome != idem.Acquired {
-				t.Fatalf("Begin(%s) past the key retention = %v; want Acquired: the key has ended", req.Key, a.Outcome)
-			} else {
-				a.Lease.Release(ctx)
-			}
+		// Settling ends it: resolved as not executed, the next call runs.
+		a := begin(t, e, marked)
+		if err := e.Resolve(ctx, marked.ID(), a.Record.Fence, nil); err != nil {
+			t.Fatalf("Resolve: %v", err)
+		}
+		if _, _, err := e.Do(ctx, marked, work); !errors.Is(err, idem.ErrOutcomeUnknown) || runs != 2 {
+			t.Fatalf("Do after the key was resolved as not executed = %v, %d runs; want a second run", err, runs)
 		}
 	})
 }

@@ -20,11 +20,14 @@ type Options struct {
 	// the Expired outcome instead of running again. Zero, or not above
 	// Retention, keeps none: the key ends with its result.
 	//
-	// A key whose outcome is unknown has no result to drop: an UNKNOWN
-	// record (and a PROCESSING one whose lease ended) lives as long as
-	// the key, the longer of Retention and KeyRetention, counted from
-	// when it became UNKNOWN (from its lease's end, for an abandoned
-	// one). A retry within that time never runs it again.
+	// Neither retention ends a key whose outcome may be unknown: an
+	// UNKNOWN record (and a PROCESSING one, its lease running or ended)
+	// is never forgotten by time, and a retry never runs it again, until
+	// it is settled (a reconciliation, Engine.Resolve, its owner's late
+	// Complete or Release, an operator's delete). Memory stays bounded by
+	// the store's own bound (the memory store's MaxBytes: new keys fail
+	// with ErrStoreFull) and is watched with idem_unknown_keys and its
+	// alerts.
 	KeyRetention time.Duration
 	// RenewEvery is the heartbeat interval that extends a held lease while
 	// work runs. Zero means a third of each lease; negative turns renewal
@@ -63,8 +66,11 @@ type Options struct {
 	// MaxHeld and MaxHeldBytes bound the finalizations the engine holds
 	// in memory. A Complete, MarkUnknown or Release that the store did not
 	// take within StoreTimeout (an outage, a restart, a failover) is kept
-	// and retried in the background, with backoff, for the rest of the
-	// lease and at least FinalizeTimeout, and a retry of that key that
+	// and retried in the background, with backoff: a Complete or
+	// MarkUnknown until the store takes it or answers that the lease is
+	// lost, however long (the store takes its owner's late word), a
+	// Release for the rest of the lease and at least FinalizeTimeout (a
+	// dropped one leaves the key UNKNOWN); and a retry of that key that
 	// reaches this engine is answered from it (Begin: Replayed or
 	// Mismatch for a held result, Unknown for a held MarkUnknown). When
 	// the store answers again, the held results go first, then the

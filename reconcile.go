@@ -104,13 +104,16 @@ func (e *Engine) reconcileOnce(ctx context.Context, id ID, retention, keyRetenti
 		return r, nil // the claim runs out; the next retry or sweep asks again
 	}
 	// The result is replayed, and the key remembered, at least as long as
-	// its UNKNOWN record would have lived: that life was set under the
-	// configuration its request ran with (a route's retention, a reload's),
+	// the longer of its attempt's retentions (Record.Retention and
+	// KeyRetention, as the UNKNOWN record once lived; TTL, from a store
+	// that still gives such a record an end): set under the configuration
+	// its request ran with (a route's retention, a reload's),
 	// which a sweep's or an operator's (the engine's) may not be. With the
 	// engine's retention alone a retry got 410 key_expired early; with its
 	// key retention alone, the work ran again.
-	retention = max(retention, r.rec.TTL)
-	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: max(keyRetention, r.rec.TTL)}
+	life := max(r.rec.TTL, r.rec.Retention, r.rec.KeyRetention)
+	retention = max(retention, life)
+	p := store.ResolveParams{ID: id, Fence: r.rec.Fence, Claim: claim.Owner, Retention: retention, KeyRetention: max(keyRetention, life)}
 	if res.Verdict == VerdictCompleted {
 		p.Result = &res.Result
 	}
@@ -179,7 +182,8 @@ func (e *Engine) Resolve(ctx context.Context, id ID, fence int64, res *Result) e
 			return err
 		}
 		if rec.State == StateUnknown && rec.Fence == fence {
-			p.Retention, p.KeyRetention = max(p.Retention, rec.TTL), max(p.KeyRetention, rec.TTL)
+			life := max(rec.TTL, rec.Retention, rec.KeyRetention)
+			p.Retention, p.KeyRetention = max(p.Retention, life), max(p.KeyRetention, life)
 		}
 	}
 	err := e.resolve(ctx, p)

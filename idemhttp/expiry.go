@@ -16,7 +16,10 @@ import (
 //
 // A retry within `response` gets the stored response; after it and within
 // `key` it gets 410 key_expired and does not run; after both it runs as a
-// new request. Without key retention the two are equal.
+// new request. Without key retention the two are equal. Neither applies to
+// a key whose outcome is unknown (UNKNOWN, or PROCESSING whose lease
+// ended): it is kept until settled (resolved, or completed by its owner),
+// however long, and never runs again before.
 const HeaderExpiry = "Idempotency-Expiry"
 
 // expiryValue is the value of HeaderExpiry for the retention of responses

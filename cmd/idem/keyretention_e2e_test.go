@@ -78,7 +78,7 @@ func TestKeyRetentionOnRedisServerClock(t *testing.T) {
 	expect("after key retention", post(t, base, key, `{"amount":1}`), http.StatusCreated, 2)
 }
 
-// An UNKNOWN key lives as long as the key, not as long as a response:
+// An UNKNOWN key outlives the response (and the key: it is kept until settled):
 // with --retention 1s --key-retention 1h, a request whose upstream
 // connection dropped after the effect (502, UNKNOWN) is retried well past
 // the retention and is still not run again, on every store (issue 31,

@@ -244,20 +244,28 @@ type RecordView struct {
 	Fingerprint string `json:"fingerprint"`
 	// Label is what the request was (store.Record.Label): "POST
 	// /v1/orders/42 route=orders"; AcquiredAt is when it was sent on.
-	Label       string      `json:"label,omitempty"`
-	AcquiredAt  time.Time   `json:"acquired_at"`
-	CompletedAt *time.Time  `json:"completed_at,omitempty"`
-	TTLMillis   int64       `json:"ttl_ms"`
-	Reason      string      `json:"reason,omitempty"` // UNKNOWN: why
-	Status      int         `json:"status,omitempty"`
-	Header      http.Header `json:"header,omitempty"`
-	BodyBytes   int         `json:"body_bytes,omitempty"`
+	Label       string     `json:"label,omitempty"`
+	AcquiredAt  time.Time  `json:"acquired_at"`
+	CompletedAt *time.Time `json:"completed_at,omitempty"`
+	// TTLMillis is how long the record still lives (store.Record.TTL):
+	// the lease left of a PROCESSING record, the retention left of a
+	// COMPLETED one. An UNKNOWN record has no end in time: 0, and
+	// UntilSettled says it is kept until settled.
+	TTLMillis    int64       `json:"ttl_ms"`
+	UntilSettled bool        `json:"until_settled,omitempty"`
+	Reason       string      `json:"reason,omitempty"` // UNKNOWN: why
+	Status       int         `json:"status,omitempty"`
+	Header       http.Header `json:"header,omitempty"`
+	BodyBytes    int         `json:"body_bytes,omitempty"`
 }
 
 // ViewRecord returns the admin view of a record.
 func ViewRecord(rec store.Record) RecordView {
 	v := RecordView{Tenant: rec.Tenant, Key: rec.Key, State: rec.State.String(), Fence: rec.Fence,
 		Fingerprint: rec.Fingerprint, Label: rec.Label, AcquiredAt: rec.AcquiredAt.UTC(), TTLMillis: rec.TTL.Milliseconds(), Reason: rec.Reason}
+	if rec.State == store.StateUnknown {
+		v.TTLMillis, v.UntilSettled = 0, true
+	}
 	if !rec.CompletedAt.IsZero() { // COMPLETED: when completed; UNKNOWN: when marked
 		t := rec.CompletedAt.UTC()
 		v.CompletedAt = &t

@@ -157,7 +157,7 @@ func (t *unknownTelemetry) countUnknown(e *idem.Engine) {
 		return float64(n)
 	}), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "idem_unknown_oldest_seconds",
-		Help: "Age of the oldest UNKNOWN key (among those idem_unknown_keys counts), since it was marked UNKNOWN; 0 when there is none. An UNKNOWN key expires at the end of its retention, after which a retry runs again: resolve it before.",
+		Help: "Age of the oldest UNKNOWN key (among those idem_unknown_keys counts), since it was marked UNKNOWN; 0 when there is none. An UNKNOWN key is kept until reconciled or resolved, however long: settle it.",
 	}, func() float64 {
 		_, oldest := c.read()
 		if oldest.IsZero() {

@@ -5,16 +5,17 @@
 // the engines of one process. Use store/redisstore or store/pgstore to share
 // keys between instances.
 //
-// A PROCESSING record outlives its lease by the retention, and an UNKNOWN
-// record lives for its retention (by the key retention instead, when that
-// is longer): a lease that ended is not free room, since its work may have
-// run. UNKNOWN and PROCESSING records are indexed by tenant and key, so
-// ListUnknown reads them (and lists a lease that ended, abandoned, from
-// its end) and no COMPLETED record.
+// A PROCESSING record (its lease running or ended) and an UNKNOWN record
+// are never forgotten by time: their work may have run, so they stay until
+// settled (Complete, Release by the owner, Resolve, Delete), and report a
+// TTL of 0 once UNKNOWN. UNKNOWN and PROCESSING records are indexed by
+// tenant and key, so ListUnknown reads them (and lists a lease that ended,
+// abandoned, from its end) and no COMPLETED record.
 //
 // Memory is bounded by Options.MaxBytes. The store never drops a record
-// before its life (lease and retention) ends: a dropped result would let
-// its retry run again. Expired records go first; when the live ones fill the bound,
+// before its life ends (an unsettled one's never does): a dropped record
+// would let its retry run again. Expired results go first; when the live
+// records fill the bound,
 // Acquire of a new key fails with store.ErrStoreFull (fail closed) while
 // replays and Get keep answering. A key already admitted always completes,
 // past the bound if need be (see Store.Complete).

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -64,9 +63,9 @@ type Store struct {
 	// entries is also the index ListUnknown reads: the records whose
 	// outcome is or may become unknown, so that it lists a lease that
 	// ended with nobody left to finish it (a crashed owner) as soon as it
-	// ends, and reads no COMPLETED record.
+	// ends, and reads no COMPLETED record. An entry never ends by time:
+	// only settling (Complete, Release, Resolve, Delete) takes it out.
 	entries    map[store.ID]*entry
-	byEnd      expiryHeap // the entries, by the end of their life
 	frozen     map[string]frozen
 	frozenEnds endHeap
 	// byTenant holds the bytes of each tenant's records; a tenant without
@@ -107,14 +106,12 @@ func New(opts *Options) (*Store, error) {
 // program closes whichever it runs on alike.
 func (s *Store) Close() error { return s.made() }
 
-// lock takes the store's lock, drops the records whose life ended, and
+// lock takes the store's lock, drops the COMPLETED and EXPIRED records
+// whose life ended (PROCESSING and UNKNOWN ones never end by time), and
 // returns the time the call works at.
 func (s *Store) lock() time.Time {
 	s.mu.Lock()
 	now := s.now()
-	for s.byEnd.Len() > 0 && !now.Before(s.byEnd[0].expires) {
-		s.remove(s.byEnd[0])
-	}
 	s.expireFrozen(now.UnixNano())
 	return now
 }
@@ -152,14 +149,7 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 		// Only the same request takes over its ended attempt; for any
 		// other the attempt's outcome is unknown, and stays so once seen.
 		if !p.TakeOver || old.rec.Fingerprint != p.Fingerprint {
-			// It keeps at least the life its own acquisition gave it: p's
-			// retention may be shorter (another route's), and a key
-			// forgotten before then runs again.
-			expires := now.Add(max(p.Retention, p.KeyRetention))
-			if old.expires.After(expires) {
-				expires = old.expires
-			}
-			s.toUnknown(old, now, store.ReasonAbandoned, expires)
+			s.toUnknown(old, now, store.ReasonAbandoned)
 			return store.AcquireResult{Record: old.view(now)}, nil
 		}
 		takeover = &store.Takeover{Fence: old.rec.Fence, AcquiredAt: old.rec.AcquiredAt}
@@ -171,9 +161,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	}
 	if err := s.admit(p.Tenant, need); err != nil {
 		// Expired records are gone already (lock); every record left is a
-		// live lease, a lease whose outcome is unknown, or a result within
-		// its retention, and dropping one would let its retry run again.
-		// Refuse the new key.
+		// lease, held or ended, an UNKNOWN key (kept until settled), or a
+		// result within its retention, and dropping one would let its
+		// retry run again. Refuse the new key.
 		return store.AcquireResult{}, err
 	}
 	if ok {
@@ -184,9 +174,8 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 	s.lastFence = max(s.lastFence+1, now.UnixMicro())
 	e := &entry{
 		rec: store.Record{ID: p.ID, State: store.StateProcessing, Owner: p.Owner, Fence: s.lastFence,
-			Fingerprint: p.Fingerprint, AcquiredAt: now, Label: p.Label},
+			Fingerprint: p.Fingerprint, AcquiredAt: now, Label: p.Label, Retention: p.Retention, KeyRetention: p.KeyRetention},
 		leaseUntil: now.Add(p.LeaseDuration),
-		expires:    now.Add(p.LeaseDuration + max(p.Retention, p.KeyRetention)),
 	}
 	s.add(e, size)
 	return store.AcquireResult{Acquired: true, Record: e.view(now), Takeover: takeover}, nil
@@ -220,7 +209,9 @@ func (s *Store) Complete(ctx context.Context, p store.CompleteParams) error {
 		return nil // a repeated Complete of the same lease: keep the first result
 	}
 	// PROCESSING, its lease ended or not, or UNKNOWN: the record is still
-	// the owner's (nobody took it over), and the owner knows the outcome.
+	// the owner's (nobody took it over), however long ago its lease
+	// ended (such a record never ends by time), and the owner knows the
+	// outcome.
 	s.toCompleted(e, now, p.Result, p.Retention, p.KeyRetention)
 	return nil
 }
@@ -240,7 +231,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return store.ErrLeaseLost // an ended lease is never renewed
 	}
 	e.leaseUntil = now.Add(p.LeaseDuration)
-	s.setExpires(e, now.Add(p.LeaseDuration+max(p.Retention, p.KeyRetention)))
+	e.keepLonger(p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -279,7 +270,8 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 	case e.rec.State == store.StateUnknown:
 		return nil // a repeated MarkUnknown: keep the first reason
 	}
-	s.toUnknown(e, now, p.Reason, now.Add(max(p.Retention, p.KeyRetention)))
+	s.toUnknown(e, now, p.Reason)
+	e.keepLonger(p.Retention, p.KeyRetention)
 	return nil
 }
 
@@ -298,7 +290,7 @@ func (s *Store) Claim(ctx context.Context, p store.ClaimParams) (store.ClaimResu
 		return store.ClaimResult{}, store.ErrNotFound
 	}
 	if e.abandoned(now) {
-		s.toUnknown(e, now, store.ReasonAbandoned, e.expires) // the record keeps its life
+		s.toUnknown(e, now, store.ReasonAbandoned)
 	}
 	if e.rec.State != store.StateUnknown || (e.claimOwner != "" && now.Before(e.claimUntil)) {
 		return store.ClaimResult{Record: e.view(now)}, nil
@@ -435,22 +427,21 @@ func (s *Store) owned(ref store.LeaseRef) (*entry, bool) {
 	return e, true
 }
 
-// toUnknown turns e UNKNOWN for reason, to live until expires.
-func (s *Store) toUnknown(e *entry, now time.Time, reason string, expires time.Time) {
+// toUnknown turns e UNKNOWN for reason, kept until settled.
+func (s *Store) toUnknown(e *entry, now time.Time, reason string) {
 	e.rec.State = store.StateUnknown
 	e.rec.Reason = reason
 	e.rec.CompletedAt = now
 	s.grow(e, int64(len(reason)))
-	s.setExpires(e, expires)
 }
 
 // toCompleted turns e, PROCESSING or UNKNOWN, COMPLETED with a copy of r,
 // frozen: the caller may reuse its header and body once the call returns.
 func (s *Store) toCompleted(e *entry, now time.Time, r store.Result, retention, keyRetention time.Duration) {
-	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	e.rec.State = store.StateCompleted
 	e.rec.CompletedAt = now
+	e.rec.Retention, e.rec.KeyRetention = 0, 0
 	s.grow(e, int64(len(r.Body))+headerSize(r.Header))
 	e.expires = now.Add(retention)
 	if keyRetention > retention {

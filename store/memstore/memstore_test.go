@@ -160,9 +160,9 @@ func TestNewRejectsBadBounds(t *testing.T) {
 
 // TestFullStoreKeepsUnknownOutcomes: a lease that ended is no free room:
 // its work may have run, so the record is kept (abandoned, then UNKNOWN)
-// for its retention, and a full store refuses new keys rather than drop
-// it. Taking over an ended lease replaces the record, so a full store
-// allows it.
+// until settled, however long, and a full store refuses new keys rather
+// than drop it. Taking over an ended lease replaces the record, so a full
+// store allows it; settling a key makes room.
 func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 	ctx := context.Background()
 	s, clock := newStoreShare(t, 4096, 1)
@@ -185,11 +185,11 @@ func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 	if _, err := acquire("new", false); !errors.Is(err, store.ErrStoreFull) {
 		t.Fatalf("Acquire of a new key in a store full of ended leases = %v; want ErrStoreFull", err)
 	}
-	res, err := acquire(held[0], false)
-	if err != nil || res.Acquired || res.Record.State != store.StateUnknown {
-		t.Fatalf("Acquire of an ended lease = %+v, %v; want it turned UNKNOWN", res, err)
+	res0, err := acquire(held[0], false)
+	if err != nil || res0.Acquired || res0.Record.State != store.StateUnknown {
+		t.Fatalf("Acquire of an ended lease = %+v, %v; want it turned UNKNOWN", res0, err)
 	}
-	res, err = acquire(held[1], true)
+	res, err := acquire(held[1], true)
 	if err != nil || !res.Acquired || res.Takeover == nil {
 		t.Fatalf("takeover in a full store = %+v, %v; want acquired with the previous attempt reported", res, err)
 	}
@@ -198,9 +198,21 @@ func TestFullStoreKeepsUnknownOutcomes(t *testing.T) {
 			t.Fatalf("ended lease %s in a full store = %+v, %v; want kept, reported UNKNOWN", key, rec, err)
 		}
 	}
-	clock.Advance(2 * time.Hour)
+	// Time settles nothing: far past every retention the store is still
+	// full of them (fail closed, and idem_unknown_keys says why).
+	clock.Advance(24 * time.Hour)
+	if _, err := acquire("new", false); !errors.Is(err, store.ErrStoreFull) {
+		t.Fatalf("Acquire of a new key a day later = %v; want ErrStoreFull: the unsettled keys are kept", err)
+	}
+	// Settling makes room: a resolution (not executed) and a delete.
+	if err := s.Resolve(ctx, store.ResolveParams{ID: store.ID{Key: held[0]}, Fence: res0.Record.Fence}); err != nil {
+		t.Fatalf("Resolve: %v", err)
+	}
+	if ok, err := s.Delete(ctx, store.DeleteParams{ID: store.ID{Key: held[2]}}); err != nil || !ok {
+		t.Fatalf("Delete = %v, %v", ok, err)
+	}
 	if res, err := acquire("new", false); err != nil || !res.Acquired {
-		t.Fatalf("Acquire after every retention ended = %+v, %v; want acquired", res, err)
+		t.Fatalf("Acquire after two keys were settled = %+v, %v; want acquired", res, err)
 	}
 }
 
@@ -389,5 +401,25 @@ func TestFrozenResultAsStored(t *testing.T) {
 		if err != nil || rec.Result == nil || !reflect.DeepEqual(*rec.Result, want) || rec.Owner != "o" || rec.Fingerprint != "fp" {
 			t.Errorf("result %d: Get = %+v (result %+v), %v; want %+v", i, rec, rec.Result, err, want)
 		}
+	}
+}
+
+// An UNKNOWN record reports the retentions its attempt asked for (the
+// longer of each, through MarkUnknown), so that a resolution keeps its
+// result at least that long: its TTL is 0 (kept until settled).
+func TestUnknownKeepsItsAttemptsRetentions(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newStore(t, 0)
+	id := store.ID{Tenant: "t", Key: "k"}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour, KeyRetention: 2 * time.Hour})
+	if err != nil || !res.Acquired || res.Record.Retention != time.Hour || res.Record.KeyRetention != 2*time.Hour {
+		t.Fatalf("Acquire = %+v, %v; want acquired with the retentions 1h and 2h", res, err)
+	}
+	ref := store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: 3 * time.Hour, KeyRetention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateUnknown || rec.TTL != 0 || rec.Retention != 3*time.Hour || rec.KeyRetention != 2*time.Hour {
+		t.Fatalf("Get = %+v, %v; want UNKNOWN, TTL 0, retentions 3h and 2h (the longer of each)", rec, err)
 	}
 }

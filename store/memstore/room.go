@@ -1,10 +1,8 @@
 package memstore
 
 import (
-	"container/heap"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/idemkit/idem/store"
 )
@@ -53,17 +51,11 @@ func (s *Store) add(e *entry, size int64) {
 	e.size = size
 	s.charge(e.rec.Tenant, size)
 	s.entries[e.rec.ID] = e
-	heap.Push(&s.byEnd, e)
 }
 
 func (s *Store) grow(e *entry, n int64) {
 	e.size += n
 	s.charge(e.rec.Tenant, n)
-}
-
-func (s *Store) setExpires(e *entry, t time.Time) {
-	e.expires = t
-	heap.Fix(&s.byEnd, e.heapIndex)
 }
 
 func (s *Store) remove(e *entry) {
@@ -72,7 +64,6 @@ func (s *Store) remove(e *entry) {
 		s.dropFrozen(key, s.frozen[key])
 		return
 	}
-	heap.Remove(&s.byEnd, e.heapIndex)
 	delete(s.entries, e.rec.ID)
 	s.charge(e.rec.Tenant, -e.size)
 }
@@ -86,28 +77,6 @@ func headerSize(h http.Header) int64 {
 		}
 	}
 	return n
-}
-
-// expiryHeap orders entries by expiry, earliest first.
-type expiryHeap []*entry
-
-func (h expiryHeap) Len() int           { return len(h) }
-func (h expiryHeap) Less(i, j int) bool { return h[i].expires.Before(h[j].expires) }
-func (h expiryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
-func (h *expiryHeap) Push(x any) {
-	e := x.(*entry)
-	e.heapIndex = len(*h)
-	*h = append(*h, e)
-}
-func (h *expiryHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return e
 }
 
 // tombstoneOverhead is what a tombstone costs beyond its strings: 600

@@ -89,9 +89,9 @@ func (s *Store) Acquire(ctx context.Context, p store.AcquireParams) (store.Acqui
 // reads that row; it turns an abandoned row UNKNOWN unless p takes it
 // over (p.TakeOver, and the row's request is p's: its fingerprint). found is false when the row changed under it: try again.
 func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res store.AcquireResult, found bool, err error) {
-	keep := max(p.Retention, p.KeyRetention) // the life of a record whose outcome may be unknown
+	keep := max(p.Retention, p.KeyRetention) // when the reaper first looks at the row (reap_at), past the lease
 	r, ok, err := s.queryRow(ctx, s.q.acquire, p.Tenant, p.Key, p.Owner, p.Fingerprint, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + keep).Microseconds(), p.TakeOver, p.Label)
+		(p.LeaseDuration + keep).Microseconds(), p.TakeOver, p.Label, p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 	switch {
 	case err != nil:
 		return store.AcquireResult{}, false, err
@@ -115,7 +115,7 @@ func (s *Store) acquireOnce(ctx context.Context, p store.AcquireParams) (res sto
 		return store.AcquireResult{}, false, nil
 	case r.abandoned:
 		// A third statement, only for a key whose owner crashed or stalled.
-		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned, keep.Microseconds())
+		r, ok, err = s.queryRow(ctx, s.q.abandon, p.Tenant, p.Key, r.rec.Fence, store.ReasonAbandoned)
 		return store.AcquireResult{Record: r.rec}, ok, err
 	}
 	return store.AcquireResult{Record: r.rec}, true, nil
@@ -207,7 +207,7 @@ func (s *Store) Extend(ctx context.Context, p store.ExtendParams) error {
 		return err
 	}
 	return s.transition(ctx, "extend", s.q.extend, p.Tenant, p.Key, p.Owner, p.Fence, p.LeaseDuration.Microseconds(),
-		(p.LeaseDuration + max(p.Retention, p.KeyRetention)).Microseconds())
+		p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 }
 
 // Release implements store.Store.
@@ -223,7 +223,8 @@ func (s *Store) MarkUnknown(ctx context.Context, p store.MarkUnknownParams) erro
 	if err := s.made("mark unknown"); err != nil {
 		return err
 	}
-	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason, max(p.Retention, p.KeyRetention).Microseconds())
+	return s.transition(ctx, "mark unknown", s.q.markUnknown, p.Tenant, p.Key, p.Owner, p.Fence, p.Reason,
+		p.Retention.Microseconds(), p.KeyRetention.Microseconds())
 }
 
 func (s *Store) transition(ctx context.Context, op, sql string, args ...any) error {

@@ -72,8 +72,8 @@ func TestMigrateIsIdempotentAndConcurrent(t *testing.T) {
 	if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM "+schema+".schema_migrations").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	if n != 8 {
-		t.Fatalf("%d migrations recorded; want 8, each once", n)
+	if n != 9 {
+		t.Fatalf("%d migrations recorded; want 9, each once", n)
 	}
 }
 
@@ -96,19 +96,26 @@ func TestBadOptions(t *testing.T) {
 }
 
 // TestReapConcurrent expires many rows and reaps them with several reapers
-// at once: every expired row is deleted exactly once, live rows stay.
+// at once: every expired row is deleted exactly once, live rows stay, and
+// so do abandoned ones (their leases ended, never settled), moved ahead.
 func TestReapConcurrent(t *testing.T) {
 	s := newStoreOpts(t, &pgstore.Options{ReapInterval: -1}) // these tests count what Reap does
 	ctx := context.Background()
-	const expired, live, batch = 300, 20, 25
-	for i := range expired + live {
+	const expired, abandoned, live, batch = 300, 10, 20, 25
+	for i := range expired + abandoned + live {
 		lease := 20 * time.Millisecond
-		if i >= expired {
+		if i >= expired+abandoned {
 			lease = time.Hour
 		}
 		res, err := s.Acquire(ctx, store.AcquireParams{ID: store.ID{Tenant: "t", Key: fmt.Sprint("k", i)}, Owner: fmt.Sprint("o", i), LeaseDuration: lease})
 		if err != nil || !res.Acquired {
 			t.Fatalf("Acquire %d: %v %+v", i, err, res)
+		}
+		if i < expired {
+			ref := store.LeaseRef{ID: res.Record.ID, Owner: res.Record.Owner, Fence: res.Record.Fence}
+			if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200}, Retention: time.Millisecond}); err != nil {
+				t.Fatalf("Complete %d: %v", i, err)
+			}
 		}
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -138,22 +145,23 @@ func TestReapConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if total != expired {
-		t.Fatalf("reapers deleted %d rows; want the %d expired ones", total, expired)
+	if total != expired+abandoned {
+		t.Fatalf("reapers deleted or moved %d rows; want the %d expired ones and the %d abandoned ones", total, expired, abandoned)
 	}
 	var rows int
 	if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Schema()+".records").Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if rows != live {
-		t.Fatalf("%d rows left; want the %d live ones", rows, live)
+	if rows != live+abandoned {
+		t.Fatalf("%d rows left; want the %d live ones and the %d abandoned ones", rows, live, abandoned)
 	}
 }
 
 // TestReapMovesLiveRecords: a record still live when its first lease ends
 // (completed with a retention, or extended) is not deleted but moved to
 // its real end, so later reaps do not look at it again, while the expired
-// ones are deleted. The database keeps real time, and the Complete and the
+// ones are deleted. A lease that ended unsettled (its owner gone) is
+// never deleted: moved an hour ahead, and still UNKNOWN. The database keeps real time, and the Complete and the
 // Extend must reach it before the first lease ends: a second is margin
 // enough on a loaded machine.
 func TestReapMovesLiveRecords(t *testing.T) {
@@ -168,7 +176,11 @@ func TestReapMovesLiveRecords(t *testing.T) {
 		}
 		return store.LeaseRef{ID: res.Record.ID, Owner: "o-" + key, Fence: res.Record.Fence}
 	}
-	acquire("expired")
+	gone := acquire("expired")
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: gone, Result: store.Result{Status: 200}, Retention: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := acquire("abandoned")
 	done := acquire("completed")
 	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: done, Result: store.Result{Status: 201, Body: []byte("kept")}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
@@ -178,14 +190,17 @@ func TestReapMovesLiveRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(lease + 50*time.Millisecond) // every first lease has ended, by the database's clock too
-	if n, err := s.Reap(ctx, 10); err != nil || n != 3 {
-		t.Fatalf("first Reap = %d, %v; want 3 (one deleted, two moved)", n, err)
+	if n, err := s.Reap(ctx, 10); err != nil || n != 4 {
+		t.Fatalf("first Reap = %d, %v; want 4 (one deleted, three moved)", n, err)
 	}
 	if n, err := s.Reap(ctx, 10); err != nil || n != 0 {
 		t.Fatalf("second Reap = %d, %v; want 0: the live records were moved to their end", n, err)
 	}
 	if _, err := s.Get(ctx, store.ID{Tenant: "t", Key: "expired"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("Get(expired) = %v; want ErrNotFound", err)
+	}
+	if rec, err := s.Get(ctx, crashed.ID); err != nil || rec.State != store.StateUnknown || rec.Reason != store.ReasonAbandoned || rec.TTL != 0 {
+		t.Fatalf("Get(abandoned) = %+v, %v; want UNKNOWN (abandoned), kept until settled", rec, err)
 	}
 	if rec, err := s.Get(ctx, done.ID); err != nil || rec.State != store.StateCompleted || string(rec.Result.Body) != "kept" {
 		t.Fatalf("Get(completed) = %+v, %v; want the stored result", rec, err)
@@ -197,8 +212,8 @@ func TestReapMovesLiveRecords(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, "SELECT count(*) FROM "+s.Schema()+".records").Scan(&rows); err != nil {
 		t.Fatal(err)
 	}
-	if rows != 2 {
-		t.Fatalf("%d rows left; want the 2 live ones", rows)
+	if rows != 3 {
+		t.Fatalf("%d rows left; want the 2 live ones and the abandoned one", rows)
 	}
 }
 
@@ -311,5 +326,74 @@ func TestAcquireAnswersProcessingWhenItsLeaseEndedMeanwhile(t *testing.T) {
 		if err != nil || !res.Acquired || res.Takeover == nil || res.Record.State != store.StateProcessing || res.Record.Owner != "o2" {
 			t.Fatalf("takeover Acquire = %+v, %v; want acquired by o2, PROCESSING, with the takeover", res, err)
 		}
+	}
+}
+
+// TestMigrateKeepsUnsettledRows: migration 009 turns the P and U rows an
+// older release wrote, their end passed or not, into rows kept until
+// settled: read UNKNOWN, never taken by an acquisition, never reaped; and
+// their owner's late Complete still lands.
+func TestMigrateKeepsUnsettledRows(t *testing.T) {
+	pool, schema := testenv.Postgres(t)
+	ctx := context.Background()
+	if err := pgstore.MigrateTo(ctx, pool, schema, 8); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+schema+`.records
+		(tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, completed_at, lease_until, expires_at, reap_at, reason)
+		VALUES ('t', 'p-past', 'P', 'o1', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', NULL, now() - interval '2 days', now() - interval '1 day', now() - interval '1 day', NULL),
+		       ('t', 'u-past', 'U', 'o2', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days', now() - interval '1 day', now() - interval '1 day', 'timeout'),
+		       ('t', 'u-live', 'U', 'o3', nextval('`+schema+`.fence_seq'), 'fp', now(), now(), now(), now() + interval '1 hour', now() + interval '1 hour', 'timeout')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
+		t.Fatalf("Migrate on top of version 8: %v", err)
+	}
+	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Reap(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"p-past", "u-past", "u-live"} {
+		id := store.ID{Tenant: "t", Key: key}
+		rec, err := s.Get(ctx, id)
+		if err != nil || rec.State != store.StateUnknown || rec.TTL != 0 {
+			t.Fatalf("Get(%s) after the migration = %+v, %v; want UNKNOWN, TTL 0 (kept until settled)", key, rec, err)
+		}
+		if res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "new", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour}); err != nil || res.Acquired {
+			t.Fatalf("Acquire(%s) after the migration = %+v, %v; want not acquired", key, res, err)
+		}
+	}
+	id := store.ID{Tenant: "t", Key: "p-past"}
+	rec, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := store.LeaseRef{ID: id, Owner: "o1", Fence: rec.Fence}
+	if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: store.Result{Status: 200}, Retention: time.Hour}); err != nil {
+		t.Fatalf("late Complete of a migrated row = %v; want nil", err)
+	}
+}
+
+// An UNKNOWN row reports the retentions its attempt asked for (the longer
+// of each, through MarkUnknown), so that a resolution keeps its result at
+// least that long: its TTL is 0 (kept until settled) and no longer says.
+func TestUnknownRowKeepsItsAttemptsRetentions(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	id := store.ID{Tenant: "t", Key: "k"}
+	res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o", Fingerprint: "fp", LeaseDuration: time.Minute, Retention: time.Hour, KeyRetention: 2 * time.Hour})
+	if err != nil || !res.Acquired || res.Record.Retention != time.Hour || res.Record.KeyRetention != 2*time.Hour {
+		t.Fatalf("Acquire = %+v, %v; want acquired with the retentions 1h and 2h", res, err)
+	}
+	ref := store.LeaseRef{ID: id, Owner: "o", Fence: res.Record.Fence}
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: 3 * time.Hour, KeyRetention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != store.StateUnknown || rec.TTL != 0 || rec.Retention != 3*time.Hour || rec.KeyRetention != 2*time.Hour {
+		t.Fatalf("Get = %+v, %v; want UNKNOWN, TTL 0, retentions 3h and 2h (the longer of each)", rec, err)
 	}
 }

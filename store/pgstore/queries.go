@@ -16,13 +16,16 @@ var queryFiles embed.FS
 
 // recordColumns are read by scanRecord, in this order. The lease ends at
 // lease_until, or at expires_at in a row an older version wrote
-// (migrations/004_unknown.sql).
+// (migrations/004_unknown.sql). A P or U row never ends by time: its
+// expires_at is infinity (migrations/009_unsettled.sql), its life left
+// read as 0.
 const recordColumns = `state::text, owner, fence, fingerprint, acquired_at, completed_at, status, header, body, reason,
 	coalesce(lease_until, expires_at),
 	(extract(epoch FROM coalesce(lease_until, expires_at) - clock_timestamp()) * 1000000)::bigint,
-	(extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint,
+	CASE WHEN expires_at = 'infinity' THEN 0 ELSE (extract(epoch FROM expires_at - clock_timestamp()) * 1000000)::bigint END,
 	taken_fence, taken_acquired_at,
-	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0), coalesce(label, '')`
+	coalesce((extract(epoch FROM key_until - clock_timestamp()) * 1000000)::bigint, 0), coalesce(label, ''),
+	coalesce(retention_us, 0), coalesce(key_retention_us, 0)`
 
 // leaseEnded is true for a row whose lease has ended (by the database's clock).
 const leaseEnded = `coalesce(lease_until, expires_at) <= clock_timestamp()`

@@ -23,19 +23,20 @@ type row struct {
 // scanRow reads recordColumns, then the destinations in post.
 func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 	var (
-		state                  string
-		completed, takenAt     *time.Time
-		status                 *int32
-		takenFence             *int64
-		reason                 *string
-		header, body           []byte
-		leaseEnd               time.Time
-		leaseMicros, lifeMicro int64
-		keyMicros              int64 // the rest of a tombstone's life (key_until)
+		state                   string
+		completed, takenAt      *time.Time
+		status                  *int32
+		takenFence              *int64
+		reason                  *string
+		header, body            []byte
+		leaseEnd                time.Time
+		leaseMicros, lifeMicro  int64
+		keyMicros               int64 // the rest of a tombstone's life (key_until)
+		retMicros, keyRetMicros int64 // P and U: the attempt's retentions
 	)
 	rec := store.Record{ID: id}
 	dest := append([]any{&state, &rec.Owner, &rec.Fence, &rec.Fingerprint, &rec.AcquiredAt, &completed,
-		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros, &rec.Label}, post...)
+		&status, &header, &body, &reason, &leaseEnd, &leaseMicros, &lifeMicro, &takenFence, &takenAt, &keyMicros, &rec.Label, &retMicros, &keyRetMicros}, post...)
 	if err := rows.Scan(dest...); err != nil {
 		return row{}, err
 	}
@@ -47,6 +48,9 @@ func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 		rec.Reason = *reason
 	}
 	rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+	if state == "P" || state == "U" {
+		rec.Retention, rec.KeyRetention = time.Duration(retMicros)*time.Microsecond, time.Duration(keyRetMicros)*time.Microsecond
+	}
 	switch state {
 	case "P":
 		rec.State = store.StateProcessing
@@ -55,13 +59,13 @@ func scanRow(id store.ID, rows pgx.Rows, post ...any) (row, error) {
 			// Reported as the next Acquire without TakeOver will make it.
 			r.abandoned = true
 			rec.State, rec.Reason, rec.CompletedAt = store.StateUnknown, store.ReasonAbandoned, leaseEnd
-			rec.TTL = time.Duration(lifeMicro) * time.Microsecond
+			rec.TTL = 0 // kept until settled
 		}
 		if takenFence != nil && takenAt != nil {
 			r.takeover = &store.Takeover{Fence: *takenFence, AcquiredAt: *takenAt}
 		}
 	case "U":
-		rec.State = store.StateUnknown
+		rec.State, rec.TTL = store.StateUnknown, 0 // kept until settled
 	case "C":
 		if lifeMicro <= 0 { // read only while key_until is ahead: a tombstone
 			rec.State, rec.TTL, rec.Owner, rec.Label = store.StateExpired, time.Duration(keyMicros)*time.Microsecond, "", ""

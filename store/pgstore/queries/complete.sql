@@ -5,8 +5,8 @@
 -- One plain UPDATE: when it matches no row, Complete asks completed_by_us
 -- whether a retry's first try landed. The lease's end is not checked: a
 -- late completion of a row still the caller's, PROCESSING or UNKNOWN, is
--- the truth. reason and the claim are NULL already on a P row, so that
--- Complete changes no indexed value.
+-- the truth, however late: a P or U row never ends by time. reap_at is
+-- left alone (reap.sql looks at an unsettled row hourly).
 UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
 	expires_at = clock_timestamp() + $5 * interval '1 microsecond', status = $6, header = $7, body = $8,
 	reason = NULL, claim_owner = NULL, claim_until = NULL,
