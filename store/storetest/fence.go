@@ -23,9 +23,12 @@ func testFenceIncreases(t *testing.T, s store.Store, advance func(time.Duration)
 	if err := s.Release(ctx, ref); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	// expires: lease and retention end
-	ref = mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), LeaseDuration: short, Retention: short})
+	// completed, then expires: its retention ends
+	ref = mustAcquire(t, s, id, long)
 	fences = append(fences, ref.Fence)
+	if err := complete(s, ref, store.Result{}, short); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
 	advance(3 * short)
 	ref = mustAcquire(t, s, id, short) // abandoned, taken over
 	fences = append(fences, ref.Fence)

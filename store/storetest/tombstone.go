@@ -147,61 +147,78 @@ func mustGet(t *testing.T, s store.Store, id store.ID) store.Record {
 	return rec
 }
 
-// testUnknownLivesAsLongAsTheKey: a record whose outcome may be unknown
-// has no result to expire, so it lives as long as its key: with a key
-// retention above the retention, an UNKNOWN record (marked so, or an
-// abandoned lease, before and after an Acquire turned it UNKNOWN) outlives
-// the retention and ends with the key retention. A store that kept it for
-// the retention alone let the key run again within the key retention its
-// server publishes (issue 31, item 4).
-func testUnknownLivesAsLongAsTheKey(t *testing.T, s store.Store, advance func(time.Duration)) {
+// testUnsettledNeverExpires: a record whose outcome may be unknown is
+// never forgotten by time, whatever the lease, retention and key retention
+// its calls gave: an UNKNOWN record (marked so) and a PROCESSING record
+// whose owner is gone (reported UNKNOWN, abandoned) are both still there
+// long past all of them, with a TTL of 0 (kept until settled); an Acquire,
+// with or without TakeOver, acquires neither; only settling ends them: the
+// late Complete of their owner lands, and the COMPLETED record then lives
+// for that Complete's retention and ends. A store that forgot them let the
+// work run again on the next retry (an UNKNOWN key "never runs again until
+// reconciled or resolved").
+func testUnsettledNeverExpires(t *testing.T, s store.Store, advance func(time.Duration)) {
 	ctx := context.Background()
-	marked, abandoned, extended, converted := newID(t), newID(t), newID(t), newID(t)
-	start := time.Now() // every record below lives at least hold from here: on a real server, by its clock
-	ref := mustAcquire(t, s, marked, long)
-	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: ref, Reason: "timeout", Retention: short, KeyRetention: hold}); err != nil {
+	marked, abandoned := newID(t), newID(t)
+	life := 4 * short // lease + retention + key retention of every call below
+	p := func(id store.ID) store.AcquireParams {
+		return store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: short, KeyRetention: 2 * short}
+	}
+	refs := map[store.ID]store.LeaseRef{marked: mustAcquireWith(t, s, p(marked)), abandoned: mustAcquireWith(t, s, p(abandoned))}
+	if err := s.MarkUnknown(ctx, store.MarkUnknownParams{LeaseRef: refs[marked], Reason: "timeout", Retention: short, KeyRetention: 2 * short}); err != nil {
 		t.Fatalf("MarkUnknown: %v", err)
 	}
-	refs := map[store.ID]store.LeaseRef{marked: ref}
-	for _, id := range []store.ID{abandoned, converted} {
-		refs[id] = mustAcquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: short, KeyRetention: hold})
-	}
-	refs[extended] = mustAcquireWith(t, s, store.AcquireParams{ID: extended, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long})
-	if err := s.Extend(ctx, store.ExtendParams{LeaseRef: refs[extended], LeaseDuration: short, Retention: short, KeyRetention: hold}); err != nil {
-		t.Fatalf("Extend: %v", err)
-	}
-	advance(2 * short) // every lease ended
-	res := acquireWith(t, s, store.AcquireParams{ID: converted, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: short, KeyRetention: hold})
-	if res.Acquired || res.Record.State != store.StateUnknown || res.Record.Reason != store.ReasonAbandoned {
-		t.Fatalf("Acquire of an ended lease = %+v; want it turned UNKNOWN", res)
-	}
-	advance(3 * short) // past every lease plus its retention: only the key retention keeps them
-	wantKept := func(id store.ID, reason string) {
+	reasons := map[store.ID]string{marked: "timeout", abandoned: store.ReasonAbandoned}
+	wantKept := func(when string) {
 		t.Helper()
-		rec, ok := get(t, s, id)
-		if took := time.Since(start); took >= hold {
-			t.Skipf("the calls took %v, past the key retention %v: not checked", took, hold)
-		}
-		if !ok || rec.State != store.StateUnknown || rec.Reason != reason || rec.Fence != refs[id].Fence || rec.TTL <= 0 || rec.TTL > hold {
-			t.Fatalf("Get(%v) past the retention, within the key retention = %+v (found %v); want UNKNOWN %q, fence %d, TTL in (0, %v]",
-				id, rec, ok, reason, refs[id].Fence, hold)
-		}
-	}
-	wantKept(marked, "timeout")
-	wantKept(abandoned, store.ReasonAbandoned)
-	wantKept(extended, store.ReasonAbandoned)
-	wantKept(converted, store.ReasonAbandoned)
-	for _, takeOver := range []bool{false, true} {
-		res := acquireWith(t, s, store.AcquireParams{ID: marked, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: long, Retention: long, TakeOver: takeOver})
-		if res.Acquired || res.Record.State != store.StateUnknown {
-			t.Fatalf("Acquire (TakeOver %v) past the retention, within the key retention = %+v; want the UNKNOWN record", takeOver, res)
+		for id, ref := range refs {
+			rec, ok := get(t, s, id)
+			if !ok || rec.State != store.StateUnknown || rec.Reason != reasons[id] || rec.Fence != ref.Fence || rec.Owner != ref.Owner || rec.TTL != 0 {
+				t.Fatalf("Get(%v) %s = %+v (found %v); want UNKNOWN %q, owner %s, fence %d, TTL 0 (kept until settled)",
+					id, when, rec, ok, reasons[id], ref.Owner, ref.Fence)
+			}
+			if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 1 || got[0].ID != id {
+				t.Fatalf("ListUnknown(%s) %s = %+v; want %v", id.Tenant, when, got, id)
+			}
 		}
 	}
+	advance(10 * life)
+	wantKept("far past the lease, retention and key retention")
 
-	advance(hold)
-	for id := range refs {
+	for _, takeOver := range []bool{false, true} {
+		for id, ref := range refs {
+			res := acquireWith(t, s, store.AcquireParams{ID: id, Owner: rand.Text(), Fingerprint: "fp", LeaseDuration: short, Retention: short,
+				KeyRetention: 2 * short, TakeOver: takeOver})
+			if r := res.Record; res.Acquired || res.Takeover != nil || r.State != store.StateUnknown || r.Fence != ref.Fence || r.Reason != reasons[id] || r.TTL != 0 {
+				t.Fatalf("Acquire (TakeOver %v) of %v far past its life = %+v; want not acquired, UNKNOWN %q, fence %d, TTL 0",
+					takeOver, id, res, reasons[id], ref.Fence)
+			}
+		}
+	}
+	advance(10 * life) // past the Acquires' own retentions too
+	wantKept("far past the retention of the Acquires that found them")
+
+	want := store.Result{Status: 201, Body: []byte("late but known")}
+	for id, ref := range refs {
+		if err := s.Complete(ctx, store.CompleteParams{LeaseRef: ref, Result: want, Retention: hold}); err != nil {
+			t.Fatalf("late Complete by the owner of %v = %v; want nil", id, err)
+		}
+		rec := mustGet(t, s, id)
+		checkCompleted(t, rec, want)
+		if rec.Fence != ref.Fence || rec.Owner != ref.Owner || rec.TTL <= 0 || rec.TTL > hold {
+			t.Fatalf("late completed record = %+v; want owner %s, fence %d, TTL in (0, %v], the retention", rec, ref.Owner, ref.Fence, hold)
+		}
+		if got := listUnknown(t, s, store.ListParams{Tenant: id.Tenant}); len(got) != 0 {
+			t.Fatalf("ListUnknown after the late Complete = %+v; want empty", got)
+		}
+	}
+	advance(hold + short)
+	for id, ref := range refs {
 		if rec, ok := get(t, s, id); ok {
-			t.Fatalf("Get(%v) after the key retention = %+v; want absent", id, rec)
+			t.Fatalf("Get(%v) after the completed record's retention = %+v; want absent", id, rec)
+		}
+		if next := mustAcquire(t, s, id, long); next.Fence <= ref.Fence {
+			t.Fatalf("fence after the completed record ended = %d; want above %d", next.Fence, ref.Fence)
 		}
 	}
 }
