@@ -165,9 +165,10 @@ func openStore(ctx context.Context, s *serveSetup, log *slog.Logger, secrets []s
 }
 
 // refuseEviction refuses a Redis store whose server may evict keys: it
-// would drop the store's records when it runs out of memory (every record
-// has a TTL, so the volatile-* policies take them too), and the retry of
-// an evicted UNKNOWN key or result runs the request again. A server that
+// would drop the store's records when it runs out of memory (the
+// volatile-* policies spare the unsettled ones, which have no TTL, but
+// take results), and the retry of an evicted UNKNOWN key or result runs
+// the request again. A server that
 // does not say (INFO refused by an ACL) is logged, not refused. The
 // layered store's Redis is a mirror, which PostgreSQL backs: it is not
 // asked.

@@ -39,9 +39,10 @@ func rueidisInfo(client rueidis.Client) infoSection {
 // EvictionPolicy returns the server's maxmemory-policy, as INFO memory
 // reports it (on a cluster, that of the node the client asks). Any
 // policy but NoEviction lets Redis drop the store's records when it runs
-// out of memory (they all have a TTL, so the volatile-* policies take
-// them too): an UNKNOWN record or a result dropped so lets its retry run
-// the work again.
+// out of memory: an UNKNOWN record or a result dropped so lets its retry
+// run the work again. The volatile-* policies evict only keys with a TTL:
+// they take results (COMPLETED records) and tombstones, never an
+// unsettled record (PROCESSING, UNKNOWN), which has none.
 func (s *Store) EvictionPolicy(ctx context.Context) (string, error) {
 	if err := s.made(); err != nil {
 		return "", err

@@ -28,14 +28,15 @@
 -- UNKNOWN) is never forgotten by time: it is always live, and its key has
 -- no Redis TTL. Only settling ends it: complete, release, resolve, delete.
 -- A PROCESSING record whose lease ended is abandoned, reported UNKNOWN.
--- Its nominal life (the life field of P, the end of U) ends nothing: it
--- is the TTL reported for an UNKNOWN record (what is left of the longer
--- of the retention and the key retention since its lease's end or its
--- mark, 0 after), which a resolution keeps at least. Records written
--- before this rule carry a finite life and a Redis TTL; they are read the
--- same way (never ending), and a script that rewrites one, or finds one
--- in the way (acquire, mark unknown, list), removes its TTL (PERSIST);
--- one that no script touches still ends with its old TTL.
+-- Its nominal life (the life field of P, the end of U: the longer of the
+-- retention and the key retention past its lease's end or its mark) ends
+-- nothing and is reported nowhere (an UNKNOWN record's TTL is 0: kept
+-- until settled); it is still written, so that a gateway of the version
+-- before, during a rolling upgrade, reads a record it knows. Records
+-- written before this rule carry a finite life and a Redis TTL; they are
+-- read the same way (never ending), and a script that rewrites one, or
+-- finds one in the way (acquire, mark unknown, list), removes its TTL
+-- (PERSIST); one that no script touches still ends with its old TTL.
 -- A COMPLETED record is live until its retention ends. Its key, and that
 -- of a tombstone X, lives an hour past that (its Redis TTL), so a record
 -- that ended (a logically absent key) still holds the last fence.
@@ -77,10 +78,6 @@ local function unsettled(r) return r.st == 'P' or r.st == 'U' end
 local function live(r, now_ms) return unsettled(r) or (r.st == 'C' and r.life > now_ms) end
 local function abandoned(r, now_ms) return r.st == 'P' and r.lease <= now_ms end
 
--- left returns what is left of r's life at now_ms: for an unsettled
--- record, of its nominal life, 0 once it passed (it still lives).
-local function left(r, now_ms) return math.max(r.life - now_ms, 0) end
-
 local function pack_p(fence, owner, fp, acquired, lease_end, life_end, label)
   return struct.pack('>c1dI4c0I4c0I4c0ddI4c0', 'P', lease_end, #fence, fence, #owner, owner, #fp, fp, acquired, life_end,
     #label, label)
@@ -115,10 +112,10 @@ local function ms(n) return string.format('%.0f', n) end
 -- reply returns the reply of live record r at now_ms: {'0', state, owner,
 -- fence, fingerprint, acquired_ms, completed_ms, status, header, body,
 -- ttl_ms, reason, label}. An abandoned record is reported UNKNOWN, unknown
--- since its lease ended; the TTL of an UNKNOWN one is left's.
+-- since its lease ended; an UNKNOWN record's TTL is 0 (kept until settled).
 local function reply(r, now_ms)
   if abandoned(r, now_ms) then
-    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(left(r, now_ms)), 'abandoned',
+    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', '0', 'abandoned',
       r.label}
   end
   if r.st == 'P' then
@@ -128,7 +125,7 @@ local function reply(r, now_ms)
     return {'0', 'C', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), ms(r.status), r.header, r.body,
       ms(r.life - now_ms), '', r.label}
   end
-  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(left(r, now_ms)), r.reason,
+  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', '0', r.reason,
     r.label}
 end
 
