@@ -23,5 +23,10 @@
 //
 // Nothing of the layered store needs reaping: every mirror and tombstone
 // carries a Redis TTL, and the authority deletes its own expired rows
-// (store/pgstore's reaper, stopped by its Close).
+// (store/pgstore's reaper, stopped by its Close). Unlike store/redisstore,
+// whose unsettled records have no TTL, the mirror keeps its TTLs: it
+// copies a PROCESSING record for the rest of its lease only and never an
+// UNKNOWN one, so what keeps an unsettled key until it is settled is the
+// authority's record; a mirror kept past its lease would answer "in
+// flight" for a key the authority reports abandoned.
 package layered

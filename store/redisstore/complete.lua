@@ -1,5 +1,6 @@
 -- complete: turn the caller's PROCESSING (its lease ended or not) or UNKNOWN record into
--- COMPLETED, checked by owner and fence.
+-- COMPLETED, checked by owner and fence. An unsettled record never ends by time (record.lua),
+-- so its owner's late Complete lands however late it comes.
 -- KEYS[1] the record, KEYS[2] the index of unsettled records, KEYS[3] the record's tombstone; record.lua
 -- runs in front of this file.
 -- ARGV[1] owner, ARGV[2] fence, ARGV[3] retention in ms, ARGV[4] status, ARGV[5] encoded header, ARGV[6] body,
@@ -16,15 +17,11 @@ if string.byte(rec) == 80 then -- 'P'
   -- the fence, owner, fingerprint and acquired time go into the COMPLETED
   -- record as they are, bytes 10 to the end of the acquired time, and so
   -- does the label at the end (record.lua's layouts of P and C).
-  local _, lease_end, fence, owner, pos = struct.unpack('>c1dI4c0I4c0', rec)
+  local _, _, fence, owner, pos = struct.unpack('>c1dI4c0I4c0', rec)
   if fence ~= ARGV[2] or owner ~= ARGV[1] then return 0 end
   local after = pos + 4 + struct.unpack('>I4', rec, pos) + 8 -- past the fingerprint and the acquired time
-  local life, label = lease_end, '\0\0\0\0' -- a record written before the life field has no label either
-  if after <= #rec then
-    life = struct.unpack('>d', rec, after)
-    if after + 8 <= #rec then label = string.sub(rec, after + 8) end
-  end
-  if life <= now_ms then return 0 end
+  local label = '\0\0\0\0' -- a record written before the life field has no label either
+  if after + 8 <= #rec then label = string.sub(rec, after + 8) end
   written = struct.pack('>c1dc0ddI4c0I4c0c0', 'C', now_ms + retention, string.sub(rec, 10, after - 1), now_ms, status,
     #ARGV[5], ARGV[5], #ARGV[6], ARGV[6], label)
   if key_retention > retention then

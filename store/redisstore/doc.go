@@ -8,7 +8,7 @@
 //	PREFIX{5:acme:order-42}    state (P, C, U, or X: a tombstone), the end
 //	                           of the lease or retention, fence, owner,
 //	                           fingerprint, acquired ms; when P also the
-//	                           end of the record's life; when C completed
+//	                           end of its nominal life; when C completed
 //	                           ms, status, header (recordcodec.AppendHeader)
 //	                           and body; when U the ms it became UNKNOWN,
 //	                           the reason and the reconciliation claim
@@ -24,9 +24,11 @@
 //
 // # UNKNOWN records and their index
 //
-// A PROCESSING record outlives its lease by the retention (or the key
-// retention, the longer: an UNKNOWN record lives as long as its key), so
-// that an ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
+// An unsettled record (PROCESSING, its lease running or ended, or
+// UNKNOWN) is never forgotten by time: its key has no Redis TTL, and only
+// settling ends it (Complete, Release, Resolve, Delete), so an UNKNOWN key
+// never runs again until it is reconciled, and an owner's late Complete
+// lands however late. An ended lease is still seen: Get reports it UNKNOWN (abandoned), and the
 // next Acquire turns it UNKNOWN or, with TakeOver, takes it over with a
 // higher fence, in the same script. ListUnknown reads a sorted set of the
 // unsettled records (PROCESSING or UNKNOWN), members
@@ -36,7 +38,7 @@
 // lease's end, with no retry needed. Acquire adds a record, Complete,
 // Release, Resolve and Delete remove it (a ZADD and a ZREM more per
 // request than an index of UNKNOWN records alone), and ListUnknown drops
-// the entries of records that expired; it reads the records of the
+// the entries of records that ended or were lost; it reads the records of the
 // leases held too, and skips them. A record acquired by a version before
 // this index held PROCESSING records is listed once a retry or a claim
 // turns it UNKNOWN. A script may
@@ -66,12 +68,17 @@
 // it off, unsafely.
 //
 // Times run on the Redis server's clock, in milliseconds, so the
-// application servers' clocks play no part. A record ends when its lease
-// (PROCESSING) or retention (COMPLETED) does, checked by the scripts; the
-// key itself lives an hour longer (its Redis TTL), so that the fence of an
-// ended, released or deleted record is still there for the next
+// application servers' clocks play no part. A COMPLETED record ends when
+// its retention does, checked by the scripts; its key itself lives an
+// hour longer (its Redis TTL), and so does the tombstone of a released or
+// deleted record, so that the fence is still there for the next
 // acquisition. That hour also keeps a completed body in memory past its
-// retention (4% more for the default 24 h).
+// retention (4% more for the default 24 h). A lease's end makes a
+// PROCESSING record abandoned, never absent. Records written by a version
+// before unsettled records lost their TTL (a finite life, PX) are read as
+// never ending too; acquire, mark unknown and ListUnknown remove the TTL
+// of those they meet (PERSIST), and one that nothing meets still ends
+// with its old TTL: list the unknown keys once after upgrading.
 //
 // # What a failover can do
 //

@@ -19,7 +19,8 @@ import (
 // acquire a record or make it UNKNOWN add it in the same atomic step;
 // those that end it remove it. ListUnknown reads the records and lists the
 // UNKNOWN ones and the PROCESSING ones whose lease ended (abandoned);
-// entries can go stale (a record that expired), and it drops those that
+// entries can go stale (a record settled, or lost: a flush, a failover),
+// and it drops those that
 // no longer name a PROCESSING or UNKNOWN record.
 //
 // A script may only touch keys of one Cluster slot, and records spread

@@ -12,6 +12,9 @@ for i = 2, #KEYS do
   local rec = redis.call('GET', KEYS[i])
   local r = rec and decode(rec)
   if r and (r.st == 'U' or r.st == 'P') and live(r, now_ms) then
+    -- One written before unsettled records lost their TTL still has it
+    -- (record.lua); a no-op on any other.
+    redis.call('PERSIST', KEYS[i])
     if r.st == 'U' or abandoned(r, now_ms) then
       table.insert(out, ARGV[i - 1])
       for _, f in ipairs(reply(r, now_ms)) do table.insert(out, f) end

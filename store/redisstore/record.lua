@@ -7,12 +7,12 @@
 -- state, an end time in ms and the fence.
 --   X  a tombstone that only keeps the fence (end 0).
 --   P  PROCESSING; the end is the lease's end. Then 'I4c0I4c0d' (owner,
---      fingerprint, acquired ms) and 'd', the end of the record's life
---      (lease + retention). A record written before the life field existed
---      ends with its lease.
+--      fingerprint, acquired ms) and 'd', the end of the record's nominal
+--      life (lease + retention: see below). A record written before the
+--      life field existed has none: its nominal life is its lease.
 --   C  COMPLETED; the end is the retention's. Then 'I4c0I4c0d' as P and
 --      'ddI4c0I4c0' (completed ms, status, header, body).
---   U  UNKNOWN; the end is the retention's. Then 'I4c0I4c0d' as P and
+--   U  UNKNOWN; the end is the nominal life's. Then 'I4c0I4c0d' as P and
 --      'dI4c0I4c0d' (marked ms, reason, claim owner, claim end ms).
 -- P, C and U end with 'I4c0', the label (store.AcquireParams.Label),
 -- which every change of the record keeps; a record written before the
@@ -24,10 +24,22 @@
 -- end of the key retention in ms, fence, fingerprint, completed ms, status.
 -- While the record is live it answers; after, until the tombstone ends, the
 -- tombstone does (reported EXPIRED), and no acquisition takes the key.
--- A record is live until its life ends; a PROCESSING record whose lease
--- ended but whose life did not is abandoned, reported UNKNOWN. The key
--- lives an hour past the record's life (its Redis TTL), so a record that
--- ended (a logically absent key) still holds the last fence.
+-- An unsettled record (PROCESSING, its lease running or ended, and
+-- UNKNOWN) is never forgotten by time: it is always live, and its key has
+-- no Redis TTL. Only settling ends it: complete, release, resolve, delete.
+-- A PROCESSING record whose lease ended is abandoned, reported UNKNOWN.
+-- Its nominal life (the life field of P, the end of U: the longer of the
+-- retention and the key retention past its lease's end or its mark) ends
+-- nothing and is reported nowhere (an UNKNOWN record's TTL is 0: kept
+-- until settled); it is still written, so that a gateway of the version
+-- before, during a rolling upgrade, reads a record it knows. Records
+-- written before this rule carry a finite life and a Redis TTL; they are
+-- read the same way (never ending), and a script that rewrites one, or
+-- finds one in the way (acquire, mark unknown, list), removes its TTL
+-- (PERSIST); one that no script touches still ends with its old TTL.
+-- A COMPLETED record is live until its retention ends. Its key, and that
+-- of a tombstone X, lives an hour past that (its Redis TTL), so a record
+-- that ended (a logically absent key) still holds the last fence.
 --
 -- The index of unsettled records is a sorted set (KEYS[2] of the scripts
 -- that change it) whose members are the record key's hash tag,
@@ -62,8 +74,9 @@ local function decode(rec)
   return r
 end
 
-local function live(r, now_ms) return r.st ~= 'X' and r.life > now_ms end
-local function abandoned(r, now_ms) return r.st == 'P' and r.lease <= now_ms and r.life > now_ms end
+local function unsettled(r) return r.st == 'P' or r.st == 'U' end
+local function live(r, now_ms) return unsettled(r) or (r.st == 'C' and r.life > now_ms) end
+local function abandoned(r, now_ms) return r.st == 'P' and r.lease <= now_ms end
 
 local function pack_p(fence, owner, fp, acquired, lease_end, life_end, label)
   return struct.pack('>c1dI4c0I4c0I4c0ddI4c0', 'P', lease_end, #fence, fence, #owner, owner, #fp, fp, acquired, life_end,
@@ -85,11 +98,12 @@ local function pack_x(fence) return struct.pack('>c1dI4c0', 'X', 0, #fence, fenc
 -- index_member is the index member of the record at key: its hash tag.
 local function index_member(key) return string.match(key, '{(.*)}$') end
 
--- to_unknown turns r (PROCESSING, abandoned or not) UNKNOWN for reason
--- until life_end, with no claim, writes it to key, and indexes it.
-local function to_unknown(key, index, r, now_ms, reason, life_end, grace)
+-- to_unknown turns r (PROCESSING, abandoned or not) UNKNOWN for reason,
+-- its nominal life ending at life_end, with no claim, writes it to key
+-- with no TTL (SET drops the one an old record had), and indexes it.
+local function to_unknown(key, index, r, now_ms, reason, life_end)
   r.st, r.life, r.completed, r.reason, r.claim, r.claim_until = 'U', life_end, now_ms, reason, '', 0
-  redis.call('SET', key, pack_u(r, life_end, now_ms, reason, '', 0), 'PX', life_end - now_ms + grace)
+  redis.call('SET', key, pack_u(r, life_end, now_ms, reason, '', 0))
   redis.call('ZADD', index, 0, index_member(key))
 end
 
@@ -98,10 +112,10 @@ local function ms(n) return string.format('%.0f', n) end
 -- reply returns the reply of live record r at now_ms: {'0', state, owner,
 -- fence, fingerprint, acquired_ms, completed_ms, status, header, body,
 -- ttl_ms, reason, label}. An abandoned record is reported UNKNOWN, unknown
--- since its lease ended.
+-- since its lease ended; an UNKNOWN record's TTL is 0 (kept until settled).
 local function reply(r, now_ms)
   if abandoned(r, now_ms) then
-    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(r.life - now_ms), 'abandoned',
+    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', '0', 'abandoned',
       r.label}
   end
   if r.st == 'P' then
@@ -111,7 +125,7 @@ local function reply(r, now_ms)
     return {'0', 'C', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), ms(r.status), r.header, r.body,
       ms(r.life - now_ms), '', r.label}
   end
-  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(r.life - now_ms), r.reason,
+  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', '0', r.reason,
     r.label}
 end
 

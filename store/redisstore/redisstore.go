@@ -113,9 +113,9 @@ type Store struct {
 	near *nearCache // nil when Options.NearCache is off
 	co   *coalescer // nil when Options.Coalesce is off or ignored
 
-	// The last lease, retention and life of a record whose outcome may be
-	// unknown (the longer of the retention and the key retention), as
-	// script arguments.
+	// The last lease, retention and nominal life of a record whose
+	// outcome may be unknown (the longer of the retention and the key
+	// retention; it ends nothing, see record.lua), as script arguments.
 	leaseMs, retentionMs, keepMs msArg
 
 	closeClient func() // the client OpenURL opened for the store; nil when the caller gave it

@@ -228,7 +228,8 @@ func (s *Store) acked(ctx context.Context, sc *script, keys []string, args []any
 // releaseUnreplicated releases a lease that was acquired on the primary
 // but not replicated, so that a retry does not wait for its lease to end,
 // and returns the error for the caller of Acquire. The release runs even
-// when ctx is cancelled; if it fails the record lives out its lease.
+// when ctx is cancelled; if it fails the record lives out its lease, then
+// is abandoned (UNKNOWN) until someone settles it.
 func (s *Store) releaseUnreplicated(ctx context.Context, ref store.LeaseRef, notReplicated error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.ackTimeout)
 	defer cancel()
