@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,9 +268,17 @@ func TestHeadIsProtectedWhereGetIs(t *testing.T) {
 	}
 
 	headOnly := strings.Replace(route, "methods: [GET]", "methods: [HEAD]", 1)
-	out, code := runIdem(t, "serve", "--config", writeConfig(t, headOnly), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
-	if code != 2 || !strings.Contains(out, "idem.yaml:5: routes[0].methods") || !strings.Contains(out, "add GET") {
-		t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD]: exit %d\n%s\nwant exit 2, naming idem.yaml:5 routes[0].methods and saying to add GET", code, out)
+	refused := launchServe(t, nil, "--config", writeConfig(t, headOnly), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
+	select {
+	case err := <-refused.done:
+		ee, ok := err.(*exec.ExitError)
+		if out := refused.logText(); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "idem.yaml:5: routes[0].methods") || !strings.Contains(out, "add GET") {
+			t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD]: %v\n%s\nwant exit 2, naming idem.yaml:5 routes[0].methods and saying to add GET", err, out)
+		}
+	case <-refused.ready:
+		t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD] started serving; want it refused")
+	case <-time.After(20 * time.Second):
+		t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD] neither served nor exited in 20s; want it refused")
 	}
 	if err := os.WriteFile(path, []byte(headOnly), 0o600); err != nil {
 		t.Fatal(err)
