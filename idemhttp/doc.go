@@ -9,8 +9,9 @@
 //
 // # What a request gets
 //
-// Requests with a method in Options.Methods (POST and PATCH by default) and
-// an Idempotency-Key header are protected; others pass through untouched
+// Requests with a method in Options.Methods (POST and PATCH by default; GET
+// brings HEAD, which runs the GET handler) and an Idempotency-Key header
+// are protected; others pass through untouched
 // (with Options.RequireKey a protected method without a key gets 400). The
 // body is read once, up to Options.MaxBody (413 beyond, before any key is
 // taken), fingerprinted, and handed on intact. Then, per (tenant, key):

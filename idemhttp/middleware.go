@@ -106,6 +106,7 @@ func newMiddleware(e *idem.Engine, opts *Options) (*middleware, error) {
 	if m.methods == nil {
 		m.methods = []string{http.MethodPost, http.MethodPatch}
 	}
+	m.methods = httpwire.WithHead(m.methods) // a HEAD runs the GET handler (Options.Methods)
 	for _, method := range m.methods {
 		if !httpwire.ValidToken(method) {
 			return nil, fmt.Errorf("idemhttp: New: invalid method %q", method)

@@ -11,7 +11,11 @@ type Options struct {
 	// Methods are the methods the middleware protects, read without case
 	// (a request's "post" is protected as POST is: handlers and frameworks
 	// that read methods without case would run it); other requests pass
-	// through untouched. Nil means POST and PATCH.
+	// through untouched. Nil means POST and PATCH. With GET they protect
+	// HEAD too: ServeMux, Rails, Express, Spring and Django run the GET
+	// handler for a HEAD. The default Fingerprint covers the method, so a
+	// HEAD that reuses a GET's key is a mismatch (422), never a replay of
+	// the GET's response.
 	Methods []string
 	// RequireKey answers a protected request without an Idempotency-Key
 	// with 400 (code key_required). False lets it pass through unprotected.

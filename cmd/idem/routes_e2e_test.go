@@ -7,9 +7,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +231,66 @@ func TestSpellingsRunOnce(t *testing.T) {
 	defer mu.Unlock()
 	if len(methods) != 1 {
 		t.Errorf("the upstream got %q; want the first order's POST only", methods)
+	}
+}
+
+// An audit drove the binary with curl: on a protected, require-key
+// "GET /v1/exports/run", a keyed HEAD sent twice ran the export twice and
+// a keyless one was forwarded; with --methods GET,POST and no routes, a
+// keyed HEAD /x ran twice. A HEAD runs the GET endpoint (ServeMux, Rails,
+// Express, Spring, Django), so it is protected wherever GET is, under its
+// own fingerprint: a HEAD with a GET's key is a mismatch, not a run. And
+// "GET /v1/report" with methods [HEAD], which left its GETs unprotected,
+// is refused at start and at reload.
+func TestHeadIsProtectedWhereGetIs(t *testing.T) {
+	up := newCountingAPI(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, `{"export":"done"}`) })
+	route := "upstream: " + up.URL + "\nstore: memory\nroutes:\n  - match: GET /v1/exports/run\n    methods: [GET]\n    require-key: true\n"
+	path := writeConfig(t, route)
+	routed := startGateway(t, "--config", path)
+	top := startGateway(t, "--upstream", up.URL, "--store", "memory", "--methods", "GET,POST")
+	for _, c := range []struct {
+		name, url     string
+		keyless, runs int // a keyless HEAD's status and upstream runs
+	}{{"route", "http://" + routed.addr + "/v1/exports/run", http.StatusBadRequest, 0}, {"top level", "http://" + top.addr + "/x", http.StatusOK, 1}} {
+		key := c.name + "-" + testenv.Prefix(t)
+		for i, s := range []struct {
+			method, key string
+			status      int
+			replayed    bool
+		}{{"GET", key + "-get", 200, false}, {"HEAD", key + "-head", 200, false}, {"HEAD", key + "-head", 200, true},
+			{"HEAD", key + "-get", http.StatusUnprocessableEntity, false}, {"HEAD", "", c.keyless, false}} {
+			a, err := send(s.method, c.url, s.key, "")
+			if err != nil || a.status != s.status || a.replayed != s.replayed {
+				t.Errorf("%s, send %d (%s key %q): %d replayed=%v (%v); want %d replayed=%v", c.name, i+1, s.method, s.key, a.status, a.replayed, err, s.status, s.replayed)
+			}
+		}
+		if up.count(key+"-get") != 1 || up.count(key+"-head") != 1 || up.count("") != c.runs {
+			t.Errorf("%s: runs GET key %d, HEAD key %d, keyless %d; want 1, 1 and %d", c.name, up.count(key+"-get"), up.count(key+"-head"), up.count(""), c.runs)
+		}
+	}
+
+	headOnly := strings.Replace(route, "methods: [GET]", "methods: [HEAD]", 1)
+	refused := launchServe(t, nil, "--config", writeConfig(t, headOnly), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log-format", "json")
+	select {
+	case err := <-refused.done:
+		ee, ok := err.(*exec.ExitError)
+		if out := refused.logText(); !ok || ee.ExitCode() != 2 || !strings.Contains(out, "idem.yaml:5: routes[0].methods") || !strings.Contains(out, "add GET") {
+			t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD]: %v\n%s\nwant exit 2, naming idem.yaml:5 routes[0].methods and saying to add GET", err, out)
+		}
+	case <-refused.ready:
+		t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD] started serving; want it refused")
+	case <-time.After(20 * time.Second):
+		t.Errorf("idem serve with GET /v1/exports/run, methods [HEAD] neither served nor exited in 20s; want it refused")
+	}
+	if err := os.WriteFile(path, []byte(headOnly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	routed.cmd.Process.Signal(syscall.SIGHUP)
+	routed.waitForLog(t, "reload failed", 1)
+	if logs := routed.logText(); !strings.Contains(logs, "routes[0].methods") || !strings.Contains(logs, "add GET") {
+		t.Errorf("the failed reload's log does not name routes[0].methods nor say to add GET:\n%s", logs)
+	}
+	if a, err := send("GET", "http://"+routed.addr+"/v1/exports/run", "", ""); err != nil || a.status != http.StatusBadRequest {
+		t.Errorf("after the refused reload, a keyless GET = %d (%v); want 400 (the running route)", a.status, err)
 	}
 }

@@ -63,7 +63,7 @@ func defineServeFlags(fs *flag.FlagSet, f *serveFlags) {
 	fs.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a finished response is replayed")
 	fs.DurationVar(&f.keyRetention, "key-retention", 0, "how long, from completion, a key is remembered: past --retention the response is dropped and a compact tombstone (fingerprint, status, fence, completion time) answers retries with 410 key_expired instead of running them again; above 0, longer than --retention; 0: the key ends with its response (a reload cannot turn it off once started with one: restart)")
 	fs.BoolVar(&f.repeatability, "repeatability", false, "understand OASIS Repeatable Requests (Azure's SDKs send them): Repeatability-Request-ID as a key, with Repeatability-First-Sent; a request first sent longer ago than keys are kept gets 412 first_sent_stale; answers carry Repeatability-Result")
-	fs.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that idempotency applies to (at least one); others pass through")
+	fs.StringVar(&f.methods, "methods", "POST,PATCH", "comma-separated methods that idempotency applies to (at least one; GET protects HEAD too); others pass through")
 	fs.BoolVar(&f.requireKey, "require-key", false, "answer 400 to a request of those methods without an Idempotency-Key")
 	fs.StringVar(&f.tenantHeader, "tenant-header", "", "trust this request header as the tenant (e.g. X-Tenant-ID); an alias of --tenant-from header:NAME")
 	fs.StringVar(&f.tenantFrom, "tenant-from", "", gateway.TenantSourcesHelp+"; a request with none of them gets 400 tenant_missing (default: authorization; with --error-format stripe: authorization,header:Stripe-Account)")

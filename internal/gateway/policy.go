@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idem"
 	"github.com/idemkit/idem/idemhttp"
+	"github.com/idemkit/idem/internal/httpwire"
 	"github.com/idemkit/idem/store"
 )
 
@@ -150,12 +151,16 @@ func (g *Gateway) routeHandler(p *policy, rt Route, proxy http.Handler) (*routeE
 	if o.StatusPolicy, err = rt.Statuses.compile(statusPolicy(cfg.ErrorFormat)); err != nil {
 		return nil, inField("statuses", err)
 	}
+	if o.Methods == nil {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	// A HEAD runs the GET endpoint (ServeMux, Rails, Express, Spring,
+	// Django): protected wherever GET is, under its own fingerprint
+	// (method HEAD), so a HEAD reusing a GET's key is a mismatch.
+	o.Methods = httpwire.WithHead(o.Methods)
 	mw, err := idemhttp.New(g.engine, &o)
 	if err != nil {
 		return nil, err
-	}
-	if o.Methods == nil {
-		o.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if err := rt.checkMethods(o.Methods); err != nil {
 		return nil, err
@@ -200,28 +205,26 @@ func (rt Route) checkLease(lease, timeout time.Duration) error {
 // and forwards them unprotected (a keyed POST to "POST /x" with methods
 // [PATCH] ran twice), and its options can never apply. A pattern without
 // a method matches every method: then any methods are its own. "GET"
-// matches HEAD too, as in http.ServeMux.
+// matches HEAD too, as in http.ServeMux, but HEAD alone does not cover
+// it: its GETs would run unprotected ("GET /v1/report" with methods
+// [HEAD] forwarded every GET). GET covers HEAD (httpwire.WithHead has
+// added it to methods), so "HEAD /x" with methods [GET] is protected.
 func (rt Route) checkMethods(methods []string) error {
 	method := patternMethod(rt.Pattern)
-	if method == "" {
+	if method == "" || slices.Contains(methods, method) {
 		return nil
-	}
-	matched := []string{method}
-	if method == http.MethodGet {
-		matched = append(matched, http.MethodHead)
-	}
-	for _, m := range matched {
-		if slices.Contains(methods, m) {
-			return nil
-		}
 	}
 	whose, field := "the top level's methods", "match"
 	if rt.Methods != nil {
 		whose, field = "its methods", "methods"
 	}
-	return &FieldError{Path: field, Err: fmt.Errorf("the route matches %s requests only (%q), which %s %v do not protect: "+
+	only := method + " requests only"
+	if method == http.MethodGet {
+		only = "GET requests (and HEAD, which protecting GET covers)"
+	}
+	return &FieldError{Path: field, Err: fmt.Errorf("the route matches %s (%q), which %s %v do not protect: "+
 		"it would forward them without idempotency and none of its options would apply; add %s to the route's methods, "+
-		"or say pass-through: true", method, rt.Pattern, whose, methods, method)}
+		"or say pass-through: true", only, rt.Pattern, whose, methods, method)}
 }
 
 // checkHost refuses a pattern that names a host ([METHOD ]HOST/PATH),

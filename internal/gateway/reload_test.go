@@ -150,6 +150,10 @@ func TestRouteErrorsNameTheField(t *testing.T) {
 		{[]Route{{Pattern: "POST /disjoint", Methods: []string{"PATCH"}}}, "routes[0].methods", "matches POST requests only"},
 		{[]Route{{Pattern: "GET /getroute", Lease: ptr(time.Minute), RequireKey: ptr(true)}}, "routes[0].match", "the top level's methods [POST PATCH] do not protect"},
 		{[]Route{{Pattern: "post\t/x", Methods: []string{"PUT"}}}, "routes[0].methods", "matches POST requests only"},
+		// ServeMux's GET pattern matches HEAD too, but HEAD alone left its
+		// GETs unprotected: a keyed GET to "GET /v1/report" ran twice.
+		{[]Route{{Pattern: "GET /v1/report", Methods: []string{"HEAD"}}}, "routes[0].methods", "add GET to the route's methods"},
+		{[]Route{{Pattern: "GET /v1/report", Methods: []string{"head"}, RequireKey: ptr(true)}}, "routes[0].methods", "add GET to the route's methods"},
 	} {
 		_, err := New(Config{Upstream: u, Store: store, Routes: c.routes, Logger: slog.New(slog.DiscardHandler)})
 		fe, ok := errors.AsType[*FieldError](err)
@@ -227,15 +231,16 @@ func must[T any](v T, err error) T {
 }
 
 // A route's methods need not name its pattern's method when it has none,
-// when they name it in another case, when it is GET and they name HEAD
-// (ServeMux's GET matches HEAD), or when the route is passed through.
+// when they name it in another case, when it is HEAD and they name GET
+// (which protects HEAD: a HEAD runs the GET endpoint), or when the route
+// is passed through.
 func TestRouteMethodsCoverTheirPattern(t *testing.T) {
 	up := newRouteUpstream(t)
 	store, _ := memstore.New(nil)
 	for _, rt := range []Route{
 		{Pattern: "/any", Methods: []string{"PATCH"}},
 		{Pattern: "POST /x", Methods: []string{"post", "PATCH"}},
-		{Pattern: "GET /y", Methods: []string{"HEAD"}},
+		{Pattern: "HEAD /y", Methods: []string{"GET"}},
 		{Pattern: "GET /z", PassThrough: true},
 		{Pattern: "PATCH /w"},
 	} {
@@ -293,4 +298,21 @@ func TestReloadCannotTurnKeyRetentionOff(t *testing.T) {
 			t.Fatalf("Reload of key retention to %v on a gateway started without one: %v", kr, err)
 		}
 	}
+}
+
+// A reload to "GET /v1/report" with methods [HEAD] is refused as a start
+// would be (TestRouteErrorsNameTheField): its GETs would run unprotected.
+// The running policy stays: a keyed GET still runs once.
+func TestReloadRefusesHeadAloneOnAGetRoute(t *testing.T) {
+	up := newRouteUpstream(t)
+	route := Route{Pattern: "GET /v1/report", Methods: []string{"GET"}, RequireKey: ptr(true)}
+	g, c := reloadGateway(t, up, Config{Routes: []Route{route}})
+	route.Methods = []string{"HEAD"}
+	err := g.Reload(func() (Config, error) { return Config{Upstream: mustURL(t, up.URL), Routes: []Route{route}}, nil })
+	if fe, ok := errors.AsType[*FieldError](err); !ok || fe.Path != "routes[0].methods" || !strings.Contains(err.Error(), "add GET") {
+		t.Fatalf("Reload to methods [HEAD] on GET /v1/report = %v; want a FieldError about routes[0].methods saying to add GET", err)
+	}
+	c.want("a keyed GET", c.send("GET", "/v1/report", "r", ""), http.StatusCreated, false)
+	c.want("its retry", c.send("GET", "/v1/report", "r", ""), http.StatusCreated, true)
+	c.want("a GET without a key", c.send("GET", "/v1/report", "", ""), http.StatusBadRequest, false)
 }

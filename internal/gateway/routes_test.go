@@ -742,3 +742,40 @@ func TestKeylessRequests(t *testing.T) {
 		}
 	}
 }
+
+// A HEAD runs the GET endpoint (ServeMux, Rails, Express, Spring, Django):
+// it is protected wherever GET is, on the GET's route. An audit found a
+// keyed HEAD to a protected "GET /v1/exports/run" forwarded each time it
+// was sent, a keyless one forwarded despite require-key, and, with
+// --methods GET,POST and no routes, a keyed HEAD /x run twice. A HEAD is
+// fingerprinted as a HEAD: reusing a GET's key, it is a mismatch (422),
+// neither a run nor a replay of the GET's body.
+func TestHeadIsProtectedWhereGetIs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		path    string
+		keyless int // the status of a HEAD without a key
+		runs    int // the upstream runs of that HEAD
+	}{
+		{"route", Config{Routes: []Route{{Pattern: "GET /v1/exports/run", Methods: []string{"GET"}, RequireKey: ptr(true)}}}, "/v1/exports/run", http.StatusBadRequest, 0},
+		{"top level", Config{Methods: []string{"GET", "POST"}}, "/x", http.StatusCreated, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			up := newRouteUpstream(t)
+			_, c := reloadGateway(t, up, tc.cfg)
+			c.want("a keyed GET", c.send("GET", tc.path, "h1", ""), http.StatusCreated, false)
+			c.want("its retry", c.send("GET", tc.path, "h1", ""), http.StatusCreated, true)
+			c.want("a keyed HEAD", c.send("HEAD", tc.path, "h2", ""), http.StatusCreated, false)
+			c.want("its retry", c.send("HEAD", tc.path, "h2", ""), http.StatusCreated, true)
+			c.want("a HEAD with the GET's key", c.send("HEAD", tc.path, "h1", ""), http.StatusUnprocessableEntity, false)
+			c.want("a HEAD without a key", c.send("HEAD", tc.path, "", ""), tc.keyless, false)
+			if c.runs("h1") != 1 || c.runs("h2") != 1 {
+				t.Errorf("runs: GET key %d, HEAD key %d; want 1 and 1", c.runs("h1"), c.runs("h2"))
+			}
+			if up.count("") != tc.runs {
+				t.Errorf("the keyless HEAD ran %d times upstream; want %d", up.count(""), tc.runs)
+			}
+		})
+	}
+}

@@ -1,6 +1,6 @@
 // Package httpwire holds what idemhttp and the gateway must agree on byte
 // for byte: the RFC 9110 token rule for method, header and cookie names,
-// the credential tenant, the hex SHA-256 of the Authorization values
+// the methods protected with GET (WithHead), the credential tenant, the hex SHA-256 of the Authorization values
 // (docs/reconcile.md documents it for upstreams), the headers every replay
 // carries (a reconciled answer keeps the same ones), and the request body
 // idemhttp read and the gateway sends on. A gateway with
@@ -37,6 +37,23 @@ func ValidToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// WithHead is methods with HEAD added when they protect GET (read
+// without case) and not HEAD: Go's ServeMux, Rails, Express, Spring and
+// Django run a GET handler for a HEAD request, so a HEAD that passed
+// unprotected would run the protected GET endpoint again under its key.
+// It returns a new slice when it adds HEAD, methods itself otherwise.
+func WithHead(methods []string) []string {
+	get, head := false, false
+	for _, m := range methods {
+		get = get || strings.EqualFold(m, "GET")
+		head = head || strings.EqualFold(m, "HEAD")
+	}
+	if !get || head {
+		return methods
+	}
+	return append(methods[:len(methods):len(methods)], "HEAD")
 }
 
 // AppendField appends s with its length in front (8 bytes, big-endian),
