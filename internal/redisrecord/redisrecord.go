@@ -42,7 +42,9 @@ func SuffixedKey(prefix string, id store.ID, suffix string) string {
 // Record builds the record of id from the twelve fields a script returns:
 // state (P, C, U or E), owner, fence, fingerprint, acquired, completed (for
 // U: when it became UNKNOWN), status, header (recordcodec.AppendHeader),
-// body, the remaining TTL in ms, the reason of an UNKNOWN record and the
+// body, the remaining TTL in ms (for U: the retention its attempt asked
+// for, store.Record.Retention; an UNKNOWN record's TTL is 0, it is kept
+// until settled), the reason of an UNKNOWN record and the
 // label (store.Record.Label; a tombstone's is dropped). at turns
 // the two timestamps into times (the Redis store counts milliseconds, the
 // layered mirror microseconds). Numbers that do not parse, a header that
@@ -85,6 +87,9 @@ func Record(id store.ID, f []string, at func(int64) time.Time) (store.Record, er
 		rec.State = store.StateUnknown
 		rec.CompletedAt = at(completed)
 		rec.Reason = f[10]
+		// Its field of TTL is its attempt's retention (the longer of the
+		// two: the script's nominal life past the lease or the mark).
+		rec.Retention, rec.KeyRetention, rec.TTL = max(rec.TTL, 0), max(rec.TTL, 0), 0
 	default:
 		return store.Record{}, fmt.Errorf("state %q", f[0])
 	}

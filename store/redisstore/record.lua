@@ -112,10 +112,13 @@ local function ms(n) return string.format('%.0f', n) end
 -- reply returns the reply of live record r at now_ms: {'0', state, owner,
 -- fence, fingerprint, acquired_ms, completed_ms, status, header, body,
 -- ttl_ms, reason, label}. An abandoned record is reported UNKNOWN, unknown
--- since its lease ended; an UNKNOWN record's TTL is 0 (kept until settled).
+-- since its lease ended. An UNKNOWN record has no TTL (kept until
+-- settled): its ttl_ms is the retention its attempt asked for (its nominal
+-- life past its lease's end or its mark), which a reconciliation or a
+-- resolve keeps the result for at least (store.Record.Retention).
 local function reply(r, now_ms)
   if abandoned(r, now_ms) then
-    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', '0', 'abandoned',
+    return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.lease), '', '', '', ms(r.life - r.lease), 'abandoned',
       r.label}
   end
   if r.st == 'P' then
@@ -125,7 +128,7 @@ local function reply(r, now_ms)
     return {'0', 'C', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), ms(r.status), r.header, r.body,
       ms(r.life - now_ms), '', r.label}
   end
-  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', '0', r.reason,
+  return {'0', 'U', r.owner, r.fence, r.fp, ms(r.acquired), ms(r.completed), '', '', '', ms(r.life - r.completed), r.reason,
     r.label}
 end
 
