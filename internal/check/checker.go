@@ -78,7 +78,7 @@ func Check(h History, o Options, timeout time.Duration) Verdict {
 	}
 	dels := deletes(append(slices.Clone(h.Ops), h.External...))
 	v.Violations = append(v.Violations, h.Seen...)
-	v.Violations = append(v.Violations, checkEffects(h.Effects, dels, h.Life)...)
+	v.Violations = append(v.Violations, checkEffects(h.Effects, h.Given, dels, h.Life)...)
 	v.Violations = append(v.Violations, checkFences(h.Ops)...)
 	v.Violations = append(v.Violations, checkGiven(h.Given, h.Effects, dels, h.Life)...)
 	return v

@@ -43,15 +43,22 @@ func deletedBetween(dels []Op, after, before int64) bool {
 // delete may have ended its attempt's lease) and before the second effect.
 // A release, a resolution as not executed, an expiry: none of them may
 // come after an effect and let it run again; but for a key with a life
-// (History.Life), an effect whose request began that long before: its
-// record had expired, and the key may run again.
-func checkEffects(effects []Effect, dels map[string][]Op, life map[string]int64) []Violation {
+// (History.Life), an effect whose request began that long before, once a
+// client was given its result: its record was COMPLETED and expired, and
+// the key may run again. An effect whose result no client got may have
+// left its key UNKNOWN (a 504, a cut), which is kept until settled, never
+// forgotten by time.
+func checkEffects(effects []Effect, given []Given, dels map[string][]Op, life map[string]int64) []Violation {
 	var out []Violation
+	gotten := map[[2]string]bool{} // key and value of each result given
+	for _, g := range given {
+		gotten[[2]string{g.Key, g.Body}] = true
+	}
 	last := map[string]Effect{}
 	for _, e := range effects {
 		prev, seen := last[e.Key]
 		last[e.Key] = e
-		expired := life[e.Key] > 0 && e.At >= prev.Began+life[e.Key]
+		expired := life[e.Key] > 0 && e.At >= prev.Began+life[e.Key] && gotten[[2]string{e.Key, prev.Value}]
 		if seen && !expired && !deletedBetween(dels[e.Key], prev.Began, e.At) {
 			out = append(out, Violation{"double-effect", e.Key, fmt.Sprintf(
 				"effect of fence %d at %v after the effect of fence %d at %v, and no delete between", e.Fence, ms(e.At), prev.Fence, ms(prev.At))})

@@ -174,21 +174,33 @@ func TestModelStaleness(t *testing.T) {
 func TestInvariants(t *testing.T) {
 	del := Op{Call: 50, Return: 60, In: Input{Kind: KDelete, Key: "k"}}
 	effects := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 10, Began: 5}, {Key: "k", Fence: 2, Value: "v2", At: 40, Began: 30}}
-	if v := checkEffects(effects, nil, nil); len(v) != 1 {
+	if v := checkEffects(effects, nil, nil, nil); len(v) != 1 {
 		t.Errorf("two effects, no delete: %v", v)
 	}
 	effects[1].At = 70
-	if v := checkEffects(effects, deletes([]Op{del}), nil); len(v) != 0 {
+	if v := checkEffects(effects, nil, deletes([]Op{del}), nil); len(v) != 0 {
 		t.Errorf("two effects around a delete: %v", v)
 	}
 	// A delete while the first request was in flight, before its effect:
 	// its lease was lost, and the work may run again.
 	inFlight := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 62, Began: 45}, {Key: "k", Fence: 2, Value: "v2", At: 90, Began: 80}}
-	if v := checkEffects(inFlight, deletes([]Op{del}), nil); len(v) != 0 {
+	if v := checkEffects(inFlight, nil, deletes([]Op{del}), nil); len(v) != 0 {
 		t.Errorf("a delete during the first request: %v", v)
 	}
-	if v := checkEffects(inFlight, nil, nil); len(v) != 1 {
+	if v := checkEffects(inFlight, nil, nil, nil); len(v) != 1 {
 		t.Errorf("the same without the delete: %v", v)
+	}
+	// A key with a life runs again once it is past: only when a client
+	// got the first effect's result (its record was COMPLETED); an effect
+	// whose result nobody got may have left the key UNKNOWN, kept until
+	// settled.
+	lives := map[string]int64{"k": 20}
+	late := []Effect{{Key: "k", Fence: 1, Value: "v1", At: 10, Began: 5}, {Key: "k", Fence: 2, Value: "v2", At: 40, Began: 30}}
+	if v := checkEffects(late, []Given{{Key: "k", Body: "v1", Call: 5, Return: 12}}, nil, lives); len(v) != 0 {
+		t.Errorf("a run after the life of a completed key: %v", v)
+	}
+	if v := checkEffects(late, nil, nil, lives); len(v) != 1 {
+		t.Errorf("a run after the life of a key whose result no client got (UNKNOWN, kept until settled): %v", v)
 	}
 	acq := func(f, call, ret int64) Op {
 		return Op{Call: call, Return: ret, In: Input{Kind: KAcquire, Key: "k"}, Out: Output{Acquired: true, Fence: f}}
