@@ -229,7 +229,7 @@ func TestUnhonourableSettingsAreRefused(t *testing.T) {
 	}{
 		// A route that takes a method it does not protect.
 		{up + "routes:\n  - match: POST /disjoint\n    methods: [PATCH]\n", nil, "cfg.yaml:4: routes[0].methods: the route matches POST requests only"},
-		{up + "routes:\n  - match: GET /getroute\n    lease: 1m\n", nil, "cfg.yaml:3: routes[0].match: the route matches GET requests only"},
+		{up + "routes:\n  - match: GET /getroute\n    lease: 1m\n", nil, "cfg.yaml:3: routes[0].match: the route matches GET requests (and HEAD"},
 		{up + "methods: [PUT]\nroutes:\n  - match: POST /r\n    require-key: true\n", nil, "routes[0].match: the route matches POST requests only"},
 		// Negative and zero durations and counts, which meant a default.
 		{up, []string{"--upstream-timeout", "-1s"}, "--upstream-timeout -1s: want a positive duration"},
