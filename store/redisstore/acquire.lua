@@ -52,7 +52,7 @@ if abandoned(r, now_ms) then
   -- retention may be shorter (another route's, or a gateway started with a
   -- shorter one), and a key forgotten before then runs again.
   if ARGV[6] ~= '1' or r.fp ~= ARGV[2] then
-    to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', math.max(r.life, now_ms + retention))
+    to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', now_ms + math.max(r.life - r.lease, retention))
     return reply(r, now_ms)
   end
   took = ':' .. r.fence .. ':' .. ms(r.acquired)

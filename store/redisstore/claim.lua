@@ -12,7 +12,9 @@ local r = decode(rec)
 local now_ms = clock()
 if not live(r, now_ms) then return {} end
 if abandoned(r, now_ms) then
-  to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', r.life)
+  -- Its nominal life counts from now as it counted from its lease's end:
+  -- the reply reports it as the attempt's retention (record.lua's reply).
+  to_unknown(KEYS[1], KEYS[2], r, now_ms, 'abandoned', now_ms + (r.life - r.lease))
 end
 if r.st ~= 'U' or (r.claim ~= '' and r.claim_until > now_ms) then return reply(r, now_ms) end
 redis.call('SET', KEYS[1], pack_u(r, r.life, r.completed, r.reason, ARGV[1], now_ms + tonumber(ARGV[2])))

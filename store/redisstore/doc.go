@@ -53,10 +53,10 @@
 //
 // # Eviction
 //
-// The server must not evict the store's records: every record has a TTL,
-// so the volatile-* policies take them as well as the allkeys-* ones, a
-// COMPLETED record too, and a record evicted is a key forgotten: its
-// retry runs the work again. Before its first call the store reads
+// The server must not evict the store's records: the settled ones
+// (results, tombstones) have a TTL, which the volatile-* policies take as
+// the allkeys-* ones take any, and a record evicted is a key forgotten:
+// its retry runs the work again. Before its first call the store reads
 // INFO memory (not CONFIG GET, which managed services disable) on every
 // master (each of a cluster, every shard of a ring, a Sentinel set's
 // master) and refuses, with an error wrapping ErrMayEvict that names the

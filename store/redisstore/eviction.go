@@ -109,10 +109,10 @@ func infoField(text, field string) (string, bool) {
 // maxmemory-policy is noeviction. (maxmemory 0 does not do: one CONFIG
 // SET maxmemory, after the check, would start the evictions.) It reads
 // INFO, not CONFIG GET, so it works where CONFIG is disabled (managed
-// services). Any other policy drops keys when Redis runs out of memory,
-// and every record has a TTL, so the volatile-* policies take them too
-// (COMPLETED records included): a record evicted is a key forgotten, and
-// its retry runs the work again. The error wraps ErrMayEvict when a
+// services). Any other policy drops keys when Redis runs out of memory:
+// the allkeys-* policies any, the volatile-* ones the settled records
+// (results, tombstones), which have a TTL; a record evicted is a key
+// forgotten, and its retry runs the work again. The error wraps ErrMayEvict when a
 // master may evict or refuses INFO; other errors (a network error) say
 // nothing either way. The store runs it before its first call unless
 // Options.AllowEviction is set; idem serve runs it at start.
@@ -144,7 +144,7 @@ func (s *Store) CheckEviction(ctx context.Context) error {
 			return fmt.Errorf("%w: INFO memory of %s has no maxmemory_policy or maxmemory", ErrMayEvict, n.addr)
 		case policy != NoEviction:
 			return fmt.Errorf("%w: %s: maxmemory-policy is %s with maxmemory %s: out of memory it drops idem's records, "+
-				"a COMPLETED one too (each has a TTL, which volatile-* policies take), and a retry of a key so forgotten runs its work again; "+
+				"a COMPLETED one too (results have a TTL, which volatile-* policies take), and a retry of a key so forgotten runs its work again; "+
 				"set maxmemory-policy %s, or Options.AllowEviction (allow_eviction=on in a store URL) to accept the risk",
 				ErrMayEvict, n.addr, policy, maxmemory, NoEviction)
 		}

@@ -78,7 +78,7 @@ type Options struct {
 	// call until one passes) runs CheckEviction and fails with an error
 	// wrapping ErrMayEvict when a master's maxmemory-policy is not
 	// noeviction, whatever its maxmemory (volatile-lru, the default of
-	// many managed services, takes the records too: each has a TTL), or
+	// many managed services, takes results and tombstones: they have a TTL), or
 	// when the server refuses INFO. A record evicted is a key forgotten:
 	// its work runs again. Set it only where that is accepted, or where
 	// the policy is known to be noeviction but cannot be read. False (the

@@ -236,3 +236,45 @@ func listed(page store.ListPage, id store.ID) bool {
 	}
 	return false
 }
+
+// TestAbandonedKeepsItsAttemptsRetention: an abandoned record turned
+// UNKNOWN late, by a claim or by another request's acquire, still reports
+// the retention its attempt asked for (Record.Retention), which a
+// reconciliation keeps the result for. It used to lose the time between
+// its lease's end and the claim: a reconciler that came back late
+// resolved the key with the engine's shorter retention.
+func TestAbandonedKeepsItsAttemptsRetention(t *testing.T) {
+	ctx := context.Background()
+	const retention = 10 * time.Second
+	for name, s := range unsettledStores(t) {
+		t.Run(name, func(t *testing.T) {
+			for _, via := range []string{"claim", "acquire"} {
+				id := store.ID{Tenant: "t", Key: via + "-" + rand.Text()}
+				if _, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o1", Fingerprint: "fp", LeaseDuration: 50 * time.Millisecond,
+					Retention: retention, KeyRetention: retention}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(300 * time.Millisecond) // past the lease's end, on the server's clock: a lower bound
+				var rec store.Record
+				switch via {
+				case "claim":
+					res, err := s.Claim(ctx, store.ClaimParams{ID: id, Owner: "reconciler", LeaseDuration: time.Minute})
+					if err != nil || !res.Claimed {
+						t.Fatalf("claim: %+v, %v", res, err)
+					}
+					rec = res.Record
+				case "acquire": // another request's, with a short retention of its own
+					res, err := s.Acquire(ctx, store.AcquireParams{ID: id, Owner: "o2", Fingerprint: "other", LeaseDuration: time.Minute,
+						Retention: time.Second, KeyRetention: time.Second})
+					if err != nil || res.Acquired {
+						t.Fatalf("acquire of the abandoned key: %+v, %v", res, err)
+					}
+					rec = res.Record
+				}
+				if rec.State != store.StateUnknown || rec.Retention != retention {
+					t.Errorf("%s: %s, Retention %v; want UNKNOWN with its attempt's %v", via, rec.State, rec.Retention, retention)
+				}
+			}
+		})
+	}
+}
