@@ -39,6 +39,7 @@ type redisClock struct {
 	offset  time.Duration // now
 	forward time.Duration // the forward moves of this run, summed
 	armed   time.Duration // a step back waiting for a key just taken (0: none)
+	final   time.Duration // the final phase's move past every life (moveFinal)
 }
 
 // newRedisClock compiles the clock shim and starts the clock at offset
@@ -99,8 +100,26 @@ func (c *redisClock) fire() (bool, error) {
 func (c *redisClock) reset() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.offset, c.forward, c.armed = 0, 0, 0
+	c.offset, c.forward, c.armed, c.final = 0, 0, 0, 0
 	return lab.MoveClock(c.file, 0)
+}
+
+// moveFinal moves the clock forward by d for the final phase's last
+// retries, past every life. It counts in final, not in shortened: no
+// request of the run's other keys comes after it.
+func (c *redisClock) moveFinal(d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.offset += d
+	c.final += d
+	return lab.MoveClock(c.file, c.offset)
+}
+
+// finalMove is what moveFinal moved.
+func (c *redisClock) finalMove() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.final
 }
 
 // shortened is how much earlier than its life a record of this run may
