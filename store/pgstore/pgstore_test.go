@@ -331,8 +331,9 @@ func TestAcquireAnswersProcessingWhenItsLeaseEndedMeanwhile(t *testing.T) {
 
 // TestMigrateKeepsUnsettledRows: migration 009 turns the P and U rows an
 // older release wrote, their end passed or not, into rows kept until
-// settled: read UNKNOWN, never taken by an acquisition, never reaped; and
-// their owner's late Complete still lands.
+// settled: read UNKNOWN, never taken by an acquisition, never reaped, read
+// without error by an older version still serving (rows without lease_until
+// included); and their owner's late Complete still lands.
 func TestMigrateKeepsUnsettledRows(t *testing.T) {
 	pool, schema := testenv.Postgres(t)
 	ctx := context.Background()
@@ -343,11 +344,20 @@ func TestMigrateKeepsUnsettledRows(t *testing.T) {
 		(tenant_id, idempotency_key, state, owner, fence, fingerprint, acquired_at, completed_at, lease_until, expires_at, reap_at, reason)
 		VALUES ('t', 'p-past', 'P', 'o1', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', NULL, now() - interval '2 days', now() - interval '1 day', now() - interval '1 day', NULL),
 		       ('t', 'u-past', 'U', 'o2', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', now() - interval '2 days', now() - interval '2 days', now() - interval '1 day', now() - interval '1 day', 'timeout'),
-		       ('t', 'u-live', 'U', 'o3', nextval('`+schema+`.fence_seq'), 'fp', now(), now(), now(), now() + interval '1 hour', now() + interval '1 hour', 'timeout')`); err != nil {
+		       ('t', 'u-live', 'U', 'o3', nextval('`+schema+`.fence_seq'), 'fp', now(), now(), now(), now() + interval '1 hour', now() + interval '1 hour', 'timeout'),
+		       -- A P row from before 004 (no lease_until) that turned UNKNOWN.
+		       ('t', 'u-nolease', 'U', 'o4', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', now() - interval '2 days', NULL, now() - interval '1 day', now() - interval '1 day', 'timeout'),
+		       ('t', 'p-nolease', 'P', 'o5', nextval('`+schema+`.fence_seq'), 'fp', now() - interval '2 days', NULL, NULL, now() - interval '1 day', now() - interval '1 day', NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := pgstore.Migrate(ctx, pool, &pgstore.Options{Schema: schema}); err != nil {
 		t.Fatalf("Migrate on top of version 8: %v", err)
+	}
+	// Older instances still serving read every migrated row (before any reap) without error.
+	checkOlderRead(t, pool, schema, 5)
+	var noLease int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+schema+`.records WHERE lease_until IS NULL`).Scan(&noLease); err != nil || noLease != 0 {
+		t.Fatalf("%d rows without lease_until, %v; want 0", noLease, err)
 	}
 	s, err := pgstore.New(pool, &pgstore.Options{Schema: schema, ReapInterval: -1})
 	if err != nil {
@@ -357,7 +367,7 @@ func TestMigrateKeepsUnsettledRows(t *testing.T) {
 	if _, err := s.Reap(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"p-past", "u-past", "u-live"} {
+	for _, key := range []string{"p-past", "u-past", "u-live", "u-nolease", "p-nolease"} {
 		id := store.ID{Tenant: "t", Key: key}
 		rec, err := s.Get(ctx, id)
 		if err != nil || rec.State != store.StateUnknown || rec.TTL != 0 {

@@ -8,10 +8,11 @@
 -- column.
 WITH cur AS (
 	SELECT {record_columns}, {unknown_now} AND (claim_until IS NULL OR claim_until <= clock_timestamp()) AS free
-	FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND expires_at > clock_timestamp() FOR UPDATE
+	FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND {live} FOR UPDATE
 ), won AS (
 	UPDATE S.records SET state = 'U', reason = coalesce(reason, $5),
-		completed_at = coalesce(completed_at, clock_timestamp()), expires_at = 'infinity',
+		completed_at = coalesce(completed_at, clock_timestamp()), expires_at = {unsettled_end},
+		lease_until = coalesce(lease_until, expires_at),
 		claim_owner = $3, claim_until = clock_timestamp() + $4 * interval '1 microsecond'
 	WHERE tenant_id = $1 AND idempotency_key = $2 AND (SELECT free FROM cur)
 	RETURNING {record_columns}, true

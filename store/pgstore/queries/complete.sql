@@ -12,4 +12,4 @@ UPDATE S.records SET state = 'C', completed_at = clock_timestamp(),
 	reason = NULL, claim_owner = NULL, claim_until = NULL,
 	key_until = CASE WHEN $9::bigint > $5::bigint THEN clock_timestamp() + $9 * interval '1 microsecond' END
 WHERE tenant_id = $1 AND idempotency_key = $2 AND state IN ('P', 'U') AND owner = $3 AND fence = $4
-	AND expires_at > clock_timestamp()
+	AND {live}

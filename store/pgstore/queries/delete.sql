@@ -2,6 +2,6 @@
 -- row it deleted was live.
 WITH gone AS (
 	DELETE FROM S.records WHERE tenant_id = $1 AND idempotency_key = $2 AND ($3::bigint = 0 OR fence = $3)
-	RETURNING expires_at > clock_timestamp() OR coalesce(key_until > clock_timestamp(), false) AS live
+	RETURNING {live} OR coalesce(key_until > clock_timestamp(), false) AS live
 )
 SELECT coalesce(bool_or(live), false) FROM gone

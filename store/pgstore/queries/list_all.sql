@@ -5,11 +5,11 @@
 -- holds no other row: its bound is the statement's start, a value an
 -- index scan can use, and the row's columns are checked by the clock.
 (SELECT {record_columns}, tenant_id, idempotency_key FROM S.records
-	WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND (tenant_id, idempotency_key) > ($1, $2)
+	WHERE reason IS NOT NULL AND state = 'U' AND (tenant_id, idempotency_key) > ($1, $2)
 	ORDER BY tenant_id, idempotency_key LIMIT $3)
 UNION ALL
 (SELECT {record_columns}, tenant_id, idempotency_key FROM S.records
-	WHERE state = 'P' AND lease_until <= statement_timestamp() AND expires_at > clock_timestamp()
+	WHERE state = 'P' AND lease_until <= statement_timestamp()
 		AND (tenant_id, idempotency_key) > ($1, $2)
 	ORDER BY tenant_id, idempotency_key LIMIT $3)
 ORDER BY tenant_id, idempotency_key LIMIT $3

@@ -4,11 +4,11 @@
 -- is its predicate) and the PROCESSING rows whose lease ended, from
 -- records_leases, as list_all.
 (SELECT {record_columns}, tenant_id, idempotency_key FROM S.records
-	WHERE reason IS NOT NULL AND state = 'U' AND expires_at > clock_timestamp() AND tenant_id = $1 AND idempotency_key > $2
+	WHERE reason IS NOT NULL AND state = 'U' AND tenant_id = $1 AND idempotency_key > $2
 	ORDER BY idempotency_key LIMIT $3)
 UNION ALL
 (SELECT {record_columns}, tenant_id, idempotency_key FROM S.records
-	WHERE state = 'P' AND lease_until <= statement_timestamp() AND expires_at > clock_timestamp()
+	WHERE state = 'P' AND lease_until <= statement_timestamp()
 		AND tenant_id = $1 AND idempotency_key > $2
 	ORDER BY idempotency_key LIMIT $3)
 ORDER BY idempotency_key LIMIT $3

@@ -4,10 +4,10 @@
 --
 -- It takes up to $1 due rows (reap_at passed, see migrations/003_reap_at.sql),
 -- deletes those that have expired and moves the others to their end. A P
--- or U row is never deleted, whatever its expires_at (infinity, or an
--- older version's): its work may have run, and only settling it ends it.
--- It is moved an hour ahead (and its expires_at set to infinity, for a row
--- an older version wrote): Complete and Resolve leave reap_at alone, so
+-- or U row is never deleted, whatever its expires_at ({unsettled_end},
+-- or an older version's): its work may have run, and only settling it ends it.
+-- It is moved an hour ahead (its expires_at set to {unsettled_end} and
+-- its lease's end kept in lease_until, for a row an older version wrote): Complete and Resolve leave reap_at alone, so
 -- that they change no indexed column (TestNoIndexOnCompletedColumns), and
 -- a row settled after its first look is deleted or moved to its end at
 -- most an hour late; queries treat it as absent from its end on. SKIP
@@ -30,8 +30,8 @@ WITH due AS (
 	-- header, body and label dropped, reaped again at key_until.
 	UPDATE S.records r SET reap_at = CASE WHEN r.state <> 'C' THEN statement_timestamp() + interval '1 hour'
 			WHEN r.expires_at > statement_timestamp() THEN r.expires_at ELSE r.key_until END,
-		expires_at = CASE WHEN r.state <> 'C' THEN 'infinity' ELSE r.expires_at END,
-		lease_until = CASE WHEN r.state = 'P' THEN coalesce(r.lease_until, r.expires_at) ELSE r.lease_until END,
+		expires_at = CASE WHEN r.state <> 'C' THEN {unsettled_end} ELSE r.expires_at END,
+		lease_until = CASE WHEN r.state <> 'C' THEN coalesce(r.lease_until, r.expires_at) ELSE r.lease_until END,
 		header = CASE WHEN r.state <> 'C' OR r.expires_at > statement_timestamp() THEN r.header END,
 		body = CASE WHEN r.state <> 'C' OR r.expires_at > statement_timestamp() THEN r.body END,
 		label = CASE WHEN r.state <> 'C' OR r.expires_at > statement_timestamp() THEN r.label END

@@ -4,4 +4,4 @@
 DELETE FROM S.records
 WHERE tenant_id = $1 AND idempotency_key = $2 AND owner = $3 AND fence = $4
 	AND (state = 'P' OR (state = 'U' AND reason = $5 AND (claim_until IS NULL OR claim_until <= clock_timestamp())))
-	AND expires_at > clock_timestamp()
+	AND {live}
