@@ -101,9 +101,10 @@ func New(s Store, opts *Options) (*Engine, error) {
 // returned, or your consumer stopped) and before the process exits: what
 // is held lives only in this process. When ctx ends first, Shutdown
 // returns an error wrapping ctx's error that says how many are still
-// held; their retries go on in the background (each at most for the rest
-// of its lease and FinalizeTimeout), and calling Shutdown again waits for
-// them anew.
+// held; their retries go on in the background (a Complete or MarkUnknown
+// until the store takes it or says the lease is lost, within MaxHeld; a
+// Release at most for the rest of its lease and FinalizeTimeout), and
+// calling Shutdown again waits for them anew.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	e.shut.Store(true)
 	return e.flushHeld(ctx)
