@@ -925,6 +925,14 @@ func (u *productUpstream) lookup(w http.ResponseWriter, r *http.Request) {
 			r.Header.Get("Idempotency-Key"), r.Header.Get("Idempotency-Fence"), key, fence)})
 	}
 	w.Header().Set("Idempotency-Key", key)
+	if zs := pe.keys["z"]; len(zs) > 0 && key == zs[len(zs)-1] {
+		// The ledger cannot answer for the final phase's last key (its
+		// database is down): the key stays UNKNOWN to the end, through
+		// the retries past every life (finish).
+		pe.did("lookup unavailable")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	e, done := pe.ledger.LookupEffect(hid, fence)
 	if !done {
 		pe.did("lookup not executed")
